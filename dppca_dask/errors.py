@@ -1,0 +1,138 @@
+"""Errors raised by dppca_dask.
+
+Every error says what is wrong, the offending value, and how to fix it, in one sentence shape:
+``row_norm_bound must be > 0; got -1.0.``. Each class also inherits the builtin exception that fits, so callers
+that catch ``ValueError`` or ``OSError`` keep working. ``exit_code`` is what the command line returns for it.
+
+Errors about the data (``InvalidInputError`` and ``StoreCorruptError``) name where the problem is: the file, the
+partition and the row. They are raised while ingesting or validating, before any privacy budget is reserved; they
+are meant for the data owner, never for the recipients of a release.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetExceededError",
+    "CalibrationError",
+    "DppcaError",
+    "InvalidInputError",
+    "InvalidParameterError",
+    "JobSpecError",
+    "MechanismFailedError",
+    "NotPrivateWarning",
+    "StoreCorruptError",
+    "StoreNotFoundError",
+    "UnsupportedStoreVersionError",
+    "format_location",
+]
+
+
+def format_location(
+    *, source: object | None = None, partition: int | None = None, row: int | None = None
+) -> str:
+    """Return ``"row 17 (partition 0) of 'data.svm'"``-style text for the parts that are known."""
+    parts: list[str] = []
+    if row is not None:
+        parts.append(f"row {row}")
+    if partition is not None:
+        parts.append(f"(partition {partition})" if parts else f"partition {partition}")
+    if source is not None:
+        parts.append(f"of '{source}'" if parts else f"'{source}'")
+    return " ".join(parts)
+
+
+class DppcaError(Exception):
+    """Base class of every error raised by dppca_dask."""
+
+    exit_code: int = 1
+
+
+class InvalidParameterError(DppcaError, ValueError):
+    """A parameter is out of range or inconsistent: ``epsilon must be > 0; got 0.``"""
+
+    exit_code = 2
+
+
+class InvalidInputError(DppcaError, ValueError):
+    """The data is invalid: NaN or infinite values, bad indices, wrong shape, duplicate entries.
+
+    Attributes ``source``, ``partition`` and ``row`` locate the problem when they are known.
+    """
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: object | None = None,
+        partition: int | None = None,
+        row: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.source = None if source is None else str(source)
+        self.partition = partition
+        self.row = row
+
+
+class StoreNotFoundError(DppcaError, FileNotFoundError):
+    """No matrix store (or input file) exists at the given path."""
+
+    exit_code = 2
+
+
+class StoreCorruptError(DppcaError, OSError):
+    """A store is damaged: a missing or undecodable chunk, inconsistent metadata."""
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: object | None = None,
+        partition: int | None = None,
+        row: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.source = None if source is None else str(source)
+        self.partition = partition
+        self.row = row
+
+
+class UnsupportedStoreVersionError(DppcaError, ValueError):
+    """The store was written in a format version this release cannot read."""
+
+    exit_code = 2
+
+
+class CalibrationError(DppcaError, ValueError):
+    """The privacy target cannot be met with the requested parameters (e.g. the SVT share alone exceeds it)."""
+
+    exit_code = 2
+
+
+class BudgetExceededError(DppcaError):
+    """A job asks for more privacy budget than its dataset has left in the ledger."""
+
+    exit_code = 3
+
+
+class JobSpecError(DppcaError, ValueError):
+    """A job specification file is invalid: unknown keys, missing tables, values of the wrong type."""
+
+    exit_code = 2
+
+
+class MechanismFailedError(DppcaError, RuntimeError):
+    """A mechanism stopped with a public failure (e.g. the coherence check of private power iteration).
+
+    The failure itself is part of the mechanism's output and is covered by its privacy guarantee; the message
+    contains only public values (parameters and iteration numbers), never data-dependent ones.
+    """
+
+    exit_code = 4
+
+
+class NotPrivateWarning(UserWarning):
+    """The result is not differentially private (a fixed seed, or a non-private baseline mechanism)."""
