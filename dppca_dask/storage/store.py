@@ -1,0 +1,517 @@
+"""Read access to a matrix store: a lazy, picklable handle whose partitions are read by Dask tasks.
+
+``open_matrix(path)`` reads only metadata. ``MatrixStore.read_partition(i)`` reads one row partition (a
+``scipy.sparse.csr_array`` or a dense block) and is meant to run inside a Dask task on a worker; the whole matrix
+is never loaded on the client unless ``to_scipy`` is called explicitly for a small store.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+
+from dppca_dask.errors import (
+    InvalidInputError,
+    InvalidParameterError,
+    StoreCorruptError,
+    StoreNotFoundError,
+    UnsupportedStoreVersionError,
+)
+from dppca_dask.storage import _format
+
+__all__ = ["MatrixStore", "Partition", "open_matrix"]
+
+Layout = Literal["csr", "dense"]
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """One row partition: the unit of work of one Dask task."""
+
+    index: int
+    """Position in the partition table."""
+    row_start: int
+    """First row (inclusive)."""
+    row_stop: int
+    """Last row (exclusive)."""
+    nnz_start: int
+    """Offset of the partition's first stored value in ``data``/``indices`` (0 for dense stores)."""
+    nnz_stop: int
+    """Offset one past the partition's last stored value."""
+    timestamp: float | None = None
+    """Optional time of the partition (POSIX seconds), set by ``append_partition`` for streaming data."""
+
+    @property
+    def n_rows(self) -> int:
+        return self.row_stop - self.row_start
+
+    @property
+    def nnz(self) -> int:
+        return self.nnz_stop - self.nnz_start
+
+    def to_json(self) -> list[Any]:
+        return [self.row_start, self.row_stop, self.nnz_start, self.nnz_stop, self.timestamp]
+
+
+@dataclass(frozen=True, slots=True)
+class MatrixStore:
+    """A lazy handle on a row-partitioned matrix stored in zarr.
+
+    Cheap to pickle (path and metadata only): send it to Dask tasks, which call :meth:`read_partition`.
+    Obtain one with :func:`open_matrix`.
+    """
+
+    path: str
+    """Filesystem path of the zarr group."""
+    layout: Layout
+    """``"csr"`` (AnnData csr_matrix encoding) or ``"dense"``."""
+    n_rows: int
+    n_cols: int
+    nnz: int
+    """Stored entries (CSR) or nonzero entries (dense)."""
+    dtype: str
+    """dtype of the stored values (``"float32"`` or ``"float64"``)."""
+    partitions: tuple[Partition, ...]
+    """The partition table."""
+    format_version: int | None
+    """Format version of a dppca_dask store; ``None`` for an AnnData store opened directly."""
+    store_id: str | None = None
+    """Random identifier assigned when the store was created (public; used in result provenance)."""
+    generation: int = 0
+    """Number of appends since creation."""
+    has_row_norms: bool = False
+    """Whether row norms were stored at ingest (otherwise they are computed when a partition is read)."""
+    matrix_key: str = "X"
+    metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    """The full metadata attribute (creation time, source, id maps, chunking)."""
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n_rows, self.n_cols)
+
+    @property
+    def n_partitions(self) -> int:
+        return len(self.partitions)
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies this version of the store without revealing anything about its contents.
+
+        It is the random ``store_id`` and the append ``generation``; for an AnnData store opened directly, a hash
+        of its path and metadata files' modification times. It never depends on data values or counts.
+        """
+        if self.store_id is not None:
+            return f"{self.store_id}:{self.generation}"
+        stamp = _foreign_stamp(self.path, self.matrix_key)
+        return f"anndata:{stamp}"
+
+    # ------------------------------------------------------------------------------------------------ reading
+    def read_partition(self, index: int, *, dtype: np.dtype[Any] | type | None = None) -> Any:
+        """Read partition ``index``: a ``scipy.sparse.csr_array`` (CSR) or a 2-D ``numpy.ndarray`` (dense).
+
+        Values are converted to ``dtype`` once here when given (kernels use float64). Raises
+        :class:`~dppca_dask.errors.StoreCorruptError` naming the partition when a chunk is missing or damaged.
+        """
+        part = self._partition(index)
+        try:
+            if self.layout == "csr":
+                block = self._read_csr(part)
+            else:
+                block = self._read_dense(part)
+        except (StoreCorruptError, InvalidInputError):
+            raise
+        except Exception as exc:  # zarr/codec errors on damaged chunks
+            raise StoreCorruptError(
+                f"cannot read partition {part.index} (rows {part.row_start}-{part.row_stop - 1}) of store "
+                f"'{self.path}': {type(exc).__name__}: {exc}; the store is damaged, re-ingest it from its source",
+                source=self.path,
+                partition=part.index,
+            ) from exc
+        if dtype is not None:
+            block = block.astype(dtype, copy=False)
+        return block
+
+    def read_row_norms(self, index: int, *, block: Any | None = None) -> np.ndarray:
+        """L2 norms of the rows of partition ``index`` (float64).
+
+        Stored norms are read from the store; for an AnnData store opened directly they are computed from
+        ``block`` (or from a fresh read of the partition).
+        """
+        part = self._partition(index)
+        if self.has_row_norms:
+            try:
+                norms = np.asarray(_open(self.path, "row_norms", self.generation)[part.row_start : part.row_stop])
+            except Exception as exc:
+                raise StoreCorruptError(
+                    f"cannot read the row norms of partition {part.index} of store '{self.path}': {exc}; "
+                    "the store is damaged, re-ingest it from its source",
+                    source=self.path,
+                    partition=part.index,
+                ) from exc
+            if norms.size and not np.isfinite(norms).all():
+                row = part.row_start + int(np.flatnonzero(~np.isfinite(norms))[0])
+                raise StoreCorruptError(
+                    f"row norms of partition {part.index} are missing at row {row} in store '{self.path}' "
+                    "(a chunk of 'row_norms' is absent); re-ingest the store from its source",
+                    source=self.path,
+                    partition=part.index,
+                    row=row,
+                )
+            return norms.astype(np.float64, copy=False)
+        if block is None:
+            block = self.read_partition(index)
+        return row_norms_of(block)
+
+    def to_scipy(self, *, max_bytes: int = 2 * 2**30) -> sp.csr_array:
+        """The whole matrix in memory as CSR (for small stores, tests and exact baselines)."""
+        estimate = self.nnz * 16 + self.n_rows * 8 if self.layout == "csr" else self.n_rows * self.n_cols * 8
+        if estimate > max_bytes:
+            raise InvalidParameterError(
+                f"loading store '{self.path}' would need about {estimate / 2**30:.1f} GiB; got max_bytes="
+                f"{max_bytes}; process it partition by partition instead, or raise max_bytes"
+            )
+        blocks = [sp.csr_array(self.read_partition(p.index)) for p in self.partitions]
+        if not blocks:
+            return sp.csr_array((0, self.n_cols))
+        return sp.csr_array(sp.vstack(blocks, format="csr"))
+
+    def size_on_disk(self) -> int:
+        """Bytes used by the store's files."""
+        total = 0
+        for root, _dirs, files in os.walk(self.path):
+            for name in files:
+                try:
+                    total += os.path.getsize(os.path.join(root, name))
+                except OSError:
+                    pass
+        return total
+
+    def info(self) -> dict[str, Any]:
+        """Metadata for ``dppca-dask info`` (for the data owner; not a differentially private release)."""
+        nnz_per_part = [p.nnz for p in self.partitions]
+        return {
+            "path": self.path,
+            "n_rows": self.n_rows,
+            "n_cols": self.n_cols,
+            "nnz": self.nnz,
+            "n_partitions": self.n_partitions,
+            "layout": self.layout,
+            "dtype": self.dtype,
+            "format_version": self.format_version,
+            "store_id": self.store_id,
+            "generation": self.generation,
+            "row_norms": self.has_row_norms,
+            "rows_per_partition_max": max((p.n_rows for p in self.partitions), default=0),
+            "nnz_per_partition_max": max(nnz_per_part, default=0),
+            "size_on_disk": self.size_on_disk(),
+            "created": self.metadata.get("created"),
+            "source": self.metadata.get("source"),
+            "timestamps": any(p.timestamp is not None for p in self.partitions),
+        }
+
+    # ---------------------------------------------------------------------------------------------- internals
+    def _partition(self, index: int) -> Partition:
+        if not 0 <= index < len(self.partitions):
+            raise InvalidParameterError(
+                f"partition index must be in [0, {len(self.partitions)}); got {index}"
+            )
+        return self.partitions[index]
+
+    def _read_csr(self, part: Partition) -> sp.csr_array:
+        key = self.matrix_key
+        indptr = np.asarray(_open(self.path, f"{key}/indptr", self.generation)[part.row_start : part.row_stop + 1])
+        if part.nnz:
+            data = np.asarray(_open(self.path, f"{key}/data", self.generation)[part.nnz_start : part.nnz_stop])
+            indices = np.asarray(
+                _open(self.path, f"{key}/indices", self.generation)[part.nnz_start : part.nnz_stop]
+            )
+        else:
+            data = np.zeros(0, dtype=self.dtype)
+            indices = np.zeros(0, dtype=np.int32)
+        self._check_csr(part, indptr, data, indices)
+        indptr = indptr.astype(np.int64, copy=False) - part.nnz_start
+        if indices.dtype != np.int32 and self.n_cols < 2**31 and part.nnz < 2**31:
+            indices = indices.astype(np.int32)
+            indptr = indptr.astype(np.int32)
+        return sp.csr_array((data, indices, indptr), shape=(part.n_rows, self.n_cols))
+
+    def _check_csr(self, part: Partition, indptr: np.ndarray, data: np.ndarray, indices: np.ndarray) -> None:
+        """Cheap structural checks that catch lost chunks (fill values) and inconsistent metadata."""
+
+        def corrupt(what: str, row: int | None = None) -> StoreCorruptError:
+            return StoreCorruptError(
+                f"partition {part.index} of store '{self.path}' is damaged: {what}; re-ingest the store from "
+                "its source",
+                source=self.path,
+                partition=part.index,
+                row=row,
+            )
+
+        if indptr.shape != (part.n_rows + 1,):
+            raise corrupt(f"expected {part.n_rows + 1} row pointers, read {indptr.shape[0]}")
+        if part.n_rows and (indptr[0] != part.nnz_start or indptr[-1] != part.nnz_stop):
+            raise corrupt(
+                f"row pointers span [{indptr[0]}, {indptr[-1]}), the partition table says "
+                f"[{part.nnz_start}, {part.nnz_stop})"
+            )
+        steps = np.diff(indptr)
+        if steps.size and steps.min() < 0:
+            row = part.row_start + int(np.flatnonzero(steps < 0)[0])
+            raise corrupt("row pointers decrease (a chunk of 'indptr' is missing or damaged)", row)
+        if part.nnz == 0 or self.format_version is None:
+            if part.nnz and (indices.min() < 0 or indices.max() >= self.n_cols):
+                raise corrupt(f"column indices outside [0, {self.n_cols})")
+            return
+        # One element per zarr chunk: a missing chunk reads as the fill value (NaN / -1) everywhere.
+        chunk = int(self.metadata.get("nnz_chunk", _format.NNZ_CHUNK))
+        first = -(-part.nnz_start // chunk) * chunk
+        probes = np.concatenate(([0], np.arange(first, part.nnz_stop, chunk) - part.nnz_start)).astype(np.int64)
+        if np.isnan(data[probes]).any() or (indices[probes] < 0).any():
+            pos = part.nnz_start + int(probes[np.flatnonzero(np.isnan(data[probes]) | (indices[probes] < 0))[0]])
+            row = part.row_start + int(np.searchsorted(indptr, pos, side="right")) - 1
+            raise corrupt("a chunk of 'data' or 'indices' is missing", row)
+        if indices.max() >= self.n_cols:
+            raise corrupt(f"column indices outside [0, {self.n_cols})")
+
+    def _read_dense(self, part: Partition) -> np.ndarray:
+        block = np.asarray(_open(self.path, self.matrix_key, self.generation)[part.row_start : part.row_stop])
+        if self.format_version is not None and block.size:
+            chunk = int(self.metadata.get("row_chunk", max(part.n_rows, 1)))
+            first = -(-part.row_start // chunk) * chunk
+            probes = np.concatenate(([0], np.arange(first, part.row_stop, chunk) - part.row_start)).astype(np.int64)
+            bad = np.isnan(block[probes, 0])
+            if bad.any():
+                row = part.row_start + int(probes[np.flatnonzero(bad)[0]])
+                raise StoreCorruptError(
+                    f"partition {part.index} of store '{self.path}' is damaged: a chunk of 'X' is missing; "
+                    "re-ingest the store from its source",
+                    source=self.path,
+                    partition=part.index,
+                    row=row,
+                )
+        return block
+
+
+def row_norms_of(block: Any) -> np.ndarray:
+    """L2 norm of each row of a CSR or dense block (float64)."""
+    if sp.issparse(block):
+        csr = sp.csr_array(block)
+        if csr.nnz == 0:
+            return np.zeros(csr.shape[0])
+        # A trailing zero keeps reduceat's indices in range when the last rows are empty.
+        squares = np.append(np.square(csr.data, dtype=np.float64), 0.0)
+        sums = np.add.reduceat(squares, csr.indptr[:-1])
+        sums[np.diff(csr.indptr) == 0] = 0.0
+        return np.sqrt(sums)
+    return np.sqrt(np.einsum("ij,ij->i", block, block, dtype=np.float64))
+
+
+@functools.lru_cache(maxsize=64)
+def _open(path: str, key: str, generation: int) -> zarr.Array:
+    """Open one array of a store (cached per process; ``generation`` invalidates the cache after appends)."""
+    node = zarr.open_group(path, mode="r")[key]
+    if not isinstance(node, zarr.Array):
+        raise StoreCorruptError(f"'{key}' in store '{path}' is a group, expected an array", source=path)
+    return node
+
+
+def _foreign_stamp(path: str, key: str) -> str:
+    import hashlib
+
+    digest = hashlib.sha256(os.path.abspath(path).encode())
+    for name in ("zarr.json", ".zattrs", ".zgroup", f"{key}/zarr.json", f"{key}/.zattrs"):
+        p = Path(path, name)
+        if p.exists():
+            digest.update(f"{name}:{p.stat().st_mtime_ns}".encode())
+    return digest.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------------- opening
+def open_matrix(path: str | os.PathLike[str], *, rows_per_partition: int | None = None) -> MatrixStore:
+    """Open a matrix store for reading; only metadata is read.
+
+    Parameters
+    ----------
+    path
+        A dppca_dask store (written by ``dppca-dask ingest``), or an AnnData zarr store (``adata.write_zarr``,
+        zarr format 2 or 3) whose ``X`` is a ``csr_matrix`` or a dense array.
+    rows_per_partition
+        Only for AnnData stores, which have no partition table: rows per partition. By default partitions of
+        about 128 MB aligned with the zarr chunks of ``X``.
+
+    Raises
+    ------
+    StoreNotFoundError
+        Nothing readable at ``path``.
+    UnsupportedStoreVersionError
+        A dppca_dask store of an unknown format version.
+    StoreCorruptError
+        Metadata that contradicts itself.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise StoreNotFoundError(f"no matrix store at '{path}'; create one with `dppca-dask ingest SRC --out {path}`")
+    try:
+        group = zarr.open_group(path, mode="r")
+    except Exception as exc:
+        raise StoreNotFoundError(
+            f"'{path}' is not a zarr group ({type(exc).__name__}: {exc}); create a store with "
+            f"`dppca-dask ingest SRC --out {path}`"
+        ) from exc
+    attrs = group.attrs.asdict()
+    if _format.ATTR_KEY in attrs:
+        if rows_per_partition is not None:
+            raise InvalidParameterError(
+                f"rows_per_partition applies only to AnnData stores; store '{path}' has its own partition table"
+            )
+        return _open_native(path, group, attrs[_format.ATTR_KEY])
+    if "X" in group:
+        return _open_anndata(path, group, rows_per_partition)
+    raise StoreNotFoundError(
+        f"'{path}' is a zarr group but neither a dppca_dask store nor an AnnData store with 'X'; create a store "
+        f"with `dppca-dask ingest SRC --out {path}`"
+    )
+
+
+def _open_native(path: str, group: zarr.Group, meta: Mapping[str, Any]) -> MatrixStore:
+    version = meta.get("format_version")
+    if version != _format.FORMAT_VERSION:
+        raise UnsupportedStoreVersionError(
+            f"store '{path}' has format version {version!r}; this release of dppca_dask reads version "
+            f"{_format.FORMAT_VERSION}; re-ingest the data with this release or use a matching release"
+        )
+    try:
+        parts = tuple(
+            Partition(i, int(r0), int(r1), int(z0), int(z1), None if ts is None else float(ts))
+            for i, (r0, r1, z0, z1, ts) in enumerate(meta["partitions"])
+        )
+        store = MatrixStore(
+            path=path,
+            layout=meta["layout"],
+            n_rows=int(meta["n_rows"]),
+            n_cols=int(meta["n_cols"]),
+            nnz=int(meta["nnz"]),
+            dtype=str(meta["dtype"]),
+            partitions=parts,
+            format_version=int(version),
+            store_id=str(meta["store_id"]),
+            generation=int(meta.get("generation", 0)),
+            has_row_norms="row_norms" in group,
+            metadata=json.loads(json.dumps(dict(meta))),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreCorruptError(
+            f"the metadata of store '{path}' is incomplete or malformed ({type(exc).__name__}: {exc}); "
+            "re-ingest the store from its source",
+            source=path,
+        ) from exc
+    _check_table(store)
+    return store
+
+
+def _check_table(store: MatrixStore) -> None:
+    row = nnz = 0
+    for p in store.partitions:
+        if p.row_start != row or p.row_stop < p.row_start or (store.layout == "csr" and p.nnz_start != nnz):
+            raise StoreCorruptError(
+                f"the partition table of store '{store.path}' is inconsistent at partition {p.index}; "
+                "re-ingest the store from its source",
+                source=store.path,
+                partition=p.index,
+            )
+        row, nnz = p.row_stop, (p.nnz_stop if store.layout == "csr" else nnz + p.nnz)
+    if row != store.n_rows or nnz != store.nnz:
+        raise StoreCorruptError(
+            f"the partition table of store '{store.path}' covers {row} rows and {nnz} entries, the metadata says "
+            f"{store.n_rows} and {store.nnz}; re-ingest the store from its source",
+            source=store.path,
+        )
+
+
+def _open_anndata(path: str, group: zarr.Group, rows_per_partition: int | None) -> MatrixStore:
+    node = group["X"]
+    attrs = node.attrs.asdict()
+    encoding = attrs.get("encoding-type")
+    if isinstance(node, zarr.Array):
+        if node.ndim != 2:
+            raise InvalidInputError(f"'X' in '{path}' has {node.ndim} dimensions; expected a 2-D matrix", source=path)
+        n_rows, n_cols = (int(s) for s in node.shape)
+        chunk_rows = int(node.chunks[0]) if node.chunks else n_rows
+        per_row = max(n_cols * node.dtype.itemsize, 1)
+        step = _partition_rows(rows_per_partition, per_row, chunk_rows)
+        bounds = list(range(0, n_rows, step)) + [n_rows]
+        parts = tuple(
+            Partition(i, bounds[i], bounds[i + 1], 0, 0) for i in range(len(bounds) - 1)
+        ) if n_rows else ()
+        return MatrixStore(
+            path=path,
+            layout="dense",
+            n_rows=n_rows,
+            n_cols=n_cols,
+            nnz=n_rows * n_cols,
+            dtype=str(node.dtype),
+            partitions=parts,
+            format_version=None,
+            metadata={"anndata": True, "row_chunk": chunk_rows},
+        )
+    if encoding == "csc_matrix":
+        raise InvalidInputError(
+            f"'X' in AnnData store '{path}' is a csc_matrix (column-compressed); row partitions need CSR: convert "
+            f"it with `dppca-dask ingest {path} --out STORE`",
+            source=path,
+        )
+    if encoding != "csr_matrix":
+        raise InvalidInputError(
+            f"'X' in '{path}' has encoding-type {encoding!r}; expected 'csr_matrix' or a dense array",
+            source=path,
+        )
+    n_rows, n_cols = (int(s) for s in attrs["shape"])
+    indptr = node["indptr"]
+    data = node["data"]
+    nnz = int(data.shape[0])
+    chunk_rows = int(indptr.chunks[0]) if indptr.chunks else n_rows
+    per_row = max(math.ceil(nnz * (data.dtype.itemsize + node["indices"].dtype.itemsize) / max(n_rows, 1)), 1) + 8
+    step = _partition_rows(rows_per_partition, per_row, chunk_rows)
+    bounds = np.array(list(range(0, n_rows, step)) + [n_rows], dtype=np.int64)
+    offsets = np.asarray(indptr.get_coordinate_selection(bounds)) if n_rows else np.zeros(1, np.int64)
+    parts = tuple(
+        Partition(i, int(bounds[i]), int(bounds[i + 1]), int(offsets[i]), int(offsets[i + 1]))
+        for i in range(len(bounds) - 1)
+    )
+    if int(offsets[-1]) != nnz:
+        raise StoreCorruptError(
+            f"AnnData store '{path}': indptr ends at {int(offsets[-1])} but 'data' holds {nnz} values",
+            source=path,
+        )
+    return MatrixStore(
+        path=path,
+        layout="csr",
+        n_rows=n_rows,
+        n_cols=n_cols,
+        nnz=nnz,
+        dtype=str(data.dtype),
+        partitions=parts,
+        format_version=None,
+        metadata={"anndata": True},
+    )
+
+
+def _partition_rows(rows_per_partition: int | None, bytes_per_row: int, chunk_rows: int) -> int:
+    if rows_per_partition is not None:
+        if rows_per_partition < 1:
+            raise InvalidParameterError(f"rows_per_partition must be >= 1; got {rows_per_partition}")
+        return int(rows_per_partition)
+    rows = max(_format.TARGET_PARTITION_BYTES // max(bytes_per_row, 1), 1)
+    if chunk_rows > 0 and rows > chunk_rows:
+        rows = (rows // chunk_rows) * chunk_rows
+    return int(max(rows, 1))

@@ -1,0 +1,556 @@
+"""Writing matrix stores: a sequential writer for ingestion, and crash-safe appends for streaming data.
+
+Both follow one rule: data chunks first, metadata last. ``StoreWriter`` builds the whole store in a hidden
+sibling directory and renames it into place on ``commit``, so a failed or interrupted ingest leaves nothing
+behind. ``append_partition`` writes the new rows beyond the committed extents and then rewrites the root
+metadata (one atomic file replacement), so an interrupted append leaves the store as it was.
+
+A single writer per store: zarr loses data when concurrent tasks write unaligned slices of the same array
+(dask-zarr spec), and the partition table is read-modify-written. Appends take an exclusive lock file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fcntl
+import logging
+import math
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+
+from dppca_dask.errors import InvalidInputError, InvalidParameterError, StoreCorruptError
+from dppca_dask.storage import _format
+from dppca_dask.storage.store import MatrixStore, Partition, open_matrix, row_norms_of
+from dppca_dask.storage.validate import DuplicatePolicy, validate_csr_block, validate_dense_block
+
+__all__ = ["StoreWriter", "append_partition", "write_matrix"]
+
+log = logging.getLogger(__name__)
+
+Layout = Literal["csr", "dense"]
+
+
+def _store_dtype(dtype: Any) -> np.dtype[Any]:
+    dt = np.dtype(dtype)
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise InvalidParameterError(f"dtype must be float32 or float64; got {dt}")
+    return dt
+
+
+class StoreWriter:
+    """Write a new matrix store sequentially, block by block.
+
+    Rows arrive in blocks of any size (``append``); the writer cuts them into partitions of
+    ``rows_per_partition`` rows (by default: enough rows for about 128 MB, decided from the first rows seen) and
+    writes each partition once. Memory use is bounded by one partition plus the block being appended.
+
+    Parameters
+    ----------
+    path
+        Where the store will be; it appears there only when :meth:`commit` succeeds.
+    n_cols
+        Number of columns.
+    dtype
+        Stored value type, ``float32`` or ``float64``.
+    layout
+        ``"csr"`` (sparse, AnnData csr_matrix encoding) or ``"dense"``.
+    rows_per_partition
+        Rows per partition; ``None`` picks about ``target_partition_bytes`` per partition.
+    on_duplicate
+        ``"sum"`` or ``"reject"`` for repeated (row, column) entries.
+    overwrite
+        Replace an existing store at ``path`` on commit (the old one stays intact until then).
+    source
+        A JSON-serialisable description of where the data came from, stored in the metadata.
+    progress
+        Called with the number of rows written after each partition.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        n_cols: int,
+        dtype: Any = np.float64,
+        layout: Layout = "csr",
+        rows_per_partition: int | None = None,
+        on_duplicate: DuplicatePolicy = "sum",
+        overwrite: bool = False,
+        source: Mapping[str, Any] | None = None,
+        target_partition_bytes: int = _format.TARGET_PARTITION_BYTES,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        if n_cols < 1:
+            raise InvalidParameterError(f"n_cols must be >= 1; got {n_cols}")
+        if layout not in ("csr", "dense"):
+            raise InvalidParameterError(f"layout must be 'csr' or 'dense'; got {layout!r}")
+        if rows_per_partition is not None and rows_per_partition < 1:
+            raise InvalidParameterError(f"rows_per_partition must be >= 1; got {rows_per_partition}")
+        if on_duplicate not in ("sum", "reject"):
+            raise InvalidParameterError(f"on_duplicate must be 'sum' or 'reject'; got {on_duplicate!r}")
+        if target_partition_bytes < 1:
+            raise InvalidParameterError(f"target_partition_bytes must be >= 1; got {target_partition_bytes}")
+        if os.path.exists(self.path) and not overwrite:
+            raise InvalidParameterError(
+                f"'{self.path}' already exists; choose another output path or pass overwrite=True (--overwrite)"
+            )
+        self.n_cols = int(n_cols)
+        self.dtype = _store_dtype(dtype)
+        self.layout: Layout = layout
+        self.rows_per_partition = rows_per_partition
+        self.on_duplicate: DuplicatePolicy = on_duplicate
+        self.overwrite = overwrite
+        self.source = dict(source or {})
+        self.target_partition_bytes = int(target_partition_bytes)
+        self.progress = progress
+        parent, name = os.path.split(self.path)
+        os.makedirs(parent or ".", exist_ok=True)
+        self._tmp = os.path.join(parent, f".{name}.partial-{uuid.uuid4().hex[:12]}")
+        self._group: zarr.Group | None = zarr.open_group(self._tmp, mode="w-", zarr_format=3)
+        self._pending: list[Any] = []
+        self._pending_rows = 0
+        self._pending_bytes = 0
+        self._rows_in = 0
+        self._partitions: list[Partition] = []
+        self._n_rows = 0
+        self._nnz = 0
+        self._row_chunk: int | None = None
+        self._arrays: dict[str, zarr.Array] = {}
+        self._extra: dict[str, Any] = {}
+        self._closed = False
+
+    # ------------------------------------------------------------------------------------------- public API
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None or not self._closed:
+            self.abort()
+
+    @property
+    def n_rows(self) -> int:
+        """Rows received so far."""
+        return self._rows_in
+
+    def append(self, block: Any, *, source: object | None = None) -> None:
+        """Validate a block of rows and queue it; full partitions are written as soon as they are complete."""
+        self._check_open()
+        partition = len(self._partitions)
+        if self.layout == "csr":
+            if not sp.issparse(block):
+                block = sp.csr_array(validate_dense_block(block, n_cols=self.n_cols, first_row=self._rows_in,
+                                                          partition=partition, source=source))
+            checked = validate_csr_block(
+                block,
+                n_cols=self.n_cols,
+                on_duplicate=self.on_duplicate,
+                first_row=self._rows_in,
+                partition=partition,
+                source=source,
+            )
+            checked = sp.csr_array(
+                (checked.data.astype(self.dtype, copy=False), checked.indices, checked.indptr), shape=checked.shape
+            )
+            nbytes = checked.nnz * (self.dtype.itemsize + 4) + checked.shape[0] * 16
+        else:
+            dense = block.toarray() if sp.issparse(block) else block
+            checked = validate_dense_block(
+                dense, n_cols=self.n_cols, first_row=self._rows_in, partition=partition, source=source
+            ).astype(self.dtype, copy=False)
+            nbytes = checked.shape[0] * (self.n_cols * self.dtype.itemsize + 8)
+        rows = int(checked.shape[0])
+        if rows == 0:
+            return
+        self._pending.append(checked)
+        self._pending_rows += rows
+        self._pending_bytes += nbytes
+        self._rows_in += rows
+        self._flush(final=False)
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        """Add a JSON-serialisable entry to the store metadata (e.g. id-map descriptions)."""
+        self._check_open()
+        self._extra[key] = value
+
+    def write_array(self, name: str, values: np.ndarray | Sequence[Any]) -> None:
+        """Store an auxiliary 1-D array beside the matrix (e.g. ``obs_ids``/``var_ids`` id maps)."""
+        self._check_open()
+        assert self._group is not None
+        arr = np.asarray(values)
+        if arr.dtype.kind in "OU":
+            arr = arr.astype(str)
+            out = self._group.create_array(name, shape=arr.shape, dtype=str, chunks=(max(min(arr.size, 2**20), 1),))
+        else:
+            out = self._group.create_array(
+                name, shape=arr.shape, dtype=arr.dtype, chunks=(max(min(arr.size, 2**20), 1),),
+                compressors=_format.compressors(),
+            )
+        if arr.size:
+            out[:] = arr
+
+    def commit(self) -> MatrixStore:
+        """Write the remaining rows and the metadata, and move the store into place. Returns the opened store."""
+        self._check_open()
+        self._flush(final=True)
+        if self._row_chunk is None:  # no rows at all: an empty matrix
+            self._create_arrays(self.rows_per_partition or 1)
+        group = self._group
+        assert group is not None
+        shape = [self._n_rows, self.n_cols]
+        if self.layout == "csr":
+            group["X"].attrs.update({**_format.CSR_ENCODING, "shape": shape})
+        meta = {
+            "format_version": _format.FORMAT_VERSION,
+            "layout": self.layout,
+            "n_rows": self._n_rows,
+            "n_cols": self.n_cols,
+            "nnz": self._nnz,
+            "dtype": str(self.dtype),
+            "partitions": [p.to_json() for p in self._partitions],
+            "store_id": uuid.uuid4().hex,
+            "generation": 0,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "source": self.source,
+            "on_duplicate": self.on_duplicate,
+            "rows_per_partition": self.rows_per_partition,
+            "nnz_chunk": _format.NNZ_CHUNK,
+            "row_chunk": self._row_chunk,
+            **self._extra,
+        }
+        group.attrs.update({_format.ATTR_KEY: meta})
+        self._group = None
+        self._closed = True
+        if os.path.exists(self.path):
+            if not self.overwrite:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+                raise InvalidParameterError(
+                    f"'{self.path}' appeared while writing; choose another output path or pass overwrite=True"
+                )
+            trash = f"{self._tmp}.old"
+            os.replace(self.path, trash)
+            os.replace(self._tmp, self.path)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(self._tmp, self.path)
+        log.info("wrote store %s: %d partitions", self.path, len(self._partitions))
+        return open_matrix(self.path)
+
+    def abort(self) -> None:
+        """Discard everything written so far; the destination path is left untouched."""
+        if not self._closed:
+            self._closed = True
+            self._group = None
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    # ---------------------------------------------------------------------------------------------- internals
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidParameterError("this StoreWriter is already committed or aborted; create a new one")
+
+    def _flush(self, *, final: bool) -> None:
+        if self.rows_per_partition is None:
+            if not final and self._pending_bytes < self.target_partition_bytes:
+                return
+            per_row = self._pending_bytes / max(self._pending_rows, 1)
+            rows = max(int(self.target_partition_bytes // max(per_row, 1.0)), 1)
+            self.rows_per_partition = rows if not final or self._pending_bytes >= self.target_partition_bytes \
+                else max(self._pending_rows, 1)
+        rpp = self.rows_per_partition
+        if self._row_chunk is None:
+            rpp = self._create_arrays(rpp)
+        while self._pending_rows >= rpp or (final and self._pending_rows > 0):
+            take = min(rpp, self._pending_rows)
+            block = self._take(take)
+            self._write_partition(block)
+
+    def _take(self, rows: int) -> Any:
+        out: list[Any] = []
+        need = rows
+        while need:
+            head = self._pending[0]
+            n = int(head.shape[0])
+            if n <= need:
+                out.append(self._pending.pop(0))
+                need -= n
+            else:
+                out.append(head[:need])
+                self._pending[0] = head[need:]
+                need = 0
+        self._pending_rows -= rows
+        total = sum(self._block_bytes(b) for b in self._pending)
+        self._pending_bytes = total
+        if self.layout == "csr":
+            return sp.csr_array(sp.vstack(out, format="csr")) if len(out) > 1 else sp.csr_array(out[0])
+        return np.concatenate(out, axis=0) if len(out) > 1 else out[0]
+
+    def _block_bytes(self, block: Any) -> int:
+        if self.layout == "csr":
+            return int(block.nnz * (self.dtype.itemsize + 4) + block.shape[0] * 16)
+        return int(block.shape[0] * (self.n_cols * self.dtype.itemsize + 8))
+
+    def _create_arrays(self, rpp: int) -> int:
+        """Create the arrays once the partition size is known; returns the (possibly rounded) partition size."""
+        group = self._group
+        assert group is not None
+        if self.layout == "csr":
+            if rpp > _format.MAX_ROW_CHUNK:
+                rpp = math.ceil(rpp / _format.LARGE_ROW_CHUNK) * _format.LARGE_ROW_CHUNK
+                row_chunk = _format.LARGE_ROW_CHUNK
+            else:
+                row_chunk = rpp
+            self.rows_per_partition = rpp
+            x = group.create_group("X", attributes={**_format.CSR_ENCODING, "shape": [0, self.n_cols]})
+            index_dtype = np.int32 if self.n_cols < 2**31 else np.int64
+            self._arrays["data"] = x.create_array(
+                "data", shape=(0,), dtype=self.dtype, chunks=(_format.NNZ_CHUNK,), fill_value=np.nan,
+                compressors=_format.compressors(),
+            )
+            self._arrays["indices"] = x.create_array(
+                "indices", shape=(0,), dtype=index_dtype, chunks=(_format.NNZ_CHUNK,), fill_value=-1,
+                compressors=_format.compressors(),
+            )
+            self._arrays["indptr"] = x.create_array(
+                "indptr", shape=(1,), dtype=np.int64, chunks=(row_chunk,), fill_value=-1,
+                compressors=_format.compressors(),
+            )
+            self._arrays["indptr"][0:1] = np.zeros(1, dtype=np.int64)
+        else:
+            row_bytes = self.n_cols * self.dtype.itemsize
+            row_chunk = max(1, min(rpp, _format.DENSE_CHUNK_BYTES // max(row_bytes, 1)))
+            rpp = math.ceil(rpp / row_chunk) * row_chunk
+            self.rows_per_partition = rpp
+            self._arrays["X"] = group.create_array(
+                "X", shape=(0, self.n_cols), dtype=self.dtype, chunks=(row_chunk, self.n_cols), fill_value=np.nan,
+                compressors=_format.compressors(), attributes=dict(_format.DENSE_ENCODING),
+            )
+        self._arrays["row_norms"] = group.create_array(
+            "row_norms", shape=(0,), dtype=np.float64, chunks=(row_chunk,), fill_value=np.nan,
+            compressors=_format.compressors(),
+        )
+        self._row_chunk = row_chunk
+        return rpp
+
+    def _write_partition(self, block: Any) -> None:
+        part = _write_rows(self._arrays, self.layout, block, self._n_rows, self._nnz, len(self._partitions), None)
+        self._partitions.append(part)
+        self._n_rows, self._nnz = part.row_stop, self._nnz + part.nnz
+        if self.progress is not None:
+            self.progress(self._n_rows)
+
+
+def _write_rows(
+    arrays: Mapping[str, zarr.Array],
+    layout: str,
+    block: Any,
+    row0: int,
+    nnz0: int,
+    index: int,
+    timestamp: float | None,
+) -> Partition:
+    """Write one partition's rows after the given extents (growing the arrays) and return its table entry."""
+    rows = int(block.shape[0])
+    norms = row_norms_of(block)
+    if layout == "csr":
+        nnz = int(block.nnz)
+        arrays["data"].resize((nnz0 + nnz,))
+        arrays["indices"].resize((nnz0 + nnz,))
+        arrays["indptr"].resize((row0 + rows + 1,))
+        if nnz:
+            arrays["data"][nnz0 : nnz0 + nnz] = block.data
+            arrays["indices"][nnz0 : nnz0 + nnz] = block.indices.astype(arrays["indices"].dtype, copy=False)
+        arrays["indptr"][row0 + 1 : row0 + rows + 1] = block.indptr[1:].astype(np.int64) + nnz0
+        stop = nnz0 + nnz
+    else:
+        nnz = int(np.count_nonzero(block))
+        arrays["X"].resize((row0 + rows, block.shape[1]))
+        arrays["X"][row0 : row0 + rows] = block
+        stop = 0
+    arrays["row_norms"].resize((row0 + rows,))
+    arrays["row_norms"][row0 : row0 + rows] = norms
+    start = nnz0 if layout == "csr" else 0
+    return Partition(index, row0, row0 + rows, start, stop if layout == "csr" else nnz, timestamp)
+
+
+def write_matrix(
+    path: str | os.PathLike[str],
+    matrix: Any,
+    *,
+    rows_per_partition: int | None = None,
+    dtype: Any = None,
+    layout: Layout | None = None,
+    on_duplicate: DuplicatePolicy = "sum",
+    overwrite: bool = False,
+    source: Mapping[str, Any] | None = None,
+) -> MatrixStore:
+    """Write an in-memory scipy sparse matrix or numpy array to a new store and open it.
+
+    ``layout`` defaults to ``"csr"`` for sparse input and ``"dense"`` for numpy input; ``dtype`` defaults to the
+    input's float type (float32 stays float32, everything else becomes float64).
+    """
+    if layout is None:
+        layout = "csr" if sp.issparse(matrix) else "dense"
+    if not sp.issparse(matrix):
+        matrix = np.asarray(matrix)
+    if matrix.ndim != 2:
+        raise InvalidInputError(f"expected a 2-D matrix; got {matrix.ndim} dimensions")
+    if dtype is None:
+        dtype = np.float32 if matrix.dtype == np.float32 else np.float64
+    step = rows_per_partition or max(int(matrix.shape[0]), 1)
+    with StoreWriter(
+        path,
+        n_cols=int(matrix.shape[1]),
+        dtype=dtype,
+        layout=layout,
+        rows_per_partition=rows_per_partition,
+        on_duplicate=on_duplicate,
+        overwrite=overwrite,
+        source=dict(source or {"kind": "in-memory", "type": type(matrix).__name__}),
+    ) as writer:
+        for start in range(0, int(matrix.shape[0]), step):
+            writer.append(matrix[start : start + step])
+        return writer.commit()
+
+
+# ------------------------------------------------------------------------------------------------- appending
+@contextlib.contextmanager
+def _append_lock(path: str) -> Iterator[None]:
+    lock_path = os.path.join(path, ".append.lock")
+    with open(lock_path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _open_for_append(store: MatrixStore) -> dict[str, zarr.Array]:
+    group = zarr.open_group(store.path, mode="r+")
+    names = ("data", "indices", "indptr") if store.layout == "csr" else ()
+    arrays: dict[str, zarr.Array] = {n: group[f"X/{n}"] for n in names}  # type: ignore[misc]
+    if store.layout == "dense":
+        arrays["X"] = group["X"]  # type: ignore[assignment]
+    arrays["row_norms"] = group["row_norms"]  # type: ignore[assignment]
+    return arrays
+
+
+def _trim(store: MatrixStore, arrays: Mapping[str, zarr.Array]) -> None:
+    """Cut arrays back to the committed extents (after an interrupted append) and restore X's shape attribute."""
+    if store.layout == "csr":
+        extents = {"data": store.nnz, "indices": store.nnz, "indptr": store.n_rows + 1, "row_norms": store.n_rows}
+    else:
+        extents = {"row_norms": store.n_rows}
+        if arrays["X"].shape[0] != store.n_rows:
+            arrays["X"].resize((store.n_rows, store.n_cols))
+    for name, length in extents.items():
+        if arrays[name].shape[0] != length:
+            log.warning("store %s: trimming '%s' from %d to the committed %d entries (an earlier append did not "
+                        "finish)", store.path, name, arrays[name].shape[0], length)
+            arrays[name].resize((length,))
+    if store.layout == "csr":
+        x = zarr.open_group(store.path, mode="r+")["X"]
+        if list(x.attrs.get("shape", [])) != [store.n_rows, store.n_cols]:
+            x.attrs.update({"shape": [store.n_rows, store.n_cols]})
+
+
+def _commit_metadata(store: MatrixStore, partitions: Sequence[Partition], n_rows: int, nnz: int) -> None:
+    """The commit point of an append: X's shape attribute, then the root metadata (one atomic file write)."""
+    group = zarr.open_group(store.path, mode="r+")
+    if store.layout == "csr":
+        group["X"].attrs.update({"shape": [n_rows, store.n_cols]})
+    meta = dict(group.attrs[_format.ATTR_KEY])  # type: ignore[arg-type]
+    meta.update(
+        {
+            "n_rows": n_rows,
+            "nnz": nnz,
+            "partitions": [p.to_json() for p in partitions],
+            "generation": store.generation + 1,
+        }
+    )
+    group.attrs.update({_format.ATTR_KEY: meta})
+
+
+def append_partition(
+    path: str | os.PathLike[str],
+    block: Any,
+    *,
+    timestamp: float | _dt.datetime | None = None,
+    on_duplicate: DuplicatePolicy | None = None,
+) -> MatrixStore:
+    """Append rows to a store as one new partition (several if the block is larger than a partition).
+
+    New chunks are written first and the metadata last: if the process dies or an error occurs in between, the
+    store still reads exactly as before, and the next append trims what the interrupted one left.
+
+    Parameters
+    ----------
+    path
+        A dppca_dask store.
+    block
+        Rows to add: a scipy sparse matrix (CSR stores) or a 2-D array, with the store's number of columns.
+    timestamp
+        Optional time of these rows (POSIX seconds or an aware ``datetime``), kept in the partition table for
+        time-windowed analyses.
+    on_duplicate
+        Policy for duplicate entries; defaults to the policy the store was ingested with.
+
+    Returns
+    -------
+    MatrixStore
+        The store reopened after the append.
+    """
+    store = open_matrix(path)
+    if store.format_version is None:
+        raise InvalidParameterError(
+            f"'{store.path}' is an AnnData store; appending needs a dppca_dask store: "
+            f"`dppca-dask ingest {store.path} --out STORE`"
+        )
+    if isinstance(timestamp, _dt.datetime):
+        if timestamp.tzinfo is None:
+            raise InvalidParameterError(f"timestamp must be timezone-aware; got naive {timestamp.isoformat()}")
+        timestamp = timestamp.timestamp()
+    policy: DuplicatePolicy = on_duplicate or store.metadata.get("on_duplicate", "sum")
+    if store.layout == "csr":
+        if not sp.issparse(block):
+            block = sp.csr_array(validate_dense_block(block, n_cols=store.n_cols, first_row=store.n_rows,
+                                                      source=store.path))
+        checked: Any = validate_csr_block(
+            block, n_cols=store.n_cols, on_duplicate=policy, first_row=store.n_rows,
+            partition=store.n_partitions, source=store.path,
+        )
+        checked = sp.csr_array((checked.data.astype(store.dtype, copy=False), checked.indices, checked.indptr),
+                               shape=checked.shape)
+    else:
+        dense = block.toarray() if sp.issparse(block) else block
+        checked = validate_dense_block(dense, n_cols=store.n_cols, first_row=store.n_rows,
+                                       partition=store.n_partitions, source=store.path).astype(store.dtype)
+    with _append_lock(store.path):
+        store = open_matrix(path)  # re-read under the lock
+        arrays = _open_for_append(store)
+        _trim(store, arrays)
+        step = int(store.metadata.get("rows_per_partition") or max(int(checked.shape[0]), 1))
+        partitions = list(store.partitions)
+        n_rows, nnz = store.n_rows, store.nnz
+        try:
+            for start in range(0, max(int(checked.shape[0]), 1), step):
+                piece = checked[start : start + step]
+                part = _write_rows(arrays, store.layout, piece, n_rows, nnz, len(partitions), timestamp)
+                partitions.append(part)
+                n_rows, nnz = part.row_stop, nnz + part.nnz
+            _commit_metadata(store, partitions, n_rows, nnz)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                _trim(store, arrays)
+            raise
+    reopened = open_matrix(path)
+    if reopened.n_rows != n_rows:
+        raise StoreCorruptError(f"append to '{store.path}' did not commit", source=store.path)
+    return reopened
