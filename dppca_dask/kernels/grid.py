@@ -1,0 +1,72 @@
+"""The public threshold grid of adaptive private power iteration (seed 004 spec §3.1).
+
+With rows clipped to ``‖a‖ ≤ c`` and a unit iterate x, every score ``‖a‖·|⟨a, x⟩|`` lies in ``[0, c²]``. The grid
+runs downward from ``c²``: ``θ_j = c²·2^(-j/g)`` for ``j = 0..J`` (``g`` points per octave). It depends only on
+public parameters, never on the data.
+
+A row's *bin* is the first grid index at which it is filtered: ``bin(s) = min{j : s > θ_j}``, or ``J + 1`` when
+``s ≤ θ_J`` (never filtered). The number of rows filtered at ``θ_j`` is then ``F_j = #{rows : bin ≤ j}``, a
+cumulative sum of the bin histogram.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dppca_dask.errors import InvalidParameterError
+
+__all__ = ["ThresholdGrid"]
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdGrid:
+    """Grid ``θ_j = top·2^(-j/per_octave)``, ``j = 0..n_points-1`` (descending)."""
+
+    top: float
+    """``c²``, the largest possible score for rows clipped to norm ``c`` and a unit iterate."""
+    per_octave: int = 4
+    """Grid points per factor of two (finer grids cost no privacy)."""
+    n_points: int = 97
+    """Number of grid points ``J + 1``; the smallest is ``top·2^(-(n_points-1)/per_octave)``."""
+    thetas: np.ndarray = field(init=False, repr=False, compare=False)
+    """The grid values, descending (``thetas[0] == top``)."""
+    _ascending: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.top) and self.top > 0):
+            raise InvalidParameterError(f"grid top must be finite and > 0; got {self.top}")
+        if self.per_octave < 1:
+            raise InvalidParameterError(f"per_octave must be >= 1; got {self.per_octave}")
+        if self.n_points < 1:
+            raise InvalidParameterError(f"n_points must be >= 1; got {self.n_points}")
+        thetas = self.top * np.exp2(-np.arange(self.n_points, dtype=np.float64) / self.per_octave)
+        thetas.setflags(write=False)
+        asc = thetas[::-1].copy()
+        asc.setflags(write=False)
+        object.__setattr__(self, "thetas", thetas)
+        object.__setattr__(self, "_ascending", asc)
+
+    @classmethod
+    def for_bound(cls, row_norm_bound: float, *, per_octave: int = 4, octaves: int = 24) -> ThresholdGrid:
+        """The grid for rows clipped to ``row_norm_bound``, spanning ``octaves`` factors of two below ``c²``."""
+        if not (math.isfinite(row_norm_bound) and row_norm_bound > 0):
+            raise InvalidParameterError(f"row_norm_bound must be finite and > 0; got {row_norm_bound}")
+        if octaves < 1:
+            raise InvalidParameterError(f"octaves must be >= 1; got {octaves}")
+        return cls(top=row_norm_bound**2, per_octave=per_octave, n_points=per_octave * octaves + 1)
+
+    @property
+    def n_bins(self) -> int:
+        """Histogram length: one bin per grid index plus the "never filtered" bin ``J + 1``."""
+        return self.n_points + 1
+
+    def bins(self, scores: np.ndarray) -> np.ndarray:
+        """``bin(s) = min{j : s > θ_j}`` for each score (``n_points`` when no grid value is below ``s``)."""
+        below = np.searchsorted(self._ascending, scores, side="left")  # number of grid values < s
+        return (self.n_points - below).astype(np.int64)
+
+    def to_json(self) -> dict[str, float | int]:
+        return {"top": self.top, "per_octave": self.per_octave, "n_points": self.n_points}
