@@ -1,0 +1,93 @@
+"""Noise sources for tests: no noise at all, or noise values chosen by the test.
+
+Both keep the release discipline of :class:`~dppca_dask.mechanisms.NoiseSource` (draws only inside a release,
+each key once), so tests that use them also check that invariant; both are ``private = False``, so any result
+built with them says it is not private.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from dppca_dask.errors import MechanismFailedError
+from dppca_dask.mechanisms.noise import NoiseSource, Shape
+
+__all__ = ["ScriptedNoiseSource", "ZeroNoiseSource"]
+
+
+def _shape(size: Shape) -> tuple[int, ...]:
+    if size is None:
+        return ()
+    if isinstance(size, (int, np.integer)):
+        return (int(size),)
+    return tuple(int(s) for s in size)
+
+
+def _as_drawn(values: np.ndarray, size: Shape) -> Any:
+    """Return like numpy's samplers: a Python float for ``size=None``, else a float64 array."""
+    return float(values) if size is None else values
+
+
+class ZeroNoiseSource(NoiseSource):
+    """Draws exact zeros ("noise off"): mechanisms return their exact input, for comparisons with scipy/numpy.
+
+    Not private (``private = False``); does not warn, since it exists only for tests.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(np.random.default_rng(0), private=False, description="zero-noise (test)")
+
+    def _laplace(self, scale: float, size: Shape) -> Any:
+        return _as_drawn(np.zeros(_shape(size)), size)
+
+    def _gaussian(self, std: float, size: Shape) -> Any:
+        return _as_drawn(np.zeros(_shape(size)), size)
+
+
+class ScriptedNoiseSource(NoiseSource):
+    """Returns pre-set noise values, in order, one entry of ``draws`` per sampler call.
+
+    Parameters
+    ----------
+    draws
+        Each item is the exact value one call returns (a number for ``size=None``, an array of the call's shape
+        otherwise), whatever the sampler and its scale. E.g. for
+        :func:`~dppca_dask.mechanisms.above_threshold`: ``[ρ, [ν_0, ν_1, ...]]``.
+
+    Raises
+    ------
+    MechanismFailedError
+        At a draw, when no scripted value is left or its shape does not match the call.
+    """
+
+    def __init__(self, draws: Iterable[ArrayLike]) -> None:
+        super().__init__(np.random.default_rng(0), private=False, description="scripted noise (test)")
+        self._draws: deque[np.ndarray] = deque(np.asarray(d, dtype=np.float64) for d in draws)
+
+    @property
+    def remaining(self) -> int:
+        """Number of scripted values not yet drawn."""
+        return len(self._draws)
+
+    def _next(self, size: Shape) -> Any:
+        if not self._draws:
+            raise MechanismFailedError("the scripted noise source has no values left; script one value per draw")
+        values = self._draws.popleft()
+        if values.shape != _shape(size):
+            raise MechanismFailedError(
+                f"scripted noise of shape {values.shape} does not match the draw of shape {_shape(size)}; "
+                "script values in the order and shapes the mechanism draws them"
+            )
+        return _as_drawn(values.copy(), size)
+
+    def _laplace(self, scale: float, size: Shape) -> Any:
+        return self._next(size)
+
+    def _gaussian(self, std: float, size: Shape) -> Any:
+        return self._next(size)
+
