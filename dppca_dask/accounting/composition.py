@@ -274,8 +274,8 @@ def gaussian_delta(noise_multiplier: float, epsilon: float) -> float:
 def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     """Exact ε at δ of the Gaussian mechanism (Balle–Wang 2018), never below the true value.
 
-    Brent's method brackets the root; the upper end of the final bracket is returned after checking
-    ``δ(ε) ≤ delta`` directly, so rounding can only make the answer larger.
+    Brent's method finds the root; the answer is then nudged upward until :func:`gaussian_delta` at it is at
+    most ``delta``, so rounding can only make it larger.
     """
     if math.isnan(noise_multiplier) or noise_multiplier <= 0:
         raise InvalidParameterError(f"noise_multiplier must be > 0; got {noise_multiplier}")
@@ -285,9 +285,9 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
         return 0.0
     if delta == 0.0:
         return math.inf
-    log_delta = math.log(delta)
-    if _gaussian_log_delta(noise_multiplier, 0.0) <= log_delta:
+    if gaussian_delta(noise_multiplier, 0.0) <= delta:
         return 0.0
+    log_delta = math.log(delta)
     lo, hi = 0.0, 1.0
     while _gaussian_log_delta(noise_multiplier, hi) > log_delta:
         lo, hi = hi, hi * 2.0

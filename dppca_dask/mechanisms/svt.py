@@ -57,7 +57,7 @@ def svt_cutoff(epsilon: float, beta: float) -> float:
     """
     epsilon = positive_finite("epsilon", epsilon)
     if not (0.0 < beta < 1.0):
-        raise InvalidParameterError(f"beta must be in (0, 1); got {beta}; the paper's default is 0.05")
+        raise InvalidParameterError(f"beta must be in (0, 1); got {beta}; e.g. beta=0.05")
     return 6.0 * math.log(1.0 / beta) / epsilon
 
 
