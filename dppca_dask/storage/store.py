@@ -150,7 +150,7 @@ class MatrixStore:
         part = self._partition(index)
         if self.has_row_norms:
             try:
-                norms = np.asarray(_open(self.path, "row_norms", self.generation)[part.row_start : part.row_stop])
+                norms = np.asarray(_open(self.path, "row_norms", self.fingerprint)[part.row_start : part.row_stop])
             except Exception as exc:
                 raise StoreCorruptError(
                     f"cannot read the row norms of partition {part.index} of store '{self.path}': {exc}; "
@@ -229,11 +229,11 @@ class MatrixStore:
 
     def _read_csr(self, part: Partition) -> sp.csr_array:
         key = self.matrix_key
-        indptr = np.asarray(_open(self.path, f"{key}/indptr", self.generation)[part.row_start : part.row_stop + 1])
+        indptr = np.asarray(_open(self.path, f"{key}/indptr", self.fingerprint)[part.row_start : part.row_stop + 1])
         if part.nnz:
-            data = np.asarray(_open(self.path, f"{key}/data", self.generation)[part.nnz_start : part.nnz_stop])
+            data = np.asarray(_open(self.path, f"{key}/data", self.fingerprint)[part.nnz_start : part.nnz_stop])
             indices = np.asarray(
-                _open(self.path, f"{key}/indices", self.generation)[part.nnz_start : part.nnz_stop]
+                _open(self.path, f"{key}/indices", self.fingerprint)[part.nnz_start : part.nnz_stop]
             )
         else:
             data = np.zeros(0, dtype=self.dtype)
@@ -284,7 +284,7 @@ class MatrixStore:
             raise corrupt(f"column indices outside [0, {self.n_cols})")
 
     def _read_dense(self, part: Partition) -> np.ndarray:
-        block = np.asarray(_open(self.path, self.matrix_key, self.generation)[part.row_start : part.row_stop])
+        block = np.asarray(_open(self.path, self.matrix_key, self.fingerprint)[part.row_start : part.row_stop])
         if self.format_version is not None and block.size:
             chunk = int(self.metadata.get("row_chunk", max(part.n_rows, 1)))
             first = -(-part.row_start // chunk) * chunk
@@ -317,8 +317,12 @@ def row_norms_of(block: Any) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=64)
-def _open(path: str, key: str, generation: int) -> zarr.Array:
-    """Open one array of a store (cached per process; ``generation`` invalidates the cache after appends)."""
+def _open(path: str, key: str, version: str) -> zarr.Array:
+    """Open one array of a store (cached per process).
+
+    ``version`` is the store's fingerprint: it changes after an append (new generation) and when another store is
+    written at the same path (new ``store_id``), so a cached array never describes an older store.
+    """
     node = zarr.open_group(path, mode="r")[key]
     if not isinstance(node, zarr.Array):
         raise StoreCorruptError(f"'{key}' in store '{path}' is a group, expected an array", source=path)
@@ -383,7 +387,13 @@ def open_matrix(path: str | os.PathLike[str], *, rows_per_partition: int | None 
     )
 
 
-def _open_native(path: str, group: zarr.Group, meta: Mapping[str, Any]) -> MatrixStore:
+def _open_native(path: str, group: zarr.Group, meta: Any) -> MatrixStore:
+    if not isinstance(meta, Mapping):
+        raise StoreCorruptError(
+            f"the metadata of store '{path}' is malformed (a {type(meta).__name__}, expected an object); "
+            "re-ingest the store from its source",
+            source=path,
+        )
     version = meta.get("format_version")
     if version != _format.FORMAT_VERSION:
         raise UnsupportedStoreVersionError(
@@ -409,6 +419,8 @@ def _open_native(path: str, group: zarr.Group, meta: Mapping[str, Any]) -> Matri
             has_row_norms="row_norms" in group,
             metadata=json.loads(json.dumps(dict(meta))),
         )
+        if store.layout not in ("csr", "dense"):
+            raise ValueError(f"unknown layout {store.layout!r}")
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreCorruptError(
             f"the metadata of store '{path}' is incomplete or malformed ({type(exc).__name__}: {exc}); "

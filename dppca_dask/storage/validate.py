@@ -13,7 +13,7 @@ import scipy.sparse as sp
 
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, format_location
 
-__all__ = ["DuplicatePolicy", "validate_csr_block", "validate_dense_block"]
+__all__ = ["DuplicatePolicy", "as_csr", "validate_csr_block", "validate_dense_block"]
 
 DuplicatePolicy = Literal["sum", "reject"]
 
@@ -21,6 +21,22 @@ DuplicatePolicy = Literal["sum", "reject"]
 def _where(source: object | None, partition: int | None, row: int | None) -> str:
     text = format_location(source=source, partition=partition, row=row)
     return f" at {text}" if text else ""
+
+
+def as_csr(block: Any) -> sp.csr_array:
+    """Any scipy sparse matrix or array as a ``csr_array``, keeping duplicate entries.
+
+    scipy's COO to CSR conversion adds up duplicate (row, column) entries; here a COO block becomes a CSR block with
+    the duplicates still in it, so that ``on_duplicate="reject"`` can see them.
+    """
+    if block.format != "coo":
+        return sp.csr_array(block)
+    rows, cols = np.asarray(block.row), np.asarray(block.col)
+    n_rows = int(block.shape[0])
+    order = np.argsort(rows, kind="stable")
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
+    return sp.csr_array((np.asarray(block.data)[order], cols[order], indptr), shape=block.shape)
 
 
 def validate_csr_block(
@@ -61,7 +77,7 @@ def validate_csr_block(
             partition=partition,
             row=first_row,
         )
-    csr = sp.csr_array(block)
+    csr = as_csr(block)
     if not np.issubdtype(csr.data.dtype, np.number) or np.issubdtype(csr.data.dtype, np.complexfloating):
         raise InvalidInputError(
             f"values must be real numbers; got dtype {csr.data.dtype}{_where(source, partition, None)}",
@@ -77,7 +93,7 @@ def validate_csr_block(
         pos = int(np.flatnonzero(~finite)[0])
         row = row_of(pos)
         raise InvalidInputError(
-            f"{csr.data[pos]!r} value{_where(source, partition, row)} (column {int(csr.indices[pos])}); "
+            f"{float(csr.data[pos])!r} value{_where(source, partition, row)} (column {int(csr.indices[pos])}); "
             "NaN and infinite values are not allowed: remove or impute them before ingesting",
             source=source,
             partition=partition,
@@ -144,7 +160,7 @@ def validate_dense_block(
         r, c = (int(v) for v in np.argwhere(~finite)[0])
         row = first_row + r
         raise InvalidInputError(
-            f"{arr[r, c]!r} value{_where(source, partition, row)} (column {c}); NaN and infinite values are not "
+            f"{float(arr[r, c])!r} value{_where(source, partition, row)} (column {c}); NaN and infinite values are not "
             "allowed: remove or impute them before ingesting",
             source=source,
             partition=partition,

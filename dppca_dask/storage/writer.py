@@ -26,10 +26,10 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
-from dppca_dask.errors import InvalidInputError, InvalidParameterError, StoreCorruptError
+from dppca_dask.errors import InvalidInputError, InvalidParameterError, StoreCorruptError, format_location
 from dppca_dask.storage import _format
 from dppca_dask.storage.store import MatrixStore, Partition, open_matrix, row_norms_of
-from dppca_dask.storage.validate import DuplicatePolicy, validate_csr_block, validate_dense_block
+from dppca_dask.storage.validate import DuplicatePolicy, as_csr, validate_csr_block, validate_dense_block
 
 __all__ = ["StoreWriter", "append_partition", "write_matrix"]
 
@@ -144,7 +144,21 @@ class StoreWriter:
     def append(self, block: Any, *, source: object | None = None) -> None:
         """Validate a block of rows and queue it; full partitions are written as soon as they are complete."""
         self._check_open()
-        partition = len(self._partitions)
+        if sp.issparse(block):
+            block = block.toarray() if self.layout == "dense" else as_csr(block)
+        else:
+            block = np.asarray(block)
+        if self._row_chunk is None and self.rows_per_partition is not None:
+            self._create_arrays(self.rows_per_partition)  # fixes the (possibly rounded) partition size
+        rpp = self.rows_per_partition if self._row_chunk is not None else None
+        rows_in = int(block.shape[0]) if block.ndim == 2 else 0
+        if rpp is not None and rows_in > rpp - self._rows_in % rpp:
+            # Validate each partition's rows separately, so that errors name the right partition.
+            cuts = [0, *range(rpp - self._rows_in % rpp, rows_in, rpp), rows_in]
+            for start, stop in zip(cuts[:-1], cuts[1:]):
+                self.append(block[start:stop], source=source)
+            return
+        partition = self._rows_in // rpp if rpp is not None else len(self._partitions)
         if self.layout == "csr":
             if not sp.issparse(block):
                 block = sp.csr_array(validate_dense_block(block, n_cols=self.n_cols, first_row=self._rows_in,
@@ -157,15 +171,13 @@ class StoreWriter:
                 partition=partition,
                 source=source,
             )
-            checked = sp.csr_array(
-                (checked.data.astype(self.dtype, copy=False), checked.indices, checked.indptr), shape=checked.shape
-            )
+            checked = _cast(checked, self.dtype, first_row=self._rows_in, partition=partition, source=source)
             nbytes = checked.nnz * (self.dtype.itemsize + 4) + checked.shape[0] * 16
         else:
-            dense = block.toarray() if sp.issparse(block) else block
             checked = validate_dense_block(
-                dense, n_cols=self.n_cols, first_row=self._rows_in, partition=partition, source=source
-            ).astype(self.dtype, copy=False)
+                block, n_cols=self.n_cols, first_row=self._rows_in, partition=partition, source=source
+            )
+            checked = _cast(checked, self.dtype, first_row=self._rows_in, partition=partition, source=source)
             nbytes = checked.shape[0] * (self.n_cols * self.dtype.itemsize + 8)
         rows = int(checked.shape[0])
         if rows == 0:
@@ -347,6 +359,31 @@ class StoreWriter:
             self.progress(self._n_rows)
 
 
+def _cast(block: Any, dtype: np.dtype[Any], *, first_row: int, partition: int | None, source: object | None) -> Any:
+    """Convert a validated block's values to the stored dtype; values too large for float32 are an error."""
+    values = block.data if sp.issparse(block) else block
+    with np.errstate(over="ignore"):
+        cast = values.astype(dtype, copy=False)
+    if cast is not values and cast.size and not np.isfinite(cast).all():
+        pos = int(np.flatnonzero(~np.isfinite(cast.ravel()))[0])
+        if sp.issparse(block):
+            row = first_row + int(np.searchsorted(block.indptr, pos, side="right")) - 1
+            col = int(block.indices[pos])
+        else:
+            row, col = first_row + pos // block.shape[1], pos % block.shape[1]
+        where = format_location(source=source, partition=partition, row=row)
+        raise InvalidInputError(
+            f"value {float(values.ravel()[pos])!r} at {where} (column {col}) does not fit in {dtype} (largest "
+            f"{np.finfo(dtype).max:.4g}); store it as float64 (dtype=float64, --dtype float64) or rescale the data",
+            source=source,
+            partition=partition,
+            row=row,
+        )
+    if sp.issparse(block):
+        return sp.csr_array((cast, block.indices, block.indptr), shape=block.shape)
+    return cast
+
+
 def _write_rows(
     arrays: Mapping[str, zarr.Array],
     layout: str,
@@ -400,6 +437,8 @@ def write_matrix(
         layout = "csr" if sp.issparse(matrix) else "dense"
     if not sp.issparse(matrix):
         matrix = np.asarray(matrix)
+    elif matrix.format != "csr":  # row slices below need CSR; COO duplicates are kept for the validation
+        matrix = as_csr(matrix)
     if matrix.ndim != 2:
         raise InvalidInputError(f"expected a 2-D matrix; got {matrix.ndim} dimensions")
     if dtype is None:
@@ -521,17 +560,17 @@ def append_partition(
     if store.layout == "csr":
         if not sp.issparse(block):
             block = sp.csr_array(validate_dense_block(block, n_cols=store.n_cols, first_row=store.n_rows,
-                                                      source=store.path))
+                                                      partition=store.n_partitions, source=store.path))
         checked: Any = validate_csr_block(
             block, n_cols=store.n_cols, on_duplicate=policy, first_row=store.n_rows,
             partition=store.n_partitions, source=store.path,
         )
-        checked = sp.csr_array((checked.data.astype(store.dtype, copy=False), checked.indices, checked.indptr),
-                               shape=checked.shape)
     else:
         dense = block.toarray() if sp.issparse(block) else block
         checked = validate_dense_block(dense, n_cols=store.n_cols, first_row=store.n_rows,
-                                       partition=store.n_partitions, source=store.path).astype(store.dtype)
+                                       partition=store.n_partitions, source=store.path)
+    checked = _cast(checked, np.dtype(store.dtype), first_row=store.n_rows, partition=store.n_partitions,
+                    source=store.path)
     with _append_lock(store.path):
         store = open_matrix(path)  # re-read under the lock
         arrays = _open_for_append(store)

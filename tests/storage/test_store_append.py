@@ -1,0 +1,121 @@
+"""Appending partitions: timestamps, repeated appends, AnnData compatibility, and crash safety."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+
+import anndata
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import zarr
+
+from dppca_dask.errors import InvalidInputError, InvalidParameterError
+from dppca_dask.storage import append_partition, open_matrix, write_matrix
+from dppca_dask.storage import writer as writer_module
+
+
+def read_back(path: Path) -> np.ndarray:
+    return open_matrix(path).to_scipy().toarray()
+
+
+def test_appends_with_timestamps(tmp_path: Path, sparse: sp.csr_array, rng: np.random.Generator) -> None:
+    store = write_matrix(tmp_path / "s.zarr", sparse, rows_per_partition=10)
+    first = sp.csr_array(rng.standard_normal((3, 6)) * (rng.random((3, 6)) < 0.5))
+    second = sp.csr_array(rng.standard_normal((25, 6)) * (rng.random((25, 6)) < 0.5))
+    when = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    after_first = append_partition(store.path, first, timestamp=1_700_000_000.5)
+    after_second = append_partition(store.path, second, timestamp=when)
+    assert (after_first.generation, after_second.generation) == (1, 2)
+    assert len({store.fingerprint, after_first.fingerprint, after_second.fingerprint}) == 3
+    # The second block is larger than a partition: it is split at the store's partition size.
+    assert [p.n_rows for p in after_second.partitions] == [10, 10, 10, 10, 3, 10, 10, 5]
+    assert [p.timestamp for p in after_second.partitions] == [None] * 4 + [1_700_000_000.5] + [when.timestamp()] * 3
+    assert after_second.info()["timestamps"] is True
+    expected = np.vstack([sparse.toarray(), first.toarray(), second.toarray()])
+    np.testing.assert_array_equal(read_back(tmp_path / "s.zarr"), expected)
+    np.testing.assert_allclose(after_second.read_row_norms(4), np.linalg.norm(first.toarray(), axis=1))
+    # AnnData still reads the grown matrix.
+    x = anndata.io.read_elem(zarr.open_group(store.path, mode="r")["X"])
+    np.testing.assert_array_equal(sp.csr_array(x).toarray(), expected)
+
+
+def test_append_to_dense_store(tmp_path: Path, sparse: sp.csr_array) -> None:
+    store = write_matrix(tmp_path / "d.zarr", sparse.toarray(), rows_per_partition=10)
+    grown = append_partition(store.path, sparse[:4])  # a sparse block is densified for a dense store
+    np.testing.assert_array_equal(grown.to_scipy().toarray(), np.vstack([sparse.toarray(), sparse[:4].toarray()]))
+
+
+def test_append_errors_leave_the_store_unchanged(tmp_path: Path, sparse: sp.csr_array) -> None:
+    store = write_matrix(tmp_path / "s.zarr", sparse, rows_per_partition=10)
+    bad = np.ones((2, 6))
+    bad[1, 4] = np.nan
+    with pytest.raises(InvalidInputError, match=r"nan value at row 41 \(partition 4\)"):
+        append_partition(store.path, bad)
+    with pytest.raises(InvalidInputError, match=r"shape mismatch at row 40 .* the matrix has 6 columns"):
+        append_partition(store.path, sp.csr_array((2, 5)))
+    with pytest.raises(InvalidParameterError, match=r"timestamp must be timezone-aware"):
+        append_partition(store.path, sparse[:1], timestamp=dt.datetime(2026, 1, 1))
+    with pytest.raises(InvalidInputError, match=r"duplicate entry \(row 40, column 2\)"):
+        append_partition(store.path, sp.coo_array(([1.0, 1.0], ([0, 0], [2, 2])), shape=(1, 6)),
+                         on_duplicate="reject")
+    reopened = open_matrix(store.path)
+    assert reopened.fingerprint == store.fingerprint
+    np.testing.assert_array_equal(reopened.to_scipy().toarray(), sparse.toarray())
+
+
+def test_append_to_anndata_store_is_refused(tmp_path: Path, sparse: sp.csr_array) -> None:
+    anndata.AnnData(X=sp.csr_matrix(sparse)).write_zarr(tmp_path / "a.zarr")
+    with pytest.raises(InvalidParameterError, match=r"is an AnnData store; appending needs a dppca_dask store"):
+        append_partition(tmp_path / "a.zarr", sparse[:1])
+
+
+def test_interrupted_append_keeps_the_previous_store(tmp_path: Path, sparse: sp.csr_array, small_chunks: int,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    store = write_matrix(tmp_path / "s.zarr", sparse, rows_per_partition=10)
+    before = read_back(tmp_path / "s.zarr")
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("power cut")
+
+    monkeypatch.setattr(writer_module, "_commit_metadata", fail)
+    with pytest.raises(RuntimeError, match="power cut"):
+        append_partition(store.path, sparse[:12])
+    reopened = open_matrix(store.path)
+    assert reopened.fingerprint == store.fingerprint and reopened.n_rows == 40
+    np.testing.assert_array_equal(reopened.to_scipy().toarray(), before)
+    x = anndata.io.read_elem(zarr.open_group(store.path, mode="r")["X"])
+    np.testing.assert_array_equal(sp.csr_array(x).toarray(), before)  # arrays were trimmed back
+    monkeypatch.undo()
+    grown = append_partition(store.path, sparse[:12])
+    assert grown.generation == 1
+    np.testing.assert_array_equal(grown.to_scipy().toarray(), np.vstack([before, sparse[:12].toarray()]))
+
+
+@pytest.mark.parametrize("layout", ["csr", "dense"])
+def test_crash_after_writing_chunks(tmp_path: Path, sparse: sp.csr_array, small_chunks: int, layout: str) -> None:
+    matrix = sparse if layout == "csr" else sparse.toarray()
+    store = write_matrix(tmp_path / "s.zarr", matrix, rows_per_partition=10)
+    before = read_back(tmp_path / "s.zarr")
+    # A process that died after writing new chunks but before the metadata: the arrays are longer than the
+    # committed extents, with data in them.
+    arrays = writer_module._open_for_append(store)
+    writer_module._write_rows(arrays, store.layout, matrix[:15], store.n_rows, store.nnz, store.n_partitions, None)
+    grown_arrays = {name: array.shape[0] for name, array in arrays.items()}
+    assert grown_arrays["row_norms"] == 55
+    reopened = open_matrix(store.path)
+    assert reopened.fingerprint == store.fingerprint and reopened.shape == (40, 6)
+    np.testing.assert_array_equal(reopened.to_scipy().toarray(), before)
+    extra = sparse[20:23] if layout == "csr" else sparse[20:23].toarray()
+    grown = append_partition(store.path, extra)
+    np.testing.assert_array_equal(grown.to_scipy().toarray(), np.vstack([before, sparse[20:23].toarray()]))
+    assert zarr.open_group(store.path, mode="r")["row_norms"].shape == (43,)
+
+
+def test_concurrent_appends_take_a_lock(tmp_path: Path, sparse: sp.csr_array) -> None:
+    store = write_matrix(tmp_path / "s.zarr", sparse)
+    append_partition(store.path, sparse[:2])
+    assert os.path.exists(tmp_path / "s.zarr" / ".append.lock")
+    assert open_matrix(store.path).n_rows == 42
