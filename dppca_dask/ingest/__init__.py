@@ -1,0 +1,267 @@
+"""Ingestion: turn matrices from files or memory into row-partitioned matrix stores, in bounded memory.
+
+:func:`ingest` is the entry point (``dppca-dask ingest`` calls it). One module per source does the work:
+
+- :mod:`~dppca_dask.ingest.svmlight`: LIBSVM/svmlight text, streamed and parsed with vectorised numpy code;
+- :mod:`~dppca_dask.ingest.mtx`: Matrix Market, coordinate entries streamed in any order;
+- :mod:`~dppca_dask.ingest.adata`: AnnData ``.zarr`` and ``.h5ad`` (the ``anndata`` extra);
+- :mod:`~dppca_dask.ingest.parquet`: warehouse triplets ``(row_id, col_id, value)`` with sparse ids, out of core;
+- :mod:`~dppca_dask.ingest.arrays`: scipy.sparse and numpy matrices, ``.npz`` and ``.npy`` files.
+
+Every source validates as it goes (NaN and infinite values, indices, shapes, duplicates) with errors that name the
+file, the line or record, the partition and the row; a failed ingest leaves neither output nor temporary files.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.ingest._common import IngestOptions, MissingExtraError, check_positive, require_file
+from dppca_dask.storage import MatrixStore
+from dppca_dask.storage.validate import DuplicatePolicy
+
+__all__ = ["FORMATS", "MissingExtraError", "detect_format", "ingest"]
+
+#: Input formats of files, as ``--format`` names them.
+FORMATS = ("svmlight", "mtx", "anndata", "parquet", "npz", "npy")
+
+_EXTENSIONS = {
+    ".svm": "svmlight",
+    ".svmlight": "svmlight",
+    ".libsvm": "svmlight",
+    ".mtx": "mtx",
+    ".h5ad": "anndata",
+    ".zarr": "anndata",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".npz": "npz",
+    ".npy": "npy",
+}
+_COMPRESSED = (".gz", ".bz2", ".xz")
+_MAGIC = (
+    (b"PAR1", "parquet"),
+    (b"\x93NUMPY", "npy"),
+    (b"PK\x03\x04", "npz"),
+    (b"\x89HDF\r\n\x1a\n", "anndata"),
+)
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """Guess the input format of ``path`` from its extension, or else from its contents.
+
+    Raises
+    ------
+    StoreNotFoundError
+        ``path`` does not exist.
+    InvalidParameterError
+        The format cannot be told; pass it explicitly.
+    """
+    path = require_file(path)
+    name = path.rstrip(os.sep).lower()
+    stem = name
+    for suffix in _COMPRESSED:
+        if name.endswith(suffix):
+            stem = name[: -len(suffix)]
+    extension = os.path.splitext(stem)[1]
+    found = _EXTENSIONS.get(extension)
+    if found is not None and (stem == name or found in ("svmlight", "mtx")):
+        return found
+    if stem == name:
+        found = _sniff(path)
+        if found is not None:
+            return found
+    raise InvalidParameterError(
+        f"cannot tell the format of '{path}' from its name or contents; pass format= (--format) one of "
+        f"{', '.join(FORMATS)}"
+    )
+
+
+def _sniff(path: str) -> str | None:
+    if os.path.isdir(path):
+        if os.path.exists(os.path.join(path, "zarr.json")) or os.path.exists(os.path.join(path, ".zgroup")):
+            return "anndata"
+        for _root, _dirs, files in os.walk(path):
+            if any(f.endswith((".parquet", ".pq")) for f in files):
+                return "parquet"
+        return None
+    with open(path, "rb") as handle:
+        head = handle.read(4096)
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    if head.lower().startswith(b"%%matrixmarket"):
+        return "mtx"
+    return "svmlight" if _looks_like_svmlight(head) else None
+
+
+def _looks_like_svmlight(head: bytes) -> bool:
+    """Whether the complete lines at the start of a file read as LIBSVM rows, at least one with a feature."""
+    import re
+
+    lines = head.splitlines()[:-1] if len(head) == 4096 else head.splitlines()
+    rows = [line.split(b"#", 1)[0].strip() for line in lines]
+    rows = [row for row in rows if row]
+    pattern = re.compile(rb"[-+]?[\w.,]+(\s+qid:\S+)?(\s+\d+:\S+)*")
+    return bool(rows) and all(pattern.fullmatch(row) for row in rows) and any(b":" in row for row in rows)
+
+
+def ingest(
+    src: Any,
+    out: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    rows_per_partition: int | None = None,
+    dtype: Any = None,
+    on_duplicate: DuplicatePolicy = "sum",
+    overwrite: bool = False,
+    progress: bool | None = None,
+    zero_based: bool = False,
+    n_features: int | None = None,
+    store_labels: bool = False,
+    row_column: str = "row_id",
+    col_column: str = "col_id",
+    value_column: str | None = "value",
+) -> MatrixStore:
+    """Ingest a matrix into a new store at ``out`` and open it.
+
+    Parameters
+    ----------
+    src
+        A file or directory (see ``format``), or an in-memory ``scipy.sparse`` matrix (CSR store) or 2-D numpy
+        array (dense store).
+    out
+        Path of the new store (a zarr directory). It appears only when the ingest succeeds.
+    format
+        One of :data:`FORMATS`; by default guessed from the extension (``.svm``/``.svmlight``/``.libsvm``,
+        ``.mtx``, optionally ``.gz``/``.bz2``/``.xz`` compressed; ``.zarr``/``.h5ad``; ``.parquet``; ``.npz``;
+        ``.npy``) or else from the contents.
+    rows_per_partition
+        Rows per partition (one Dask task each); by default about 128 MB of stored data per partition.
+    dtype
+        ``float32`` or ``float64``; by default float32 sources stay float32 and everything else is float64.
+    on_duplicate
+        ``"sum"`` adds repeated (row, column) entries, ``"reject"`` refuses them. Summing changes a row's
+        contribution, so it is a decision about the data: make it explicitly.
+    overwrite
+        Replace an existing store at ``out`` (the old one stays until the new one is complete).
+    progress
+        A progress bar on standard error: ``None`` (default) only when it is a terminal, or always / never.
+    zero_based, n_features, store_labels
+        svmlight only: indices start at 0 (default: 1, as LIBSVM); the number of columns (default: the largest
+        index, found by reading the file twice); keep the labels as the array ``labels``.
+    row_column, col_column, value_column
+        parquet only: the columns holding the row id, the column id and the value; ``value_column=None`` gives
+        every triplet the value 1.
+
+    Returns
+    -------
+    MatrixStore
+        The new store, opened.
+
+    Raises
+    ------
+    StoreNotFoundError
+        ``src`` does not exist.
+    InvalidParameterError
+        An invalid option, an option that does not apply to the format, an unknown format, ``out`` exists.
+    InvalidInputError
+        Invalid data; the message names the file, the line or record, the partition and the row.
+    MissingExtraError
+        The format needs an optional dependency that is not installed.
+
+    Notes
+    -----
+    Memory stays bounded by about one partition plus one input batch for every source except ``.npz`` files, the
+    Matrix Market ``array`` format and in-memory input, which are in memory anyway; see each source module.
+    """
+    in_memory = sp.issparse(src) or isinstance(src, np.ndarray)
+    if format is not None and format not in FORMATS:
+        raise InvalidParameterError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
+    if in_memory and format is not None:
+        raise InvalidParameterError(f"format applies to files; got format={format!r} with an in-memory matrix")
+    options = _options(out, rows_per_partition, dtype, on_duplicate, overwrite, progress)
+    if not in_memory:
+        source = require_file(src)
+        if os.path.abspath(source) == options.out:
+            raise InvalidParameterError(f"the output '{options.out}' is the input; choose another output path")
+        kind = format or detect_format(source)
+    else:
+        kind = "array"
+    _check_format_options(
+        kind,
+        svmlight={"zero_based": zero_based is not False, "n_features": n_features is not None,
+                  "store_labels": store_labels is not False},
+        parquet={"row_column": row_column != "row_id", "col_column": col_column != "col_id",
+                 "value_column": value_column != "value"},
+    )
+    if kind == "array":
+        from dppca_dask.ingest.arrays import ingest_array
+
+        return ingest_array(src, options)
+    if kind == "svmlight":
+        from dppca_dask.ingest.svmlight import ingest_svmlight
+
+        for name, flag in (("zero_based", zero_based), ("store_labels", store_labels)):
+            if not isinstance(flag, bool):
+                raise InvalidParameterError(f"{name} must be True or False; got {flag!r}")
+        return ingest_svmlight(source, options, zero_based=zero_based, n_features=n_features,
+                               store_labels=store_labels)
+    if kind == "mtx":
+        from dppca_dask.ingest.mtx import ingest_mtx
+
+        return ingest_mtx(source, options)
+    if kind == "anndata":
+        from dppca_dask.ingest.adata import ingest_anndata
+
+        return ingest_anndata(source, options)
+    if kind == "parquet":
+        from dppca_dask.ingest.parquet import ingest_parquet
+
+        return ingest_parquet(source, options, row_column=row_column, col_column=col_column,
+                              value_column=value_column)
+    from dppca_dask.ingest.arrays import ingest_npy, ingest_npz
+
+    return ingest_npz(source, options) if kind == "npz" else ingest_npy(source, options)
+
+
+def _options(out: str | os.PathLike[str], rows_per_partition: int | None, dtype: Any, on_duplicate: str,
+             overwrite: bool, progress: bool | None) -> IngestOptions:
+    """Validate the options every source shares, before anything is read."""
+    check_positive("rows_per_partition", rows_per_partition)
+    if on_duplicate not in ("sum", "reject"):
+        raise InvalidParameterError(f"on_duplicate must be 'sum' or 'reject'; got {on_duplicate!r}")
+    stored = None
+    if dtype is not None:
+        try:
+            stored = np.dtype(dtype)
+        except TypeError:
+            stored = None
+        if stored is None or stored not in (np.dtype(np.float32), np.dtype(np.float64)):  # (None == float64)
+            raise InvalidParameterError(f"dtype must be float32 or float64; got {dtype!r}")
+    if progress not in (None, True, False):
+        raise InvalidParameterError(f"progress must be None, True or False; got {progress!r}")
+    path = os.path.abspath(os.fspath(out))
+    if os.path.exists(path) and not overwrite:
+        raise InvalidParameterError(
+            f"'{path}' already exists; choose another output path or pass overwrite=True (--overwrite)"
+        )
+    return IngestOptions(out=path, rows_per_partition=rows_per_partition, dtype=stored,
+                         on_duplicate=on_duplicate,  # type: ignore[arg-type]
+                         overwrite=bool(overwrite), progress=progress)
+
+
+def _check_format_options(kind: str, **used: dict[str, bool]) -> None:
+    for owner, options in used.items():
+        if owner == kind:
+            continue
+        for name, given in options.items():
+            if given:
+                raise InvalidParameterError(
+                    f"{name} applies only to {owner} input; the input is {kind}: drop it, or pass format='{owner}' "
+                    f"(--format {owner}) if the input is {owner}"
+                )

@@ -1,0 +1,143 @@
+"""What every ingestion source shares: the write options, partition sizing, progress, and the spill directory."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from dppca_dask._progress import progress_bar
+from dppca_dask.errors import DppcaError, InvalidParameterError, StoreNotFoundError
+from dppca_dask.storage import StoreWriter
+from dppca_dask.storage import _format
+from dppca_dask.storage.validate import DuplicatePolicy
+
+__all__ = [
+    "IngestOptions",
+    "MissingExtraError",
+    "check_positive",
+    "partition_rows",
+    "require_file",
+    "spill_directory",
+]
+
+Layout = Literal["csr", "dense"]
+
+
+class MissingExtraError(DppcaError, ImportError):
+    """An optional dependency needed for this input format is not installed (``pip install 'dppca-dask[extra]'``)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True, slots=True)
+class IngestOptions:
+    """Options that every source passes to the store writer (validated once, by :func:`dppca_dask.ingest.ingest`)."""
+
+    out: str
+    """Absolute path of the store to create."""
+    rows_per_partition: int | None = None
+    """Rows per partition; ``None`` for partitions of about 128 MB."""
+    dtype: np.dtype[Any] | None = None
+    """Stored value type; ``None`` keeps float32 sources in float32 and stores everything else as float64."""
+    on_duplicate: DuplicatePolicy = "sum"
+    """What to do with repeated (row, column) entries: add them up, or reject the input."""
+    overwrite: bool = False
+    """Replace an existing store at ``out`` (only once the new one is complete)."""
+    progress: bool | None = None
+    """``None``: a progress bar when standard error is a terminal; ``True``/``False``: always / never."""
+
+    def value_dtype(self, source_dtype: Any) -> np.dtype[Any]:
+        """The stored dtype for values read as ``source_dtype``."""
+        if self.dtype is not None:
+            return self.dtype
+        return np.dtype(np.float32) if np.dtype(source_dtype) == np.float32 else np.dtype(np.float64)
+
+    def bar(self, *, total: int | None, desc: str, unit: str = "it", **kwargs: Any) -> Any:
+        """A progress bar (a disabled one unless on a terminal or ``progress=True``)."""
+        enabled = None if self.progress is None else bool(self.progress)
+        return progress_bar(total=total, desc=desc, unit=unit, enabled=enabled, **kwargs)
+
+    @contextlib.contextmanager
+    def writer(
+        self,
+        *,
+        n_cols: int,
+        dtype: np.dtype[Any],
+        source: Mapping[str, Any],
+        n_rows: int | None = None,
+        layout: Layout = "csr",
+        rows_per_partition: int | None = None,
+    ) -> Iterator[StoreWriter]:
+        """A :class:`StoreWriter` for ``out`` with a progress bar counting written rows; aborted on any error."""
+        rpp = rows_per_partition if rows_per_partition is not None else self.rows_per_partition
+        with self.bar(total=n_rows, desc="write", unit="rows") as bar:
+            written = [0]
+
+            def advance(rows: int) -> None:
+                bar.update(rows - written[0])
+                written[0] = rows
+
+            with StoreWriter(
+                self.out,
+                n_cols=n_cols,
+                dtype=dtype,
+                layout=layout,
+                rows_per_partition=rpp,
+                on_duplicate=self.on_duplicate,
+                overwrite=self.overwrite,
+                source=dict(source),
+                progress=advance,
+            ) as writer:
+                yield writer
+
+
+def require_file(path: str | os.PathLike[str]) -> str:
+    """The absolute path of an existing input file or directory, or :class:`StoreNotFoundError`."""
+    text = os.fspath(path)
+    if not os.path.exists(text):
+        raise StoreNotFoundError(f"input '{text}' does not exist; check the path")
+    return os.path.abspath(text)
+
+
+def partition_rows(*, n_rows: int, row_bytes: float, rows_per_partition: int | None = None) -> int:
+    """Rows per partition, for sources that must fix the partitioning before the first row is written.
+
+    Sources that bucket entries by row partition use this; the others let the :class:`StoreWriter` choose from the
+    first rows it sees. ``row_bytes`` is the average stored size of a row as the writer counts it (values and column
+    indices; 16 bytes of row pointer and norm are added here). Partitions aim at 128 MB; large row counts are
+    rounded up to a multiple of the row-chunk size as the writer would round them, so that each bucket becomes
+    exactly one partition.
+    """
+    if rows_per_partition is not None:
+        rows = int(rows_per_partition)
+    else:
+        rows = max(int(_format.TARGET_PARTITION_BYTES // (max(row_bytes, 0.0) + 16)), 1)
+    if rows > _format.MAX_ROW_CHUNK:
+        rows = math.ceil(rows / _format.LARGE_ROW_CHUNK) * _format.LARGE_ROW_CHUNK
+    return rows
+
+
+@contextlib.contextmanager
+def spill_directory(out: str) -> Iterator[str]:
+    """A hidden temporary directory beside ``out`` (same file system), removed on exit even after an error."""
+    parent, name = os.path.split(os.path.abspath(out))
+    os.makedirs(parent or ".", exist_ok=True)
+    path = tempfile.mkdtemp(prefix=f".{name}.spill-", dir=parent or ".")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def check_positive(name: str, value: int | None) -> None:
+    """Raise :class:`InvalidParameterError` unless ``value`` is ``None`` or an integer >= 1."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+        raise InvalidParameterError(f"{name} must be an integer >= 1; got {value!r}")

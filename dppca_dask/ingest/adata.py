@@ -1,0 +1,200 @@
+"""AnnData files: ``.zarr`` directories (zarr format 2 or 3) and ``.h5ad`` files. Needs the ``anndata`` extra.
+
+``X`` is read in row blocks and written to a new store; the observation and variable names (``obs`` and ``var``
+indexes) are stored as the id maps ``obs_ids`` and ``var_ids``. Memory behaviour by encoding of ``X``:
+
+- ``csr_matrix``: blocks of rows read with ``anndata.io.sparse_dataset`` (about 4 M entries at a time);
+- dense array: blocks of rows sliced from the array (about 64 MiB at a time);
+- ``csc_matrix``: blocks of columns (about 4 M entries at a time) whose entries are bucketed by row partition in
+  spill files beside the output, then each partition's rows are assembled; memory stays bounded whatever the size
+  of ``X`` (disk: 16 bytes per entry, removed afterwards).
+
+The id maps are held in memory (one string per row and per column).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from dppca_dask.errors import InvalidInputError
+from dppca_dask.ingest._common import IngestOptions, MissingExtraError, partition_rows, require_file, spill_directory
+from dppca_dask.ingest._spill import RowBuckets
+from dppca_dask.storage import MatrixStore, StoreWriter
+
+__all__ = ["import_anndata", "ingest_anndata"]
+
+log = logging.getLogger(__name__)
+
+#: Stored entries read per block of rows or columns.
+BLOCK_NNZ = 4 * 2**20
+#: Bytes of a dense block of rows.
+BLOCK_BYTES = 64 * 2**20
+
+
+def import_anndata() -> Any:
+    """Import ``anndata``, or raise :class:`MissingExtraError` naming the extra that provides it."""
+    try:
+        import anndata
+    except ImportError as exc:
+        raise MissingExtraError(
+            "reading AnnData files needs the optional dependency 'anndata', which is not installed; install it with "
+            "`pip install 'dppca-dask[anndata]'`"
+        ) from exc
+    return anndata
+
+
+def ingest_anndata(path: str | os.PathLike[str], options: IngestOptions) -> MatrixStore:
+    """Ingest ``X`` of an AnnData ``.zarr`` store or ``.h5ad`` file into a new store (CSR, or dense for dense X).
+
+    Raises
+    ------
+    MissingExtraError
+        ``anndata`` is not installed.
+    InvalidInputError
+        Not an AnnData file, no ``X``, an unsupported encoding, NaN or infinite values (naming partition and row).
+    """
+    anndata = import_anndata()
+    path = require_file(path)
+    start = time.perf_counter()
+    with _open_root(path) as root:
+        if "X" not in root:
+            raise InvalidInputError(f"AnnData file '{path}' has no 'X' matrix; nothing to ingest", source=path)
+        x = root["X"]
+        encoding = _attr(x, "encoding-type")
+        source = {"kind": "anndata", "path": path, "encoding": encoding}
+        ids = {name: _names(anndata, root, key) for name, key in (("obs_ids", "obs"), ("var_ids", "var"))}
+        if encoding in ("csr_matrix", "csc_matrix"):
+            matrix = anndata.io.sparse_dataset(x)
+            if encoding == "csr_matrix":
+                store = _ingest_csr(matrix, path, options, source, ids)
+            else:
+                store = _ingest_csc(matrix, x, path, options, source, ids)
+        elif _is_array(x) and len(x.shape) == 2:
+            store = _ingest_dense(x, path, options, source, ids)
+        else:
+            raise InvalidInputError(
+                f"'X' in '{path}' has encoding-type {encoding!r}; supported: csr_matrix, csc_matrix, or a dense "
+                "2-D array",
+                source=path,
+            )
+    log.info("ingested %s: %d x %d, %d entries, %d partitions in %.1f s", path, store.n_rows, store.n_cols,
+             store.nnz, store.n_partitions, time.perf_counter() - start)
+    return store
+
+
+@contextlib.contextmanager
+def _open_root(path: str) -> Iterator[Any]:
+    if os.path.isdir(path):
+        import zarr
+
+        try:
+            group = zarr.open_group(path, mode="r")
+        except Exception as exc:
+            raise InvalidInputError(f"'{path}' is not a zarr group ({type(exc).__name__}: {exc}); expected an "
+                                    "AnnData .zarr store", source=path) from exc
+        yield group
+        return
+    import h5py
+
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as exc:
+        raise InvalidInputError(f"'{path}' is not an HDF5 file ({exc}); expected an AnnData .h5ad file",
+                                source=path) from exc
+    with handle:
+        yield handle
+
+
+def _attr(node: Any, key: str) -> str | None:
+    value = node.attrs.get(key)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _is_array(node: Any) -> bool:
+    import zarr
+
+    if isinstance(node, zarr.Array):
+        return True
+    try:
+        import h5py
+    except ImportError:  # pragma: no cover - h5py is a dependency of anndata
+        return False
+    return isinstance(node, h5py.Dataset)
+
+
+def _names(anndata: Any, root: Any, key: str) -> np.ndarray | None:
+    """The index of ``obs`` or ``var`` (observation or variable names), if the file has one."""
+    if key not in root:
+        return None
+    frame = root[key]
+    index = _attr(frame, "_index")
+    if index is None or index not in frame:
+        return None
+    return np.asarray(anndata.io.read_elem(frame[index])).astype(object)
+
+
+def _finish(writer: StoreWriter, ids: dict[str, np.ndarray | None], n_rows: int, n_cols: int) -> MatrixStore:
+    stored = {}
+    for name, values in ids.items():
+        if values is not None and values.size == (n_rows if name == "obs_ids" else n_cols):
+            writer.write_array(name, values)
+            stored[name] = "obs index" if name == "obs_ids" else "var index"
+    if stored:
+        writer.set_attribute("id_maps", stored)
+    return writer.commit()
+
+
+def _ingest_csr(matrix: Any, path: str, options: IngestOptions, source: dict[str, Any],
+                ids: dict[str, np.ndarray | None]) -> MatrixStore:
+    n_rows, n_cols = (int(s) for s in matrix.shape)
+    nnz = int(matrix.group["data"].shape[0])
+    step = min(max(BLOCK_NNZ * n_rows // max(nnz, 1), 1), 2**20)
+    with options.writer(n_cols=n_cols, dtype=options.value_dtype(matrix.dtype), source=source,
+                        n_rows=n_rows) as writer:
+        for r0 in range(0, n_rows, step):
+            writer.append(matrix[r0 : r0 + step], source=path)
+        return _finish(writer, ids, n_rows, n_cols)
+
+
+def _ingest_dense(array: Any, path: str, options: IngestOptions, source: dict[str, Any],
+                  ids: dict[str, np.ndarray | None]) -> MatrixStore:
+    n_rows, n_cols = (int(s) for s in array.shape)
+    step = max(BLOCK_BYTES // max(n_cols * array.dtype.itemsize, 1), 1)
+    with options.writer(n_cols=n_cols, dtype=options.value_dtype(array.dtype), source=source, n_rows=n_rows,
+                        layout="dense") as writer:
+        for r0 in range(0, n_rows, step):
+            writer.append(np.asarray(array[r0 : r0 + step]), source=path)
+        return _finish(writer, ids, n_rows, n_cols)
+
+
+def _ingest_csc(matrix: Any, group: Any, path: str, options: IngestOptions, source: dict[str, Any],
+                ids: dict[str, np.ndarray | None]) -> MatrixStore:
+    n_rows, n_cols = (int(s) for s in matrix.shape)
+    indptr = np.asarray(group["indptr"][:], dtype=np.int64)
+    nnz = int(indptr[-1])
+    dtype = options.value_dtype(matrix.dtype)
+    spill_dtype = np.dtype(np.float32) if matrix.dtype == np.float32 else np.dtype(np.float64)
+    rpp = partition_rows(n_rows=n_rows, row_bytes=nnz * (dtype.itemsize + 4) / max(n_rows, 1),
+                         rows_per_partition=options.rows_per_partition)
+    # Column blocks of about BLOCK_NNZ entries (at least one column each).
+    cuts = np.unique(np.concatenate(([0], np.searchsorted(indptr, np.arange(BLOCK_NNZ, nnz, BLOCK_NNZ)), [n_cols])))
+    with spill_directory(options.out) as spill, options.writer(
+        n_cols=n_cols, dtype=dtype, source=source, n_rows=n_rows, rows_per_partition=rpp
+    ) as writer:
+        buckets = RowBuckets(spill, n_rows=n_rows, n_cols=n_cols, rows_per_partition=rpp, dtype=spill_dtype)
+        with options.bar(total=n_cols, desc="columns", unit="cols") as bar:
+            for c0, c1 in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+                block = sp.coo_array(matrix[:, c0:c1])
+                buckets.add(block.coords[0].astype(np.int64), block.coords[1].astype(np.int64) + c0, block.data)
+                bar.update(c1 - c0)
+        for rows in buckets.blocks(on_duplicate=options.on_duplicate, source=path):
+            writer.append(rows, source=path)
+        return _finish(writer, ids, n_rows, n_cols)

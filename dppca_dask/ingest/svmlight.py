@@ -1,0 +1,230 @@
+"""LIBSVM / svmlight text files: ``LABEL [qid:Q] INDEX:VALUE INDEX:VALUE ... [# comment]``, one row per line.
+
+The file is streamed in chunks of complete lines and parsed with vectorised numpy code (no Python loop over lines),
+so memory stays bounded by a chunk plus one partition whatever the file size. Indices are 1-based as in LIBSVM
+unless ``zero_based=True``. Blank lines and comment-only lines are not rows. Labels are ignored unless
+``store_labels=True``, which stores them as the auxiliary array ``labels`` (8 bytes per row, kept in memory until
+the end). ``qid:`` tokens are accepted and ignored. Files ending in ``.gz``, ``.bz2`` or ``.xz`` are decompressed on
+the fly.
+
+The number of columns is ``n_features`` when given; otherwise it is the largest index plus one, and the file is read
+twice (a first pass finds the largest index; the store writer needs the number of columns before the first row).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from dppca_dask.errors import InvalidInputError
+from dppca_dask.ingest import _text
+from dppca_dask.ingest._common import IngestOptions, check_positive, require_file
+from dppca_dask.storage import MatrixStore
+
+__all__ = ["ingest_svmlight"]
+
+log = logging.getLogger(__name__)
+
+_QID = re.compile(rb"(?<![^\s])qid:\S*")
+_COLON = 58
+_SPACE = 32
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """The rows parsed from one chunk of lines."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+    labels: np.ndarray | None
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.indptr.size - 1)
+
+    def max_index(self) -> int:
+        return int(self.indices.max()) if self.indices.size else -1
+
+
+def ingest_svmlight(
+    path: str,
+    options: IngestOptions,
+    *,
+    zero_based: bool = False,
+    n_features: int | None = None,
+    store_labels: bool = False,
+) -> MatrixStore:
+    """Ingest a LIBSVM/svmlight file into a new CSR store (see the module docstring for the format).
+
+    Parameters
+    ----------
+    path
+        The text file (optionally ``.gz``/``.bz2``/``.xz`` compressed).
+    options
+        Output path and write options.
+    zero_based
+        Feature indices start at 0 (by default they start at 1, as in LIBSVM).
+    n_features
+        Number of columns; indices must be below it. Without it the file is read twice.
+    store_labels
+        Store the labels (first token of each line) as the array ``labels``.
+
+    Raises
+    ------
+    InvalidInputError
+        A malformed line, a non-numeric, NaN or infinite value, an index out of range, or a duplicate index under
+        ``on_duplicate="reject"``; the message names the file, the line and the row.
+    """
+    path = require_file(path)
+    check_positive("n_features", n_features)
+    start = time.perf_counter()
+    n_rows: int | None = None
+    if n_features is None:
+        n_rows, max_index = 0, -1
+        for rows in _parse_file(path, options, zero_based=zero_based, n_features=None, labels=False, desc="scan"):
+            n_rows += rows.n_rows
+            max_index = max(max_index, rows.max_index())
+        if max_index < 0:
+            raise InvalidInputError(
+                f"no features in '{path}' ({n_rows} rows, no INDEX:VALUE pairs); pass n_features (--n-features) "
+                "to store an all-zero matrix, or check the file",
+                source=path,
+            )
+        n_features = max_index + 1
+        log.info("%s: %d rows, %d features (first pass %.1f s)", path, n_rows, n_features,
+                 time.perf_counter() - start)
+    source = {"kind": "svmlight", "path": path, "zero_based": zero_based, "n_features": n_features}
+    with options.writer(n_cols=n_features, dtype=options.value_dtype(np.float64), source=source,
+                        n_rows=n_rows) as writer:
+        labels: list[np.ndarray] = []
+        for rows in _parse_file(path, options, zero_based=zero_based, n_features=n_features,
+                                labels=store_labels, desc="parse"):
+            block = sp.csr_array((rows.values, rows.indices, rows.indptr), shape=(rows.n_rows, n_features))
+            writer.append(block, source=path)
+            if rows.labels is not None:
+                labels.append(rows.labels)
+        if store_labels:
+            writer.write_array("labels", np.concatenate(labels) if labels else np.zeros(0))
+        store = writer.commit()
+    log.info("ingested %s: %d x %d, %d entries, %d partitions in %.1f s", path, store.n_rows, store.n_cols,
+             store.nnz, store.n_partitions, time.perf_counter() - start)
+    return store
+
+
+def _parse_file(
+    path: str, options: IngestOptions, *, zero_based: bool, n_features: int | None, labels: bool, desc: str
+) -> Iterator[_Rows]:
+    first_row = 0
+    with _text.open_binary(path) as handle, options.bar(total=_text.text_size(path), desc=desc, unit="B",
+                                                        unit_scale=True) as bar:
+        for chunk in _text.read_chunks(handle):
+            rows = _parse_chunk(chunk, path=path, first_row=first_row, zero_based=zero_based,
+                                n_features=n_features, labels=labels)
+            first_row += rows.n_rows
+            bar.update(len(chunk.data))
+            yield rows
+
+
+def _parse_chunk(
+    chunk: _text.TextChunk,
+    *,
+    path: str,
+    first_row: int,
+    zero_based: bool,
+    n_features: int | None,
+    labels: bool,
+) -> _Rows:
+    """Parse complete lines into CSR pieces; every check is vectorised and names the first bad line."""
+    data = _text.strip_comments(chunk.data, b"#")
+    if b"qid:" in data:
+        data = _QID.sub(b"", data)
+    tok = _text.tokenize(data, chunk.n_lines)
+    n_tokens = int(tok.starts.size)
+    if n_tokens == 0:
+        return _Rows(np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0) if labels else None)
+    is_label = np.empty(n_tokens, dtype=bool)
+    is_label[0] = True
+    np.not_equal(tok.line[1:], tok.line[:-1], out=is_label[1:])
+    row_of_token = np.cumsum(is_label) - 1
+    n_rows = int(row_of_token[-1]) + 1
+
+    def where(token: int) -> str:
+        line, row = chunk.first_line + int(tok.line[token]), first_row + int(row_of_token[token])
+        return f"line {line} (row {row}) of '{path}'"
+
+    def fail(token: int, message: str) -> InvalidInputError:
+        return InvalidInputError(message, source=path, row=first_row + int(row_of_token[token]))
+
+    colons = np.bincount(np.searchsorted(tok.starts, np.flatnonzero(tok.buf == _COLON), side="right") - 1,
+                         minlength=n_tokens)
+    malformed = np.where(is_label, colons != 0, colons != 1)
+    if malformed.any():
+        t = int(np.flatnonzero(malformed)[0])
+        if is_label[t]:
+            raise fail(t, f"missing label at {where(t)}: the line starts with {tok.text(t)!r}; every row is "
+                          "'LABEL INDEX:VALUE ...': add a label (any number) at the start of the line")
+        raise fail(t, f"malformed feature {tok.text(t)!r} at {where(t)}; expected INDEX:VALUE: fix the line")
+    is_pair = ~is_label
+    label_bytes = tok.mask(is_label)
+
+    label_values: np.ndarray | None = None
+    if labels:
+        label_values = _text.parse_numbers(np.where(label_bytes, tok.buf, _SPACE).astype(np.uint8), n_rows)
+        if label_values is None:
+            t = next(int(t) for t in np.flatnonzero(is_label) if not _text.is_number(tok.text(int(t))))
+            raise fail(t, f"label {tok.text(t)!r} at {where(t)} is not a number; multi-label files cannot store "
+                          "their labels: ingest without store_labels (--store-labels)")
+
+    pairs = tok.buf.copy()
+    pairs[label_bytes] = _SPACE
+    pairs[pairs == _COLON] = _SPACE
+    n_pairs = int(is_pair.sum())
+    numbers = _text.parse_numbers(pairs, 2 * n_pairs)
+    if numbers is None:
+        t = next(int(t) for t in np.flatnonzero(is_pair)
+                 if not all(_text.is_number(part) for part in tok.text(int(t)).split(":")))
+        raise fail(t, f"malformed feature {tok.text(t)!r} at {where(t)}; expected INDEX:VALUE with an integer "
+                      "index and a numeric value: fix the line")
+    raw_index, values = numbers[0::2], numbers[1::2]
+    pair_tokens = np.flatnonzero(is_pair)
+
+    def first(bad: np.ndarray) -> int:
+        return int(pair_tokens[int(np.flatnonzero(bad)[0])])
+
+    bad = raw_index != np.floor(raw_index)
+    if bad.any():
+        t = first(bad)
+        raise fail(t, f"feature index in {tok.text(t)!r} at {where(t)} is not an integer; fix the line")
+    index = raw_index.astype(np.int64) - (0 if zero_based else 1)
+    bad = index < 0
+    if bad.any():
+        t = first(bad)
+        if zero_based:
+            raise fail(t, f"negative feature index in {tok.text(t)!r} at {where(t)}; indices must be >= 0")
+        raise fail(t, f"feature index 0 in {tok.text(t)!r} at {where(t)}; LIBSVM indices start at 1: pass "
+                      "zero_based=True (--zero-based) for a file with 0-based indices")
+    if n_features is not None:
+        bad = index >= n_features
+        if bad.any():
+            t = first(bad)
+            raise fail(t, f"feature index in {tok.text(t)!r} at {where(t)} is beyond n_features={n_features} "
+                          f"(the {'largest index' if zero_based else 'largest 1-based index'} allowed is "
+                          f"{n_features - (1 if zero_based else 0)}); pass a larger n_features or leave it unset")
+    bad = ~np.isfinite(values)
+    if bad.any():
+        t = first(bad)
+        raise fail(t, f"{tok.text(t)!r} at {where(t)}: NaN and infinite values are not allowed; remove or impute "
+                      "them before ingesting")
+    counts = np.bincount(row_of_token[is_pair], minlength=n_rows)
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    if n_features is not None and n_features < 2**31:
+        index = index.astype(np.int32)
+    return _Rows(indptr, index, values, label_values)
