@@ -1,0 +1,90 @@
+"""``dppca-dask ingest SRC --out STORE``: convert a matrix file into a row-partitioned store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+__all__ = ["register", "run"]
+
+
+def register(subparsers: Any) -> None:
+    from dppca_dask.ingest import FORMATS
+
+    p = subparsers.add_parser(
+        "ingest",
+        help="convert a matrix file into a matrix store",
+        description="Convert a matrix (LIBSVM, Matrix Market, AnnData, Parquet triplets, .npz, .npy) into a "
+        "row-partitioned zarr store, validating every value. Prints a one-line summary.",
+    )
+    p.add_argument("src", help="input file or directory")
+    p.add_argument("--out", required=True, help="path of the new store (a directory)")
+    p.add_argument("--format", choices=FORMATS, default=None, help="input format (default: from the name or contents)")
+    p.add_argument("--rows-per-partition", type=int, default=None, metavar="N",
+                   help="rows per partition (default: about 128 MB per partition)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default=None,
+                   help="stored value type (default: float32 for float32 input, else float64)")
+    p.add_argument("--on-duplicate", choices=("sum", "reject"), default="sum",
+                   help="add up repeated (row, column) entries, or refuse them (default: sum)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show a progress bar (default: when standard error is a terminal)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the summary line")
+    svm = p.add_argument_group("svmlight input")
+    svm.add_argument("--zero-based", action="store_true", help="feature indices start at 0 (default: 1)")
+    svm.add_argument("--n-features", type=int, default=None, metavar="N",
+                     help="number of columns (default: the largest index; the file is then read twice)")
+    svm.add_argument("--store-labels", action="store_true", help="keep the labels as the array 'labels'")
+    pq = p.add_argument_group("parquet input (triplets)")
+    pq.add_argument("--row-column", default=None, metavar="C", help="row id column (default: row_id)")
+    pq.add_argument("--col-column", default=None, metavar="C", help="column id column (default: col_id)")
+    values = pq.add_mutually_exclusive_group()
+    values.add_argument("--value-column", default=None, metavar="C", help="value column (default: value)")
+    values.add_argument("--no-value-column", action="store_true", help="no value column: every triplet counts 1")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dppca_dask.ingest import ingest
+
+    start = time.perf_counter()
+    store = ingest(
+        args.src,
+        args.out,
+        format=args.format,
+        rows_per_partition=args.rows_per_partition,
+        dtype=args.dtype,
+        on_duplicate=args.on_duplicate,
+        overwrite=args.overwrite,
+        progress=args.progress,
+        zero_based=args.zero_based,
+        n_features=args.n_features,
+        store_labels=args.store_labels,
+        row_column=args.row_column or "row_id",
+        col_column=args.col_column or "col_id",
+        value_column=None if args.no_value_column else (args.value_column or "value"),
+    )
+    seconds = time.perf_counter() - start
+    info = store.info()
+    kind = (info.get("source") or {}).get("kind", "unknown")
+    if args.json:
+        print(json.dumps({**info, "format": kind, "seconds": round(seconds, 3)}, default=str))
+    else:
+        print(
+            f"ingested '{args.src}' ({kind}) -> '{store.path}': {info['n_rows']} x {info['n_cols']}, "
+            f"{info['nnz']} stored entries, {info['n_partitions']} partitions, {info['dtype']}, "
+            f"{_size(info['size_on_disk'])} in {seconds:.1f} s"
+        )
+    return 0
+
+
+def _size(n: int) -> str:
+    """Bytes in a readable unit (``2.3 MiB``)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
