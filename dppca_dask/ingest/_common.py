@@ -60,10 +60,10 @@ class IngestOptions:
             return self.dtype
         return np.dtype(np.float32) if np.dtype(source_dtype) == np.float32 else np.dtype(np.float64)
 
-    def bar(self, *, total: int | None, desc: str, unit: str = "it", **kwargs: Any) -> Any:
+    def bar(self, *, total: int | None, desc: str, unit: str = "it", unit_scale: bool = False) -> Any:
         """A progress bar (a disabled one unless on a terminal or ``progress=True``)."""
         enabled = None if self.progress is None else bool(self.progress)
-        return progress_bar(total=total, desc=desc, unit=unit, enabled=enabled, **kwargs)
+        return progress_bar(total=total, desc=desc, unit=unit, enabled=enabled, unit_scale=unit_scale)
 
     @contextlib.contextmanager
     def writer(

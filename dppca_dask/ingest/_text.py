@@ -19,10 +19,13 @@ from typing import IO
 
 import numpy as np
 
+from dppca_dask.errors import InvalidInputError
+
 __all__ = [
     "TextChunk",
     "Tokens",
     "is_number",
+    "parse_rows",
     "open_binary",
     "parse_numbers",
     "read_chunks",
@@ -36,7 +39,6 @@ CHUNK_BYTES = 4 * 2**20
 
 _WHITESPACE = np.zeros(256, dtype=bool)
 _WHITESPACE[list(b" \t\r\n\v\f")] = True
-_SPACE = 32
 
 
 def open_binary(path: str) -> IO[bytes]:
@@ -168,8 +170,6 @@ def parse_rows(chunk: TextChunk, *, fields: int, path: str, comment: bytes, what
     :class:`~dppca_dask.errors.InvalidInputError` naming the first line with another number of fields or a token
     that is not a number; ``what`` describes the expected fields (``"ROW COLUMN VALUE"``).
     """
-    from dppca_dask.errors import InvalidInputError
-
     tok = tokenize(strip_comments(chunk.data, comment), chunk.n_lines)
     per_line = tok.per_line
     wrong = (per_line != 0) & (per_line != fields)

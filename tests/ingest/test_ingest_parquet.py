@@ -196,17 +196,25 @@ def test_not_parquet_and_empty(tmp_path: Path) -> None:
         ingest(tmp_path / "empty.parquet", tmp_path / "s.zarr")
 
 
-def test_table_changing_between_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("column", "hash_lookup_max", "match"), [
+    ("row", 2**18, r"id 2 of column 'row_id' in '.*t.parquet' was not there"),
+    ("col", 2**18, r"id 'b' of column 'col_id' in '.*t.parquet' was not there"),
+    ("col", 0, r"id 'b' of column 'col_id' in '.*t.parquet' was not there"),
+])
+def test_table_changing_between_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, column: str,
+                                       hash_lookup_max: int, match: str) -> None:
     pq.write_table(pa.table({"row_id": [1, 2], "col_id": ["a", "b"], "value": [1.0, 2.0]}), tmp_path / "t.parquet")
     real = parquet._unique_ids
 
     def missing_an_id(*args: object) -> tuple[np.ndarray, np.ndarray]:
         rows, cols = real(*args)  # type: ignore[arg-type]
-        return rows[:1], cols
+        return (rows[:1], cols) if column == "row" else (rows, cols[:1])
 
     monkeypatch.setattr(parquet, "_unique_ids", missing_an_id)
-    with pytest.raises(InvalidInputError, match=r"id 2 of column 'row_id' in '.*t.parquet' was not there"):
+    monkeypatch.setattr(parquet, "HASH_LOOKUP_MAX", hash_lookup_max)
+    with pytest.raises(InvalidInputError, match=match):
         ingest(tmp_path / "t.parquet", tmp_path / "s.zarr")
+    assert listing(tmp_path) == ["t.parquet"]
 
 
 def test_partition_size_is_chosen_from_the_triplet_count(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
