@@ -1,7 +1,29 @@
-"""dppca_dask: differentially private PCA and low-rank analysis of very large sparse matrices, on Dask."""
+"""dppca_dask: differentially private PCA and low-rank analysis of very large sparse matrices, on Dask.
+
+Start with :func:`pca` (or the :class:`DPPCA` estimator) on a store made by :func:`ingest`; every result carries
+its privacy report.
+"""
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+from dppca_dask.api import DEFAULT_N_ITER, DPPCA, mechanisms, pca  # noqa: E402
+from dppca_dask.ingest import ingest  # noqa: E402
+from dppca_dask.results import PCAResult, load_result  # noqa: E402
+from dppca_dask.storage import MatrixStore, append_partition, open_matrix, write_matrix  # noqa: E402
+
+__all__ = [
+    "DEFAULT_N_ITER",
+    "DPPCA",
+    "MatrixStore",
+    "PCAResult",
+    "__version__",
+    "append_partition",
+    "ingest",
+    "load_result",
+    "mechanisms",
+    "open_matrix",
+    "pca",
+    "write_matrix",
+]

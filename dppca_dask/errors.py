@@ -19,7 +19,9 @@ __all__ = [
     "InvalidParameterError",
     "JobSpecError",
     "MechanismFailedError",
+    "MissingExtraError",
     "NotPrivateWarning",
+    "ReleaseError",
     "StoreCorruptError",
     "StoreNotFoundError",
     "UnsupportedStoreVersionError",
@@ -132,6 +134,21 @@ class MechanismFailedError(DppcaError, RuntimeError):
     """
 
     exit_code = 4
+
+
+class ReleaseError(DppcaError, RuntimeError):
+    """A release broke the one-draw-per-release discipline (a key drawn twice, a draw outside a release).
+
+    This is a programming or resumption error, never a public mechanism failure: nothing is drawn when it is raised.
+    """
+
+    exit_code = 1
+
+
+class MissingExtraError(DppcaError, ImportError):
+    """An optional dependency is not installed (``pip install 'dppca-dask[extra]'``)."""
+
+    exit_code = 2
 
 
 class NotPrivateWarning(UserWarning):

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from dppca_dask._progress import progress_bar
-from dppca_dask.errors import DppcaError, InvalidParameterError, StoreNotFoundError
+from dppca_dask.errors import InvalidParameterError, MissingExtraError, StoreNotFoundError
 from dppca_dask.storage import StoreWriter
 from dppca_dask.storage import _format
 from dppca_dask.storage.validate import DuplicatePolicy
@@ -29,12 +29,6 @@ __all__ = [
 ]
 
 Layout = Literal["csr", "dense"]
-
-
-class MissingExtraError(DppcaError, ImportError):
-    """An optional dependency needed for this input format is not installed (``pip install 'dppca-dask[extra]'``)."""
-
-    exit_code = 2
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,7 +49,7 @@ def gaussian_mechanism(
         If ``l2_sensitivity`` or ``noise_multiplier`` is not finite and > 0.
     InvalidInputError
         If ``value`` has NaN or infinite entries (nothing is drawn, the key stays unused).
-    MechanismFailedError
+    ReleaseError
         If ``release`` was already drawn from ``noise``.
 
     Notes

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask.errors import InvalidParameterError, MechanismFailedError, NotPrivateWarning
+from dppca_dask.errors import InvalidParameterError, ReleaseError, NotPrivateWarning
 
 __all__ = ["NoiseSource", "Shape"]
 
@@ -132,7 +132,7 @@ class NoiseSource:
     def __reduce_ex__(self, protocol: object) -> Any:
         # A copy (pickle, copy.copy, deepcopy) would carry the generator's state and the set of released keys:
         # two copies would draw the same noise, or one key twice. Noise sources stay where they were created.
-        raise MechanismFailedError(
+        raise ReleaseError(
             f"a {type(self).__name__} cannot be copied or pickled (copies would repeat its noise); "
             "keep it at the coordinator and pass released values instead"
         )
@@ -159,18 +159,18 @@ class NoiseSource:
 
         Raises
         ------
-        MechanismFailedError
+        ReleaseError
             If ``key`` was released before by this source, or another release is open.
         """
         self._check_key(key)
         with self._lock:
             if self._current is not None:
-                raise MechanismFailedError(
+                raise ReleaseError(
                     f"release {key!r} cannot begin inside the open release {self._current!r}; "
                     "end the open release first"
                 )
             if key in self._released:
-                raise MechanismFailedError(
+                raise ReleaseError(
                     f"release {key!r} was already drawn from this noise source; noise is drawn exactly once per "
                     "release: reuse the released value instead of releasing it again"
                 )
@@ -182,12 +182,12 @@ class NoiseSource:
 
         Raises
         ------
-        MechanismFailedError
+        ReleaseError
             If no release is open.
         """
         with self._lock:
             if self._current is None:
-                raise MechanismFailedError("end_release called with no open release; call begin_release first")
+                raise ReleaseError("end_release called with no open release; call begin_release first")
             self._current = None
 
     @contextmanager
@@ -203,7 +203,7 @@ class NoiseSource:
 
     def _require_release(self, sampler: str) -> None:
         if self._current is None:
-            raise MechanismFailedError(
+            raise ReleaseError(
                 f"{sampler} noise can be drawn only inside a release; wrap the draw in "
                 "'with noise.release(key):' (each key once)"
             )

@@ -172,7 +172,7 @@ def above_threshold(
     ------
     InvalidParameterError
         For empty or non-1-D counts, non-finite counts or cut-off, or bad ε or scales.
-    MechanismFailedError
+    ReleaseError
         If ``release`` was already drawn from ``noise``.
 
     Notes

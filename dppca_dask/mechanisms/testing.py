@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from dppca_dask.errors import MechanismFailedError
+from dppca_dask.errors import ReleaseError
 from dppca_dask.mechanisms.noise import NoiseSource, Shape
 
 __all__ = ["ScriptedNoiseSource", "ZeroNoiseSource"]
@@ -61,7 +61,7 @@ class ScriptedNoiseSource(NoiseSource):
 
     Raises
     ------
-    MechanismFailedError
+    ReleaseError
         At a draw, when no scripted value is left or its shape does not match the call.
     """
 
@@ -76,10 +76,10 @@ class ScriptedNoiseSource(NoiseSource):
 
     def _next(self, size: Shape) -> Any:
         if not self._draws:
-            raise MechanismFailedError("the scripted noise source has no values left; script one value per draw")
+            raise ReleaseError("the scripted noise source has no values left; script one value per draw")
         values = self._draws.popleft()
         if values.shape != _shape(size):
-            raise MechanismFailedError(
+            raise ReleaseError(
                 f"scripted noise of shape {values.shape} does not match the draw of shape {_shape(size)}; "
                 "script values in the order and shapes the mechanism draws them"
             )

@@ -14,7 +14,7 @@ import pytest
 from dp_accounting import GaussianDpEvent, LaplaceDpEvent
 from scipy import stats
 
-from dppca_dask.errors import InvalidInputError, InvalidParameterError, MechanismFailedError, NotPrivateWarning
+from dppca_dask.errors import InvalidInputError, InvalidParameterError, ReleaseError, NotPrivateWarning
 from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism, laplace_mechanism
 from dppca_dask.mechanisms.noise import Shape
 from dppca_dask.mechanisms.testing import ScriptedNoiseSource, ZeroNoiseSource
@@ -138,10 +138,10 @@ def test_non_finite_values_raise_without_consuming_the_key(bad: float) -> None:
 def test_the_same_release_cannot_be_drawn_twice() -> None:
     source = ZeroNoiseSource()
     gaussian_mechanism(1.0, l2_sensitivity=1, noise_multiplier=1, noise=source, release="component-0/iter-0/gaussian")
-    with pytest.raises(MechanismFailedError, match="already drawn"):
+    with pytest.raises(ReleaseError, match="already drawn"):
         gaussian_mechanism(
             1.0, l2_sensitivity=1, noise_multiplier=1, noise=source, release="component-0/iter-0/gaussian"
         )
     laplace_mechanism(1.0, l1_sensitivity=1, epsilon=1, noise=source, release="count")
-    with pytest.raises(MechanismFailedError, match="already drawn"):
+    with pytest.raises(ReleaseError, match="already drawn"):
         laplace_mechanism(1.0, l1_sensitivity=1, epsilon=1, noise=source, release="count")

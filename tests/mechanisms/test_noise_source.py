@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dppca_dask.errors import DppcaError, InvalidParameterError, MechanismFailedError, NotPrivateWarning
+from dppca_dask.errors import DppcaError, InvalidParameterError, ReleaseError, NotPrivateWarning
 from dppca_dask.mechanisms import NoiseSource
 from dppca_dask.mechanisms.testing import ScriptedNoiseSource, ZeroNoiseSource
 
@@ -85,7 +85,7 @@ def test_sources_cannot_be_copied(seed: int, how: str) -> None:
 
     source = _seeded(seed)
     duplicate = {"pickle": pickle.dumps, "copy": copy.copy, "deepcopy": copy.deepcopy}[how]
-    with pytest.raises(MechanismFailedError, match="cannot be copied or pickled"):
+    with pytest.raises(ReleaseError, match="cannot be copied or pickled"):
         duplicate(source)
 
 
@@ -97,7 +97,7 @@ def test_duplicate_release_key_raises_before_drawing(seed: int) -> None:
     with source.release("component-0/iter-3/svt"):
         source.laplace(1.0)
     state = source._rng.bit_generator.state
-    with pytest.raises(MechanismFailedError, match="already drawn from this noise source") as info:
+    with pytest.raises(ReleaseError, match="already drawn from this noise source") as info:
         with source.release("component-0/iter-3/svt"):
             source.laplace(1.0)  # pragma: no cover - never reached
     assert isinstance(info.value, DppcaError)
@@ -113,28 +113,28 @@ def test_key_is_consumed_even_when_the_release_fails(seed: int) -> None:
             source.gaussian(1.0)
             raise RuntimeError("boom")
     assert source.current_release is None
-    with pytest.raises(MechanismFailedError, match="already drawn"):
+    with pytest.raises(ReleaseError, match="already drawn"):
         source.begin_release("k")
 
 
 def test_nested_releases_raise(seed: int) -> None:
     source = _seeded(seed)
     with source.release("outer"):
-        with pytest.raises(MechanismFailedError, match="inside the open release 'outer'"):
+        with pytest.raises(ReleaseError, match="inside the open release 'outer'"):
             source.begin_release("inner")
     assert "inner" not in source.released_keys
 
 
 def test_drawing_outside_a_release_raises(seed: int) -> None:
     source = _seeded(seed)
-    with pytest.raises(MechanismFailedError, match="Gaussian noise can be drawn only inside a release"):
+    with pytest.raises(ReleaseError, match="Gaussian noise can be drawn only inside a release"):
         source.gaussian(1.0)
-    with pytest.raises(MechanismFailedError, match="Laplace noise can be drawn only inside a release"):
+    with pytest.raises(ReleaseError, match="Laplace noise can be drawn only inside a release"):
         source.laplace(1.0)
 
 
 def test_end_release_without_begin_raises(seed: int) -> None:
-    with pytest.raises(MechanismFailedError, match="no open release"):
+    with pytest.raises(ReleaseError, match="no open release"):
         _seeded(seed).end_release()
 
 
@@ -150,7 +150,7 @@ def test_release_keys_must_be_non_empty_strings(seed: int, key: object) -> None:
 def test_mark_released_blocks_keys_of_a_resumed_job(seed: int) -> None:
     source = _seeded(seed)
     source.mark_released(["component-0/iter-0/svt", "component-0/iter-0/gaussian"])
-    with pytest.raises(MechanismFailedError, match="already drawn"):
+    with pytest.raises(ReleaseError, match="already drawn"):
         source.begin_release("component-0/iter-0/gaussian")
     with source.release("component-0/iter-1/svt"):
         pass
@@ -223,9 +223,9 @@ def test_zero_noise_source_draws_zeros_and_keeps_the_rules() -> None:
     with source.release("a"):
         assert source.gaussian(3.0) == 0.0
         np.testing.assert_array_equal(source.laplace(3.0, size=(2, 3)), np.zeros((2, 3)))
-    with pytest.raises(MechanismFailedError, match="already drawn"):
+    with pytest.raises(ReleaseError, match="already drawn"):
         source.begin_release("a")
-    with pytest.raises(MechanismFailedError, match="only inside a release"):
+    with pytest.raises(ReleaseError, match="only inside a release"):
         source.gaussian(1.0)
 
 
@@ -242,7 +242,7 @@ def test_scripted_source_returns_values_in_order() -> None:
 def test_scripted_source_errors() -> None:
     source = ScriptedNoiseSource([[1.0, 2.0]])
     with source.release("a"):
-        with pytest.raises(MechanismFailedError, match=r"shape \(2,\) does not match the draw of shape \(3,\)"):
+        with pytest.raises(ReleaseError, match=r"shape \(2,\) does not match the draw of shape \(3,\)"):
             source.gaussian(1.0, size=3)
-        with pytest.raises(MechanismFailedError, match="no values left"):
+        with pytest.raises(ReleaseError, match="no values left"):
             source.gaussian(1.0, size=2)

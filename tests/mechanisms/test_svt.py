@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from dppca_dask.accounting import EpsilonDeltaDpEvent
-from dppca_dask.errors import InvalidParameterError, MechanismFailedError, NotPrivateWarning
+from dppca_dask.errors import InvalidParameterError, ReleaseError, NotPrivateWarning
 from dppca_dask.mechanisms import (
     NoiseSource,
     SvtResult,
@@ -157,7 +157,7 @@ def test_above_threshold_validation(counts: Any, kwargs: dict[str, Any], message
 def test_above_threshold_release_key_is_single_use() -> None:
     source = ZeroNoiseSource()
     above_threshold([1], cutoff=1, epsilon=1, noise=source, release="component-0/iter-0/svt")
-    with pytest.raises(MechanismFailedError, match="already drawn"):
+    with pytest.raises(ReleaseError, match="already drawn"):
         above_threshold([1], cutoff=1, epsilon=1, noise=source, release="component-0/iter-0/svt")
 
 

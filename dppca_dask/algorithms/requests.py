@@ -1,0 +1,76 @@
+"""What an algorithm asks of the data: requests the coordinator turns into one pass of per-partition kernels.
+
+Algorithms are generators: they ``yield`` a request and receive its exact aggregate back (``agg = yield
+PowerStep(...)``); they never see rows, only aggregates, and they never call Dask. Every request carries only
+public or already-released values (the iterate, the public grid and bounds), never private aggregates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from dppca_dask.kernels.grid import ThresholdGrid
+
+__all__ = [
+    "AlgorithmRun",
+    "FilteredSum",
+    "GramMatrix",
+    "GramTimes",
+    "PlainGramTimes",
+    "PowerStep",
+    "Request",
+]
+
+
+@dataclass(frozen=True)
+class PowerStep:
+    """One-pass power-iteration aggregate (:func:`dppca_dask.kernels.power_partial`) for the unit vector ``x``."""
+
+    x: np.ndarray
+    row_norm_bound: float
+    grid: ThresholdGrid
+    top_m: int
+
+
+@dataclass(frozen=True)
+class FilteredSum:
+    """Exact ``Σ a'(a'ᵀx)`` over rows of bin ``≤ index`` in the given partitions (the rare second pass)."""
+
+    x: np.ndarray
+    row_norm_bound: float
+    grid: ThresholdGrid
+    index: int
+    partitions: Sequence[int]
+
+
+@dataclass(frozen=True)
+class GramTimes:
+    """``A'ᵀA'x`` with rows clipped to ``row_norm_bound`` (``inf``: no clipping)."""
+
+    x: np.ndarray
+    row_norm_bound: float
+
+
+@dataclass(frozen=True)
+class PlainGramTimes:
+    """``AᵀAx`` without clipping: the non-private reference step of the benchmarks."""
+
+    x: np.ndarray
+
+
+@dataclass(frozen=True)
+class GramMatrix:
+    """Dense ``A'ᵀA'`` (d×d) with rows clipped to ``row_norm_bound``."""
+
+    row_norm_bound: float
+
+
+Request = PowerStep | FilteredSum | GramTimes | PlainGramTimes | GramMatrix
+
+R = TypeVar("R")
+#: An algorithm run: yields requests, receives aggregates, returns its result.
+AlgorithmRun = Generator[Request, Any, R]

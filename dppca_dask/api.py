@@ -1,0 +1,585 @@
+"""The public entry points: :func:`pca` and the scikit-learn-style :class:`DPPCA` estimator.
+
+``pca`` validates every parameter and the input's metadata before anything else happens, calibrates the noise to
+the requested total (ε, δ) from public parameters only, then runs the mechanism on a Dask cluster (an embedded
+``LocalCluster`` unless a client or scheduler address is given) and returns a frozen :class:`PCAResult` with its
+privacy report.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import math
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dppca_dask import __version__
+from dppca_dask.algorithms.adaptive_power import adaptive_power_run, default_top_m, release_key
+from dppca_dask.algorithms.analyze_gauss import (
+    DEFAULT_MAX_DENSE_DIM,
+    analyze_gauss_run,
+    check_dense_dim,
+)
+from dppca_dask.algorithms.exact import exact_run
+from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source, connect, run_algorithm
+from dppca_dask.coordinator.sources import PartitionSource
+from dppca_dask.errors import InvalidParameterError, NotPrivateWarning
+from dppca_dask.kernels import ThresholdGrid
+from dppca_dask.results import PCAResult
+
+__all__ = ["DEFAULT_N_ITER", "DPPCA", "MechanismPlan", "PCAParameters", "mechanisms", "pca", "register_mechanism"]
+
+log = logging.getLogger(__name__)
+
+#: Default iterations of adaptive power iteration, chosen from ``benchmarks/bench_utility.py`` (see the README).
+DEFAULT_N_ITER = 5
+#: Mechanisms of :func:`pca` that are not differentially private (baselines).
+NON_PRIVATE_MECHANISMS = frozenset({"exact"})
+
+ADD_REMOVE_ROW = "add/remove one row"
+
+
+@dataclass(frozen=True)
+class PCAParameters:
+    """Every public parameter of a run, validated and fixed before the data is read (privacy invariant 4)."""
+
+    mechanism: str
+    epsilon: float
+    delta: float
+    n_components: int
+    n_iter: int
+    row_norm_bound: float
+    svt_share: float
+    beta: float
+    grid_per_octave: int
+    grid_octaves: int
+    calibration: str
+    max_dense_dim: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def _check_positive(name: str, value: float, *, allow_inf: bool = False) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameterError(f"{name} must be a number; got {value!r}") from exc
+    if math.isnan(value) or value <= 0 or (math.isinf(value) and not allow_inf):
+        raise InvalidParameterError(f"{name} must be {'> 0' if allow_inf else 'finite and > 0'}; got {value}")
+    return value
+
+
+def validate_parameters(
+    *,
+    mechanism: str,
+    epsilon: float,
+    delta: float,
+    n_components: int,
+    n_iter: int | None,
+    row_norm_bound: float,
+    svt_share: float,
+    beta: float,
+    grid_per_octave: int,
+    grid_octaves: int,
+    calibration: str,
+    max_dense_dim: int,
+) -> PCAParameters:
+    """Validate the public parameters of :func:`pca` (raises :class:`InvalidParameterError`)."""
+    if mechanism not in _PLANNERS:
+        raise InvalidParameterError(f"mechanism must be one of {', '.join(mechanisms())}; got {mechanism!r}")
+    private = mechanism not in NON_PRIVATE_MECHANISMS
+    if private:
+        epsilon = _check_positive("epsilon", epsilon)
+        delta = float(delta)
+        if not 0.0 < delta < 1.0:
+            raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
+    bound = _check_positive("row_norm_bound", row_norm_bound, allow_inf=not private)
+    if not isinstance(n_components, (int, np.integer)) or n_components < 1:
+        raise InvalidParameterError(f"n_components must be an integer >= 1; got {n_components!r}")
+    iters = DEFAULT_N_ITER if n_iter is None else n_iter
+    if not isinstance(iters, (int, np.integer)) or iters < 1:
+        raise InvalidParameterError(f"n_iter must be an integer >= 1; got {n_iter!r}")
+    if not 0.0 < float(svt_share) < 1.0:
+        raise InvalidParameterError(f"svt_share must be in (0, 1); got {svt_share}")
+    if not 0.0 < float(beta) < 1.0:
+        raise InvalidParameterError(f"beta must be in (0, 1); got {beta}")
+    if int(grid_per_octave) < 1:
+        raise InvalidParameterError(f"grid_per_octave must be >= 1; got {grid_per_octave}")
+    if int(grid_octaves) < 1:
+        raise InvalidParameterError(f"grid_octaves must be >= 1; got {grid_octaves}")
+    if calibration not in ("standard", "paper"):
+        raise InvalidParameterError(f"calibration must be 'standard' or 'paper'; got {calibration!r}")
+    if int(max_dense_dim) < 1:
+        raise InvalidParameterError(f"max_dense_dim must be >= 1; got {max_dense_dim}")
+    return PCAParameters(
+        mechanism=mechanism,
+        epsilon=float(epsilon) if private else float("inf"),
+        delta=float(delta) if private else 0.0,
+        n_components=int(n_components),
+        n_iter=int(iters),
+        row_norm_bound=bound,
+        svt_share=float(svt_share),
+        beta=float(beta),
+        grid_per_octave=int(grid_per_octave),
+        grid_octaves=int(grid_octaves),
+        calibration=calibration,
+        max_dense_dim=int(max_dense_dim),
+    )
+
+
+def _noise_source(seed: int | None) -> Any:
+    from dppca_dask.mechanisms import NoiseSource
+
+    if seed is None:
+        return NoiseSource.from_entropy()
+    return NoiseSource.from_seed(seed)
+
+
+@dataclass
+class MechanismPlan:
+    """A calibrated mechanism ready to run: the algorithm generator factory and how to report it."""
+
+    make_run: Callable[[Any, Callable[..., None] | None, Any], Any]
+    """``make_run(noise, on_release, resume)`` returns the algorithm generator."""
+    neighbouring: str
+    """The neighbouring relation the guarantee is stated for."""
+    calibration: Mapping[str, Any]
+    """Public calibrated constants (for provenance)."""
+    paper_figure: Mapping[str, Any] | None
+    """The paper's own privacy figure, for reference in the report."""
+    total_steps: int
+    """Releases of the run (for progress)."""
+    resumed_keys: Callable[[Any], list[str]] = lambda resume: []
+    """Release keys already drawn by the interrupted run a ``resume`` state comes from."""
+    private: bool = True
+
+
+#: Planners by mechanism name: ``planner(params, n_cols) -> MechanismPlan``, from public parameters only.
+_PLANNERS: dict[str, Callable[[PCAParameters, int], MechanismPlan]] = {}
+
+
+def register_mechanism(name: str, planner: Callable[[PCAParameters, int], MechanismPlan]) -> None:
+    """Make a mechanism available to :func:`pca` under ``name``."""
+    _PLANNERS[name] = planner
+
+
+def mechanisms() -> tuple[str, ...]:
+    """Names of the mechanisms :func:`pca` accepts."""
+    return tuple(_PLANNERS)
+
+
+def _plan(params: PCAParameters, n_cols: int) -> MechanismPlan:
+    """Calibrate the mechanism from public parameters only (no data has been read yet)."""
+    if params.n_components > n_cols:
+        raise InvalidParameterError(
+            f"n_components must be <= the number of columns ({n_cols}); got {params.n_components}"
+        )
+    return _PLANNERS[params.mechanism](params, n_cols)
+
+
+def _adaptive_resumed_keys(n_iter: int) -> Callable[[Any], list[str]]:
+    def keys(resume: Any) -> list[str]:
+        if resume is None:
+            return []
+        out = []
+        for k in range(resume.component + (1 if resume.iteration else 0)):
+            last = n_iter if k < resume.component else resume.iteration
+            out.append(f"component-{k}/init")
+            for t in range(last):
+                out += [release_key(k, t, "svt"), release_key(k, t, "gaussian")]
+        return out
+
+    return keys
+
+
+def _plan_adaptive_power(params: PCAParameters, n_cols: int) -> MechanismPlan:
+    from dppca_dask import accounting
+    from dppca_dask.mechanisms import svt_cutoff
+
+    if params.calibration == "paper":
+        paper = accounting.paper_adaptive_power_calibration(
+            epsilon=params.epsilon, delta=params.delta, n_iter=params.n_iter * params.n_components
+        )
+        epsilon_svt, multiplier = paper.epsilon_svt, paper.noise_multiplier
+    else:
+        cal = accounting.calibrate_adaptive_power(
+            epsilon=params.epsilon,
+            delta=params.delta,
+            n_iter=params.n_iter,
+            svt_share=params.svt_share,
+            n_components=params.n_components,
+        )
+        epsilon_svt, multiplier = cal.epsilon_svt, cal.noise_multiplier
+    cutoff = svt_cutoff(epsilon_svt, params.beta)
+    grid = ThresholdGrid.for_bound(
+        params.row_norm_bound, per_octave=params.grid_per_octave, octaves=params.grid_octaves
+    )
+    top_m = default_top_m(cutoff=cutoff, epsilon_svt=epsilon_svt)
+
+    def make_run(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
+        return adaptive_power_run(
+            n_cols=n_cols,
+            n_iter=params.n_iter,
+            n_components=params.n_components,
+            row_norm_bound=params.row_norm_bound,
+            epsilon_svt=epsilon_svt,
+            noise_multiplier=multiplier,
+            cutoff=cutoff,
+            grid=grid,
+            noise=noise,
+            top_m=top_m,
+            resume=resume,
+            on_release=on_release,
+        )
+
+    paper_figure = accounting.paper_adaptive_power_epsilon(
+        epsilon_svt=epsilon_svt,
+        noise_multiplier=multiplier,
+        n_iter=params.n_iter * params.n_components,
+        delta=params.delta,
+    )
+    return MechanismPlan(
+        make_run,
+        ADD_REMOVE_ROW,
+        {"epsilon_svt": epsilon_svt, "noise_multiplier": multiplier, "cutoff": cutoff, "top_m": top_m,
+         "grid": grid.to_json(), "calibration": params.calibration},
+        paper_figure,
+        params.n_iter * params.n_components,
+        resumed_keys=_adaptive_resumed_keys(params.n_iter),
+    )
+
+
+def _plan_analyze_gauss(params: PCAParameters, n_cols: int) -> MechanismPlan:
+    from dppca_dask import accounting
+
+    check_dense_dim(n_cols, params.max_dense_dim, "analyze-gauss")
+    multiplier = accounting.calibrate_gaussian(epsilon=params.epsilon, delta=params.delta)
+
+    def make_run(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
+        return analyze_gauss_run(
+            n_cols=n_cols,
+            n_components=params.n_components,
+            row_norm_bound=params.row_norm_bound,
+            noise_multiplier=multiplier,
+            noise=noise,
+            max_dense_dim=params.max_dense_dim,
+        )
+
+    return MechanismPlan(make_run, ADD_REMOVE_ROW, {"noise_multiplier": multiplier}, None, 1)
+
+
+def _plan_exact(params: PCAParameters, n_cols: int) -> MechanismPlan:
+    def make_exact(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
+        return exact_run(
+            n_cols=n_cols,
+            n_components=params.n_components,
+            row_norm_bound=params.row_norm_bound,
+            max_dense_dim=params.max_dense_dim,
+        )
+
+    return MechanismPlan(make_exact, "none (not private)", {}, None, 1, private=False)
+
+
+register_mechanism("adaptive-power", _plan_adaptive_power)
+register_mechanism("analyze-gauss", _plan_analyze_gauss)
+register_mechanism("exact", _plan_exact)
+
+
+def pca(
+    data: Any,
+    *,
+    epsilon: float,
+    delta: float,
+    n_components: int = 1,
+    n_iter: int | None = None,
+    row_norm_bound: float = 1.0,
+    mechanism: str = "adaptive-power",
+    client: Any = None,
+    seed: int | None = None,
+    persist: bool | None = None,
+    svt_share: float = 0.2,
+    beta: float = 0.05,
+    grid_per_octave: int = 4,
+    grid_octaves: int = 24,
+    calibration: str = "standard",
+    max_dense_dim: int = DEFAULT_MAX_DENSE_DIM,
+    progress: bool | None = None,
+    on_release: Callable[[Any, tuple[Any, ...]], None] | None = None,
+    resume: Any = None,
+) -> PCAResult:
+    """Differentially private top principal directions (right singular vectors) of a row-partitioned matrix.
+
+    Parameters
+    ----------
+    data
+        A store path, an opened :class:`~dppca_dask.storage.MatrixStore`, a ``dask.array.Array`` (rows chunked),
+        a ``scipy.sparse`` matrix or a 2-D ``numpy`` array. Each row is one individual.
+    epsilon, delta
+        Total privacy budget of the run (ignored by ``mechanism="exact"``).
+    n_components
+        Number of components k.
+    n_iter
+        Iterations T per component (adaptive power; default :data:`DEFAULT_N_ITER`). Public and fixed in advance.
+    row_norm_bound
+        Public L2 bound c; rows are scaled down to it (never dropped).
+    mechanism
+        ``"adaptive-power"`` (default; seed 004), ``"analyze-gauss"`` (baseline) or ``"exact"`` (not private).
+    client
+        ``None`` (an embedded ``LocalCluster``), a scheduler address, or a ``distributed.Client``; ``"local"``
+        runs in this process without Dask (small data, tests).
+    seed
+        Makes the run reproducible; the result is then **not private** (``privacy.private`` is false) and a
+        :class:`~dppca_dask.errors.NotPrivateWarning` is issued.
+    persist
+        Keep partitions in worker memory (``None``: when they fit in 60% of the cluster's memory).
+    svt_share
+        Share of the zCDP budget given to the sparse vector steps (adaptive power).
+    beta
+        Failure probability of the SVT cut-off ``6·ln(1/β)/ε_svt``.
+    grid_per_octave, grid_octaves
+        The public threshold grid ``c²·2^(-j/g)``.
+    calibration
+        ``"standard"`` (PLD-calibrated to the total budget) or ``"paper"`` (the paper's Lemma 3.1 constants).
+    max_dense_dim
+        Largest d for which dense d×d matrices are formed (Analyze Gauss; exact eigendecomposition).
+    progress
+        Show a progress bar (default: only on a terminal).
+    on_release
+        Called after each release with the released state and events (checkpointing).
+    resume
+        Released state of an interrupted run to continue from.
+
+    Returns
+    -------
+    PCAResult
+        ``components`` (k×d), ``thresholds``, ``privacy`` report, ``provenance``, ``timings``.
+
+    Notes
+    -----
+    Privacy contract: neighbouring datasets differ by adding or removing one row (replace-one follows by group
+    privacy and is reported in ``privacy.group_privacy``). The report composes the DpEvents actually emitted with
+    the PLD accountant. Components are the top right singular vectors of the clipped matrix, not of the centred
+    data: centre the data first if that is what you need.
+    """
+    started_wall = _dt.datetime.now(_dt.timezone.utc)
+    t0 = time.perf_counter()
+    params = validate_parameters(
+        mechanism=mechanism,
+        epsilon=epsilon,
+        delta=delta,
+        n_components=n_components,
+        n_iter=n_iter,
+        row_norm_bound=row_norm_bound,
+        svt_share=svt_share,
+        beta=beta,
+        grid_per_octave=grid_per_octave,
+        grid_octaves=grid_octaves,
+        calibration=calibration,
+        max_dense_dim=max_dense_dim,
+    )
+    source = as_source(data)
+    plan = _plan(params, source.n_cols)
+    t_calibrated = time.perf_counter()
+    if seed is not None and not isinstance(seed, (int, np.integer)):
+        raise InvalidParameterError(f"seed must be an integer or None; got {seed!r}")
+    if not plan.private:
+        warnings.warn(f"mechanism={params.mechanism!r} is not differentially private", NotPrivateWarning,
+                      stacklevel=2)
+    noise = _noise_source(seed) if plan.private else None
+    if noise is not None and resume is not None:
+        noise.mark_released(plan.resumed_keys(resume))
+
+    iteration_times: list[float] = []
+    bar = _progress(plan.total_steps, params.mechanism, progress)
+    last = [time.perf_counter()]
+
+    def released(state: Any, events: tuple[Any, ...]) -> None:
+        now = time.perf_counter()
+        iteration_times.append(now - last[0])
+        last[0] = now
+        if on_release is not None:
+            on_release(state, events)  # checkpoint first: what is logged below must be on disk
+        theta = state.thresholds[-1][-1] if state.thresholds and state.thresholds[-1] else None
+        log.info("released iteration %d/%d (theta=%s, %.2f s)", len(iteration_times), plan.total_steps,
+                 f"{theta:.4g}" if theta is not None else "-", iteration_times[-1])
+        bar.update(1)
+        if theta is not None:
+            bar.set_postfix_str(f"theta={theta:.3g}")
+
+    try:
+        output = _execute(source, client, persist, plan.make_run(noise, released, resume))
+    finally:
+        bar.close()
+    finished = time.perf_counter()
+    events = tuple(getattr(output, "events", ()))
+    report = _report(params, plan, events, noise)
+    thresholds = getattr(output, "thresholds", None)
+    extras: dict[str, Any] = {}
+    if params.mechanism == "exact":
+        extras["eigenvalues"] = np.asarray(output.eigenvalues).tolist()
+        extras["passes"] = output.n_passes
+    provenance = {
+        "mechanism": params.mechanism,
+        "private": report.private,
+        "parameters": params.to_json(),
+        "calibration": dict(plan.calibration),
+        "input": dict(source.description),
+        "seeded": seed is not None,
+        "package": {"dppca_dask": __version__, **_versions()},
+        "started": started_wall.isoformat(timespec="seconds"),
+        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    timings = {
+        "total": finished - t0,
+        "calibration": t_calibrated - t0,
+        "iterations": iteration_times,
+    }
+    return PCAResult(
+        components=output.components,
+        mechanism=params.mechanism,
+        privacy=report,
+        thresholds=thresholds,
+        provenance=provenance,
+        timings=timings,
+        extras=extras,
+    )
+
+
+def _execute(source: PartitionSource, client: Any, persist: bool | None, run: Any) -> Any:
+    if isinstance(client, str) and client == "local":
+        executor = LocalExecutor(source)
+        try:
+            return run_algorithm(executor, run)
+        finally:
+            executor.close()
+    with connect(client) as dask_client, Coordinator(dask_client, source, persist=persist) as coordinator:
+        return run_algorithm(coordinator, run)
+
+
+def _report(params: PCAParameters, plan: MechanismPlan, events: tuple[Any, ...], noise: Any) -> Any:
+    from dppca_dask import accounting
+
+    if params.mechanism == "exact":
+        from dp_accounting import NonPrivateDpEvent
+
+        return accounting.build_report(
+            [NonPrivateDpEvent()], target_epsilon=float("inf"), target_delta=0.0,
+            neighbouring=plan.neighbouring, private=False,
+        )
+    return accounting.build_report(
+        list(events),
+        target_epsilon=params.epsilon,
+        target_delta=params.delta,
+        neighbouring=plan.neighbouring,
+        private=bool(noise.private),
+        paper_figure=plan.paper_figure,
+    )
+
+
+def _versions() -> dict[str, str]:
+    import dask
+    import distributed
+    import zarr
+
+    try:
+        import dp_accounting  # noqa: F401
+        from importlib.metadata import version
+
+        dpa = version("dp-accounting")
+    except Exception:  # pragma: no cover - always installed
+        dpa = "unknown"
+    return {"dask": dask.__version__, "distributed": distributed.__version__, "zarr": zarr.__version__,
+            "numpy": np.__version__, "dp-accounting": dpa}
+
+
+def _progress(total: int, mechanism: str, enabled: bool | None) -> Any:
+    from dppca_dask._progress import progress_bar
+
+    return progress_bar(total=total, desc=mechanism, unit="iter", enabled=enabled)
+
+
+class DPPCA:
+    """Differentially private PCA with the scikit-learn vocabulary; a thin wrapper around :func:`pca`.
+
+    Parameters are those of :func:`pca`. After ``fit``: ``components_`` (k×d), ``result_`` (the
+    :class:`PCAResult`), ``privacy_`` (its report), ``n_features_in_``. ``transform(X)`` projects rows onto the
+    components (``X @ components_.T``); it is a public function of the released components applied to whatever
+    data you give it.
+    """
+
+    def __init__(
+        self,
+        n_components: int = 1,
+        *,
+        epsilon: float = 1.0,
+        delta: float = 1e-6,
+        n_iter: int | None = None,
+        row_norm_bound: float = 1.0,
+        mechanism: str = "adaptive-power",
+        client: Any = None,
+        seed: int | None = None,
+        persist: bool | None = None,
+        svt_share: float = 0.2,
+    ) -> None:
+        self.n_components = n_components
+        self.epsilon = epsilon
+        self.delta = delta
+        self.n_iter = n_iter
+        self.row_norm_bound = row_norm_bound
+        self.mechanism = mechanism
+        self.client = client
+        self.seed = seed
+        self.persist = persist
+        self.svt_share = svt_share
+
+    _PARAMS = ("n_components", "epsilon", "delta", "n_iter", "row_norm_bound", "mechanism", "client", "seed",
+               "persist", "svt_share")
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self._PARAMS}
+
+    def set_params(self, **params: Any) -> DPPCA:
+        for name, value in params.items():
+            if name not in self._PARAMS:
+                raise InvalidParameterError(f"unknown parameter {name!r}; valid: {', '.join(self._PARAMS)}")
+            setattr(self, name, value)
+        return self
+
+    def fit(self, X: Any, y: Any = None) -> DPPCA:
+        result = pca(
+            X,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            n_components=self.n_components,
+            n_iter=self.n_iter,
+            row_norm_bound=self.row_norm_bound,
+            mechanism=self.mechanism,
+            client=self.client,
+            seed=self.seed,
+            persist=self.persist,
+            svt_share=self.svt_share,
+        )
+        self.result_ = result
+        self.components_ = result.components
+        self.privacy_ = result.privacy
+        self.n_features_in_ = int(result.components.shape[1])
+        return self
+
+    def transform(self, X: Any) -> np.ndarray:
+        if not hasattr(self, "components_"):
+            raise InvalidParameterError("this DPPCA instance is not fitted yet; call fit(X) first")
+        if X.shape[1] != self.n_features_in_:
+            raise InvalidParameterError(
+                f"X has {X.shape[1]} features; the model was fitted with {self.n_features_in_}"
+            )
+        return np.asarray(X @ self.components_.T)
+
+    def fit_transform(self, X: Any, y: Any = None) -> np.ndarray:
+        return self.fit(X).transform(X)

@@ -1,0 +1,100 @@
+"""``dppca-dask pca STORE``: private principal components of a store, printed and optionally written to disk."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+__all__ = ["format_result", "register"]
+
+
+def register(subparsers: Any) -> None:
+    from dppca_dask.api import DEFAULT_N_ITER, mechanisms
+
+    p = subparsers.add_parser(
+        "pca",
+        help="differentially private principal components of a store",
+        description="Compute differentially private top principal directions of a matrix store on Dask.",
+    )
+    p.add_argument("store", help="a dppca_dask store or an AnnData zarr store")
+    p.add_argument("--epsilon", type=float, required=True, help="total privacy budget epsilon")
+    p.add_argument("--delta", type=float, required=True, help="total privacy budget delta")
+    p.add_argument("--mechanism", default="adaptive-power", choices=mechanisms())
+    p.add_argument("--n-components", type=int, default=1, help="number of components (default 1)")
+    p.add_argument("--n-iter", type=int, default=None, help=f"iterations per component (default {DEFAULT_N_ITER})")
+    p.add_argument("--row-norm-bound", type=float, default=1.0, help="public L2 clipping bound of rows (default 1)")
+    p.add_argument("--svt-share", type=float, default=0.2, help="share of the budget for the SVT steps")
+    p.add_argument("--calibration", choices=("standard", "paper"), default="standard")
+    p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
+    p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep partitions in worker memory (default: when they fit)")
+    p.add_argument("--seed", type=int, default=None, help="reproducible run; the result is then NOT private")
+    p.add_argument("--out", default=None, help="directory to write components.zarr and result.json")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=run)
+
+
+def format_result(result: Any, *, top: int = 8) -> str:
+    """Human-readable summary: the privacy statement, each component's largest coordinates, the thresholds."""
+    report = result.privacy
+    lines = [f"mechanism: {result.mechanism}"]
+    if result.private:
+        lines.append(
+            f"privacy: ({report.epsilon:.4g}, {report.delta:.3g})-differentially private for "
+            f"neighbours differing by {report.neighbouring} (accountant: {report.accountant})"
+        )
+        figures = getattr(report, "figures", {}) or {}
+        extra = ", ".join(
+            f"{name} eps={value['epsilon']:.4g}" if isinstance(value, dict) and "epsilon" in value
+            else f"{name} eps={value:.4g}"
+            for name, value in figures.items()
+            if isinstance(value, (int, float, dict))
+        )
+        if extra:
+            lines.append(f"  other figures at the same delta: {extra}")
+    else:
+        lines.append("privacy: NOT differentially private (baseline or seeded run)")
+    for i, comp in enumerate(np.asarray(result.components)):
+        order = np.argsort(-np.abs(comp))[:top]
+        coords = ", ".join(f"[{j}] {comp[j]:+.4f}" for j in order)
+        lines.append(f"component {i}: largest coordinates {coords}")
+    if result.thresholds is not None:
+        for i, row in enumerate(np.asarray(result.thresholds)):
+            lines.append(f"component {i}: released thresholds " + " ".join(f"{t:.4g}" for t in row))
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dppca_dask.api import pca
+
+    result = pca(
+        args.store,
+        epsilon=args.epsilon,
+        delta=args.delta,
+        n_components=args.n_components,
+        n_iter=args.n_iter,
+        row_norm_bound=args.row_norm_bound,
+        mechanism=args.mechanism,
+        client=args.scheduler,
+        seed=args.seed,
+        persist=args.persist,
+        svt_share=args.svt_share,
+        calibration=args.calibration,
+    )
+    if args.out:
+        result.save(args.out)
+    if args.json:
+        out = result.to_dict()
+        if args.out:
+            out["output"] = args.out
+        json.dump(out, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        print(format_result(result))
+        if args.out:
+            print(f"written to {args.out}")
+    return 0

@@ -1,0 +1,313 @@
+"""The coordinator: the only code that talks to Dask.
+
+For each request of an algorithm it maps one kernel over the partitions (a futures loop: ``client.submit`` per
+partition, the broadcast vector scattered afresh), reduces the partials with a tree of fan-in ``fan_in`` on the
+workers, and gathers the single exact aggregate. The task graph of a step has a constant size, whatever the
+iteration. Partitions are either persisted on the workers (when they fit in about 60% of the cluster's memory, or
+when asked) or re-read from the store by every step (out-of-core).
+
+Retried tasks and recomputed partitions return the same exact aggregate (kernels are deterministic), and noise is
+drawn by the algorithm only after the aggregate is back at the coordinator, so neither can cause a second draw.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dppca_dask.algorithms.requests import (
+    AlgorithmRun,
+    FilteredSum,
+    GramMatrix,
+    GramTimes,
+    PlainGramTimes,
+    PowerStep,
+    Request,
+)
+from dppca_dask.coordinator.sources import PartitionData, PartitionSource
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.kernels import power as K
+
+__all__ = ["Coordinator", "LocalExecutor", "StepPlan", "execute_request_locally", "register_request", "run_algorithm"]
+
+log = logging.getLogger(__name__)
+
+#: Fraction of the cluster's memory that persisted partitions may use.
+PERSIST_MEMORY_FRACTION = 0.6
+
+
+# ----------------------------------------------------------------------------------- kernel adapters (workers)
+def _load(item: Any) -> PartitionData:
+    if isinstance(item, PartitionData):
+        return item
+    loader, args = item
+    return loader(*args)
+
+
+def _power_task(item: Any, x: np.ndarray, *, row_norm_bound: float, grid: Any, top_m: int) -> K.PowerPartial:
+    part = _load(item)
+    return K.power_partial(
+        part.block, part.norms, x, partition=part.index, row_norm_bound=row_norm_bound, grid=grid, top_m=top_m
+    )
+
+
+def _filtered_task(item: Any, x: np.ndarray, *, row_norm_bound: float, grid: Any, index: int) -> np.ndarray:
+    part = _load(item)
+    return K.filtered_sum(part.block, part.norms, x, row_norm_bound=row_norm_bound, grid=grid, index=index)
+
+
+def _gram_times_task(item: Any, x: np.ndarray, *, row_norm_bound: float) -> np.ndarray:
+    part = _load(item)
+    return K.gram_times(part.block, part.norms, x, row_norm_bound=row_norm_bound)
+
+
+def _plain_gram_times_task(item: Any, x: np.ndarray) -> np.ndarray:
+    part = _load(item)
+    return K.plain_gram_times(part.block, x)
+
+
+def _gram_matrix_task(item: Any, *, row_norm_bound: float) -> np.ndarray:
+    part = _load(item)
+    return K.gram_matrix(part.block, part.norms, row_norm_bound=row_norm_bound)
+
+
+def _sum(*parts: np.ndarray) -> np.ndarray:
+    out = np.array(parts[0], dtype=np.float64, copy=True)
+    for p in parts[1:]:
+        out += p
+    return out
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """How the coordinator executes one request: a kernel task per partition, then a tree of merges."""
+
+    task: Callable[..., Any]
+    """``task(item, *broadcast, **kwargs)``: ``item`` is a :class:`PartitionData` or a ``(loader, args)`` pair."""
+    kwargs: Mapping[str, Any]
+    """Small public keyword arguments of the task."""
+    broadcast: Any
+    """A vector or matrix scattered to the workers (``None`` for none)."""
+    merge: Callable[..., Any]
+    """Associative combination of partials (also applied to a single partial)."""
+    partitions: Sequence[int] | None = None
+    """Partitions to map over (``None``: all)."""
+    empty: Callable[[int], Any] | None = None
+    """The aggregate of zero partitions, given d."""
+
+
+_PLANNERS: dict[type, Callable[[Any], StepPlan]] = {}
+
+
+def register_request(request_type: type, planner: Callable[[Any], StepPlan]) -> None:
+    """Teach the coordinator (and the local executor) how to execute a new request type."""
+    _PLANNERS[request_type] = planner
+
+
+def _plan(request: Any, n_partitions: int) -> tuple[Callable[..., Any], dict[str, Any], Any, Callable, list[int]]:
+    """Kernel, its keyword arguments, the broadcast value, the merge function and the partitions of a request."""
+    planner = _PLANNERS.get(type(request))
+    if planner is None:
+        raise InvalidParameterError(f"unknown request type {type(request).__name__}; register it first")
+    plan = planner(request)
+    indices = list(range(n_partitions)) if plan.partitions is None else list(plan.partitions)
+    return plan.task, dict(plan.kwargs), plan.broadcast, plan.merge, indices
+
+
+register_request(
+    PowerStep,
+    lambda r: StepPlan(
+        _power_task,
+        {"row_norm_bound": r.row_norm_bound, "grid": r.grid, "top_m": r.top_m},
+        r.x,
+        functools.partial(K.merge_power_partials, top_m=r.top_m),
+    ),
+)
+register_request(
+    FilteredSum,
+    lambda r: StepPlan(
+        _filtered_task,
+        {"row_norm_bound": r.row_norm_bound, "grid": r.grid, "index": r.index},
+        r.x,
+        _sum,
+        partitions=list(r.partitions),
+    ),
+)
+register_request(GramTimes, lambda r: StepPlan(_gram_times_task, {"row_norm_bound": r.row_norm_bound}, r.x, _sum))
+register_request(PlainGramTimes, lambda r: StepPlan(_plain_gram_times_task, {}, r.x, _sum))
+register_request(
+    GramMatrix,
+    lambda r: StepPlan(_gram_matrix_task, {"row_norm_bound": r.row_norm_bound}, None, _sum,
+                       empty=lambda d: np.zeros((d, d))),
+)
+
+
+def _empty_aggregate(request: Any, n_cols: int) -> Any:
+    if isinstance(request, PowerStep):
+        import scipy.sparse as sp
+
+        return K.PowerPartial(
+            np.zeros(request.grid.n_bins, dtype=np.int64), np.zeros(n_cols), sp.csr_array((0, n_cols)),
+            np.zeros(0, np.int64), np.zeros(0, np.int64), {},
+        )
+    plan = _PLANNERS[type(request)](request)
+    if plan.empty is not None:
+        return plan.empty(n_cols)
+    return np.zeros(n_cols)
+
+
+# ------------------------------------------------------------------------------------------------ executors
+class LocalExecutor:
+    """Runs requests in this process over in-memory partitions: the reference the Dask path is tested against."""
+
+    def __init__(self, source: PartitionSource) -> None:
+        self.source = source
+        self._parts = [loader(*args) for loader, args in source.loaders]
+
+    @property
+    def n_cols(self) -> int:
+        return self.source.n_cols
+
+    def execute(self, request: Request) -> Any:
+        kernel, kw, vector, merge, indices = _plan(request, self.source.n_partitions)
+        partials = [kernel(self._parts[i], vector, **kw) if vector is not None else kernel(self._parts[i], **kw)
+                    for i in indices]
+        if not partials:
+            return _empty_aggregate(request, self.source.n_cols)
+        return merge(*partials) if len(partials) > 1 else merge(partials[0])
+
+    def close(self) -> None:
+        self._parts = []
+
+
+def execute_request_locally(source: PartitionSource, request: Request) -> Any:
+    return LocalExecutor(source).execute(request)
+
+
+class Coordinator:
+    """Execute algorithm requests on a Dask cluster over the partitions of ``source``.
+
+    Parameters
+    ----------
+    client
+        A ``distributed.Client``.
+    source
+        The partitions (see :func:`dppca_dask.coordinator.sources.as_source`).
+    persist
+        Keep partitions in worker memory between steps. ``None`` decides: persist when the float64 partitions
+        fit in 60% of the workers' total memory limit (in-memory inputs are always persisted).
+    fan_in
+        Children per node of the tree reduction.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        source: PartitionSource,
+        *,
+        persist: bool | None = None,
+        fan_in: int = 8,
+        retries: int = 1,
+    ) -> None:
+        if fan_in < 2:
+            raise InvalidParameterError(f"fan_in must be >= 2; got {fan_in}")
+        self.client = client
+        self.source = source
+        self.fan_in = fan_in
+        self.retries = retries
+        self.persisted = bool(source.always_persist or persist or (persist is None and self._fits_in_memory()))
+        self._token = uuid.uuid4().hex[:8]
+        self._step = 0
+        self._parts: list[Any] | None = None
+        if self.persisted:
+            self._parts = self._persist()
+
+    @property
+    def n_cols(self) -> int:
+        return self.source.n_cols
+
+    def _fits_in_memory(self) -> bool:
+        try:
+            info = self.client.scheduler_info(n_workers=-1)
+            limits = [w.get("memory_limit") or 0 for w in info.get("workers", {}).values()]
+        except Exception:  # a scheduler that does not report memory: do not persist
+            return False
+        total = sum(limits)
+        return bool(total) and self.source.nbytes <= PERSIST_MEMORY_FRACTION * total
+
+    def _persist(self) -> list[Any]:
+        from dask.delayed import Delayed
+
+        parts = []
+        for i, (loader, args) in enumerate(self.source.loaders):
+            resolved = tuple(self.client.compute(a) if isinstance(a, Delayed) else a for a in args)
+            parts.append(
+                self.client.submit(_load, (loader, resolved), key=f"dppca-partition-{self._token}-{i}",
+                                   retries=self.retries)
+            )
+        return parts
+
+    def _items(self, indices: Sequence[int]) -> list[Any]:
+        if self._parts is not None:
+            return [self._parts[i] for i in indices]
+        return [self.source.loaders[i] for i in indices]
+
+    def execute(self, request: Request) -> Any:
+        """One pass: map the request's kernel over its partitions, tree-reduce on the workers, gather."""
+        kernel, kw, vector, merge, indices = _plan(request, self.source.n_partitions)
+        if not indices:
+            return _empty_aggregate(request, self.source.n_cols)
+        self._step += 1
+        started = time.perf_counter()
+        prefix = f"dppca-{type(request).__name__.lower()}-{self._token}-{self._step}"
+        vector_future = self.client.scatter(vector, broadcast=True, hash=False) if vector is not None else None
+        args = (vector_future,) if vector_future is not None else ()
+        level = [
+            self.client.submit(kernel, item, *args, key=f"{prefix}-map-{i}", retries=self.retries, **kw)
+            for i, item in zip(indices, self._items(indices))
+        ]
+        depth = 0
+        while len(level) > 1:
+            depth += 1
+            level = [
+                self.client.submit(merge, *level[i : i + self.fan_in], key=f"{prefix}-reduce-{depth}-{i}",
+                                   retries=self.retries)
+                for i in range(0, len(level), self.fan_in)
+            ]
+        aggregate = level[0].result()
+        if len(indices) == 1:
+            aggregate = merge(aggregate)
+        del level, vector_future
+        log.debug("step %d (%s) took %.3f s over %d partitions", self._step, type(request).__name__,
+                  time.perf_counter() - started, len(indices))
+        return aggregate
+
+    def close(self) -> None:
+        if self._parts is not None:
+            for f in self._parts:
+                f.release()
+            self._parts = None
+
+    def __enter__(self) -> Coordinator:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def run_algorithm(executor: Coordinator | LocalExecutor, run: AlgorithmRun[Any]) -> Any:
+    """Drive an algorithm generator to completion: send each request's aggregate back until it returns."""
+    try:
+        request = next(run)
+        while True:
+            aggregate = executor.execute(request)
+            request = run.send(aggregate)
+    except StopIteration as stop:
+        return stop.value

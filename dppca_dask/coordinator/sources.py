@@ -1,0 +1,182 @@
+"""Where partitions come from: a zarr store (read by tasks on workers) or in-memory data.
+
+A source describes how a worker obtains partition ``i`` as a :class:`PartitionData` (float64 block and row norms).
+Sources are validated once, at the public boundary (:func:`as_source`), never inside kernels.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from dppca_dask.errors import InvalidInputError, InvalidParameterError
+from dppca_dask.storage import MatrixStore, open_matrix, row_norms_of, validate_csr_block, validate_dense_block
+
+__all__ = ["PartitionData", "PartitionSource", "as_source"]
+
+#: Rows per partition when in-memory data is split for the workers.
+_IN_MEMORY_TARGET_BYTES = 32 * 2**20
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionData:
+    """One partition on a worker: rows as float64 (``csr_array`` or dense) and their L2 norms."""
+
+    index: int
+    block: Any
+    norms: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        b = self.block
+        if sp.issparse(b):
+            return int(b.data.nbytes + b.indices.nbytes + b.indptr.nbytes + self.norms.nbytes)
+        return int(np.asarray(b).nbytes + self.norms.nbytes)
+
+
+def load_store_partition(store: MatrixStore, index: int) -> PartitionData:
+    """Read partition ``index`` of a store as float64 with its row norms (runs on a worker)."""
+    block = store.read_partition(index, dtype=np.float64)
+    norms = store.read_row_norms(index, block=block)
+    return PartitionData(index, block, norms)
+
+
+def make_partition(index: int, block: Any) -> PartitionData:
+    """Wrap an in-memory block (the block travels inside the task, so a lost worker can recompute it)."""
+    if sp.issparse(block):
+        block = sp.csr_array(block, dtype=np.float64)
+    else:
+        block = np.ascontiguousarray(block, dtype=np.float64)
+    return PartitionData(index, block, row_norms_of(block))
+
+
+@dataclass(frozen=True)
+class PartitionSource:
+    """The partitions of one matrix, and how a worker loads each of them."""
+
+    n_rows: int
+    n_cols: int
+    n_partitions: int
+    nbytes: int
+    """Estimated memory of all partitions as float64 (decides whether to persist them on workers)."""
+    loaders: tuple[tuple[Callable[..., PartitionData], tuple[Any, ...]], ...]
+    """For each partition, a function and its arguments returning the :class:`PartitionData`."""
+    description: dict[str, Any]
+    """Public description for provenance (store fingerprint, or the kind of in-memory input)."""
+    store: MatrixStore | None = None
+    always_persist: bool = False
+    """In-memory inputs always live on the workers."""
+
+
+def _split_rows(n_rows: int, bytes_per_row: float) -> list[tuple[int, int]]:
+    step = max(int(_IN_MEMORY_TARGET_BYTES // max(bytes_per_row, 1.0)), 1)
+    n_parts = max(math.ceil(n_rows / step), 1)
+    bounds = np.linspace(0, n_rows, n_parts + 1).astype(int)
+    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def as_source(data: Any) -> PartitionSource:
+    """Turn any supported input into a :class:`PartitionSource`, validating in-memory data.
+
+    Supported: a store path (``str``/``os.PathLike``), an opened :class:`MatrixStore`, a ``dask.array.Array``
+    (rows chunked, one chunk across columns), a ``scipy.sparse`` matrix or array, a 2-D ``numpy`` array.
+    """
+    if isinstance(data, (str, os.PathLike)):
+        data = open_matrix(data)
+    if isinstance(data, MatrixStore):
+        store = data
+        nbytes = store.nnz * 12 + store.n_rows * 16 if store.layout == "csr" else store.n_rows * store.n_cols * 8
+        return PartitionSource(
+            n_rows=store.n_rows,
+            n_cols=store.n_cols,
+            n_partitions=store.n_partitions,
+            nbytes=int(nbytes),
+            loaders=tuple((load_store_partition, (store, p.index)) for p in store.partitions),
+            description={"kind": "store", "fingerprint": store.fingerprint, "format_version": store.format_version},
+            store=store,
+        )
+    try:
+        import dask.array as da
+    except ImportError:  # pragma: no cover - dask is a dependency
+        da = None
+    if da is not None and isinstance(data, da.Array):
+        return _dask_source(data)
+    if sp.issparse(data):
+        if data.ndim != 2:
+            raise InvalidInputError(f"expected a 2-D matrix; got {data.ndim} dimensions")
+        csr = validate_csr_block(data, n_cols=int(data.shape[1]), source="input matrix")
+        bounds = _split_rows(csr.shape[0], (csr.nnz * 12) / max(csr.shape[0], 1) + 16)
+        blocks = [csr[a:b] for a, b in bounds]
+        kind = "scipy.sparse"
+    elif isinstance(data, np.ndarray) or hasattr(data, "__array__"):
+        arr = np.asarray(data)
+        if arr.ndim != 2:
+            raise InvalidInputError(f"expected a 2-D matrix; got an array with {arr.ndim} dimensions")
+        arr = validate_dense_block(arr, n_cols=int(arr.shape[1]), source="input array")
+        bounds = _split_rows(arr.shape[0], arr.shape[1] * 8 + 8)
+        blocks = [arr[a:b] for a, b in bounds]
+        kind = "numpy"
+    else:
+        raise InvalidParameterError(
+            f"unsupported input type {type(data).__name__}; pass a store path, a MatrixStore, a dask array, a "
+            "scipy sparse matrix or a numpy array"
+        )
+    n_rows, n_cols = (int(s) for s in data.shape)
+    if n_cols < 1:
+        raise InvalidInputError(f"the matrix has no columns (shape {tuple(data.shape)}); nothing to analyse")
+    nbytes = sum(_block_bytes(b) for b in blocks)
+    return PartitionSource(
+        n_rows=n_rows,
+        n_cols=n_cols,
+        n_partitions=len(blocks),
+        nbytes=nbytes,
+        loaders=tuple((make_partition, (i, b)) for i, b in enumerate(blocks)),
+        description={"kind": kind},
+        always_persist=True,
+    )
+
+
+def _block_bytes(block: Any) -> int:
+    if sp.issparse(block):
+        return int(block.nnz * 12 + block.shape[0] * 16)
+    return int(block.shape[0] * (block.shape[1] * 8 + 8))
+
+
+def _dask_source(arr: Any) -> PartitionSource:
+    if arr.ndim != 2:
+        raise InvalidInputError(f"expected a 2-D dask array; got {arr.ndim} dimensions")
+    if len(arr.chunks[1]) != 1:
+        raise InvalidParameterError(
+            f"the dask array must have one chunk across its {arr.shape[1]} columns; got column chunks "
+            f"{arr.chunks[1]}; rechunk with arr.rechunk({{1: -1}})"
+        )
+    if any(math.isnan(c) for c in arr.chunks[0]):
+        raise InvalidParameterError("the dask array has unknown chunk sizes; call arr.compute_chunk_sizes() first")
+    delayed = arr.to_delayed().ravel().tolist()
+    n_rows, n_cols = (int(s) for s in arr.shape)
+    itemsize = 8
+    nbytes = n_rows * (n_cols * itemsize + 8)
+    return PartitionSource(
+        n_rows=n_rows,
+        n_cols=n_cols,
+        n_partitions=len(delayed),
+        nbytes=int(nbytes),
+        loaders=tuple((_load_dask_block, (i, d, n_cols)) for i, d in enumerate(delayed)),
+        description={"kind": "dask.array"},
+        always_persist=True,
+    )
+
+
+def _load_dask_block(index: int, block: Any, n_cols: int) -> PartitionData:
+    """Validate and wrap one computed block of a dask array (validation runs before any noise is drawn)."""
+    if sp.issparse(block):
+        block = validate_csr_block(block, n_cols=n_cols, partition=index, source="dask array")
+    else:
+        block = validate_dense_block(block, n_cols=n_cols, partition=index, source="dask array")
+    return make_partition(index, block)
