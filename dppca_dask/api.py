@@ -313,6 +313,7 @@ def pca(
     progress: bool | None = None,
     on_release: Callable[[Any, tuple[Any, ...]], None] | None = None,
     resume: Any = None,
+    noise: Any = None,
 ) -> PCAResult:
     """Differentially private top principal directions (right singular vectors) of a row-partitioned matrix.
 
@@ -355,6 +356,10 @@ def pca(
         Called after each release with the released state and events (checkpointing).
     resume
         Released state of an interrupted run to continue from.
+    noise
+        The :class:`~dppca_dask.mechanisms.NoiseSource` to draw from (default: a new one from the operating
+        system's entropy, or from ``seed``). A caller that must know whether any noise was drawn before a failure
+        (the job runner's ledger) passes its own and inspects ``noise.released_keys``.
 
     Returns
     -------
@@ -392,7 +397,10 @@ def pca(
     if not plan.private:
         warnings.warn(f"mechanism={params.mechanism!r} is not differentially private", NotPrivateWarning,
                       stacklevel=2)
-    noise = _noise_source(seed) if plan.private else None
+    if noise is not None and seed is not None:
+        raise InvalidParameterError("give either seed or noise, not both; a seeded NoiseSource is NoiseSource.from_seed")
+    if noise is None and plan.private:
+        noise = _noise_source(seed)
     if noise is not None and resume is not None:
         noise.mark_released(plan.resumed_keys(resume))
 
@@ -431,7 +439,7 @@ def pca(
         "parameters": params.to_json(),
         "calibration": dict(plan.calibration),
         "input": dict(source.description),
-        "seeded": seed is not None,
+        "seeded": seed is not None or (noise is not None and not noise.private),
         "package": {"dppca_dask": __version__, **_versions()},
         "started": started_wall.isoformat(timespec="seconds"),
         "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

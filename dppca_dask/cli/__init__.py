@@ -52,10 +52,17 @@ def _configure_logging(verbose: int, quiet: bool) -> None:
         logging.getLogger(name).setLevel(logging.DEBUG if verbose >= 3 else logging.WARNING)
 
 
+def _format_warning(message: object, category: type, filename: str, lineno: int, line: str | None = None) -> str:
+    return f"dppca-dask: warning: {message}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _configure_logging(args.verbose, args.quiet)
+    import warnings
+
+    warnings.formatwarning = _format_warning  # type: ignore[assignment]
     try:
         return int(args.handler(args) or 0)
     except DppcaError as exc:
