@@ -71,7 +71,7 @@ def main() -> None:
                 warnings.simplefilter("ignore")
                 noise = NoiseSource.from_seed(0)
             run = adaptive_power_run(
-                n_cols=store.n_cols, n_iter=args.iterations + 1, n_components=1, row_norm_bound=1.0,
+                n_cols=store.n_cols, n_iter=args.iterations + 2, n_components=1, row_norm_bound=1.0,
                 epsilon_svt=epsilon_svt, noise_multiplier=multiplier, cutoff=cutoff, grid=grid, noise=noise,
                 top_m=top_m,
             )

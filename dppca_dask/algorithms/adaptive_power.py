@@ -232,8 +232,7 @@ def adaptive_power_run(
             del aggregate, filtered
             if incomplete:
                 product = product - (
-                    yield FilteredSum(x=x, row_norm_bound=row_norm_bound, grid=grid, index=index,
-                                      partitions=tuple(incomplete))
+                    yield FilteredSum(x=x, row_norm_bound=row_norm_bound, grid=grid, index=index, cuts=incomplete)
                 )
             noisy, gauss_event = gaussian_mechanism(
                 product,

@@ -7,7 +7,7 @@ public or already-released values (the iterate, the public grid and bounds), nev
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -38,13 +38,16 @@ class PowerStep:
 
 @dataclass(frozen=True)
 class FilteredSum:
-    """Exact ``Σ a'(a'ᵀx)`` over rows of bin ``≤ index`` in the given partitions (the rare second pass)."""
+    """Exact ``Σ a'(a'ᵀx)`` over the rows of bin in ``(cuts[p], index]`` of each partition ``p`` in ``cuts``.
+
+    The rare second pass of a power step: ``cuts`` maps each incomplete partition to the last bin it returned.
+    """
 
     x: np.ndarray
     row_norm_bound: float
     grid: ThresholdGrid
     index: int
-    partitions: Sequence[int]
+    cuts: Mapping[int, int]
 
 
 @dataclass(frozen=True)

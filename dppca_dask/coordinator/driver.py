@@ -1,7 +1,7 @@
 """The coordinator: the only code that talks to Dask.
 
 For each request of an algorithm it maps one kernel over the partitions (a futures loop: ``client.submit`` per
-partition, the broadcast vector scattered afresh), reduces the partials with a tree of fan-in ``fan_in`` on the
+partition, the broadcast vector sent afresh as a task of its own), reduces the partials with a tree of fan-in ``fan_in`` on the
 workers, and gathers the single exact aggregate. The task graph of a step has a constant size, whatever the
 iteration. Partitions are either persisted on the workers (when they fit in about 60% of the cluster's memory, or
 when asked) or re-read from the store by every step (out-of-core).
@@ -12,7 +12,6 @@ drawn by the algorithm only after the aggregate is back at the coordinator, so n
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import uuid
@@ -58,9 +57,13 @@ def _power_task(item: Any, x: np.ndarray, *, row_norm_bound: float, grid: Any, t
     )
 
 
-def _filtered_task(item: Any, x: np.ndarray, *, row_norm_bound: float, grid: Any, index: int) -> np.ndarray:
+def _filtered_task(
+    item: Any, x: np.ndarray, *, row_norm_bound: float, grid: Any, index: int, cuts: Mapping[int, int]
+) -> np.ndarray:
     part = _load(item)
-    return K.filtered_sum(part.block, part.norms, x, row_norm_bound=row_norm_bound, grid=grid, index=index)
+    return K.filtered_sum(
+        part.block, part.norms, x, row_norm_bound=row_norm_bound, grid=grid, index=index, above=cuts[part.index]
+    )
 
 
 def _gram_times_task(item: Any, x: np.ndarray, *, row_norm_bound: float) -> np.ndarray:
@@ -76,6 +79,10 @@ def _plain_gram_times_task(item: Any, x: np.ndarray) -> np.ndarray:
 def _gram_matrix_task(item: Any, *, row_norm_bound: float) -> np.ndarray:
     part = _load(item)
     return K.gram_matrix(part.block, part.norms, row_norm_bound=row_norm_bound)
+
+
+def _identity(value: Any) -> Any:
+    return value
 
 
 def _sum(*parts: np.ndarray) -> np.ndarray:
@@ -103,41 +110,52 @@ class StepPlan:
     """The aggregate of zero partitions, given d."""
 
 
-_PLANNERS: dict[type, Callable[[Any], StepPlan]] = {}
+_PLANNERS: dict[type, tuple[Callable[..., StepPlan], bool]] = {}
 
 
-def register_request(request_type: type, planner: Callable[[Any], StepPlan]) -> None:
-    """Teach the coordinator (and the local executor) how to execute a new request type."""
-    _PLANNERS[request_type] = planner
+def register_request(request_type: type, planner: Callable[..., StepPlan]) -> None:
+    """Teach the coordinator (and the local executor) how to execute a new request type.
+
+    ``planner(request)`` or ``planner(request, n_partitions)`` returns the :class:`StepPlan`.
+    """
+    import inspect
+
+    takes_count = len(inspect.signature(planner).parameters) >= 2
+    _PLANNERS[request_type] = (planner, takes_count)
+
+
+def _step_plan(request: Any, n_partitions: int) -> StepPlan:
+    entry = _PLANNERS.get(type(request))
+    if entry is None:
+        raise InvalidParameterError(f"unknown request type {type(request).__name__}; register it first")
+    planner, takes_count = entry
+    return planner(request, n_partitions) if takes_count else planner(request)
 
 
 def _plan(request: Any, n_partitions: int) -> tuple[Callable[..., Any], dict[str, Any], Any, Callable, list[int]]:
     """Kernel, its keyword arguments, the broadcast value, the merge function and the partitions of a request."""
-    planner = _PLANNERS.get(type(request))
-    if planner is None:
-        raise InvalidParameterError(f"unknown request type {type(request).__name__}; register it first")
-    plan = planner(request)
+    plan = _step_plan(request, n_partitions)
     indices = list(range(n_partitions)) if plan.partitions is None else list(plan.partitions)
     return plan.task, dict(plan.kwargs), plan.broadcast, plan.merge, indices
 
 
 register_request(
     PowerStep,
-    lambda r: StepPlan(
+    lambda r, n_partitions: StepPlan(
         _power_task,
-        {"row_norm_bound": r.row_norm_bound, "grid": r.grid, "top_m": r.top_m},
+        {"row_norm_bound": r.row_norm_bound, "grid": r.grid, "top_m": K.partition_top_m(r.top_m, n_partitions)},
         r.x,
-        functools.partial(K.merge_power_partials, top_m=r.top_m),
+        K.merge_power_partials,
     ),
 )
 register_request(
     FilteredSum,
     lambda r: StepPlan(
         _filtered_task,
-        {"row_norm_bound": r.row_norm_bound, "grid": r.grid, "index": r.index},
+        {"row_norm_bound": r.row_norm_bound, "grid": r.grid, "index": r.index, "cuts": dict(r.cuts)},
         r.x,
         _sum,
-        partitions=list(r.partitions),
+        partitions=sorted(r.cuts),
     ),
 )
 register_request(GramTimes, lambda r: StepPlan(_gram_times_task, {"row_norm_bound": r.row_norm_bound}, r.x, _sum))
@@ -154,10 +172,10 @@ def _empty_aggregate(request: Any, n_cols: int) -> Any:
         import scipy.sparse as sp
 
         return K.PowerPartial(
-            np.zeros(request.grid.n_bins, dtype=np.int64), np.zeros(n_cols), sp.csr_array((0, n_cols)),
-            np.zeros(0, np.int64), np.zeros(0, np.int64), {},
+            np.zeros(request.grid.n_bins, dtype=np.int64), np.zeros(n_cols),
+            sp.csr_array((request.grid.n_points, n_cols)), {},
         )
-    plan = _PLANNERS[type(request)](request)
+    plan = _step_plan(request, 1)
     if plan.empty is not None:
         return plan.empty(n_cols)
     return np.zeros(n_cols)
@@ -267,7 +285,12 @@ class Coordinator:
         self._step += 1
         started = time.perf_counter()
         prefix = f"dppca-{type(request).__name__.lower()}-{self._token}-{self._step}"
-        vector_future = self.client.scatter(vector, broadcast=True, hash=False) if vector is not None else None
+        # The broadcast value travels inside a task, not by scatter: scattered data has no lineage and is lost
+        # with its worker, while a task's result is recomputed elsewhere if a worker dies.
+        vector_future = (
+            self.client.submit(_identity, vector, key=f"{prefix}-broadcast", retries=self.retries)
+            if vector is not None else None
+        )
         args = (vector_future,) if vector_future is not None else ()
         level = [
             self.client.submit(kernel, item, *args, key=f"{prefix}-map-{i}", retries=self.retries, **kw)

@@ -4,12 +4,13 @@ One pass per iteration (seed 004 spec §4). For the broadcast unit vector x, a p
 
 - the histogram of its rows' bins on the public grid (how many rows each grid value would filter),
 - the full partial sum ``S_p = Σ_a a'(a'ᵀx)`` over its rows ``a'`` clipped to the public bound ``c``,
-- the contributions ``a'(a'ᵀx)`` of its highest-scoring rows: all rows of bin ``≤ cut_p``, where ``cut_p`` is the
-  largest grid index such that at most ``top_m`` rows have a bin ``≤ cut_p``.
+- the contributions ``a'(a'ᵀx)`` of its highest-scoring rows, summed per grid bin: all rows of bin ``≤ cut_p``,
+  where ``cut_p`` is the largest grid index such that at most ``top_m`` rows have a bin ``≤ cut_p`` (a sparse
+  ``bins × d`` matrix, far smaller than the rows themselves, and merged by plain addition).
 
 After the coordinator picks the threshold index ``j`` (privately), the filtered product is
-``A(t)x = Σ_p S_p − Σ_{rows with bin ≤ j} a'(a'ᵀx)``; a partition with ``cut_p < j`` did not return all of its
-filtered rows and is recomputed exactly by :func:`filtered_sum` (a second pass over that partition only).
+``A(t)x = Σ_p S_p − Σ_{bins b ≤ j} bin_sums[b]``; a partition with ``cut_p < j`` did not return its rows of bins
+``(cut_p, j]``, which :func:`filtered_sum` adds in a second pass over that partition only.
 
 Clipping scales a row to norm ``min(‖a‖, c)`` (it never drops rows); it is applied through per-row factors
 ``f = min(1, c/‖a‖)`` so the stored block is never copied: ``A'x = f ⊙ (Ax)`` and ``A'ᵀw = Aᵀ(f ⊙ w)``.
@@ -17,6 +18,7 @@ Clipping scales a row to norm ``min(‖a‖, c)`` (it never drops rows); it is a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,7 @@ __all__ = [
     "clip_factors",
     "filtered_sum",
     "merge_power_partials",
+    "partition_top_m",
     "power_partial",
     "select_filtered",
 ]
@@ -43,14 +46,10 @@ class PowerPartial:
     """Rows per bin (length ``grid.n_bins``)."""
     full_sum: np.ndarray
     """``Σ a'(a'ᵀx)`` over all rows (length d)."""
-    top_rows: sp.csr_array
-    """Contributions ``a'(a'ᵀx)`` of the returned high-scoring rows, one row each."""
-    top_bins: np.ndarray
-    """Bin of each returned row."""
-    top_partitions: np.ndarray
-    """Partition index of each returned row."""
+    bin_sums: sp.csr_array
+    """``n_points × d``: row ``b`` is ``Σ a'(a'ᵀx)`` over the returned rows of bin ``b`` (see ``cuts``)."""
     cuts: dict[int, int]
-    """For each partition: every row of bin ``≤ cuts[p]`` is among the returned rows (``-1``: none guaranteed)."""
+    """For each partition: its rows of bin ``≤ cuts[p]`` are in ``bin_sums``, no other rows (``-1``: none)."""
 
 
 def clip_factors(norms: np.ndarray, row_norm_bound: float) -> np.ndarray:
@@ -71,6 +70,14 @@ def _scores(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float)
 def _transpose_times(block: Any, weights: np.ndarray) -> np.ndarray:
     """``blockᵀ @ weights`` as a dense float64 vector."""
     return np.asarray(block.T @ weights, dtype=np.float64).ravel()
+
+
+def _binned_sums(block: Any, rows: np.ndarray, bins: np.ndarray, weights: np.ndarray, n_bins: int) -> sp.csr_array:
+    """``Σ_{rows of bin b} weights_i·a_i`` for each bin, as a sparse ``n_bins × d`` matrix (one sparse product)."""
+    selector = sp.csr_array((weights, (bins, rows)), shape=(n_bins, block.shape[0]))
+    if sp.issparse(block):
+        return sp.csr_array(selector @ block)
+    return sp.csr_array(selector @ np.asarray(block))
 
 
 def power_partial(
@@ -96,65 +103,44 @@ def power_partial(
     cumulative = np.cumsum(histogram[: grid.n_points])
     cut = int(np.searchsorted(cumulative, top_m, side="right")) - 1  # largest j with F_j <= top_m
     chosen = np.flatnonzero(bins <= cut) if cut >= 0 else np.zeros(0, dtype=np.int64)
-    top_rows = _scaled_rows(block, chosen, weights[chosen], x.shape[0])
-    return PowerPartial(
-        histogram=histogram,
-        full_sum=full_sum,
-        top_rows=top_rows,
-        top_bins=bins[chosen],
-        top_partitions=np.full(chosen.shape[0], partition, dtype=np.int64),
-        cuts={partition: cut},
-    )
+    bin_sums = _binned_sums(block, chosen, bins[chosen], weights[chosen], grid.n_points)
+    return PowerPartial(histogram=histogram, full_sum=full_sum, bin_sums=bin_sums, cuts={partition: cut})
 
 
-def _scaled_rows(block: Any, rows: np.ndarray, weights: np.ndarray, n_cols: int) -> sp.csr_array:
-    if rows.size == 0:
-        return sp.csr_array((0, n_cols), dtype=np.float64)
-    picked = block[rows]
-    if sp.issparse(picked):
-        out = sp.csr_array(picked, dtype=np.float64, copy=True)
-        out.data *= np.repeat(weights, np.diff(out.indptr))
-        return out
-    return sp.csr_array(np.asarray(picked, dtype=np.float64) * weights[:, None])
+def partition_top_m(top_m: int, n_partitions: int) -> int:
+    """Rows one partition returns when ``top_m`` rows are expected to be filtered in all ``n_partitions``.
 
-
-def merge_power_partials(*parts: PowerPartial, top_m: int) -> PowerPartial:
-    """Combine partials (a node of the tree reduction), keeping at most ``top_m`` returned rows.
-
-    When the union holds more than ``top_m`` rows, rows of the highest bins (lowest scores) are dropped bin by bin
-    and the cuts of the partitions that lost rows are lowered, so the ``cuts`` promise stays true.
+    Twice an even share plus 64: filtered rows are spread over partitions unless the data is sorted by score, and
+    a partition that filters more than this is simply recomputed for the missing bins. Speed only, never results.
     """
+    if n_partitions <= 1:
+        return int(top_m)
+    return int(min(top_m, math.ceil(2 * top_m / n_partitions) + 64))
+
+
+def merge_power_partials(*parts: PowerPartial) -> PowerPartial:
+    """Combine partials (a node of the tree reduction): every field is a sum or a union."""
     histogram = np.sum([p.histogram for p in parts], axis=0)
     full_sum = np.sum([p.full_sum for p in parts], axis=0)
-    top_rows = sp.csr_array(sp.vstack([p.top_rows for p in parts], format="csr"))
-    top_bins = np.concatenate([p.top_bins for p in parts])
-    top_partitions = np.concatenate([p.top_partitions for p in parts])
+    bin_sums = parts[0].bin_sums
+    for p in parts[1:]:
+        bin_sums = bin_sums + p.bin_sums
     cuts: dict[int, int] = {}
     for p in parts:
         cuts.update(p.cuts)
-    if top_bins.size > top_m:
-        counts = np.cumsum(np.bincount(top_bins, minlength=int(top_bins.max()) + 1))
-        keep_cut = int(np.searchsorted(counts, top_m, side="right")) - 1
-        keep = top_bins <= keep_cut
-        dropped = set(np.unique(top_partitions[~keep]).tolist())
-        top_rows, top_bins, top_partitions = top_rows[np.flatnonzero(keep)], top_bins[keep], top_partitions[keep]
-        cuts = {p: (min(c, keep_cut) if p in dropped else c) for p, c in cuts.items()}
-    return PowerPartial(histogram, full_sum, sp.csr_array(top_rows), top_bins, top_partitions, cuts)
+    return PowerPartial(histogram, full_sum, sp.csr_array(bin_sums), cuts)
 
 
-def select_filtered(total: PowerPartial, index: int) -> tuple[np.ndarray, list[int]]:
-    """Sum of the returned contributions of rows with bin ``≤ index``, and the partitions that need a second pass.
+def select_filtered(total: PowerPartial, index: int) -> tuple[np.ndarray, dict[int, int]]:
+    """Returned contributions of the rows of bin ``≤ index``, and the partitions that need a second pass.
 
-    A partition needs a second pass when its cut is below ``index``: some of its rows filtered at ``θ_index`` may
-    be missing from the returned rows. Returned rows of those partitions are excluded from the sum.
+    A partition whose cut is below ``index`` returned only its bins ``≤ cut``; the second pass adds its rows of
+    bins in ``(cut, index]``. Returns the sum and ``{partition: cut}`` for those partitions.
     """
-    incomplete = sorted(p for p, c in total.cuts.items() if c < index)
-    mask = total.top_bins <= index
-    if incomplete:
-        mask &= ~np.isin(total.top_partitions, incomplete)
-    selected = total.top_rows[np.flatnonzero(mask)]
+    incomplete = {p: c for p, c in sorted(total.cuts.items()) if c < index}
     d = total.full_sum.shape[0]
-    filtered = np.asarray(selected.sum(axis=0), dtype=np.float64).ravel() if selected.shape[0] else np.zeros(d)
+    head = total.bin_sums[: index + 1]
+    filtered = np.asarray(head.sum(axis=0), dtype=np.float64).ravel() if head.nnz else np.zeros(d)
     return filtered, incomplete
 
 
@@ -166,10 +152,12 @@ def filtered_sum(
     row_norm_bound: float,
     grid: ThresholdGrid,
     index: int,
+    above: int = -1,
 ) -> np.ndarray:
-    """Exact ``Σ a'(a'ᵀx)`` over the partition's rows of bin ``≤ index`` (the second pass)."""
+    """Exact ``Σ a'(a'ᵀx)`` over the partition's rows of bin in ``(above, index]`` (the second pass)."""
     factors, projections, scores = _scores(block, norms, x, row_norm_bound)
-    weights = np.where(grid.bins(scores) <= index, factors * projections, 0.0)
+    bins = grid.bins(scores)
+    weights = np.where((bins <= index) & (bins > above), factors * projections, 0.0)
     return _transpose_times(block, weights)
 
 
