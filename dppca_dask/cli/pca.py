@@ -13,7 +13,7 @@ __all__ = ["format_result", "register"]
 
 
 def register(subparsers: Any) -> None:
-    from dppca_dask.api import DEFAULT_N_ITER, mechanisms
+    from dppca_dask.api import DEFAULT_N_ITER, DEFAULT_SVT_SHARE, mechanisms
 
     p = subparsers.add_parser(
         "pca",
@@ -27,7 +27,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--n-components", type=int, default=1, help="number of components (default 1)")
     p.add_argument("--n-iter", type=int, default=None, help=f"iterations per component (default {DEFAULT_N_ITER})")
     p.add_argument("--row-norm-bound", type=float, default=1.0, help="public L2 clipping bound of rows (default 1)")
-    p.add_argument("--svt-share", type=float, default=0.2, help="share of the budget for the SVT steps")
+    p.add_argument("--svt-share", type=float, default=DEFAULT_SVT_SHARE,
+                   help=f"share of the budget for the SVT steps (default {DEFAULT_SVT_SHARE})")
     p.add_argument("--calibration", choices=("standard", "paper"), default="standard")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
