@@ -10,18 +10,22 @@ __version__ = "0.1.0"
 
 from dppca_dask.api import DEFAULT_N_ITER, DPPCA, mechanisms, pca  # noqa: E402
 from dppca_dask.ingest import ingest  # noqa: E402
+from dppca_dask.lowrank import LowRankResult, load_lowrank, lowrank  # noqa: E402
 from dppca_dask.results import PCAResult, load_result  # noqa: E402
 from dppca_dask.storage import MatrixStore, append_partition, open_matrix, write_matrix  # noqa: E402
 
 __all__ = [
     "DEFAULT_N_ITER",
     "DPPCA",
+    "LowRankResult",
     "MatrixStore",
     "PCAResult",
     "__version__",
     "append_partition",
     "ingest",
+    "load_lowrank",
     "load_result",
+    "lowrank",
     "mechanisms",
     "open_matrix",
     "pca",

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from dppca_dask import __version__
+from dppca_dask._private_power_plan import PRIVATE_POWER, plan_private_power
 from dppca_dask.algorithms.adaptive_power import adaptive_power_run, default_top_m, release_key
 from dppca_dask.algorithms.analyze_gauss import (
     DEFAULT_MAX_DENSE_DIM,
@@ -27,6 +28,7 @@ from dppca_dask.algorithms.analyze_gauss import (
     check_dense_dim,
 )
 from dppca_dask.algorithms.exact import exact_run
+from dppca_dask.algorithms.private_power import DEFAULT_PRIVATE_POWER_N_ITER
 from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source, connect, run_algorithm
 from dppca_dask.coordinator.sources import PartitionSource
 from dppca_dask.errors import InvalidParameterError, NotPrivateWarning
@@ -66,6 +68,11 @@ class PCAParameters:
     grid_octaves: int
     calibration: str
     max_dense_dim: int
+    # private power iteration (Hardt & Roth 2013) only:
+    coherence: float | None = None
+    entry_bound: float = 1.0
+    c_doubling: bool = False
+    symmetric: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
@@ -95,6 +102,10 @@ def validate_parameters(
     grid_octaves: int,
     calibration: str,
     max_dense_dim: int,
+    coherence: float | None = None,
+    entry_bound: float = 1.0,
+    c_doubling: bool = False,
+    symmetric: bool = False,
 ) -> PCAParameters:
     """Validate the public parameters of :func:`pca` (raises :class:`InvalidParameterError`)."""
     if mechanism not in _PLANNERS:
@@ -108,7 +119,7 @@ def validate_parameters(
     bound = _check_positive("row_norm_bound", row_norm_bound, allow_inf=not private)
     if not isinstance(n_components, (int, np.integer)) or n_components < 1:
         raise InvalidParameterError(f"n_components must be an integer >= 1; got {n_components!r}")
-    iters = DEFAULT_N_ITER if n_iter is None else n_iter
+    iters = _DEFAULT_N_ITERS.get(mechanism, DEFAULT_N_ITER) if n_iter is None else n_iter
     if not isinstance(iters, (int, np.integer)) or iters < 1:
         raise InvalidParameterError(f"n_iter must be an integer >= 1; got {n_iter!r}")
     if not 0.0 < float(svt_share) < 1.0:
@@ -123,6 +134,7 @@ def validate_parameters(
         raise InvalidParameterError(f"calibration must be 'standard' or 'paper'; got {calibration!r}")
     if int(max_dense_dim) < 1:
         raise InvalidParameterError(f"max_dense_dim must be >= 1; got {max_dense_dim}")
+    entry_bound, coherence = _validate_private_power(mechanism, entry_bound, coherence, c_doubling, symmetric, bound)
     return PCAParameters(
         mechanism=mechanism,
         epsilon=float(epsilon) if private else float("inf"),
@@ -136,7 +148,41 @@ def validate_parameters(
         grid_octaves=int(grid_octaves),
         calibration=calibration,
         max_dense_dim=int(max_dense_dim),
+        coherence=coherence,
+        entry_bound=entry_bound,
+        c_doubling=bool(c_doubling),
+        symmetric=bool(symmetric),
     )
+
+
+def _validate_private_power(
+    mechanism: str, entry_bound: float, coherence: float | None, c_doubling: bool, symmetric: bool,
+    row_norm_bound: float,
+) -> tuple[float, float | None]:
+    """Parameters of private power iteration; other mechanisms refuse them rather than ignore them."""
+    if mechanism != "private-power":
+        given = [name for name, value, default in (("coherence", coherence, None), ("entry_bound", entry_bound, 1.0),
+                                                   ("c_doubling", c_doubling, False), ("symmetric", symmetric, False))
+                 if value != default]
+        if given:
+            raise InvalidParameterError(
+                f"{', '.join(given)} apply only to mechanism='private-power'; got mechanism={mechanism!r}"
+            )
+        return 1.0, None
+    if row_norm_bound != 1.0:
+        raise InvalidParameterError(
+            f"row_norm_bound does not apply to mechanism='private-power' (it protects one entry changing by at most "
+            f"entry_bound, and clips nothing); got row_norm_bound={row_norm_bound}"
+        )
+    bound = _check_positive("entry_bound", entry_bound)
+    if coherence is not None:
+        coherence = _check_positive("coherence", coherence)
+        if coherence < 1.0:
+            raise InvalidParameterError(f"coherence must be >= 1 (the coherence of any matrix is >= 1); got {coherence}")
+    for name, flag in (("c_doubling", c_doubling), ("symmetric", symmetric)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise InvalidParameterError(f"{name} must be True or False; got {flag!r}")
+    return bound, coherence
 
 
 def _noise_source(seed: int | None) -> Any:
@@ -168,6 +214,8 @@ class MechanismPlan:
 
 #: Planners by mechanism name: ``planner(params, n_cols) -> MechanismPlan``, from public parameters only.
 _PLANNERS: dict[str, Callable[[PCAParameters, int], MechanismPlan]] = {}
+#: Default ``n_iter`` of mechanisms whose default differs from :data:`DEFAULT_N_ITER`.
+_DEFAULT_N_ITERS: dict[str, int] = {}
 
 
 def register_mechanism(name: str, planner: Callable[[PCAParameters, int], MechanismPlan]) -> None:
@@ -295,6 +343,8 @@ def _plan_exact(params: PCAParameters, n_cols: int) -> MechanismPlan:
 register_mechanism("adaptive-power", _plan_adaptive_power)
 register_mechanism("analyze-gauss", _plan_analyze_gauss)
 register_mechanism("exact", _plan_exact)
+register_mechanism(PRIVATE_POWER, plan_private_power)
+_DEFAULT_N_ITERS[PRIVATE_POWER] = DEFAULT_PRIVATE_POWER_N_ITER
 
 
 def pca(
@@ -319,6 +369,10 @@ def pca(
     on_release: Callable[[Any, tuple[Any, ...]], None] | None = None,
     resume: Any = None,
     noise: Any = None,
+    coherence: float | None = None,
+    entry_bound: float = 1.0,
+    c_doubling: bool = False,
+    symmetric: bool = False,
 ) -> PCAResult:
     """Differentially private top principal directions (right singular vectors) of a row-partitioned matrix.
 
@@ -336,7 +390,8 @@ def pca(
     row_norm_bound
         Public L2 bound c; rows are scaled down to it (never dropped).
     mechanism
-        ``"adaptive-power"`` (default; seed 004), ``"analyze-gauss"`` (baseline) or ``"exact"`` (not private).
+        ``"adaptive-power"`` (default; seed 004), ``"analyze-gauss"`` (baseline), ``"private-power"`` (seed 000:
+        entry-level privacy, see below) or ``"exact"`` (not private).
     client
         ``None`` (an embedded ``LocalCluster``), a scheduler address, or a ``distributed.Client``; ``"local"``
         runs in this process without Dask (small data, tests).
@@ -365,6 +420,19 @@ def pca(
         The :class:`~dppca_dask.mechanisms.NoiseSource` to draw from (default: a new one from the operating
         system's entropy, or from ``seed``). A caller that must know whether any noise was drawn before a failure
         (the job runner's ledger) passes its own and inspects ``noise.released_keys``.
+    coherence
+        Private power only: the public coherence bound C (default: N, the worst case, where the check cannot
+        fail; with ``c_doubling``, the first C tried). A run whose iterate is more coherent than C allows stops
+        with :class:`~dppca_dask.errors.MechanismFailedError` (a public failure).
+    entry_bound
+        Private power only: neighbours differ in one entry by at most this (default 1); scales all noise.
+    c_doubling
+        Private power only: try ``C, 2C, 4C, …, N`` and keep the first run that passes (Remark 4.5 of Hardt &
+        Roth 2013); the budget is split over all rungs.
+    symmetric
+        Private power only: the store is itself a symmetric matrix (checked before any release); required for
+        ``n_components > 1``, which also assumes it is positive semidefinite. Otherwise the run uses the
+        embedding ``[[0, A], [Aᵀ, 0]]`` and returns the top right singular vector (rank 1).
 
     Returns
     -------
@@ -376,7 +444,9 @@ def pca(
     Privacy contract: neighbouring datasets differ by adding or removing one row (replace-one follows by group
     privacy and is reported in ``privacy.group_privacy``). The report composes the DpEvents actually emitted with
     the PLD accountant. Components are the top right singular vectors of the clipped matrix, not of the centred
-    data: centre the data first if that is what you need.
+    data: centre the data first if that is what you need. ``mechanism="private-power"`` is private for one entry
+    changing by at most ``entry_bound`` (its report says so), a weaker relation than a row; its default ``n_iter``
+    is 20.
     """
     started_wall = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.perf_counter()
@@ -393,6 +463,10 @@ def pca(
         grid_octaves=grid_octaves,
         calibration=calibration,
         max_dense_dim=max_dense_dim,
+        coherence=coherence,
+        entry_bound=entry_bound,
+        c_doubling=c_doubling,
+        symmetric=symmetric,
     )
     source = as_source(data)
     plan = _plan(params, source.n_cols)

@@ -129,3 +129,174 @@ def write_low_coherence(
             return writer.commit()
     finally:
         bar.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Test matrices of the Hardt–Roth mechanisms (seeds 000 and 003): incoherent and coherent low-rank matrices, PSD
+# matrices, and the lower-bound family of seed 000 §1.5. Small and dense unless said otherwise; every generator is
+# reproducible from its seed. Their coherence is known by construction (check it with dppca_dask.coherence).
+
+__all__ += [
+    "PlantedLowRank",
+    "coherent_low_rank",
+    "coherent_psd",
+    "gaussian_factor_matrix",
+    "incoherent_low_rank",
+    "incoherent_psd",
+    "lower_bound_matrix",
+]
+
+
+@dataclass(frozen=True)
+class PlantedLowRank:
+    """A generated matrix and its planted factors: ``matrix = left @ diag(values) @ right.T`` (+ ``noise``)."""
+
+    matrix: Any
+    """The matrix (dense ``numpy`` or, for the lower-bound family, ``scipy.sparse.csr_array``)."""
+    left: np.ndarray
+    """m×r orthonormal columns (the left singular vectors, or eigenvectors of a PSD matrix)."""
+    values: np.ndarray
+    """The r planted singular values (eigenvalues), descending."""
+    right: np.ndarray
+    """n×r orthonormal columns (equal to ``left`` for a PSD matrix)."""
+
+
+def _rng(seed: int, tag: int) -> np.random.Generator:
+    return np.random.default_rng([int(seed), 0x4852, tag])  # "HR"
+
+
+def _haar(rng: np.random.Generator, n: int, r: int) -> np.ndarray:
+    q, rr = np.linalg.qr(rng.standard_normal((n, r)))
+    return q * np.sign(np.diag(rr))
+
+
+def _spiky(rng: np.random.Generator, n: int, r: int, support: int) -> np.ndarray:
+    """r orthonormal columns, each supported on ``support`` coordinates (disjoint when they fit, else shared)."""
+    if not 1 <= support <= n:
+        raise InvalidParameterError(f"support must be in [1, {n}]; got {support}")
+    out = np.zeros((n, r))
+    perm = rng.permutation(n)
+    if support * r <= n:  # disjoint supports: coherence exactly n/support
+        for i in range(r):
+            rows = perm[i * support : (i + 1) * support]
+            out[rows, i] = rng.choice(np.array([-1.0, 1.0]), size=support) / np.sqrt(support)
+        return out
+    if r > support:
+        raise InvalidParameterError(f"rank {r} exceeds the support {support}; raise the support")
+    rows = perm[:support]
+    out[rows] = _haar(rng, support, r)
+    return out
+
+
+def _check_values(values: Any, name: str = "singular_values") -> np.ndarray:
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size < 1 or np.any(v < 0) or not np.all(np.isfinite(v)):
+        raise InvalidParameterError(f"{name} must be finite, >= 0 and non-empty; got {values!r}")
+    return np.sort(v)[::-1]
+
+
+def incoherent_low_rank(
+    n_rows: int, n_cols: int, singular_values: Any, *, noise: float = 0.0, seed: int = 0
+) -> PlantedLowRank:
+    """``U·diag(s)·Vᵀ`` with Haar-random orthonormal U, V (μ = O(log n)), plus optional i.i.d. ``N(0, noise²)``."""
+    s = _check_values(singular_values)
+    rng = _rng(seed, 1)
+    u, v = _haar(rng, n_rows, s.size), _haar(rng, n_cols, s.size)
+    matrix = (u * s) @ v.T
+    if noise:
+        matrix = matrix + noise * rng.standard_normal((n_rows, n_cols))
+    return PlantedLowRank(matrix, u, s, v)
+
+
+def coherent_low_rank(
+    n_rows: int,
+    n_cols: int,
+    singular_values: Any,
+    *,
+    row_support: int,
+    col_support: int | None = None,
+    noise: float = 0.0,
+    seed: int = 0,
+) -> PlantedLowRank:
+    """Low rank with spiky singular vectors: each left one on ``row_support`` rows (μ ≈ n_rows/row_support).
+
+    Right singular vectors are supported on ``col_support`` columns (default: all, i.e. Haar-random).
+    """
+    s = _check_values(singular_values)
+    rng = _rng(seed, 2)
+    u = _spiky(rng, n_rows, s.size, row_support)
+    v = _haar(rng, n_cols, s.size) if col_support is None else _spiky(rng, n_cols, s.size, col_support)
+    matrix = (u * s) @ v.T
+    if noise:
+        matrix = matrix + noise * rng.standard_normal((n_rows, n_cols))
+    return PlantedLowRank(matrix, u, s, v)
+
+
+def gaussian_factor_matrix(n_rows: int, n_cols: int, rank: int, *, scale: float = 1.0, seed: int = 0) -> PlantedLowRank:
+    """``scale·G₁G₂ᵀ/sqrt(r)`` with i.i.d. N(0, 1) factors (seed 003 spec §5.3): entries ≈ N(0, scale²), incoherent.
+
+    The returned ``left``, ``values``, ``right`` are the exact thin SVD of the matrix.
+    """
+    if rank < 1:
+        raise InvalidParameterError(f"rank must be >= 1; got {rank}")
+    rng = _rng(seed, 3)
+    g1 = rng.standard_normal((n_rows, rank))
+    g2 = rng.standard_normal((n_cols, rank))
+    q1, r1 = np.linalg.qr(g1)
+    q2, r2 = np.linalg.qr(g2)
+    core = scale * (r1 @ r2.T) / np.sqrt(rank)
+    uc, s, vct = np.linalg.svd(core)
+    left, right = q1 @ uc, q2 @ vct.T
+    return PlantedLowRank((left * s) @ right.T, left, s, right)
+
+
+def incoherent_psd(n: int, eigenvalues: Any, *, seed: int = 0) -> PlantedLowRank:
+    """``Q·diag(λ)·Qᵀ`` with a Haar-random n×r Q (seed 000 spec §4.1(a)); symmetric positive semidefinite."""
+    lam = _check_values(eigenvalues, "eigenvalues")
+    q = _haar(_rng(seed, 4), n, lam.size)
+    matrix = (q * lam) @ q.T
+    return PlantedLowRank((matrix + matrix.T) / 2.0, q, lam, q)
+
+
+def coherent_psd(n: int, eigenvalues: Any, *, support: int, seed: int = 0) -> PlantedLowRank:
+    """PSD with a spiky top eigenvector: u₁ uniform (±1/sqrt(s)) on ``support`` coordinates, μ ≈ n/support.
+
+    The other eigenvectors are Haar-random in the orthogonal complement of u₁ (seed 000 spec §4.1(b)).
+    """
+    lam = _check_values(eigenvalues, "eigenvalues")
+    rng = _rng(seed, 5)
+    first = _spiky(rng, n, 1, support)
+    rest = rng.standard_normal((n, lam.size - 1))
+    rest -= first @ (first.T @ rest)  # orthogonal to u₁, then orthonormalised
+    others = np.linalg.qr(rest)[0] if lam.size > 1 else np.zeros((n, 0))
+    q = np.hstack([first, others])
+    matrix = (q * lam) @ q.T
+    return PlantedLowRank((matrix + matrix.T) / 2.0, q, lam, q)
+
+
+def lower_bound_matrix(n: int, coherence: float, *, seed: int = 0) -> PlantedLowRank:
+    """The lower-bound family ℳ_C of seed 000 §1.5 (Sec. 6): ``M_D = sqrt(n·s/2)·u·D̄ᵀ``, sparse n×n, rank 1.
+
+    ``D ∈ {0,1}^n`` has n/2 ones (random from ``seed``), ``D̄ = D/‖D‖``, ``u`` is uniform on the first
+    ``s = n/C`` coordinates: the first s rows are copies of D, the rest are zero. Then ``μ(M_D) = C`` and
+    ``σ₁ = sqrt(n·s/2) = n/sqrt(2C)``; one entry of D is s entries of M_D. Needs n even and n/C an integer ≥ 1.
+    """
+    if n < 2 or n % 2:
+        raise InvalidParameterError(f"n must be even and >= 2; got {n}")
+    s_float = n / float(coherence)
+    s = int(round(s_float))
+    if not (2.0 <= coherence <= n) or abs(s - s_float) > 1e-9 or s < 1:
+        raise InvalidParameterError(
+            f"coherence must be in [2, n] with n/coherence an integer; got n={n}, C={coherence}"
+        )
+    rng = _rng(seed, 6)
+    d = np.zeros(n)
+    d[rng.choice(n, size=n // 2, replace=False)] = 1.0
+    d_bar = d / np.linalg.norm(d)
+    u = np.zeros(n)
+    u[:s] = 1.0 / np.sqrt(s)
+    sigma = float(np.sqrt(n * s / 2.0))
+    cols = np.flatnonzero(d)
+    rows = np.repeat(np.arange(s), cols.size)
+    matrix = sp.csr_array((np.ones(rows.size), (rows, np.tile(cols, s))), shape=(n, n))
+    return PlantedLowRank(matrix, u[:, None], np.array([sigma]), d_bar[:, None])

@@ -30,6 +30,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--svt-share", type=float, default=DEFAULT_SVT_SHARE,
                    help=f"share of the budget for the SVT steps (default {DEFAULT_SVT_SHARE})")
     p.add_argument("--calibration", choices=("standard", "paper"), default="standard")
+    p.add_argument("--coherence", type=float, default=None,
+                   help="private-power: public coherence bound C (default: N, the worst case; with --c-doubling the "
+                        "first C tried)")
+    p.add_argument("--entry-bound", type=float, default=1.0,
+                   help="private-power: neighbours differ in one entry by at most this (default 1)")
+    p.add_argument("--c-doubling", action="store_true",
+                   help="private-power: try C, 2C, 4C, ..., N and keep the first run that passes (budget split)")
+    p.add_argument("--symmetric", action="store_true",
+                   help="private-power: the store is a symmetric (PSD for more than one component) matrix")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
                    help="keep partitions in worker memory (default: when they fit)")
@@ -69,6 +78,20 @@ def format_result(result: Any, *, top: int = 8) -> str:
     return "\n".join(lines)
 
 
+def _private_power_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The private-power options that were given (other mechanisms refuse them)."""
+    out: dict[str, Any] = {}
+    if args.coherence is not None:
+        out["coherence"] = args.coherence
+    if args.entry_bound != 1.0:
+        out["entry_bound"] = args.entry_bound
+    if args.c_doubling:
+        out["c_doubling"] = True
+    if args.symmetric:
+        out["symmetric"] = True
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.api import pca
 
@@ -85,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         persist=args.persist,
         svt_share=args.svt_share,
         calibration=args.calibration,
+        **_private_power_options(args),
     )
     if args.out:
         result.save(args.out)

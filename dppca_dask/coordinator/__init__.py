@@ -6,6 +6,8 @@ from dppca_dask.coordinator.client import connect
 from dppca_dask.coordinator.driver import Coordinator, LocalExecutor, StepPlan, register_request, run_algorithm
 from dppca_dask.coordinator.sources import PartitionData, PartitionSource, as_source
 
+from dppca_dask.coordinator import hardt_roth as _hardt_roth  # noqa: F401,I001  (registers its request types)
+
 __all__ = [
     "Coordinator",
     "LocalExecutor",

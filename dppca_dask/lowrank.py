@@ -1,0 +1,518 @@
+"""Differentially private low-rank approximation of a row-partitioned matrix: :func:`lowrank`.
+
+Three mechanisms, each returning the approximation **factored**, ``B = left @ right`` (left n_rows×r, right r×d),
+with its privacy report:
+
+- ``"private-low-rank"`` (default): private find-and-project of Hardt & Roth 2012 (Fig. 4; seed 003): a private
+  range finder, optional pruning, a private projection, two passes over the data
+  (:mod:`dppca_dask.algorithms.private_low_rank`). Private for one row changing by a vector of L2 norm ≤ s.
+- ``"randomized-response"``: the paper's baseline, Gaussian noise on every entry then the exact truncated SVD;
+  densifies the matrix at the coordinator, so it refuses matrices that do not fit
+  (:mod:`dppca_dask.algorithms.randomized_response`). Same relation.
+- ``"private-power"``: ``B_k = Σ σ̂_i v_i v_iᵀ`` by private power iteration with deflation (Hardt & Roth 2013,
+  Fig. 3; seed 000) for a symmetric positive semidefinite store, or ``σ̂·u vᵀ`` (rank 1) for an asymmetric one
+  through its embedding. Private for one entry changing by at most ``entry_bound`` (a weaker relation).
+
+The left factor has one row per row of the store (per individual). It is differentially private like the right
+factor, but its size grows with the number of individuals; both are written by :meth:`LowRankResult.save`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import math
+import os
+import time
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import zarr
+
+from dppca_dask import __version__
+from dppca_dask.errors import InvalidParameterError, StoreNotFoundError
+
+__all__ = ["LOWRANK_MECHANISMS", "LowRankResult", "load_lowrank", "lowrank"]
+
+#: Mechanisms of :func:`lowrank`.
+LOWRANK_MECHANISMS = ("private-low-rank", "randomized-response", "private-power")
+#: Rows per chunk of the written left factor.
+_LEFT_CHUNK_ROWS = 262_144
+
+
+def _frozen(array: Any) -> np.ndarray:
+    out = np.array(array, dtype=np.float64, copy=True)
+    out.setflags(write=False)
+    return out
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "inf" if value > 0 else ("-inf" if value < 0 else "nan")
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _json_safe(value.tolist())
+    if isinstance(value, np.generic):
+        return _json_safe(value.item())
+    return value
+
+
+@dataclass(frozen=True)
+class LowRankResult:
+    """A private low-rank approximation ``B = left @ right`` and its privacy report.
+
+    Everything is safe to publish under ``privacy`` (when ``privacy.private`` is true) except ``timings``
+    (operational metadata outside the guarantee, as for :class:`~dppca_dask.results.PCAResult`).
+    """
+
+    left: np.ndarray
+    """n_rows×r factor (W of Hardt & Roth 2012; U_r for randomized response; the v_i or u for private power)."""
+    right: np.ndarray
+    """r×d factor (M = W'ᵀA + N; diag(s_r)·V_rᵀ; diag(σ̂)·V_kᵀ)."""
+    mechanism: str
+    privacy: Any
+    """:class:`~dppca_dask.accounting.PrivacyReport`: (ε, δ), neighbouring relation, accountant."""
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    """Parameters, calibrated constants, input description, package versions, times."""
+    timings: Mapping[str, Any] = field(default_factory=dict)
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    """Released or public byproducts: α_i of the projection, σ̂_i, the coherence bound used, …"""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "left", _frozen(self.left))
+        object.__setattr__(self, "right", _frozen(self.right))
+        if self.left.ndim != 2 or self.right.ndim != 2 or self.left.shape[1] != self.right.shape[0]:
+            raise InvalidParameterError(
+                f"factors must be n×r and r×d; got {self.left.shape} and {self.right.shape}"
+            )
+
+    @property
+    def rank(self) -> int:
+        """r: the number of columns of ``left`` (the rank of B, at most)."""
+        return int(self.left.shape[1])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Shape of the approximated matrix, (n_rows, d)."""
+        return (int(self.left.shape[0]), int(self.right.shape[1]))
+
+    @property
+    def private(self) -> bool:
+        return bool(getattr(self.privacy, "private", False))
+
+    def to_dense(self, *, max_bytes: int = 2**30) -> np.ndarray:
+        """``left @ right`` as a dense array (refuses more than ``max_bytes``)."""
+        need = self.shape[0] * self.shape[1] * 8
+        if need > max_bytes:
+            raise InvalidParameterError(
+                f"the dense {self.shape[0]}x{self.shape[1]} approximation needs {need / 2**30:.2f} GiB, more than "
+                f"max_bytes={max_bytes}; keep it factored (left @ right) or raise max_bytes"
+            )
+        return self.left @ self.right
+
+    def to_dict(self, *, include_factors: bool = False) -> dict[str, Any]:
+        """JSON-safe public parts (factors only if asked)."""
+        report = self.privacy.to_dict() if hasattr(self.privacy, "to_dict") else dict(self.privacy)
+        out: dict[str, Any] = {
+            "mechanism": self.mechanism,
+            "rank": self.rank,
+            "shape": list(self.shape),
+            "private": self.private,
+            "privacy": report,
+            "provenance": dict(self.provenance),
+            "timings": dict(self.timings),
+            "extras": dict(self.extras),
+        }
+        if include_factors:
+            out["left"] = self.left.tolist()
+            out["right"] = self.right.tolist()
+        return _json_safe(out)  # type: ignore[no-any-return]
+
+    def save(self, directory: str | os.PathLike[str]) -> str:
+        """Write ``factors.zarr`` (arrays ``left`` and ``right``) and ``result.json`` into ``directory``."""
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        group = zarr.open_group(os.path.join(directory, "factors.zarr"), mode="w", zarr_format=3)
+        rows = max(1, min(self.shape[0], _LEFT_CHUNK_ROWS))
+        left = group.create_array("left", shape=self.left.shape, chunks=(rows, max(1, self.rank)), dtype="float64")
+        left[...] = self.left
+        right = group.create_array("right", shape=self.right.shape, dtype="float64")
+        right[...] = self.right
+        group.attrs["description"] = "B = left @ right"
+        tmp = os.path.join(directory, ".result.json.tmp")
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(self.to_dict(), handle, indent=2, sort_keys=True)
+            handle.write("\n")
+        os.replace(tmp, os.path.join(directory, "result.json"))
+        return directory
+
+
+@dataclass(frozen=True)
+class _LoadedReport:
+    data: Mapping[str, Any]
+
+    @property
+    def private(self) -> bool:
+        return bool(self.data.get("private", False))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.data)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.data[name]
+        except KeyError as exc:
+            raise AttributeError(name) from exc
+
+
+def load_lowrank(directory: str | os.PathLike[str]) -> LowRankResult:
+    """Read a result written by :meth:`LowRankResult.save`."""
+    directory = os.fspath(directory)
+    meta_path = os.path.join(directory, "result.json")
+    if not os.path.exists(meta_path):
+        raise StoreNotFoundError(f"no result.json in '{directory}'; write one with LowRankResult.save or --out")
+    with open(meta_path, encoding="utf-8") as handle:
+        meta = json.load(handle)
+    group = zarr.open_group(os.path.join(directory, "factors.zarr"), mode="r")
+    return LowRankResult(
+        left=np.asarray(group["left"][...]),
+        right=np.asarray(group["right"][...]),
+        mechanism=meta["mechanism"],
+        privacy=_LoadedReport(meta["privacy"]),
+        provenance=meta.get("provenance", {}),
+        timings=meta.get("timings", {}),
+        extras=meta.get("extras", {}),
+    )
+
+
+# ------------------------------------------------------------------------------------------------ validation
+def _positive(name: str, value: Any, *, allow_inf: bool = False) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"{name} must be a number; got {value!r}") from None
+    if math.isnan(out) or out <= 0 or (math.isinf(out) and not allow_inf):
+        raise InvalidParameterError(f"{name} must be {'> 0' if allow_inf else 'finite and > 0'}; got {out}")
+    return out
+
+
+def _integer(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise InvalidParameterError(f"{name} must be an integer >= {minimum}; got {value!r}")
+    return int(value)
+
+
+_SPECIFIC: dict[str, tuple[str, ...]] = {
+    "private-low-rank": ("oversampling", "projection", "prune_alpha", "left_factor", "truncate"),
+    "randomized-response": ("max_dense_bytes",),
+    "private-power": ("entry_bound", "coherence", "c_doubling", "n_iter", "symmetric", "signed_values"),
+}
+_ROW_PARAMETERS = ("row_norm_bound", "row_change_bound")
+
+
+def lowrank(
+    data: Any,
+    *,
+    rank: int,
+    epsilon: float,
+    delta: float,
+    mechanism: str = "private-low-rank",
+    oversampling: int = 2,
+    calibration: str = "standard",
+    projection: str = "paper",
+    prune_alpha: float = 1.0,
+    left_factor: str = "orthonormal",
+    truncate: bool = False,
+    row_norm_bound: float = 1.0,
+    row_change_bound: float | None = None,
+    max_dense_bytes: int | None = None,
+    entry_bound: float = 1.0,
+    coherence: float | None = None,
+    c_doubling: bool = False,
+    n_iter: int | None = None,
+    symmetric: bool = False,
+    signed_values: bool = False,
+    client: Any = None,
+    seed: int | None = None,
+    persist: bool | None = None,
+    noise: Any = None,
+) -> LowRankResult:
+    """A differentially private low-rank approximation of a row-partitioned matrix, kept factored.
+
+    Parameters
+    ----------
+    data
+        A store path, a :class:`~dppca_dask.storage.MatrixStore`, a dask array, a scipy sparse matrix or a numpy
+        array; each row is one individual.
+    rank
+        Target rank r (the output rank is r + oversampling for private-low-rank unless ``truncate``).
+    epsilon, delta
+        Total privacy budget.
+    mechanism
+        ``"private-low-rank"`` (default), ``"randomized-response"`` or ``"private-power"`` (module docstring).
+    oversampling
+        p of the range finder (private-low-rank); the sketch width is k = r + p ≤ min(n_rows, d).
+    calibration
+        ``"standard"`` (corrected constants, default) or ``"paper"`` (the paper's constants, for reproduction; for
+        seed 003 they do not meet the requested (ε, δ), which the report then shows).
+    projection
+        Private-low-rank: ``"paper"`` (Fig. 3) or ``"tight"`` (one Gaussian on WᵀA at its Frobenius sensitivity,
+        seed 003 spec §3.7: an extension beyond the paper).
+    prune_alpha
+        Private-low-rank: the pruning threshold α (1: none, the default and Thm 6.3's choice). Must be public:
+        never derive it from the data.
+    left_factor
+        Private-low-rank: ``"orthonormal"`` (W, default) or ``"pruned"`` (the literal W' of Fig. 4).
+    truncate
+        Private-low-rank: return the best rank-r approximation of the rank-k output (post-processing).
+    row_norm_bound
+        Rows are clipped to this L2 norm before anything is computed (``inf``: not clipped; then give
+        ``row_change_bound``). Private-low-rank and randomized response only.
+    row_change_bound
+        s: the relation protects one row changing by a vector of L2 norm at most s (default: ``row_norm_bound``,
+        so that removing or zeroing one individual's clipped row is covered; replacing it is reported by group
+        privacy). Every noise scale is proportional to s.
+    max_dense_bytes
+        Randomized response: the largest coordinator memory it may use (default 2 GiB); a larger matrix is
+        refused before anything is read, naming the memory it would need.
+    entry_bound, coherence, c_doubling, n_iter, symmetric
+        Private-power: as in :func:`dppca_dask.pca` (entry-level relation; rank > 1 needs a symmetric PSD store).
+    signed_values
+        Private-power on a symmetric store: release the Rayleigh quotients ``v_iᵀB_{i-1}v_i`` instead of the
+        paper's ``‖B_{i-1}v_i‖``, a private sign estimate that makes deflation valid for indefinite matrices
+        (spec §1.4; beyond the paper). On an asymmetric store the value is always the signed ``ûᵀAv̂``.
+    client, seed, persist, noise
+        As in :func:`dppca_dask.pca`; a ``seed`` (or a non-private ``noise``) makes the result not private.
+
+    Returns
+    -------
+    LowRankResult
+        ``left``, ``right``, the privacy report (its ``neighbouring`` names the relation), provenance, timings
+        and released byproducts.
+
+    Notes
+    -----
+    Validation happens before anything is read. Private-low-rank runs at (ε/2, δ/2) per step (range finder,
+    projection) and reports the PLD composition of the DpEvents emitted; randomized response is one Gaussian
+    mechanism; private power composes its rounds and values exactly (see each algorithm's Notes).
+    """
+    from dppca_dask.accounting import build_report
+    from dppca_dask.accounting.hardt_roth import (
+        calibrate_private_low_rank,
+        entry_relation,
+        row_change_relation,
+    )
+    from dppca_dask.algorithms.private_power import DEFAULT_PRIVATE_POWER_N_ITER
+    from dppca_dask.algorithms.randomized_response import DEFAULT_MAX_DENSE_BYTES, dense_bytes_needed
+    from dppca_dask.api import _execute, _noise_source, _versions
+    from dppca_dask.coordinator import as_source
+
+    started_wall = _dt.datetime.now(_dt.timezone.utc)
+    t0 = time.perf_counter()
+    # -- public parameters, before the data is touched -----------------------------------------------------
+    if mechanism not in LOWRANK_MECHANISMS:
+        raise InvalidParameterError(f"mechanism must be one of {', '.join(LOWRANK_MECHANISMS)}; got {mechanism!r}")
+    given = {
+        "oversampling": oversampling != 2, "projection": projection != "paper", "prune_alpha": prune_alpha != 1.0,
+        "left_factor": left_factor != "orthonormal", "truncate": bool(truncate),
+        "max_dense_bytes": max_dense_bytes is not None, "entry_bound": entry_bound != 1.0,
+        "coherence": coherence is not None, "c_doubling": bool(c_doubling), "n_iter": n_iter is not None,
+        "symmetric": bool(symmetric), "signed_values": bool(signed_values), "row_norm_bound": row_norm_bound != 1.0,
+        "row_change_bound": row_change_bound is not None,
+    }
+    allowed = set(_SPECIFIC[mechanism]) | (set(_ROW_PARAMETERS) if mechanism != "private-power" else set())
+    wrong = [name for name, is_set in given.items() if is_set and name not in allowed]
+    if wrong:
+        raise InvalidParameterError(f"{', '.join(wrong)} do not apply to mechanism={mechanism!r}")
+    epsilon = _positive("epsilon", epsilon)
+    delta = float(delta)
+    if not 0.0 < delta < 1.0:
+        raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
+    rank = _integer("rank", rank, 1)
+    if calibration not in ("standard", "paper"):
+        raise InvalidParameterError(f"calibration must be 'standard' or 'paper'; got {calibration!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise InvalidParameterError(f"seed must be an integer or None; got {seed!r}")
+    if noise is not None and seed is not None:
+        raise InvalidParameterError(
+            "give either seed or noise, not both; a seeded NoiseSource is NoiseSource.from_seed"
+        )
+
+    parameters: dict[str, Any] = {"mechanism": mechanism, "epsilon": epsilon, "delta": delta, "rank": rank,
+                                  "calibration": calibration}
+    if mechanism == "private-power":
+        entry_bound = _positive("entry_bound", entry_bound)
+        if coherence is not None:
+            coherence = _positive("coherence", coherence)
+        iters = DEFAULT_PRIVATE_POWER_N_ITER if n_iter is None else _integer("n_iter", n_iter, 1)
+        if rank > 1 and not symmetric:
+            raise InvalidParameterError(
+                f"mechanism='private-power' with rank={rank} needs symmetric=True (a symmetric PSD store); use "
+                "mechanism='private-low-rank' for an asymmetric store"
+            )
+        parameters.update(entry_bound=entry_bound, coherence=coherence, c_doubling=bool(c_doubling),
+                          n_iter=iters, symmetric=bool(symmetric), signed_values=bool(signed_values))
+        neighbouring = entry_relation(entry_bound)
+    else:
+        clip = _positive("row_norm_bound", row_norm_bound, allow_inf=True)
+        if row_change_bound is None:
+            if math.isinf(clip):
+                raise InvalidParameterError(
+                    "row_norm_bound=inf leaves rows unbounded; give row_change_bound (the L2 change of one row the "
+                    "guarantee covers) or a finite row_norm_bound"
+                )
+            change = clip
+        else:
+            change = _positive("row_change_bound", row_change_bound)
+        parameters.update(row_norm_bound=clip, row_change_bound=change)
+        neighbouring = row_change_relation(change)
+        if mechanism == "private-low-rank":
+            oversampling = _integer("oversampling", oversampling, 0)
+            prune_alpha = _positive("prune_alpha", prune_alpha)
+            if left_factor not in ("orthonormal", "pruned"):
+                raise InvalidParameterError(f"left_factor must be 'orthonormal' or 'pruned'; got {left_factor!r}")
+            if projection not in ("paper", "tight"):
+                raise InvalidParameterError(f"projection must be 'paper' or 'tight'; got {projection!r}")
+            parameters.update(oversampling=oversampling, projection=projection, prune_alpha=prune_alpha,
+                              left_factor=left_factor, truncate=bool(truncate))
+        else:
+            limit = DEFAULT_MAX_DENSE_BYTES if max_dense_bytes is None else _integer("max_dense_bytes",
+                                                                                     max_dense_bytes, 1)
+            parameters.update(max_dense_bytes=limit)
+
+    source = as_source(data)
+    n_rows, n_cols = source.n_rows, source.n_cols
+    paper_figure = None
+    calibration_info: dict[str, Any] = {}
+    if mechanism == "private-low-rank":
+        width = rank + oversampling
+        if width > min(n_rows, n_cols):
+            raise InvalidParameterError(
+                f"rank + oversampling = {width} must be <= min(n_rows, n_cols) = {min(n_rows, n_cols)}; lower them"
+            )
+        cal = calibrate_private_low_rank(epsilon=epsilon, delta=delta, rank=rank, oversampling=oversampling,
+                                         calibration=calibration, projection=projection)
+        calibration_info = cal.to_dict()
+        if calibration == "paper":
+            planned = build_report(cal.events(), target_epsilon=epsilon, target_delta=delta, neighbouring=neighbouring)
+            if not planned.meets_target:
+                warnings.warn(
+                    f"calibration='paper' uses Hardt-Roth 2012's printed constants, which do not meet "
+                    f"(epsilon={epsilon:g}, delta={delta:g}) (the range finder's noise lacks a sqrt(ln(1/delta)) "
+                    f"factor); this run is ({planned.epsilon:.4g}, {delta:g})-DP, as its privacy report states",
+                    UserWarning, stacklevel=2,
+                )
+    elif mechanism == "randomized-response":
+        if rank > min(n_rows, n_cols):
+            raise InvalidParameterError(f"rank must be <= min(n_rows, n_cols) = {min(n_rows, n_cols)}; got {rank}")
+        need = dense_bytes_needed(n_rows, n_cols)
+        if need > parameters["max_dense_bytes"]:
+            raise InvalidParameterError(
+                f"randomized-response densifies the {n_rows}x{n_cols} matrix at the coordinator and would need about "
+                f"{need / 2**30:.2f} GiB ({need} bytes), more than max_dense_bytes={parameters['max_dense_bytes']}; "
+                "use mechanism='private-low-rank', or raise max_dense_bytes if the coordinator has the memory"
+            )
+        from dppca_dask.accounting.hardt_roth import rr_sigma
+
+        calibration_info = {"sigma": rr_sigma(epsilon, delta, calibration=calibration), "calibration": calibration}
+    else:
+        if rank > n_cols:
+            raise InvalidParameterError(f"rank must be <= the number of columns ({n_cols}); got {rank}")
+
+    if noise is None:
+        noise = _noise_source(seed)  # a seed warns NotPrivateWarning here
+    t_calibrated = time.perf_counter()
+    run = _make_run(mechanism, parameters, n_cols, noise)
+    output = _execute(source, client, persist, run)
+    finished = time.perf_counter()
+
+    events = list(output.events)
+    extras: dict[str, Any] = {"n_passes": output.n_passes}
+    if mechanism != "private-power":
+        left, right = output.left, output.right
+    if mechanism == "private-low-rank":
+        extras.update(alphas=output.alphas, projection_sensitivity=output.projection_sensitivity,
+                      width=output.calibration.width)
+    elif mechanism == "randomized-response":
+        extras.update(sigma=output.sigma)
+    else:
+        cal_pp = output.calibration
+        calibration_info = cal_pp.to_dict()
+        extras.update(values=output.values, coherence=list(output.coherence), failed_rungs=list(output.failed_rungs),
+                      dimension=output.dimension, n_releases=output.n_releases)
+        if calibration == "paper":
+            paper_figure = cal_pp.paper_figure()
+        if symmetric:
+            left = output.components.T
+            right = output.values[:, None] * output.components
+        else:
+            left = output.left[:, None]
+            right = output.values[:, None] * output.components
+    report = build_report(events, target_epsilon=epsilon, target_delta=delta, neighbouring=neighbouring,
+                          private=bool(noise.private), paper_figure=paper_figure)
+    if mechanism != "private-power" and parameters["row_change_bound"] == parameters["row_norm_bound"]:
+        report = _with_replace_one(report, events, delta)
+    provenance = {
+        "mechanism": mechanism,
+        "private": report.private,
+        "parameters": parameters,
+        "calibration": calibration_info,
+        "input": dict(source.description),
+        "seeded": seed is not None or not noise.private,
+        "package": {"dppca_dask": __version__, **_versions()},
+        "started": started_wall.isoformat(timespec="seconds"),
+        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    timings = {"total": finished - t0, "calibration": t_calibrated - t0, "run": finished - t_calibrated}
+    return LowRankResult(left=left, right=right, mechanism=mechanism, privacy=report, provenance=provenance,
+                         timings=timings, extras=extras)
+
+
+def _make_run(mechanism: str, p: Mapping[str, Any], n_cols: int, noise: Any) -> Any:
+    if mechanism == "private-low-rank":
+        from dppca_dask.algorithms.private_low_rank import private_low_rank_run
+
+        return private_low_rank_run(
+            n_cols=n_cols, rank=p["rank"], oversampling=p["oversampling"], epsilon=p["epsilon"], delta=p["delta"],
+            row_norm_bound=p["row_norm_bound"], row_change_bound=p["row_change_bound"], noise=noise,
+            calibration=p["calibration"], projection=p["projection"], prune_alpha=p["prune_alpha"],
+            left_factor=p["left_factor"], truncate=p["truncate"],
+        )
+    if mechanism == "randomized-response":
+        from dppca_dask.algorithms.randomized_response import randomized_response_run
+
+        return randomized_response_run(
+            n_cols=n_cols, rank=p["rank"], epsilon=p["epsilon"], delta=p["delta"],
+            row_norm_bound=p["row_norm_bound"], row_change_bound=p["row_change_bound"], noise=noise,
+            calibration=p["calibration"],
+        )
+    from dppca_dask.algorithms.private_power import private_power_run
+
+    return private_power_run(
+        n_cols=n_cols, epsilon=p["epsilon"], delta=p["delta"], n_iter=p["n_iter"], n_components=p["rank"],
+        symmetric=p["symmetric"], coherence=p["coherence"], c_doubling=p["c_doubling"],
+        entry_bound=p["entry_bound"], calibration=p["calibration"], release_values=True,
+        signed_values=p["signed_values"], noise=noise,
+    )
+
+
+def _with_replace_one(report: Any, events: list[Any], delta: float) -> Any:
+    """Add the replace-one-row figure: with rows clipped to c = s, replacing a row is a change of at most 2s."""
+    from dppca_dask.accounting import epsilon_for, group_events
+
+    value = epsilon_for(group_events(events, group_size=2), delta=delta, accountant=report.accountant)
+    group = {
+        "neighbouring": "replace one row (rows clipped to the row-change bound)",
+        "epsilon": value,
+        "delta": float(delta),
+        "accountant": report.accountant,
+        "method": "group privacy of size 2 (sensitivities doubled)",
+    }
+    return dataclasses.replace(report, group_privacy=group)
