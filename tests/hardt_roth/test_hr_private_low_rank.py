@@ -365,3 +365,49 @@ def test_result_objects_check_their_factors(tmp_path: Any) -> None:
         LowRankResult(left=np.ones((4, 2)), right=np.ones((3, 5)), mechanism="x", privacy={})
     with pytest.raises(StoreNotFoundError, match="no result.json"):
         load_lowrank(tmp_path)
+
+
+def test_range_finder_error_meets_theorem_42_on_average(seed: int) -> None:
+    # spec §7.7: E‖A − WWᵀA‖_F ≤ sqrt(1 + r/(p−1))·sqrt(Σ_{j>r}(σ_j + ρ₁)²) = sqrt(3)·sqrt(m − r)·ρ₁ for an exactly
+    # rank-r A (r = p = 2), mean over 20 runs (p = 2 is heavy-tailed, so single runs are not checked)
+    planted = gaussian_factor_matrix(200, 3000, 2, scale=3.0, seed=11)
+    source = as_source(planted.matrix)
+    errors = []
+    for r in range(20):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            noise = NoiseSource.from_seed(seed * 100 + r)
+        out = run_algorithm(LocalExecutor(source), private_low_rank_run(
+            n_cols=3000, rank=2, oversampling=2, epsilon=1.0, delta=1e-6, row_norm_bound=None, row_change_bound=1.0,
+            noise=noise))
+        w = out.left
+        errors.append(float(np.linalg.norm(planted.matrix - w @ (w.T @ planted.matrix))))
+    rho1 = calibrate_private_low_rank(epsilon=1.0, delta=1e-6, rank=2, oversampling=2).range_rho
+    assert float(np.mean(errors)) <= math.sqrt(3.0) * math.sqrt(198) * rho1
+
+
+class _CountingExecutor(LocalExecutor):
+    def __init__(self, source: Any) -> None:
+        super().__init__(source)
+        self.requests: list[str] = []
+
+    def execute(self, request: Any) -> Any:
+        self.requests.append(type(request).__name__)
+        return super().execute(request)
+
+
+def test_two_passes_over_the_data() -> None:
+    # spec §7.14: PFP reads the data exactly twice (A'Ω, then W'ᵀA'); randomized response once
+    from dppca_dask.algorithms.randomized_response import randomized_response_run
+
+    matrix = gaussian_factor_matrix(50, 80, 2, seed=12).matrix
+    executor = _CountingExecutor(as_source(matrix))
+    out = run_algorithm(executor, private_low_rank_run(
+        n_cols=80, rank=2, oversampling=2, epsilon=1.0, delta=1e-6, row_norm_bound=None, row_change_bound=1.0,
+        noise=ZeroNoiseSource(), truncate=True))
+    assert executor.requests == ["RowProduct", "LeftProjection"] and out.n_passes == 2
+    executor = _CountingExecutor(as_source(matrix))
+    run_algorithm(executor, randomized_response_run(
+        n_cols=80, rank=2, epsilon=1.0, delta=1e-6, row_norm_bound=None, row_change_bound=1.0,
+        noise=ZeroNoiseSource()))
+    assert executor.requests == ["DenseRows"]

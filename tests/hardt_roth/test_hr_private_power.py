@@ -380,3 +380,24 @@ def test_an_empty_store_is_refused_before_any_release() -> None:
     with pytest.raises(InvalidInputError, match="no rows"):
         _run(np.zeros((0, 5)), noise, epsilon=1.0, delta=1e-6)
     assert not noise.released_keys
+
+
+def test_utility_on_an_incoherent_matrix_follows_the_noise_law(seed: int) -> None:
+    # spec §4.1(a)/§6.6: n = 4000, λ = σ₁·(1, .5, .4, .3, .2), σ₁ = 1e4, T = ⌈4 ln σ₁⌉ = 37, C = 2μ, the paper's σ:
+    # σ₁ − ‖A x_T‖ ≈ C·σ²/(2σ₁) (13.1 in the spec's simulation), far inside Theorem 4.4's form with K = 1
+    n, sigma1, t = 4000, 1e4, 37
+    planted = incoherent_psd(n, sigma1 * np.array([1.0, 0.5, 0.4, 0.3, 0.2]), seed=13)
+    c_bound = 2.0 * n * float(np.max(planted.left**2))
+    gaps = []
+    for r in range(3):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            noise = NoiseSource.from_seed(seed * 100 + r)
+        out = _run(planted.matrix, noise, epsilon=1.0, delta=1e-6, n_iter=t, symmetric=True, coherence=c_bound,
+                   calibration="paper")
+        x = out.components[0]
+        gaps.append(sigma1 - float(np.linalg.norm(planted.matrix @ x)))
+    sigma = ppi_sigma(1.0, 1e-6, t)
+    predicted = c_bound * sigma**2 / (2 * sigma1)
+    assert 0.5 * predicted <= float(np.mean(gaps)) <= 1.5 * predicted
+    assert max(gaps) <= t * math.sqrt(c_bound * math.log(n) * math.log(1e6))  # Thm 4.4 with K = 1, k = γ = 1
