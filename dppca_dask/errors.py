@@ -18,6 +18,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidParameterError",
     "JobSpecError",
+    "LedgerError",
     "MechanismFailedError",
     "MissingExtraError",
     "NotPrivateWarning",
@@ -118,6 +119,13 @@ class BudgetExceededError(DppcaError):
     """A job asks for more privacy budget than its dataset has left in the ledger."""
 
     exit_code = 3
+
+
+class LedgerError(DppcaError):
+    """The budget ledger cannot be used as asked (totals differ from the recorded ones, a job id reused with other
+    parameters, an unreadable database). Nothing is reserved or charged when it is raised."""
+
+    exit_code = 2
 
 
 class JobSpecError(DppcaError, ValueError):

@@ -1,0 +1,172 @@
+"""The SQLite privacy-budget ledger: reservations, charges, PLD composition, refusals and races between processes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from dppca_dask.accounting import EpsilonDeltaDpEvent, epsilon_for
+from dppca_dask.api import plan_release
+from dppca_dask.errors import BudgetExceededError, InvalidParameterError, LedgerError
+from dppca_dask.ledger import CHARGED, REFUSED, RELEASED, RESERVED, Ledger
+
+ROW = "add/remove one row"
+
+
+def _reserve(ledger: Ledger, job: str, events: list, *, eps: float, delta: float = 0.0, total=(1.0, 1e-6),
+             mechanism: str = "test", neighbouring: str = ROW):
+    return ledger.reserve("ds", job, epsilon=eps, delta=delta, events=events, mechanism=mechanism,
+                          neighbouring=neighbouring, total_epsilon=total[0], total_delta=total[1])
+
+
+def test_reserve_charge_and_show(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    entry = _reserve(ledger, "a@2026-01-01", [EpsilonDeltaDpEvent(0.4)], eps=0.4)
+    assert entry.status == RESERVED and entry.outcome == "running" and entry.attempts == 1
+    budget = ledger.budget("ds")
+    assert budget.spent_epsilon == pytest.approx(0.4, rel=1e-3)  # reservations count as spent
+    charged = ledger.charge("ds", "a@2026-01-01")
+    assert charged.status == CHARGED and charged.outcome == "succeeded"
+    again = Ledger(tmp_path / "ledger.sqlite").budget("ds")  # durable: another handle sees it
+    assert [e.job_id for e in again.entries] == ["a@2026-01-01"]
+    assert again.sum_epsilon == pytest.approx(0.4)
+    assert again.remaining_epsilon == pytest.approx(1.0 - again.spent_epsilon)
+    assert again.to_dict()["history"][0]["status"] == CHARGED
+
+
+def test_refusal_names_requested_spent_remaining_and_total_and_is_recorded(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    _reserve(ledger, "first", [EpsilonDeltaDpEvent(0.7)], eps=0.7)
+    with pytest.raises(BudgetExceededError, match=r"requested \(epsilon=0.5.*spent epsilon=0\.7.*total epsilon=1"
+                                                  r".*remaining 0\.3") as info:
+        _reserve(ledger, "second", [EpsilonDeltaDpEvent(0.5)], eps=0.5)
+    assert info.value.exit_code == 3
+    budget = ledger.budget("ds")
+    assert [(e.job_id, e.status) for e in budget.entries] == [("first", RESERVED), ("second", REFUSED)]
+    assert budget.sum_epsilon == pytest.approx(0.7)  # the refusal is history only
+    # A refused job id can be tried again later; it is checked again (and refused again here).
+    with pytest.raises(BudgetExceededError):
+        _reserve(ledger, "second", [EpsilonDeltaDpEvent(0.5)], eps=0.5)
+    assert ledger.entry("ds", "second").attempts == 2
+
+
+def test_pld_composition_is_tighter_than_adding_epsilons(tmp_path: Path) -> None:
+    """Four (0.5, 1e-7) adaptive-power runs fit a total of (1, 1e-6): their sum of ε is 2."""
+    plan = plan_release(300, epsilon=0.5, delta=1e-7)
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    for i in range(4):
+        _reserve(ledger, f"run-{i}", list(plan.events), eps=0.5, delta=1e-7)
+    budget = ledger.budget("ds")
+    assert budget.sum_epsilon == pytest.approx(2.0)
+    assert budget.spent_epsilon <= 1.0
+    assert budget.spent_epsilon == pytest.approx(epsilon_for(list(plan.events) * 4, delta=1e-6))
+    with pytest.raises(BudgetExceededError):  # a fifth one does not fit
+        _reserve(ledger, "run-4", list(plan.events), eps=0.5, delta=1e-7)
+
+
+def test_release_returns_a_reservation_but_never_a_charge(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    _reserve(ledger, "a", [EpsilonDeltaDpEvent(0.9)], eps=0.9)
+    released = ledger.release("ds", "a")
+    assert released.status == RELEASED and released.outcome == "failed-before-noise"
+    assert ledger.budget("ds").spent_epsilon == 0.0
+    _reserve(ledger, "b", [EpsilonDeltaDpEvent(0.9)], eps=0.9)  # the returned budget is available again
+    ledger.charge("ds", "b", outcome="failed")
+    with pytest.raises(LedgerError, match="never refunded"):
+        ledger.release("ds", "b")
+    assert ledger.entry("ds", "b").status == CHARGED
+    # A released job id reserves again, with the budget check, which now refuses it.
+    with pytest.raises(BudgetExceededError):
+        _reserve(ledger, "a", [EpsilonDeltaDpEvent(0.9)], eps=0.9)
+
+
+def test_same_job_id_resumes_its_reservation_instead_of_charging_twice(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    events = [EpsilonDeltaDpEvent(0.6)]
+    first = _reserve(ledger, "nightly@2026-01-01", events, eps=0.6)
+    again = _reserve(ledger, "nightly@2026-01-01", events, eps=0.6)  # 0.6 + 0.6 would not fit
+    assert again.status == RESERVED and again.attempts == 2 and again.created == first.created
+    assert ledger.budget("ds").sum_epsilon == pytest.approx(0.6)
+    with pytest.raises(LedgerError, match="other parameters"):
+        _reserve(ledger, "nightly@2026-01-01", [EpsilonDeltaDpEvent(0.5)], eps=0.5)
+
+
+def test_totals_and_neighbouring_relation_are_fixed_per_dataset(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    _reserve(ledger, "a", [EpsilonDeltaDpEvent(0.1)], eps=0.1)
+    with pytest.raises(LedgerError, match=r"records a total of \(epsilon=1, delta=1e-06\)"):
+        _reserve(ledger, "b", [EpsilonDeltaDpEvent(0.1)], eps=0.1, total=(2.0, 1e-6))
+    with pytest.raises(LedgerError, match="do not compose"):
+        _reserve(ledger, "c", [EpsilonDeltaDpEvent(0.1)], eps=0.1, neighbouring="one entry changes by at most 1")
+    with pytest.raises(LedgerError, match="no budget"):
+        ledger.reserve("other", "x", epsilon=0.1, delta=0.0, events=[EpsilonDeltaDpEvent(0.1)], mechanism="t",
+                       neighbouring=ROW)
+    with pytest.raises(LedgerError, match="no dataset 'other'.*datasets: ds"):
+        ledger.budget("other")
+    with pytest.raises(InvalidParameterError, match="total_epsilon must be finite"):
+        ledger.ensure_dataset("z", total_epsilon=0, total_delta=1e-6)
+    with pytest.raises(BudgetExceededError, match="not below the total delta"):
+        _reserve(ledger, "d", [EpsilonDeltaDpEvent(0.1, 1e-6)], eps=0.1, delta=1e-6)
+
+
+def test_missing_ledger_and_foreign_schema_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(LedgerError, match="does not exist"):
+        Ledger(tmp_path / "nope.sqlite", create=False)
+    path = tmp_path / "old.sqlite"
+    Ledger(path)
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(LedgerError, match="schema version 99"):
+        Ledger(path)
+    garbage = tmp_path / "garbage.sqlite"
+    garbage.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(LedgerError, match="garbage.sqlite"):
+        Ledger(garbage)
+
+
+def _race_worker(path: str, job: str, barrier: object, results: object) -> None:
+    from dppca_dask.accounting import EpsilonDeltaDpEvent as Event
+    from dppca_dask.errors import BudgetExceededError as Refused
+    from dppca_dask.ledger import Ledger as L
+
+    ledger = L(path)
+    barrier.wait()  # type: ignore[attr-defined]
+    try:
+        ledger.reserve("ds", job, epsilon=0.3, delta=0.0, events=[Event(0.3)], mechanism="race", neighbouring=ROW,
+                       total_epsilon=1.0, total_delta=1e-6)
+        results.put((job, "reserved"))  # type: ignore[attr-defined]
+    except Refused:
+        results.put((job, "refused"))  # type: ignore[attr-defined]
+
+
+def test_processes_racing_for_a_budget_never_overspend(tmp_path: Path) -> None:
+    """Eight processes reserve (0.3, 0) at the same moment against a total of (1, 1e-6): exactly as many succeed
+    as would one after the other, and the composition stays within the total."""
+    sequential = Ledger(tmp_path / "sequential.sqlite")
+    fits = 0
+    for i in range(8):
+        try:
+            _reserve(sequential, f"job-{i}", [EpsilonDeltaDpEvent(0.3)], eps=0.3)
+            fits += 1
+        except BudgetExceededError:
+            pass
+    assert 3 <= fits < 8
+
+    path = str(tmp_path / "raced.sqlite")
+    Ledger(path).ensure_dataset("ds", total_epsilon=1.0, total_delta=1e-6)
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(8), ctx.Queue()
+    procs = [ctx.Process(target=_race_worker, args=(path, f"job-{i}", barrier, results)) for i in range(8)]
+    for p in procs:
+        p.start()
+    outcomes = [results.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert sum(1 for _, status in outcomes if status == "reserved") == fits
+    budget = Ledger(path).budget("ds")
+    assert sum(1 for e in budget.entries if e.status == RESERVED) == fits
+    assert budget.spent_epsilon <= 1.0
