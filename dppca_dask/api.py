@@ -9,6 +9,7 @@ privacy report.
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 import logging
 import math
 import time
@@ -35,7 +36,18 @@ from dppca_dask.errors import InvalidParameterError, NotPrivateWarning
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.results import PCAResult
 
-__all__ = ["DEFAULT_N_ITER", "DEFAULT_SVT_SHARE", "DPPCA", "MechanismPlan", "PCAParameters", "mechanisms", "pca", "register_mechanism"]
+__all__ = [
+    "DEFAULT_N_ITER",
+    "DEFAULT_SVT_SHARE",
+    "DPPCA",
+    "MechanismPlan",
+    "PCAParameters",
+    "ReleasePlan",
+    "mechanisms",
+    "pca",
+    "plan_release",
+    "register_mechanism",
+]
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +222,8 @@ class MechanismPlan:
     resumed_keys: Callable[[Any], list[str]] = lambda resume: []
     """Release keys already drawn by the interrupted run a ``resume`` state comes from."""
     private: bool = True
+    planned_events: tuple[Any, ...] | None = None
+    """The DpEvents a complete run emits, when they are known before the run (a ledger reserves them)."""
 
 
 #: Planners by mechanism name: ``planner(params, n_cols) -> MechanismPlan``, from public parameters only.
@@ -306,7 +320,17 @@ def _plan_adaptive_power(params: PCAParameters, n_cols: int) -> MechanismPlan:
         paper_figure,
         params.n_iter * params.n_components,
         resumed_keys=_adaptive_resumed_keys(params.n_iter),
+        planned_events=_adaptive_events(epsilon_svt, multiplier, params.n_iter * params.n_components),
     )
+
+
+def _adaptive_events(epsilon_svt: float, multiplier: float, count: int) -> tuple[Any, ...]:
+    from dp_accounting import dp_event
+
+    from dppca_dask.mechanisms import svt_event
+
+    pair = dp_event.ComposedDpEvent([svt_event(epsilon_svt), dp_event.GaussianDpEvent(multiplier)])
+    return (dp_event.SelfComposedDpEvent(pair, count),)
 
 
 def _plan_analyze_gauss(params: PCAParameters, n_cols: int) -> MechanismPlan:
@@ -325,7 +349,10 @@ def _plan_analyze_gauss(params: PCAParameters, n_cols: int) -> MechanismPlan:
             max_dense_dim=params.max_dense_dim,
         )
 
-    return MechanismPlan(make_run, ADD_REMOVE_ROW, {"noise_multiplier": multiplier}, None, 1)
+    from dp_accounting import GaussianDpEvent
+
+    return MechanismPlan(make_run, ADD_REMOVE_ROW, {"noise_multiplier": multiplier}, None, 1,
+                         planned_events=(GaussianDpEvent(multiplier),))
 
 
 def _plan_exact(params: PCAParameters, n_cols: int) -> MechanismPlan:
@@ -345,6 +372,42 @@ register_mechanism("analyze-gauss", _plan_analyze_gauss)
 register_mechanism("exact", _plan_exact)
 register_mechanism(PRIVATE_POWER, plan_private_power)
 _DEFAULT_N_ITERS[PRIVATE_POWER] = DEFAULT_PRIVATE_POWER_N_ITER
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    """What a run of :func:`pca` will cost, known from public parameters and the input's shape alone."""
+
+    mechanism: str
+    neighbouring: str
+    events: tuple[Any, ...]
+    """DpEvents to reserve: those the run emits when they are known in advance, else one
+    ``EpsilonDeltaDpEvent(epsilon, delta)`` (the run's calibrated guarantee, which never overshoots)."""
+    private: bool
+
+
+def plan_release(n_cols: int, *, mechanism: str = "adaptive-power", epsilon: float, delta: float,
+                 **parameters: Any) -> ReleasePlan:
+    """Validate ``pca``'s public parameters and say what the run will spend, without reading any data.
+
+    ``parameters`` are the keyword arguments of :func:`pca` that shape the noise (``n_components``, ``n_iter``,
+    ``row_norm_bound``, ``svt_share``, ...); arguments about execution (``client``, ``persist``, ...) are ignored.
+    """
+    from dppca_dask.accounting import EpsilonDeltaDpEvent
+
+    names = set(inspect.signature(validate_parameters).parameters) - {"mechanism", "epsilon", "delta"}
+    given = {k: v for k, v in parameters.items() if k in names}
+    defaults = {"n_components": 1, "n_iter": None, "row_norm_bound": 1.0, "svt_share": DEFAULT_SVT_SHARE,
+                "beta": 0.05, "grid_per_octave": 4, "grid_octaves": 24, "calibration": "standard",
+                "max_dense_dim": DEFAULT_MAX_DENSE_DIM}
+    params = validate_parameters(mechanism=mechanism, epsilon=epsilon, delta=delta, **{**defaults, **given})
+    plan = _plan(params, int(n_cols))
+    if plan.planned_events is not None and params.calibration == "standard":
+        events = tuple(plan.planned_events)
+    else:
+        events = (EpsilonDeltaDpEvent(params.epsilon, params.delta),)
+    return ReleasePlan(mechanism=params.mechanism, neighbouring=plan.neighbouring, events=events,
+                       private=plan.private)
 
 
 def pca(

@@ -207,7 +207,7 @@ def adaptive_power_run(
     n_points = grid.n_points
     for k in range(first_component, n_components):
         if k > first_component or x is None or first_iteration == 0:
-            with noise.release(f"component-{k}/init"):
+            with noise.release(f"component-{k}/init", data_independent=k == 0):  # the first start is pure noise
                 start = noise.gaussian(1.0, size=n_cols)
             x = _unit(_orthogonalise(start, components))
             thresholds.append([])

@@ -76,6 +76,7 @@ class NoiseSource:
         self._private = bool(private)
         self._description = description
         self._released: set[str] = set()
+        self._independent: set[str] = set()
         self._current: str | None = None
         self._lock = threading.Lock()
 
@@ -122,6 +123,16 @@ class NoiseSource:
             return frozenset(self._released)
 
     @property
+    def data_dependent_keys(self) -> frozenset[str]:
+        """Keys of the releases begun so far whose values may depend on the data (all but ``data_independent``).
+
+        A job that fails while this is empty has released nothing about its data, so its reserved budget can be
+        returned; once it is not empty, the budget stays spent (DESIGN.md, invariant 6).
+        """
+        with self._lock:
+            return frozenset(self._released - self._independent)
+
+    @property
     def current_release(self) -> str | None:
         """The key of the open release, or None."""
         return self._current
@@ -154,8 +165,12 @@ class NoiseSource:
                 f"a release key must be a non-empty string; got {key!r}; e.g. 'component-0/iter-3/svt'"
             )
 
-    def begin_release(self, key: str) -> None:
+    def begin_release(self, key: str, *, data_independent: bool = False) -> None:
         """Open the release ``key``; noise can be drawn until :meth:`end_release`.
+
+        ``data_independent=True`` declares that the value released under ``key`` is pure noise that does not
+        depend on the data in any way (e.g. a random starting vector); it is still drawn at most once, but it
+        does not count in :attr:`data_dependent_keys`.
 
         Raises
         ------
@@ -175,6 +190,8 @@ class NoiseSource:
                     "release: reuse the released value instead of releasing it again"
                 )
             self._released.add(key)
+            if data_independent:
+                self._independent.add(key)
             self._current = key
 
     def end_release(self) -> None:
@@ -191,9 +208,9 @@ class NoiseSource:
             self._current = None
 
     @contextmanager
-    def release(self, key: str) -> Iterator[None]:
+    def release(self, key: str, *, data_independent: bool = False) -> Iterator[None]:
         """Context manager: ``with noise.release(key): noisy = value + noise.gaussian(std, size=...)``."""
-        self.begin_release(key)
+        self.begin_release(key, data_independent=data_independent)
         try:
             yield
         finally:

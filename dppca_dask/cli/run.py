@@ -1,0 +1,65 @@
+"""``dppca-dask run JOB.toml``: run a job spec under its privacy-budget ledger (idempotent per job id and date)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="run a job spec (TOML) under its privacy-budget ledger",
+        description=(
+            "Run a job: refresh the store if the spec says so, reserve the privacy budget in the ledger, run the "
+            "mechanism, charge the ledger and write the result. The ledger's job id is '<id>@<date>': running the "
+            "same job on the same date again does nothing once it has succeeded, and resumes it after a crash. "
+            "Exit codes: 0 done, 2 invalid spec or input, 3 privacy budget exhausted, 4 mechanism failure."
+        ),
+    )
+    p.add_argument("job", help="the job spec (TOML)")
+    p.add_argument("--date", default=None, help="run date YYYY-MM-DD, part of the job id (default: today, UTC)")
+    p.add_argument("--job-id", default=None, help="override [job] id (the job id is then ID@DATE)")
+    p.add_argument("--scheduler", default=None, help="override [cluster] address (tcp://HOST:PORT or tls://...)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
+                   help="override a value of the spec (TOML syntax; repeatable), e.g. --set privacy.epsilon=0.5")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dppca_dask.jobs import load_job, run_job
+
+    overrides = list(args.overrides)
+    if args.job_id:
+        overrides.append(f"job.id={json.dumps(args.job_id)}")
+    if args.scheduler:
+        overrides.append(f"cluster.address={json.dumps(args.scheduler)}")
+    spec = load_job(args.job, overrides=overrides)
+    outcome = run_job(spec, date=args.date)
+    if args.json:
+        json.dump(outcome.to_dict(), sys.stdout)
+        sys.stdout.write("\n")
+        return 0
+    result = outcome.result
+    report = result.privacy
+    if outcome.status == "already-completed":
+        print(f"job {outcome.job_id}: already completed; nothing released or charged again")
+    else:
+        extra = f" (resumed after {outcome.resumed_from} released iterations)" if outcome.resumed_from else ""
+        print(f"job {outcome.job_id}: {outcome.status}{extra}")
+    print(f"mechanism: {result.mechanism}")
+    if result.private:
+        print(f"privacy: ({report.epsilon:.4g}, {report.delta:.3g})-differentially private for neighbours differing "
+              f"by {report.neighbouring}")
+    else:
+        print("privacy: NOT differentially private (seeded run)")
+    entry = outcome.ledger_entry
+    print(f"ledger: {spec.budget.ledger} dataset '{entry.dataset}': {entry.status} (epsilon={entry.epsilon:g}, "
+          f"delta={entry.delta:g}); see `dppca-dask budget show --ledger {spec.budget.ledger}`")
+    print(f"result: {outcome.output}")
+    return 0

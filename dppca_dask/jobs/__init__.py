@@ -1,0 +1,12 @@
+"""Jobs: a TOML spec names the data, mechanism, privacy budget, ledger, output and cluster; ``run_job`` runs it.
+
+See :mod:`dppca_dask.jobs.spec` for the file format and :mod:`dppca_dask.jobs.runner` for what a run does (and
+why re-running a job id is safe). ``dppca-dask run JOB.toml`` is the command line.
+"""
+
+from __future__ import annotations
+
+from dppca_dask.jobs.runner import JobOutcome, run_job, today
+from dppca_dask.jobs.spec import JobSpec, load_job, parse_job
+
+__all__ = ["JobOutcome", "JobSpec", "load_job", "parse_job", "run_job", "today"]

@@ -1,0 +1,356 @@
+"""Job specifications: a TOML file naming the data, the mechanism, the privacy budget, the ledger and the output.
+
+```toml
+[job]
+name = "w8a-nightly"                 # required; the ledger's job id is "<id or name>@<date>"
+
+[data]
+store = "../build/jobs/w8a.zarr"     # relative paths are relative to this file
+[data.ingest]                        # optional: refresh the store from a source first
+source = "../../shared/data/w8a.svm" # svmlight, mtx, npz, h5ad/zarr (AnnData) or Parquet triplets
+format = "svmlight"                  # optional; guessed from the extension
+rows_per_partition = 10000           # optional
+# Parquet only: row_column = "row_id", col_column = "col_id", value_column = "value", on_duplicate = "sum"
+
+[mechanism]
+name = "adaptive-power"              # any mechanism of `dppca-dask pca` or `dppca-dask lowrank`
+n_iter = 5                           # ... and its public parameters
+
+[privacy]
+epsilon = 0.8
+delta = 1e-7
+
+[budget]
+ledger = "../build/jobs/ledger.sqlite"
+dataset = "w8a"
+total_epsilon = 1.0
+total_delta = 1e-6
+
+[output]
+path = "../build/jobs/out/{name}/{date}"   # placeholders: {name}, {id}, {date}
+
+[cluster]
+address = ""                         # empty: an embedded LocalCluster; else tcp://HOST:PORT or tls://HOST:PORT
+# n_workers = 2, memory_limit = "2GiB" (embedded cluster); tls_ca_file, tls_cert, tls_key (TLS)
+```
+
+Every table and key is checked: unknown keys are errors (a misspelt ``total_epsilon`` must not be ignored).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dppca_dask.errors import JobSpecError
+
+__all__ = [
+    "BudgetSpec",
+    "ClusterSpec",
+    "DataSpec",
+    "JobSpec",
+    "LOWRANK_JOB_MECHANISMS",
+    "PCA_JOB_MECHANISMS",
+    "load_job",
+    "parse_job",
+]
+
+#: Mechanisms a job may run through :func:`dppca_dask.pca` and :func:`dppca_dask.lowrank.lowrank`.
+PCA_JOB_MECHANISMS = ("adaptive-power", "analyze-gauss", "private-power")
+LOWRANK_JOB_MECHANISMS = ("private-low-rank", "randomized-response")
+#: Arguments of pca/lowrank a job spec cannot set: they are the job's own business or would break its guarantee.
+_RESERVED_ARGUMENTS = frozenset({
+    "data", "epsilon", "delta", "mechanism", "client", "seed", "noise", "on_release", "resume", "progress",
+    "calibration",
+})
+_INGEST_KEYS = frozenset({
+    "source", "format", "rows_per_partition", "dtype", "on_duplicate", "row_column", "col_column", "value_column",
+    "zero_based", "n_features",
+})
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_TABLES = {
+    "job": {"name", "id"},
+    "data": {"store", "ingest"},
+    "mechanism": None,  # checked against the mechanism's parameters
+    "privacy": {"epsilon", "delta"},
+    "budget": {"ledger", "dataset", "total_epsilon", "total_delta"},
+    "output": {"path"},
+    "cluster": {"address", "n_workers", "memory_limit", "tls_ca_file", "tls_cert", "tls_key"},
+}
+_REQUIRED = ("job", "data", "mechanism", "privacy", "budget", "output")
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    store: str
+    """Absolute path of the store the job reads."""
+    ingest: Mapping[str, Any] | None = None
+    """Arguments of :func:`dppca_dask.ingest.ingest` (``source`` absolute) to refresh the store first."""
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    ledger: str
+    dataset: str
+    total_epsilon: float
+    total_delta: float
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    address: str = ""
+    n_workers: int | None = None
+    memory_limit: str | None = None
+    tls_ca_file: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_ca_file is not None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A validated job specification (paths absolute)."""
+
+    name: str
+    id: str
+    source: str
+    """The TOML file it was read from (or ``"<string>"``)."""
+    data: DataSpec
+    mechanism: str
+    parameters: Mapping[str, Any]
+    epsilon: float
+    delta: float
+    budget: BudgetSpec
+    output: str
+    """Output directory template (placeholders ``{name}``, ``{id}``, ``{date}``)."""
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
+
+    @property
+    def kind(self) -> str:
+        """``"pca"`` or ``"lowrank"``: which API runs the mechanism."""
+        return "lowrank" if self.mechanism in LOWRANK_JOB_MECHANISMS else "pca"
+
+    def job_id(self, date: str) -> str:
+        """The ledger's key of this job's run on ``date`` (one release per job id and date)."""
+        return f"{self.id}@{date}"
+
+    def output_dir(self, date: str) -> str:
+        return self.output.format(name=self.name, id=self.id, date=date)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job": {"name": self.name, "id": self.id},
+            "data": {"store": self.data.store, **({"ingest": dict(self.data.ingest)} if self.data.ingest else {})},
+            "mechanism": {"name": self.mechanism, **dict(self.parameters)},
+            "privacy": {"epsilon": self.epsilon, "delta": self.delta},
+            "budget": {"ledger": self.budget.ledger, "dataset": self.budget.dataset,
+                       "total_epsilon": self.budget.total_epsilon, "total_delta": self.budget.total_delta},
+            "output": {"path": self.output},
+            "cluster": {k: v for k, v in vars(self.cluster).items() if v not in (None, "")},
+        }
+
+
+def _where(source: str, table: str, key: str | None = None) -> str:
+    return f"{source}: [{table}]" + (f" {key}" if key else "")
+
+
+def _number(source: str, table: str, key: str, value: Any, *, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise JobSpecError(f"{_where(source, table, key)} must be a number; got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or (positive and value <= 0):
+        raise JobSpecError(f"{_where(source, table, key)} must be finite and > 0; got {value}")
+    return value
+
+
+def _string(source: str, table: str, key: str, value: Any, *, empty: bool = False) -> str:
+    if not isinstance(value, str) or (not empty and not value):
+        raise JobSpecError(f"{_where(source, table, key)} must be a non-empty string; got {value!r}")
+    return value
+
+
+def _path(base: str, value: str) -> str:
+    value = os.path.expanduser(value)
+    return value if os.path.isabs(value) else os.path.normpath(os.path.join(base, value))
+
+
+def _mechanism_parameters(kind: str) -> set[str]:
+    if kind == "lowrank":
+        from dppca_dask.lowrank import lowrank as fn
+    else:
+        from dppca_dask.api import pca as fn
+    return {name for name, p in inspect.signature(fn).parameters.items()
+            if p.kind == p.KEYWORD_ONLY or (p.kind == p.POSITIONAL_OR_KEYWORD)} - _RESERVED_ARGUMENTS
+
+
+def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str | None = None) -> JobSpec:
+    """Validate a parsed TOML document; relative paths are taken relative to ``base_dir`` (default: cwd)."""
+    base = os.path.abspath(base_dir or os.getcwd())
+    unknown = sorted(set(obj) - set(_TABLES))
+    if unknown:
+        raise JobSpecError(f"{source}: unknown table(s) {', '.join(f'[{t}]' for t in unknown)}; "
+                           f"valid tables: {', '.join(f'[{t}]' for t in _TABLES)}")
+    for table in _REQUIRED:
+        if table not in obj:
+            raise JobSpecError(f"{source}: missing table [{table}]")
+    for table, keys in _TABLES.items():
+        value = obj.get(table, {})
+        if not isinstance(value, dict):
+            raise JobSpecError(f"{source}: [{table}] must be a table; got {value!r}")
+        if keys is not None:
+            extra = sorted(set(value) - keys)
+            if extra:
+                raise JobSpecError(f"{_where(source, table)}: unknown key(s) {', '.join(extra)}; "
+                                   f"valid keys: {', '.join(sorted(keys))}")
+
+    job = obj["job"]
+    name = _string(source, "job", "name", job.get("name"))
+    job_id = _string(source, "job", "id", job.get("id", name))
+    for key, value in (("name", name), ("id", job_id)):
+        if not _NAME.match(value):
+            raise JobSpecError(f"{_where(source, 'job', key)} must be letters, digits, '.', '_' or '-' (at most 128, "
+                               f"starting with a letter or digit); got {value!r}")
+
+    data = obj["data"]
+    store = _path(base, _string(source, "data", "store", data.get("store")))
+    ingest = None
+    if "ingest" in data:
+        raw = data["ingest"]
+        if not isinstance(raw, dict):
+            raise JobSpecError(f"{_where(source, 'data', 'ingest')} must be a table")
+        extra = sorted(set(raw) - _INGEST_KEYS)
+        if extra:
+            raise JobSpecError(f"{_where(source, 'data.ingest')}: unknown key(s) {', '.join(extra)}; valid keys: "
+                               f"{', '.join(sorted(_INGEST_KEYS))}")
+        ingest = dict(raw)
+        ingest["source"] = _path(base, _string(source, "data.ingest", "source", raw.get("source")))
+
+    mech = dict(obj["mechanism"])
+    mechanism = _string(source, "mechanism", "name", mech.pop("name", None))
+    if mechanism not in PCA_JOB_MECHANISMS + LOWRANK_JOB_MECHANISMS:
+        hint = (" (not differentially private: run it with `dppca-dask pca --mechanism exact`, never as a job)"
+                if mechanism == "exact" else "")
+        raise JobSpecError(f"{_where(source, 'mechanism', 'name')}: unknown mechanism {mechanism!r}{hint}; jobs run "
+                           f"{', '.join(PCA_JOB_MECHANISMS + LOWRANK_JOB_MECHANISMS)}")
+    kind = "lowrank" if mechanism in LOWRANK_JOB_MECHANISMS else "pca"
+    allowed = _mechanism_parameters(kind)
+    extra = sorted(set(mech) - allowed)
+    if extra:
+        why = ""
+        if set(extra) & {"seed", "calibration", "noise"}:
+            why = (" (a job always draws its noise from the operating system's entropy with the standard "
+                   "calibration: seeded or paper-calibrated runs are for `dppca-dask pca`/`lowrank`)")
+        raise JobSpecError(f"{_where(source, 'mechanism')}: unknown parameter(s) {', '.join(extra)} for "
+                           f"{mechanism!r}{why}; valid: {', '.join(sorted(allowed))}")
+    if kind == "lowrank" and "rank" not in mech:
+        raise JobSpecError(f"{_where(source, 'mechanism', 'rank')} is required for {mechanism!r}")
+
+    privacy = obj["privacy"]
+    for key in ("epsilon", "delta"):
+        if key not in privacy:
+            raise JobSpecError(f"{_where(source, 'privacy', key)} is required")
+    epsilon = _number(source, "privacy", "epsilon", privacy["epsilon"])
+    delta = _number(source, "privacy", "delta", privacy["delta"])
+    if delta >= 1:
+        raise JobSpecError(f"{_where(source, 'privacy', 'delta')} must be in (0, 1); got {delta}")
+
+    budget = obj["budget"]
+    for key in sorted(_TABLES["budget"] or ()):
+        if key not in budget:
+            raise JobSpecError(f"{_where(source, 'budget', key)} is required")
+    total_epsilon = _number(source, "budget", "total_epsilon", budget["total_epsilon"])
+    total_delta = _number(source, "budget", "total_delta", budget["total_delta"])
+    if total_delta >= 1:
+        raise JobSpecError(f"{_where(source, 'budget', 'total_delta')} must be in (0, 1); got {total_delta}")
+    if epsilon > total_epsilon or delta >= total_delta:
+        raise JobSpecError(
+            f"{source}: the job asks (epsilon={epsilon:g}, delta={delta:g}), more than the dataset's whole budget "
+            f"(total_epsilon={total_epsilon:g}, total_delta={total_delta:g}; delta must stay below total_delta)"
+        )
+    dataset = _string(source, "budget", "dataset", budget["dataset"])
+    ledger = _path(base, _string(source, "budget", "ledger", budget["ledger"]))
+
+    output = obj["output"]
+    if "path" not in output:
+        raise JobSpecError(f"{_where(source, 'output', 'path')} is required")
+    out = _path(base, _string(source, "output", "path", output["path"]))
+    try:
+        out.format(name="n", id="i", date="d")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise JobSpecError(f"{_where(source, 'output', 'path')}: only {{name}}, {{id}} and {{date}} may appear in "
+                           f"braces; got {output['path']!r}") from exc
+
+    cluster_raw = obj.get("cluster", {})
+    address = _string(source, "cluster", "address", cluster_raw.get("address", ""), empty=True)
+    n_workers = cluster_raw.get("n_workers")
+    if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
+        raise JobSpecError(f"{_where(source, 'cluster', 'n_workers')} must be an integer >= 1; got {n_workers!r}")
+    memory_limit = cluster_raw.get("memory_limit")
+    if memory_limit is not None:
+        memory_limit = _string(source, "cluster", "memory_limit", memory_limit)
+    tls = {k: cluster_raw.get(k) for k in ("tls_ca_file", "tls_cert", "tls_key")}
+    given = [k for k, v in tls.items() if v is not None]
+    if given and len(given) != 3:
+        raise JobSpecError(f"{_where(source, 'cluster')}: TLS needs all of tls_ca_file, tls_cert and tls_key; got "
+                           f"{', '.join(given)}")
+    if given:
+        tls = {k: _path(base, _string(source, "cluster", k, v)) for k, v in tls.items()}
+        if address and not address.startswith("tls://"):
+            raise JobSpecError(f"{_where(source, 'cluster', 'address')} must start with tls:// when TLS files are "
+                               f"given; got {address!r}")
+    if address and (n_workers is not None or memory_limit is not None):
+        raise JobSpecError(f"{_where(source, 'cluster')}: n_workers and memory_limit apply to the embedded cluster "
+                           "only (address empty)")
+    cluster = ClusterSpec(address=address, n_workers=n_workers, memory_limit=memory_limit, **tls)
+
+    return JobSpec(
+        name=name, id=job_id, source=source, data=DataSpec(store=store, ingest=ingest), mechanism=mechanism,
+        parameters=mech, epsilon=epsilon, delta=delta,
+        budget=BudgetSpec(ledger=ledger, dataset=dataset, total_epsilon=total_epsilon, total_delta=total_delta),
+        output=out, cluster=cluster,
+    )
+
+
+def _set(doc: dict[str, Any], assignment: str) -> None:
+    """Apply one ``table.key=value`` override (the value is read as TOML, else taken as a string)."""
+    if "=" not in assignment:
+        raise JobSpecError(f"--set needs TABLE.KEY=VALUE; got {assignment!r}")
+    dotted, raw = assignment.split("=", 1)
+    parts = [p.strip() for p in dotted.strip().split(".")]
+    if len(parts) < 2 or not all(parts):
+        raise JobSpecError(f"--set needs TABLE.KEY=VALUE; got {assignment!r}")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    node = doc
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise JobSpecError(f"--set {assignment!r}: {part} is not a table")
+        node = child
+    node[parts[-1]] = value
+
+
+def load_job(path: str | os.PathLike[str], *, overrides: Sequence[str] = ()) -> JobSpec:
+    """Read and validate a job spec file; ``overrides`` are ``table.key=value`` strings applied first."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as handle:
+            doc = tomllib.load(handle)
+    except FileNotFoundError as exc:
+        raise JobSpecError(f"job spec '{path}' not found") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise JobSpecError(f"job spec '{path}' is not valid TOML: {exc}") from exc
+    for assignment in overrides:
+        _set(doc, assignment)
+    return parse_job(doc, source=path, base_dir=os.path.dirname(os.path.abspath(path)))

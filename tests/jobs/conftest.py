@@ -1,0 +1,45 @@
+"""Fixtures for job tests: job specs written to a temporary directory, a generated store, the loopback clusters."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_CLUSTER = str(Path(__file__).resolve().parents[1] / "cluster")
+if _CLUSTER not in sys.path:
+    sys.path.insert(0, _CLUSTER)
+
+from _local_cluster import loopback_cluster, loopback_tls_cluster  # noqa: E402,F401  (pytest fixtures)
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from jobs_helpers import render  # noqa: E402
+
+
+@pytest.fixture
+def write_spec(tmp_path: Path) -> Callable[[dict[str, dict[str, Any]]], Path]:
+    counter = iter(range(10**6))
+
+    def write(doc: dict[str, dict[str, Any]]) -> Path:
+        path = tmp_path / f"job-{next(counter)}.toml"
+        path.write_text(render(doc))
+        return path
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def small_store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A generated low-coherence store: 20,000 x 300, 4 partitions."""
+    from dppca_dask.datasets import PlantedSpec, write_low_coherence
+
+    path = tmp_path_factory.mktemp("jobs-data") / "small.zarr"
+    spec = PlantedSpec(n_rows=20_000, n_cols=300, nnz_per_row=20, support=40, signal_share=0.02, seed=11)
+    write_low_coherence(path, spec, rows_per_partition=5_000, progress=False)
+    return str(path)

@@ -1,0 +1,187 @@
+"""``dppca-dask run``: the examples end to end, idempotence per job id and date, refusals, what failures do to the
+ledger, and a coordinator killed mid-job and resumed from its released checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from jobs_helpers import JOBS, REPO, W8A, base_doc
+
+from dppca_dask.cli import main
+from dppca_dask.ledger import CHARGED, REFUSED, RELEASED, RESERVED, Ledger
+
+needs_w8a = pytest.mark.skipif(not W8A.exists(), reason="shared/data/w8a.svm is not beside the project")
+
+
+def _overrides(tmp_path: Path, **paths: str) -> list[str]:
+    out = []
+    for key, value in paths.items():
+        out += ["--set", f"{key}={json.dumps(value)}"]
+    return out
+
+
+@needs_w8a
+def test_example_job_twice_then_refused_and_budget_show(tmp_path: Path, local_client, capsys) -> None:
+    address = local_client.scheduler.address
+    args = ["run", str(JOBS / "example.toml"), "--scheduler", address, *_overrides(
+        tmp_path, **{"data.store": str(tmp_path / "w8a.zarr"), "budget.ledger": str(tmp_path / "ledger.sqlite"),
+                     "output.path": str(tmp_path / "out" / "{date}")})]
+    assert main([*args, "--date", "2026-01-01"]) == 0
+    first = capsys.readouterr().out
+    assert "job w8a-pca@2026-01-01: completed" in first and "add/remove one row" in first
+    out = tmp_path / "out" / "2026-01-01"
+    assert sorted(os.listdir(out)) == ["components.zarr", "job.json", "result.json"]  # no checkpoint, no .pending
+    result = json.loads((out / "result.json").read_text())
+    assert result["privacy"]["epsilon"] == pytest.approx(0.8, rel=1e-3) and result["private"] is True
+
+    assert main([*args, "--date", "2026-01-01"]) == 0  # idempotent per job id and date
+    assert "already completed; nothing released or charged again" in capsys.readouterr().out
+
+    assert main([*args, "--date", "2026-01-02"]) == 3  # the next day's run does not fit the budget
+    err = capsys.readouterr().err.strip()
+    assert "budget exceeded for dataset 'w8a'" in err and "requested (epsilon=0.8" in err and "\n" not in err
+
+    assert main(["budget", "show", "--ledger", str(tmp_path / "ledger.sqlite")]) == 0
+    shown = capsys.readouterr().out
+    assert "w8a-pca@2026-01-01" in shown and "charged (succeeded)" in shown
+    assert "w8a-pca@2026-01-02" in shown and "refused (over budget)" in shown
+    assert main(["budget", "show", "--ledger", str(tmp_path / "ledger.sqlite"), "--dataset", "w8a", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)["datasets"][0]
+    assert data["sum_epsilon"] == pytest.approx(0.8) and data["spent_epsilon"] < 0.8
+    assert [h["status"] for h in data["history"]] == [CHARGED, REFUSED]
+    assert main(["budget", "show", "--ledger", str(tmp_path / "none.sqlite")]) == 2
+
+
+@needs_w8a
+def test_warehouse_example_ingests_parquet_and_runs(tmp_path: Path, local_client, capsys) -> None:
+    warehouse = tmp_path / "warehouse"
+    subprocess.run([sys.executable, str(JOBS / "sample_warehouse.py"), str(warehouse), "--files", "3"], check=True,
+                   capture_output=True)
+    assert len(list(warehouse.glob("*.parquet"))) == 3
+    args = ["run", str(JOBS / "warehouse-nightly.toml"), "--scheduler", local_client.scheduler.address,
+            "--json", "--date", "2026-02-01", *_overrides(
+                tmp_path, **{"data.ingest.source": str(warehouse), "data.store": str(tmp_path / "wh.zarr"),
+                             "budget.ledger": str(tmp_path / "ledger.sqlite"),
+                             "output.path": str(tmp_path / "out" / "{date}")})]
+    assert main(args) == 0
+    outcome = json.loads(capsys.readouterr().out)
+    assert outcome["status"] == "completed" and outcome["ledger"]["status"] == CHARGED
+    from dppca_dask.results import load_result
+    from dppca_dask.storage import open_matrix
+
+    from sklearn.datasets import load_svmlight_file
+
+    matrix = load_svmlight_file(str(W8A))[0]
+    non_empty = int((matrix.getnnz(axis=1) > 0).sum())  # a triplet table has no trace of an all-zero row
+    store = open_matrix(tmp_path / "wh.zarr")
+    assert store.shape == (non_empty, 300) and store.nnz == matrix.nnz
+    assert load_result(outcome["output"]).components.shape == (2, 300)
+
+
+def test_failure_before_noise_returns_the_reservation(tmp_path: Path, small_store: str, local_client,
+                                                      write_spec, capsys) -> None:
+    broken = tmp_path / "broken.zarr"
+    shutil.copytree(small_store, broken)
+    chunks = sorted(p for p in (broken / "X" / "data").rglob("*") if p.is_file() and p.name != "zarr.json")
+    chunks[-1].unlink()  # a lost chunk of the last partition: found only when the data is read
+    spec = write_spec(base_doc(tmp_path, str(broken)))
+    assert main(["run", str(spec), "--scheduler", local_client.scheduler.address, "--date", "2026-01-01"]) == 2
+    assert "missing" in capsys.readouterr().err.lower()
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    entry = ledger.entry("ds", "test-job@2026-01-01")
+    assert (entry.status, entry.outcome) == (RELEASED, "failed-before-noise")
+    assert ledger.budget("ds").spent_epsilon == 0.0
+
+
+def test_failure_after_noise_keeps_the_charge_and_is_not_run_again(tmp_path: Path, small_store: str, local_client,
+                                                                   write_spec, capsys) -> None:
+    doc = base_doc(tmp_path, small_store)
+    doc["mechanism"] = {"name": "private-power", "coherence": 1.0, "n_iter": 3}  # C = 1 fails its check
+    spec = write_spec(doc)
+    args = ["run", str(spec), "--scheduler", local_client.scheduler.address, "--date", "2026-01-01"]
+    assert main(args) == 4
+    assert "coherence" in capsys.readouterr().err
+    entry = Ledger(tmp_path / "ledger.sqlite").entry("ds", "test-job@2026-01-01")
+    assert (entry.status, entry.outcome) == (CHARGED, "failed")
+    assert main(args) == 3  # a second release under the same job id would spend twice
+    assert "failed after drawing noise" in capsys.readouterr().err
+
+
+def test_crash_between_charge_and_result_is_finished_by_a_rerun(tmp_path: Path, small_store: str, local_client,
+                                                               write_spec, capsys) -> None:
+    spec = write_spec(base_doc(tmp_path, small_store))
+    args = ["run", str(spec), "--scheduler", local_client.scheduler.address, "--date", "2026-01-01"]
+    assert main(args) == 0
+    out = tmp_path / "out" / "test-job" / "2026-01-01"
+    before = json.loads((out / "result.json").read_text())
+    (out / ".pending").mkdir()  # the state a crash right after the charge leaves behind
+    for name in ("result.json", "components.zarr"):
+        os.replace(out / name, out / ".pending" / name)
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "already completed" in capsys.readouterr().out
+    assert json.loads((out / "result.json").read_text()) == before and not (out / ".pending").exists()
+
+
+def test_coordinator_killed_mid_job_resumes_from_its_last_release(tmp_path: Path, local_client,
+                                                                 write_spec) -> None:
+    """SIGKILL the job process after some releases; the re-run continues under the same reservation from the
+    checkpoint, keeps the released iterations (same thresholds) and is charged once."""
+    from dppca_dask.datasets import PlantedSpec, write_low_coherence
+
+    store = tmp_path / "medium.zarr"
+    write_low_coherence(store, PlantedSpec(n_rows=120_000, n_cols=400, nnz_per_row=25, support=60,
+                                           signal_share=0.02, seed=3), rows_per_partition=12_000, progress=False)
+    n_iter = 40
+    spec = write_spec(base_doc(tmp_path, str(store), n_iter=n_iter, persist=False))
+    args = [sys.executable, "-m", "dppca_dask", "run", str(spec), "--scheduler", local_client.scheduler.address,
+            "--date", "2026-01-01"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    checkpoint = tmp_path / "out" / "test-job" / "2026-01-01" / "checkpoint.json"
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        saved = None
+        while time.monotonic() < deadline and proc.poll() is None:
+            if checkpoint.exists():
+                try:
+                    saved = json.loads(checkpoint.read_text())
+                except json.JSONDecodeError:  # pragma: no cover - os.replace makes this atomic
+                    saved = None
+                if saved and saved["releases"] >= 3:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    break
+            time.sleep(0.01)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode() if proc.stderr else ""
+    saved = json.loads(checkpoint.read_text())  # the last checkpoint written before the kill
+    done = saved["releases"]
+    assert 3 <= done < n_iter
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    assert ledger.entry("ds", "test-job@2026-01-01").status == RESERVED
+
+    rerun = subprocess.run([*args, "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    outcome = json.loads(rerun.stdout)
+    assert outcome["status"] == "resumed-and-completed" and outcome["resumed_from"] == done
+    entry = ledger.entry("ds", "test-job@2026-01-01")
+    assert (entry.status, entry.outcome, entry.attempts) == (CHARGED, "succeeded", 2)
+    assert ledger.budget("ds").sum_epsilon == pytest.approx(0.8)  # charged once
+    out = tmp_path / "out" / "test-job" / "2026-01-01"
+    result = json.loads((out / "result.json").read_text())
+    thresholds = result["thresholds"][0]
+    assert len(thresholds) == n_iter
+    assert thresholds[:done] == saved["state"]["thresholds"][0]  # released values reused, not redrawn
+    assert result["privacy"]["epsilon"] == pytest.approx(0.8, rel=1e-3)  # as private as an uninterrupted run
+    assert not checkpoint.exists()
