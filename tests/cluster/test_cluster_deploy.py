@@ -78,7 +78,8 @@ def test_compose_has_a_scheduler_two_workers_and_a_client(compose: dict[str, Any
         assert any(v.endswith(":/data:ro") for v in services[name]["volumes"])
 
     client = services["client"]
-    assert client["command"][:3] == ["dppca-dask", "run", "/jobs/example.toml"]
+    assert client["command"][:3] == ["dppca-dask", "run", "/jobs/compose-demo.toml"]
+    assert (REPO / "jobs" / "compose-demo.toml").is_file()
     assert client["profiles"] == ["job"]
     assert _env_dict(client)["DASK_SCHEDULER_ADDRESS"] == "tcp://scheduler:8786"
     mounts = {_volume_paths(v)[1] for v in client["volumes"]}
