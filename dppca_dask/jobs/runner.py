@@ -23,12 +23,15 @@ charge (invariant 6). Running the same job id again:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import hashlib
 import json
 import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -215,11 +218,40 @@ def run_job(
     BudgetExceededError
         The dataset's budget cannot cover the job (nothing was read or reserved).
     """
+    date = _check_date(date or today())
+    with _job_lock(spec.budget.ledger, spec.budget.dataset, spec.job_id(date)):
+        return _run_job(spec, date=date, client=client, noise=noise, progress=progress)
+
+
+@contextlib.contextmanager
+def _job_lock(ledger_path: str, dataset: str, job_id: str) -> Iterator[None]:
+    """An exclusive lock per (ledger, dataset, job id) for the whole run: two overlapping runs of one job (a
+    scheduler's retry while the first still runs) must not both release. The operating system drops the lock when
+    the process dies, so a crashed run never blocks its own resumption."""
+    import fcntl
+
+    directory = f"{os.path.abspath(ledger_path)}.locks"
+    os.makedirs(directory, exist_ok=True)
+    name = hashlib.sha256(f"{dataset}\0{job_id}".encode()).hexdigest()[:32]
+    with open(os.path.join(directory, f"{name}.lock"), "a+") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise LedgerError(
+                f"job '{job_id}' of dataset '{dataset}' is already running in another process; wait for it to end "
+                "(running it twice at once could release twice)"
+            ) from exc
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _run_job(spec: JobSpec, *, date: str, client: Any, noise: Any, progress: bool | None) -> JobOutcome:
     from dppca_dask.ledger import CHARGED, RESERVED, Ledger
     from dppca_dask.mechanisms import NoiseSource
     from dppca_dask.storage import open_matrix
 
-    date = _check_date(date or today())
     job_id = spec.job_id(date)
     output = spec.output_dir(date)
     ledger = Ledger(spec.budget.ledger)
@@ -250,11 +282,12 @@ def run_job(
     if resuming:
         if spec.mechanism == "adaptive-power":
             resume = _checkpoint(output, job_id, store.fingerprint)
-        if previous.status == CHARGED and resume is None:
+        if resume is None and (previous.status == CHARGED or previous.first_release is not None):
             raise BudgetExceededError(
-                f"job '{job_id}' failed after drawing noise and its budget stays spent (ledger "
-                f"'{spec.budget.ledger}', dataset '{dataset}'); it has no checkpoint to resume from, so running it "
-                "again would be a second release: give the run a new job id (--job-id or --date) to spend new budget"
+                f"job '{job_id}' released values or failed after drawing noise, and its budget stays spent (ledger "
+                f"'{spec.budget.ledger}', dataset '{dataset}'); no checkpoint of it was found in '{output}' to resume "
+                "from, so running it again would be a second release: restore the checkpoint, or give the run a new "
+                "job id (--job-id or --date) to spend new budget"
             )
 
     # -- 2. reserve -------------------------------------------------------------------------------------------
@@ -276,6 +309,8 @@ def run_job(
         noise = NoiseSource.from_entropy()
     fingerprint = store.fingerprint
 
+    noted = [entry.first_release is not None]
+
     def checkpoint(state: Any, emitted: tuple[Any, ...]) -> None:
         # Released values only (noisy iterates, released thresholds): safe to write (invariant 3).
         if hasattr(state, "to_json"):
@@ -283,6 +318,9 @@ def run_job(
                 "job_id": job_id, "store_fingerprint": fingerprint, "mechanism": spec.mechanism,
                 "releases": len(emitted) // 2, "state": state.to_json(),
             })
+            if not noted[0]:  # from now on this job id can only continue from its checkpoint
+                ledger.note_first_release(dataset, job_id)
+                noted[0] = True
 
     try:
         result = _run_mechanism(spec, store, client=client, security=security, noise=noise,
@@ -292,7 +330,8 @@ def run_job(
             shutil.rmtree(pending)
         result.save(pending)
     except BaseException:
-        if noise.data_dependent_keys or resume is not None or (previous is not None and previous.status == CHARGED):
+        if noise.data_dependent_keys or noted[0] or resume is not None or (
+                previous is not None and previous.status == CHARGED):
             ledger.charge(dataset, job_id, outcome="failed")
             log.error("job %s failed after drawing noise: its budget stays spent", job_id)
         else:

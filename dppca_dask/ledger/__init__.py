@@ -69,6 +69,7 @@ CREATE TABLE IF NOT EXISTS entries (
     status TEXT NOT NULL CHECK (status IN ('reserved', 'charged', 'released', 'refused')),
     outcome TEXT NOT NULL,
     attempts INTEGER NOT NULL DEFAULT 1,
+    first_release TEXT,
     created TEXT NOT NULL,
     updated TEXT NOT NULL,
     UNIQUE (dataset, job_id)
@@ -99,12 +100,15 @@ class LedgerEntry:
     attempts: int
     created: str
     updated: str
+    first_release: str | None = None
+    """When the job first wrote a released (noisy) value outside the process (a checkpoint), if it did."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "job_id": self.job_id, "job": self.job_name, "mechanism": self.mechanism, "epsilon": self.epsilon,
             "delta": self.delta, "neighbouring": self.neighbouring, "status": self.status, "outcome": self.outcome,
             "attempts": self.attempts, "created": self.created, "updated": self.updated,
+            "first_release": self.first_release,
         }
 
 
@@ -385,6 +389,20 @@ class Ledger:
                        (CHARGED, outcome, _now(), dataset, job_id))
             return self._get(db, dataset, job_id)
 
+    def note_first_release(self, dataset: str, job_id: str) -> LedgerEntry:
+        """Record that the job has written a released value outside its process (e.g. a checkpoint).
+
+        From then on the job can only continue from what it released, or stay spent: a later attempt that cannot
+        find those values must not start again with fresh noise.
+        """
+        with self._transaction() as db:
+            entry = self._get(db, dataset, job_id)
+            if entry.status not in _COUNTED:
+                raise LedgerError(f"job '{job_id}' has no reservation for '{dataset}'; reserve before releasing")
+            db.execute("UPDATE entries SET first_release = COALESCE(first_release, ?), updated = ? "
+                       "WHERE dataset = ? AND job_id = ?", (_now(), _now(), dataset, job_id))
+            return self._get(db, dataset, job_id)
+
     def release(self, dataset: str, job_id: str) -> LedgerEntry:
         """Return a reservation: only for a job that failed before drawing any data-dependent noise.
 
@@ -392,9 +410,10 @@ class Ledger:
         """
         with self._transaction() as db:
             entry = self._get(db, dataset, job_id)
-            if entry.status == CHARGED:
+            if entry.status == CHARGED or entry.first_release is not None:
                 raise LedgerError(
-                    f"job '{job_id}' is charged to '{dataset}'; a charge is never refunded once noise was drawn"
+                    f"job '{job_id}' is charged to '{dataset}' or has released values; a charge is never refunded "
+                    "once noise was drawn"
                 )
             db.execute("UPDATE entries SET status = ?, outcome = 'failed-before-noise', updated = ? "
                        "WHERE dataset = ? AND job_id = ?", (RELEASED, _now(), dataset, job_id))
@@ -457,4 +476,5 @@ class Ledger:
             epsilon=float(row["epsilon"]), delta=float(row["delta"]), neighbouring=row["neighbouring"],
             events=tuple(event_from_json(e) for e in json.loads(row["events"])), status=row["status"],
             outcome=row["outcome"], attempts=int(row["attempts"]), created=row["created"], updated=row["updated"],
+            first_release=row["first_release"],
         )

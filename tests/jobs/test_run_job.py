@@ -185,3 +185,36 @@ def test_coordinator_killed_mid_job_resumes_from_its_last_release(tmp_path: Path
     assert thresholds[:done] == saved["state"]["thresholds"][0]  # released values reused, not redrawn
     assert result["privacy"]["epsilon"] == pytest.approx(0.8, rel=1e-3)  # as private as an uninterrupted run
     assert not checkpoint.exists()
+
+
+def test_a_lost_checkpoint_after_a_release_is_never_restarted_with_fresh_noise(tmp_path: Path, small_store: str,
+                                                                                write_spec, capsys) -> None:
+    """The state a crash leaves when the job had written a released iterate, and the checkpoint then went missing
+    (deleted, or the output path edited): running the job id again must not start over."""
+    from dppca_dask.jobs import load_job
+    from dppca_dask.jobs.runner import _plan
+    from dppca_dask.storage import open_matrix
+
+    path = write_spec(base_doc(tmp_path, small_store))
+    spec = load_job(path)
+    neighbouring, events = _plan(spec, open_matrix(small_store).n_cols)
+    ledger = Ledger(spec.budget.ledger)
+    ledger.reserve("ds", "test-job@2026-01-01", epsilon=0.8, delta=1e-7, events=events, mechanism="adaptive-power",
+                   neighbouring=neighbouring, total_epsilon=1.0, total_delta=1e-6)
+    ledger.note_first_release("ds", "test-job@2026-01-01")
+    assert main(["run", str(path), "--scheduler", "tcp://127.0.0.1:1", "--date", "2026-01-01"]) == 3
+    assert "no checkpoint of it was found" in capsys.readouterr().err
+    with pytest.raises(Exception, match="never refunded"):
+        ledger.release("ds", "test-job@2026-01-01")
+
+
+def test_two_runs_of_one_job_at_once_are_refused(tmp_path: Path, small_store: str, write_spec, capsys) -> None:
+    from dppca_dask.jobs import load_job
+    from dppca_dask.jobs.runner import _job_lock
+
+    path = write_spec(base_doc(tmp_path, small_store))
+    spec = load_job(path)
+    with _job_lock(spec.budget.ledger, "ds", "test-job@2026-01-01"):  # as if another process were running it
+        assert main(["run", str(path), "--date", "2026-01-01"]) == 2
+    assert "already running in another process" in capsys.readouterr().err
+    assert Ledger(spec.budget.ledger).entry("ds", "test-job@2026-01-01") is None
