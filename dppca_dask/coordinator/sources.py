@@ -174,7 +174,15 @@ def _dask_source(arr: Any) -> PartitionSource:
 
 
 def _load_dask_block(index: int, block: Any, n_cols: int) -> PartitionData:
-    """Validate and wrap one computed block of a dask array (validation runs before any noise is drawn)."""
+    """Validate and wrap one computed block of a dask array (validation runs before any noise is drawn).
+
+    On a Dask cluster the block arrives computed (the delayed block is a dependency of the task); in-process
+    (:class:`~dppca_dask.coordinator.LocalExecutor`) it is computed here, with the synchronous scheduler.
+    """
+    import dask
+
+    if dask.is_dask_collection(block):
+        block = block.compute(scheduler="sync")
     if sp.issparse(block):
         block = validate_csr_block(block, n_cols=n_cols, partition=index, source="dask array")
     else:
