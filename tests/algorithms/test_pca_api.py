@@ -1,0 +1,198 @@
+"""The public API of the core mechanism: validation, the not-private seed, frozen results written and read back,
+the estimator, resuming a run, nothing un-noised in any output, utility against Analyze Gauss, and the ``pca``
+command end to end on w8a."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dppca_dask import DPPCA, load_result, pca
+from dppca_dask.algorithms.adaptive_power import AdaptivePowerState
+from dppca_dask.cli import main
+from dppca_dask.errors import InvalidParameterError, NotPrivateWarning, ReleaseError, StoreNotFoundError
+from dppca_dask.mechanisms import NoiseSource
+
+W8A = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "w8a.svm"
+
+
+@pytest.fixture
+def small(rng: np.random.Generator) -> sp.csr_array:
+    return sp.random(2_000, 40, density=0.1, random_state=rng, format="csr")
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"epsilon": 0.0}, "epsilon must be finite and > 0"),
+    ({"epsilon": -1.0}, "epsilon must be finite and > 0"),
+    ({"delta": 1.0}, r"delta must be in \(0, 1\)"),
+    ({"n_components": 41}, "n_components must be <= the number of columns"),
+    ({"n_components": 0}, "n_components must be an integer >= 1"),
+    ({"mechanism": "magic"}, "mechanism must be one of"),
+    ({"row_norm_bound": -1.0}, "row_norm_bound must be finite and > 0"),
+    ({"n_iter": 0}, "n_iter must be an integer >= 1"),
+    ({"svt_share": 1.5}, r"svt_share must be in \(0, 1\)"),
+    ({"seed": "x"}, "seed must be an integer"),
+    ({"seed": 1, "noise": "n"}, "give either seed or noise"),
+    ({"mechanism": "analyze-gauss", "max_dense_dim": 10}, "max_dense_dim"),
+    ({"calibration": "other"}, "calibration must be 'standard' or 'paper'"),
+])
+def test_invalid_parameters_fail_before_anything_runs(small, kwargs, message) -> None:
+    params = {"epsilon": 1.0, "delta": 1e-6, "client": "local", **kwargs}
+    with pytest.raises(InvalidParameterError, match=message):
+        pca(small, **params)
+
+
+def test_seed_makes_a_reproducible_not_private_result_that_is_frozen_and_saved(small, tmp_path: Path) -> None:
+    with pytest.warns(NotPrivateWarning, match="NOT differentially private"):
+        first = pca(small, epsilon=1.0, delta=1e-6, seed=4, client="local", progress=False)
+    with pytest.warns(NotPrivateWarning):
+        second = pca(small, epsilon=1.0, delta=1e-6, seed=4, client="local", progress=False)
+    np.testing.assert_array_equal(first.components, second.components)
+    assert first.private is False and first.provenance["seeded"] is True
+    assert first.privacy.neighbouring == "add/remove one row"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.components = np.zeros((1, 40))  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        first.components[0, 0] = 1.0
+    first.save(tmp_path / "out")
+    back = load_result(tmp_path / "out")
+    np.testing.assert_array_equal(back.components, first.components)
+    np.testing.assert_array_equal(back.thresholds, first.thresholds)
+    assert back.privacy.neighbouring == first.privacy.neighbouring and back.private is False
+    assert back.provenance["parameters"]["n_iter"] == 5  # the documented default
+
+
+def test_unseeded_runs_are_private_and_differ(small) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NotPrivateWarning)
+        a = pca(small, epsilon=1.0, delta=1e-6, client="local", progress=False)
+        b = pca(small, epsilon=1.0, delta=1e-6, client="local", progress=False)
+    assert a.private and b.private and not np.array_equal(a.components, b.components)
+    assert a.privacy.epsilon <= 1.0 and a.privacy.delta == 1e-6 and a.privacy.accountant == "pld"
+
+
+def test_estimator(small) -> None:
+    model = DPPCA(2, epsilon=1.0, delta=1e-6, client="local", seed=1)
+    assert model.get_params()["n_components"] == 2
+    with pytest.raises(InvalidParameterError, match="not fitted"):
+        model.transform(small)
+    with pytest.warns(NotPrivateWarning):
+        projected = model.fit_transform(small)
+    assert projected.shape == (2_000, 2) and model.components_.shape == (2, 40)
+    with pytest.raises(InvalidParameterError, match="unknown parameter"):
+        model.set_params(alpha=1)
+    with pytest.raises(InvalidParameterError, match="features"):
+        model.transform(small[:, :10])
+
+
+def test_resume_continues_without_redrawing_and_reports_the_whole_run(small) -> None:
+    states: list[AdaptivePowerState] = []
+
+    def keep(state: AdaptivePowerState, events: tuple) -> None:
+        states.append(AdaptivePowerState.from_json(json.loads(json.dumps(state.to_json()))))
+
+    with pytest.warns(NotPrivateWarning):
+        full = pca(small, epsilon=1.0, delta=1e-6, n_iter=6, n_components=2, seed=9, client="local",
+                   on_release=keep, progress=False)
+    middle = states[7]  # component 1, iteration 2 (after 6 + 2 releases)
+    assert (middle.component, middle.iteration) == (1, 2)
+    noise = NoiseSource(np.random.default_rng(10), private=True)
+    resumed = pca(small, epsilon=1.0, delta=1e-6, n_iter=6, n_components=2, client="local", resume=middle,
+                  noise=noise, progress=False)
+    np.testing.assert_array_equal(resumed.components[0], full.components[0])  # finished before the interruption
+    np.testing.assert_array_equal(resumed.thresholds[:, :2], full.thresholds[:, :2])
+    assert resumed.privacy.epsilon == pytest.approx(full.privacy.epsilon, rel=1e-9)  # the whole run's events
+    assert len(resumed.timings["iterations"]) == 4  # only the missing releases ran
+    with pytest.raises(ReleaseError, match="already drawn"):
+        with noise.release("component-1/iter-0/svt"):  # released by the interrupted run
+            pass
+
+
+def test_nothing_unnoised_in_logs_progress_or_results(tmp_path: Path, capsys, caplog) -> None:
+    """A row with a distinctive value: the exact AᵀAx, row norms and filtered counts are never printed, logged or
+    written; only iteration numbers, timings and released thresholds are (invariant 3)."""
+    from dppca_dask import write_matrix
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3_000, 20)) * 0.01
+    X[17, 3] = 0.987654321
+    path = tmp_path / "m.zarr"
+    write_matrix(path, sp.csr_array(X), rows_per_partition=1_000)
+    secrets_ = {f"{0.987654321:.4g}", f"{0.987654321 ** 2:.4g}", "0.9876", "0.97546"}
+    with caplog.at_level(logging.DEBUG, logger="dppca_dask"):
+        result = pca(str(path), epsilon=1.0, delta=1e-6, client="local", progress=True)
+    result.save(tmp_path / "out")
+    captured = capsys.readouterr()
+    written = (tmp_path / "out" / "result.json").read_text()
+    text = "\n".join([captured.out, captured.err, caplog.text, written])
+    for secret in secrets_:
+        assert secret not in text
+    released = [r.getMessage() for r in caplog.records if r.name == "dppca_dask.api"]
+    assert released and all(m.startswith("released iteration") for m in released)
+
+
+def test_utility_beats_analyze_gauss_on_low_coherence_data(tmp_path: Path) -> None:
+    """Generated low-coherence data (spec §5 regime, smaller): at ε = 1 the median sin² (to the planted direction)
+    of adaptive power over 3 seeded runs is below 0.02 and below Analyze Gauss's. Measured over seeds 0-19:
+    adaptive 0.0072-0.0105, Analyze Gauss 0.028-0.035, so both bounds hold with a margin of about 2x for any
+    seed; the test is seeded, so it does not fail at random."""
+    from dppca_dask.datasets import PlantedSpec, planted_direction, write_low_coherence
+
+    spec = PlantedSpec(n_rows=60_000, n_cols=600, nnz_per_row=30, support=60, signal_share=0.01, seed=4)
+    store = write_low_coherence(tmp_path / "low.zarr", spec, rows_per_partition=20_000, progress=False)
+    truth = planted_direction(spec)
+    errors: dict[str, list[float]] = {"adaptive-power": [], "analyze-gauss": []}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        for mechanism in errors:
+            for seed in range(3):
+                result = pca(store, epsilon=1.0, delta=1e-6, mechanism=mechanism, seed=seed, client="local",
+                             progress=False)
+                cos = float(abs(result.components[0] @ truth))
+                errors[mechanism].append(1.0 - cos * cos)
+    adaptive, gauss = (float(np.median(v)) for v in errors.values())
+    assert adaptive < 0.02 and adaptive < gauss, errors
+    assert math.isfinite(gauss)
+
+
+needs_w8a = pytest.mark.skipif(not W8A.exists(), reason="shared/data/w8a.svm is not beside the project")
+
+
+@needs_w8a
+def test_pca_command_end_to_end_on_w8a(tmp_path: Path, local_client, capsys) -> None:
+    from dppca_dask import ingest
+
+    store = tmp_path / "w8a.zarr"
+    ingest(W8A, store, rows_per_partition=10_000, progress=False)
+    out = tmp_path / "result"
+    code = main(["pca", str(store), "--epsilon", "1", "--delta", "1e-6", "--json", "--out", str(out),
+                 "--scheduler", local_client.scheduler.address])
+    assert code == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert len(obj["components"]) == 1 and len(obj["components"][0]) == 300
+    assert obj["mechanism"] == "adaptive-power" and len(obj["thresholds"][0]) == 5
+    privacy = obj["privacy"]
+    assert privacy["epsilon"] <= 1.0 and privacy["delta"] == 1e-6
+    assert privacy["neighbouring"] == "add/remove one row" and privacy["accountant"] == "pld"
+    saved = json.loads((out / "result.json").read_text())
+    assert saved["provenance"]["input"]["fingerprint"] and saved["provenance"]["package"]["dppca_dask"]
+    assert saved["provenance"]["parameters"]["epsilon"] == 1.0 and (out / "components.zarr").exists()
+
+    assert main(["pca", str(store), "--epsilon", "1", "--delta", "1e-6", "--mechanism", "exact",
+                 "--scheduler", local_client.scheduler.address]) == 0
+    assert "NOT differentially private" in capsys.readouterr().out
+    assert main(["pca", str(store), "--epsilon", "-1", "--delta", "1e-6"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dppca-dask pca: error: epsilon must be finite") and "\n" not in err
+    assert main(["pca", str(tmp_path / "missing.zarr"), "--epsilon", "1", "--delta", "1e-6"]) == 2
+    assert "missing.zarr" in capsys.readouterr().err
+    with pytest.raises(StoreNotFoundError):
+        load_result(tmp_path / "nowhere")
