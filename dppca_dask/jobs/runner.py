@@ -261,8 +261,8 @@ def _run_job(spec: JobSpec, *, date: str, client: Any, noise: Any, progress: boo
     # -- an earlier attempt of this job id ------------------------------------------------------------------
     previous = ledger.entry(dataset, job_id)
     if previous is not None and previous.status == CHARGED:
-        _finalise(output)  # a crash between the charge and the move of the result
         if previous.outcome == "succeeded":
+            _finalise(output)  # a crash between the charge and the move of the result
             if not os.path.exists(os.path.join(output, "result.json")):
                 raise LedgerError(
                     f"job '{job_id}' is charged to '{dataset}' as succeeded but its result is missing from "
@@ -322,13 +322,13 @@ def _run_job(spec: JobSpec, *, date: str, client: Any, noise: Any, progress: boo
                 ledger.note_first_release(dataset, job_id)
                 noted[0] = True
 
+    stale = os.path.join(output, PENDING)
+    if os.path.isdir(stale):  # what a failed attempt left half-written; never moved into place
+        shutil.rmtree(stale)
     try:
         result = _run_mechanism(spec, store, client=client, security=security, noise=noise,
                                 on_release=checkpoint, resume=resume, progress=progress)
-        pending = os.path.join(output, PENDING)
-        if os.path.isdir(pending):
-            shutil.rmtree(pending)
-        result.save(pending)
+        result.save(os.path.join(output, PENDING))
     except BaseException:
         if noise.data_dependent_keys or noted[0] or resume is not None or (
                 previous is not None and previous.status == CHARGED):
