@@ -65,6 +65,7 @@ def gaussian_mechanism(
     exact = as_release_value(value, release)
     std = multiplier * sensitivity
     with noise.release(release):
+        noise.audit(kind="gaussian", exact=exact, sensitivity=sensitivity, scale=std)
         drawn = noise.gaussian(std, size=exact.shape if exact.ndim else None)
     noisy = exact + drawn
     return noisy, GaussianDpEvent(multiplier)

@@ -63,6 +63,7 @@ def laplace_mechanism(
     epsilon = positive_finite("epsilon", epsilon)
     exact = as_release_value(value, release)
     with noise.release(release):
+        noise.audit(kind="laplace", exact=exact, sensitivity=sensitivity, scale=sensitivity / epsilon)
         drawn = noise.laplace(sensitivity / epsilon, size=exact.shape if exact.ndim else None)
     noisy = exact + drawn
     return noisy, LaplaceDpEvent(1.0 / epsilon)

@@ -253,6 +253,27 @@ class NoiseSource:
         self._require_release("Gaussian")
         return self._gaussian(std, size)
 
+    # -- audit ----------------------------------------------------------------------------------------------
+
+    def audit(self, *, kind: str, exact: Any, sensitivity: float, scale: Any) -> None:
+        """Called by every mechanism inside its open release, with the exact value it is about to noise.
+
+        A no-op here: the exact value never leaves the mechanism. The test source
+        :class:`~dppca_dask.mechanisms.testing.AuditingNoiseSource` (never private) records it, so that the
+        neighbouring-datasets tests can check that pre-noise values move by at most the sensitivity passed.
+
+        Parameters
+        ----------
+        kind
+            ``"gaussian"`` (L2 sensitivity), ``"laplace"`` (L1 sensitivity) or ``"svt"`` (per-count sensitivity).
+        exact
+            The value before noise (the SVT's counts).
+        sensitivity
+            The sensitivity the mechanism calibrates its noise to.
+        scale
+            The noise's standard deviation (Gaussian), Laplace scale, or ``(ρ scale, ν scale)`` (SVT).
+        """
+
     # Overridden by the test sources in :mod:`dppca_dask.mechanisms.testing`.
     def _laplace(self, scale: float, size: Shape) -> Any:
         return self._rng.laplace(0.0, scale, size)

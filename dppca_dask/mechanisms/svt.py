@@ -203,6 +203,7 @@ def above_threshold(
     if not math.isfinite(cutoff):
         raise InvalidParameterError(f"cutoff must be finite; got {cutoff}; use svt_cutoff(epsilon, beta)")
     with noise.release(release):
+        noise.audit(kind="svt", exact=values, sensitivity=1.0, scale=(rho_scale, nu_scale))
         rho = noise.laplace(rho_scale)  # Alg. 1, line 4: the threshold's noise, once
         nu = noise.laplace(nu_scale, size=values.shape[0])  # line 7: one noise per query
     index = svt_first_below(values, cutoff=cutoff, threshold_noise=rho, query_noise=nu)

@@ -8,6 +8,7 @@ built with them says it is not private.
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,7 +18,7 @@ from numpy.typing import ArrayLike
 from dppca_dask.errors import ReleaseError
 from dppca_dask.mechanisms.noise import NoiseSource, Shape
 
-__all__ = ["ScriptedNoiseSource", "ZeroNoiseSource"]
+__all__ = ["AuditRecord", "AuditingNoiseSource", "ScriptedNoiseSource", "ZeroNoiseSource"]
 
 
 def _shape(size: Shape) -> tuple[int, ...]:
@@ -91,3 +92,43 @@ class ScriptedNoiseSource(NoiseSource):
     def _gaussian(self, std: float, size: Shape) -> Any:
         return self._next(size)
 
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One release as the mechanism saw it: the exact value before noise and the calibration it used."""
+
+    release: str
+    """The release key."""
+    kind: str
+    """``"gaussian"``, ``"laplace"`` or ``"svt"``."""
+    exact: np.ndarray
+    """The value before noise (a copy), or the SVT's counts."""
+    sensitivity: float
+    """The sensitivity the noise was calibrated to (L2, L1, or per count)."""
+    scale: Any
+    """Gaussian std, Laplace scale, or the SVT's ``(ρ scale, ν scale)``."""
+
+
+class AuditingNoiseSource(NoiseSource):
+    """A seeded source that records every release's exact value and calibration (tests of privacy only).
+
+    Two sources built with the same seed draw the same noise, so a mechanism run on neighbouring datasets with
+    one each takes the same noisy decisions wherever the exact values allow; :attr:`records` then lets a test
+    check that each pre-noise value moved by at most the sensitivity handed to the noise. Not private.
+    """
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(np.random.default_rng(seed), private=False, description="auditing (test)")
+        self.records: list[AuditRecord] = []
+
+    def audit(self, *, kind: str, exact: Any, sensitivity: float, scale: Any) -> None:
+        self.records.append(
+            AuditRecord(
+                release=str(self.current_release),
+                kind=kind,
+                exact=np.array(exact, dtype=np.float64, copy=True),
+                sensitivity=float(sensitivity),
+                scale=scale,
+            )
+        )

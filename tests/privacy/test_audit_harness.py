@@ -1,0 +1,60 @@
+"""The harness itself: it sees every mechanism's exact value, and it fails on a release that moves too far."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dppca_dask.mechanisms import above_threshold, gaussian_mechanism, laplace_mechanism
+from dppca_dask.mechanisms.testing import AuditingNoiseSource
+from privacy_harness import assert_within_sensitivity
+
+
+def _release_all(noise: AuditingNoiseSource, value: np.ndarray, counts: np.ndarray) -> None:
+    gaussian_mechanism(value, l2_sensitivity=1.0, noise_multiplier=2.0, noise=noise, release="g")
+    laplace_mechanism(value, l1_sensitivity=1.0, epsilon=0.5, noise=noise, release="l")
+    above_threshold(counts, cutoff=3.0, epsilon=1.0, noise=noise, release="s")
+
+
+def test_records_exact_values_and_calibration(seed: int) -> None:
+    noise = AuditingNoiseSource(seed)
+    _release_all(noise, np.array([1.0, 2.0]), np.array([5.0, 3.0, 1.0]))
+    kinds = [(r.release, r.kind) for r in noise.records]
+    assert kinds == [("g", "gaussian"), ("l", "laplace"), ("s", "svt")]
+    np.testing.assert_array_equal(noise.records[0].exact, [1.0, 2.0])
+    assert noise.records[0].scale == 2.0  # std = multiplier × sensitivity
+    assert noise.records[1].scale == 2.0  # b = sensitivity / ε
+    assert noise.records[2].scale == (2.0, 4.0)  # the paper's SVT scales 2/ε, 4/ε
+    assert not noise.private
+
+
+def test_accepts_neighbours_within_sensitivity(seed: int) -> None:
+    a, b = AuditingNoiseSource(seed), AuditingNoiseSource(seed)
+    _release_all(a, np.array([1.0, 2.0]), np.array([5.0, 3.0, 1.0]))
+    _release_all(b, np.array([1.5, 2.5]), np.array([4.0, 3.0, 2.0]))  # L2 0.71, L1 1.0, counts 1
+    ratios = assert_within_sensitivity(a.records, b.records)
+    np.testing.assert_allclose(ratios, [np.sqrt(0.5), 1.0, 1.0])
+
+
+def test_rejects_a_laplace_release_moving_too_far(seed: int) -> None:
+    a, b = AuditingNoiseSource(seed), AuditingNoiseSource(seed)
+    _release_all(a, np.array([1.0, 2.0]), np.array([5.0, 3.0, 1.0]))
+    _release_all(b, np.array([1.6, 2.8]), np.array([4.0, 3.0, 2.0]))  # L2 1.0, L1 1.4 > 1 for Laplace
+    with pytest.raises(AssertionError, match="l: the exact laplace value moved"):
+        assert_within_sensitivity(a.records, b.records)
+
+
+def test_rejects_a_count_moving_by_two(seed: int) -> None:
+    a, b = AuditingNoiseSource(seed), AuditingNoiseSource(seed)
+    above_threshold(np.array([5.0, 3.0]), cutoff=3.0, epsilon=1.0, noise=a, release="s")
+    above_threshold(np.array([5.0, 1.0]), cutoff=3.0, epsilon=1.0, noise=b, release="s")
+    with pytest.raises(AssertionError, match="moved by 2.0"):
+        assert_within_sensitivity(a.records, b.records)
+
+
+def test_rejects_different_release_paths(seed: int) -> None:
+    a, b = AuditingNoiseSource(seed), AuditingNoiseSource(seed)
+    gaussian_mechanism(1.0, l2_sensitivity=1.0, noise_multiplier=1.0, noise=a, release="g")
+    gaussian_mechanism(1.0, l2_sensitivity=1.0, noise_multiplier=1.0, noise=b, release="h")
+    with pytest.raises(AssertionError, match="different releases"):
+        assert_within_sensitivity(a.records, b.records)
