@@ -1,32 +1,133 @@
-"""``dppca-dask budget show``: what a ledger's datasets have spent, what remains, and the history of jobs."""
+"""``dppca-dask budget``: create a privacy-budget ledger (``init``), inspect it (``show``, read-only) and return a
+stale reservation of a job that released nothing (``resolve``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
 __all__ = ["register"]
 
+_RELATIONS = {
+    "add-remove-row": "add/remove one row",
+    "replace-row": "replace one row",
+}
+
+
+def _relation(value: str) -> str:
+    """``--relation``: a short name, ``entry:B``, ``row:S``, or the relation's full text."""
+    from dppca_dask.accounting.hardt_roth import entry_relation, row_change_relation
+    from dppca_dask.errors import InvalidParameterError
+
+    if value in _RELATIONS:
+        return _RELATIONS[value]
+    for prefix, make in (("entry:", entry_relation), ("row:", row_change_relation)):
+        if value.startswith(prefix):
+            try:
+                bound = float(value[len(prefix):])
+            except ValueError:
+                bound = math.nan
+            if not (math.isfinite(bound) and bound > 0):
+                raise InvalidParameterError(
+                    f"--relation {value!r}: the bound after '{prefix}' must be a finite number > 0, e.g. {prefix}1"
+                )
+            return make(bound)
+    if value in _RELATIONS.values() or value.startswith(("one entry changes", "one row changes")):
+        return value
+    raise InvalidParameterError(
+        f"--relation must be one of {', '.join(_RELATIONS)}, entry:B (one entry changes by at most B) or row:S (one "
+        f"row changes by a vector of L2 norm at most S); got {value!r}"
+    )
+
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("budget", help="inspect a privacy-budget ledger",
-                              description="Inspect a privacy-budget ledger (SQLite).")
+    p = subparsers.add_parser("budget", help="create or inspect a privacy-budget ledger",
+                              description="Create, inspect or repair a privacy-budget ledger (SQLite).")
     sub = p.add_subparsers(dest="budget_command", metavar="ACTION", required=True)
+
+    init = sub.add_parser(
+        "init", help="create a ledger (if missing) and give a dataset key its total budget",
+        description="Create the ledger file (owner-only) if it does not exist, and record a dataset key's total "
+                    "(epsilon, delta) and, optionally, the neighbouring relation its budget is stated for. Jobs "
+                    "never create a ledger or a dataset key. Running it again with the same values does nothing.")
+    init.add_argument("--ledger", required=True, help="the ledger file")
+    init.add_argument("--dataset", required=True, help="the dataset key (one per set of people)")
+    init.add_argument("--total-epsilon", type=float, required=True, help="the key's total epsilon")
+    init.add_argument("--total-delta", type=float, required=True, help="the key's total delta")
+    init.add_argument("--relation", default=None, type=str,
+                      help="the neighbouring relation of the budget: add-remove-row, replace-row, entry:B or row:S "
+                           "(default: the relation of the first job reserved)")
+    init.set_defaults(handler=run_init)
+
     show = sub.add_parser("show", help="totals, spent, remaining and the history of each dataset",
                           description="Totals, spent (PLD composition of the stored DpEvents, with the sum of "
-                                      "epsilon beside it), remaining and the history of each dataset.")
+                                      "epsilon beside it), remaining and the history of each dataset. Read-only.")
     show.add_argument("--ledger", required=True, help="the ledger file")
     show.add_argument("--dataset", default=None, help="one dataset key (default: all)")
     show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(handler=run_show)
 
+    resolve = sub.add_parser(
+        "resolve", help="return a stale reservation of a job that released nothing",
+        description="Return the reservation of a job id left 'reserved' by a run that died or failed before "
+                    "releasing anything (no checkpoint, no result). Refused when the ledger records a release or a "
+                    "charge: that budget stays spent.")
+    resolve.add_argument("--ledger", required=True, help="the ledger file")
+    resolve.add_argument("--job-id", required=True, help="the job id, ID@DATE")
+    resolve.add_argument("--dataset", default=None, help="the dataset key (needed if the job id is in several)")
+    resolve.set_defaults(handler=run_resolve)
+
+
+def run_init(args: argparse.Namespace) -> int:
+    import os
+
+    from dppca_dask.ledger import Ledger, _check_total
+
+    relation = None if args.relation is None else _relation(args.relation)
+    _check_total(args.total_epsilon, args.total_delta)  # before anything is created
+    created = not os.path.lexists(args.ledger)
+    ledger = Ledger.create(args.ledger) if created else Ledger(args.ledger)
+    new = ledger.init_dataset(args.dataset, total_epsilon=args.total_epsilon, total_delta=args.total_delta,
+                              neighbouring=relation)
+    print(f"ledger {args.ledger}: {'created' if created else 'exists'}")
+    print(f"dataset '{args.dataset}': {'budget recorded' if new else 'already recorded with these values'} "
+          f"(total epsilon={args.total_epsilon:g}, delta={args.total_delta:g}"
+          + (f", neighbours differ by {relation})" if relation else ")"))
+    return 0
+
+
+def run_resolve(args: argparse.Namespace) -> int:
+    from dppca_dask.errors import LedgerError
+    from dppca_dask.ledger import RESERVED, Ledger
+
+    ledger = Ledger(args.ledger)
+    entries = [e for e in ledger.find(args.job_id) if args.dataset in (None, e.dataset)]
+    if not entries:
+        raise LedgerError(f"job id '{args.job_id}' has no entry in ledger '{args.ledger}'"
+                          + (f" for dataset '{args.dataset}'" if args.dataset else ""))
+    if len(entries) > 1:
+        keys = ", ".join(e.dataset for e in entries)
+        raise LedgerError(f"job id '{args.job_id}' has entries for several datasets ({keys}); give --dataset")
+    entry = entries[0]
+    if entry.status != RESERVED:
+        raise LedgerError(f"job '{args.job_id}' of dataset '{entry.dataset}' is {entry.status} ({entry.outcome}), "
+                          "not a stale reservation; nothing to resolve")
+    from dppca_dask.jobs.runner import job_lock
+
+    with job_lock(ledger, entry.dataset, args.job_id):  # refused while a run of the job holds it
+        done = ledger.release(entry.dataset, args.job_id, outcome="resolved")
+    print(f"job {args.job_id}: reservation of (epsilon={done.epsilon:g}, delta={done.delta:g}) on dataset "
+          f"'{done.dataset}' returned (no release was recorded)")
+    return 0
+
 
 def run_show(args: argparse.Namespace) -> int:
     from dppca_dask.ledger import Ledger
 
-    ledger = Ledger(args.ledger, create=False)
+    ledger = Ledger(args.ledger, read_only=True)
     keys = [args.dataset] if args.dataset else ledger.datasets()
     budgets = [ledger.budget(key) for key in keys]
     if args.json:
@@ -36,7 +137,8 @@ def run_show(args: argparse.Namespace) -> int:
     print(f"ledger {args.ledger}: {len(budgets)} dataset(s)")
     for b in budgets:
         print()
-        print(f"dataset '{b.dataset}' (neighbours differ by {b.neighbouring or 'not yet recorded'})")
+        print(f"dataset '{b.dataset}' (neighbours differ by {b.neighbouring or 'not yet recorded'}; store "
+              f"{b.store_id or 'not yet recorded'})")
         print(f"  total      epsilon={b.total_epsilon:g}  delta={b.total_delta:g}")
         print(f"  spent      epsilon={b.spent_epsilon:.4g} (PLD composition at delta={b.total_delta:g}; "
               f"sum of epsilon {b.sum_epsilon:.4g}, sum of delta {b.sum_delta:.3g})")
@@ -51,5 +153,7 @@ def run_show(args: argparse.Namespace) -> int:
             status = e.status if e.status == "reserved" else f"{e.status} ({e.outcome})"
             if e.attempts > 1:
                 status += f", {e.attempts} attempts"
+            if e.group_size > 1:
+                status += f", counted x{e.group_size} (group privacy)"
             print(f"    {e.job_id:<32} {e.updated:<25} {e.mechanism:<20} {e.epsilon:>8.4g} {e.delta:>8.2g}  {status}")
     return 0

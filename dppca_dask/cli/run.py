@@ -16,7 +16,8 @@ def register(subparsers: Any) -> None:
         help="run a job spec (TOML) under its privacy-budget ledger",
         description=(
             "Run a job: refresh the store if the spec says so, reserve the privacy budget in the ledger, run the "
-            "mechanism, charge the ledger and write the result. The ledger's job id is '<id>@<date>': running the "
+            "mechanism, charge the ledger and write the result. The ledger must exist (`dppca-dask budget init` "
+            "creates it). The ledger's job id is '<id>@<date>': running the "
             "same job on the same date again does nothing once it has succeeded, and resumes it after a crash. "
             "Exit codes: 0 done, 2 invalid spec or input, 3 privacy budget exhausted, 4 mechanism failure."
         ),
@@ -27,6 +28,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--scheduler", default=None, help="override [cluster] address (tcp://HOST:PORT or tls://...)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
                    help="override a value of the spec (TOML syntax; repeatable), e.g. --set privacy.epsilon=0.5")
+    p.add_argument("--allow-new-store", action="store_true",
+                   help="accept a store other than the one the dataset key was first used with (the same people's "
+                        "data, re-ingested); the ledger records the new store")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
 
@@ -40,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.scheduler:
         overrides.append(f"cluster.address={json.dumps(args.scheduler)}")
     spec = load_job(args.job, overrides=overrides)
-    outcome = run_job(spec, date=args.date)
+    outcome = run_job(spec, date=args.date, allow_new_store=args.allow_new_store)
     if args.json:
         json.dump(outcome.to_dict(), sys.stdout)
         sys.stdout.write("\n")

@@ -2,23 +2,30 @@
 
 The order is what makes a job safe to schedule and to re-run:
 
-1. the spec and the mechanism's parameters are validated and the store's metadata read (bad input fails here,
-   before any budget is reserved: DESIGN.md invariant 7);
+1. the spec, every parameter of the mechanism, the store (its declared schema and its id) and the output path
+   are checked, and the store's metadata read: bad input fails here, before any budget is reserved (DESIGN.md
+   invariant 7). The ledger must exist (``dppca-dask budget init`` makes it; a run never does);
 2. the job's DpEvents are reserved in the ledger under its job id ``<id>@<date>`` (one transaction; refused with
    exit code 3 if the dataset's total would be exceeded);
 3. the mechanism runs; adaptive power iteration writes each released (noisy) iterate to ``checkpoint.json`` in
    the output directory before anything else sees it;
-4. the result is written to ``.pending/`` in the output directory, the reservation becomes a charge, and the
-   result is moved into place.
+4. the ledger records the release, the result is written to ``.pending/`` and marked complete, the reservation
+   becomes a charge, and the result is moved into place.
 
-A job that fails before drawing any data-dependent noise returns its reservation; one that fails after keeps the
-charge (invariant 6). Running the same job id again:
+A job that fails without reading any data value and without releasing anything (the store or the cluster could
+not be reached, a chunk is missing) returns its reservation; any other failure keeps the charge (invariant 6).
+Running the same job id again:
 
 - after success, does nothing (idempotent per job id and date) and reports the existing result;
+- after a crash with a complete result in ``.pending/`` (written, not yet charged): charges it and moves it into
+  place, without computing a second release;
 - after a crash or a failure, continues under the same reservation: adaptive power iteration resumes from its
   last checkpoint without repeating a released iteration (so the total released is exactly one run's), other
-  mechanisms start again only if nothing of theirs was released (they release once, at the end);
+  mechanisms start again only if nothing of theirs was released;
 - between the charge and the move of the result, finishes the move.
+
+A result already in the output directory for the job id is never released again, whatever the ledger says.
+Files the job writes (``job.json``, checkpoints, results) are owner-only (0600, directories 0700).
 """
 
 from __future__ import annotations
@@ -35,16 +42,37 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dppca_dask.errors import BudgetExceededError, JobSpecError, LedgerError
+from dppca_dask.errors import (
+    BudgetExceededError,
+    JobSpecError,
+    LedgerError,
+    StoreCorruptError,
+    StoreNotFoundError,
+    UnsupportedStoreVersionError,
+)
 from dppca_dask.jobs.spec import JobSpec
 
-__all__ = ["JobOutcome", "run_job"]
+__all__ = ["JobOutcome", "job_lock", "run_job", "store_id", "store_schema"]
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint.json"
 JOB_FILE = "job.json"
 PENDING = ".pending"
+#: Written into ``.pending/`` after the whole result: a re-run finishes only a result that has it.
+COMPLETE = "COMPLETE"
+FILE_MODE, DIR_MODE = 0o600, 0o700
+
+#: Failures that read no data value: the store or the cluster could not be reached, a chunk is missing or cannot
+#: be decoded, or the process was interrupted. With no noise drawn and nothing released, the reservation returns.
+_REFUNDABLE: tuple[type[BaseException], ...] = (
+    StoreNotFoundError, StoreCorruptError, UnsupportedStoreVersionError, OSError, KeyboardInterrupt,
+)
+
+
+def _kill_point(name: str) -> None:
+    """A named point between two steps of a job where a crash leaves a distinct state (fault-injection tests
+    replace this function to kill the process there)."""
 
 
 @dataclass(frozen=True)
@@ -53,7 +81,7 @@ class JobOutcome:
 
     job_id: str
     status: str
-    """``completed``, ``already-completed`` or ``resumed-and-completed``."""
+    """``completed``, ``already-completed``, ``resumed-and-completed`` or ``completed-from-pending``."""
     output: str
     ledger_entry: Any
     result: Any
@@ -83,7 +111,9 @@ def _check_date(date: str) -> str:
 
 def _write_json(path: str, obj: Any) -> None:
     tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), FILE_MODE)
         json.dump(obj, handle, indent=2, sort_keys=True)
         handle.write("\n")
         handle.flush()
@@ -96,27 +126,137 @@ def _read_json(path: str) -> Any:
         return json.load(handle)
 
 
+def _owner_only(path: str) -> None:
+    """chmod a tree written by a library call that follows the umask: files 0600, directories 0700."""
+    if os.path.isfile(path):
+        os.chmod(path, FILE_MODE)
+        return
+    for root, dirs, files in os.walk(path):
+        os.chmod(root, DIR_MODE)
+        for name in files:
+            os.chmod(os.path.join(root, name), FILE_MODE)
+
+
+def _makedirs(path: str) -> None:
+    """Make ``path`` and its missing parents owner-only (existing directories keep their mode)."""
+    missing = []
+    head = os.path.abspath(path)
+    while not os.path.exists(head):
+        missing.append(head)
+        head = os.path.dirname(head)
+    for directory in reversed(missing):
+        os.mkdir(directory, DIR_MODE)
+        os.chmod(directory, DIR_MODE)
+
+
+# ------------------------------------------------------------------------------------------------ checks
+
+
+def store_schema(store: Any) -> str:
+    """``"declared"`` or ``"inferred"``: whether the store's shape was declared at ingest or read off the data.
+
+    Uses ``MatrixStore.schema`` when the storage layer has it; otherwise reads the store's root group attribute
+    ``schema`` (absent means inferred).
+    """
+    value = getattr(store, "schema", None)
+    if value is None:
+        import zarr
+
+        try:
+            value = zarr.open_group(store.path, mode="r").attrs.get("schema")
+        except Exception:  # an unreadable group: the store was opened, so treat the schema as not declared
+            value = None
+    return "declared" if value == "declared" else "inferred"
+
+
+def store_id(store: Any) -> str:
+    """A stable public id of the store: its recorded ``store_id``; for a store without one (AnnData opened
+    directly), one derived from its format metadata (the encoding of its matrix) and its resolved path."""
+    if getattr(store, "store_id", None):
+        return str(store.store_id)
+    import zarr
+
+    try:
+        attrs = dict(zarr.open_group(store.path, mode="r")[store.matrix_key].attrs)
+    except Exception:
+        attrs = {}
+    keys = {k: attrs.get(k) for k in ("encoding-type", "encoding-version")}
+    digest = hashlib.sha256(json.dumps([os.path.realpath(store.path), store.matrix_key, keys],
+                                       sort_keys=True).encode()).hexdigest()[:32]
+    return f"derived:{digest}"
+
+
+def _check_schema(spec: JobSpec, store: Any) -> None:
+    declared = spec.data.n_features
+    if declared is not None:
+        if int(store.n_cols) != int(declared):
+            raise JobSpecError(
+                f"{spec.source}: [data] n_features = {declared} but the store '{spec.data.store}' has another "
+                "width; re-ingest it with `dppca-dask ingest SRC --out STORE --n-features "
+                f"{declared}` or fix n_features"
+            )
+        return
+    if store_schema(store) != "declared":
+        raise JobSpecError(
+            f"the store '{spec.data.store}' has a shape inferred from the data, which a release would reveal; jobs "
+            "need a declared schema: re-ingest it with `dppca-dask ingest SRC --out STORE --n-features D` (D: the "
+            "public number of features; for Parquet, also the public column-id universe), add n_features = D to "
+            "[data.ingest], or declare it in the job spec as [data] n_features = D"
+        )
+
+
+def _check_output(output: str) -> None:
+    """The output directory can be created and written (checked before anything is reserved)."""
+    if os.path.lexists(output) and not os.path.isdir(output):
+        raise JobSpecError(f"[output] path '{output}' exists and is not a directory; give a directory path")
+    head = os.path.abspath(output)
+    while not os.path.exists(head):
+        head = os.path.dirname(head)
+    if not os.path.isdir(head):
+        raise JobSpecError(f"[output] path '{output}': '{head}' is a file, not a directory; fix the path")
+    if not os.access(head, os.W_OK | os.X_OK):
+        raise JobSpecError(f"[output] path '{output}': '{head}' is not writable by this user; fix the permissions "
+                           "or the path")
+    if os.path.isdir(output):
+        try:
+            probe = os.path.join(output, f".write-test-{os.getpid()}")
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
+            os.remove(probe)
+        except OSError as exc:
+            raise JobSpecError(f"[output] path '{output}' cannot be written: {exc.strerror or exc}; fix the "
+                               "permissions or the path") from exc
+
+
+def _published(output: str, job_id: str) -> bool:
+    """Whether the output directory already holds a result of ``job_id``."""
+    result, job = os.path.join(output, "result.json"), os.path.join(output, JOB_FILE)
+    if not (os.path.exists(result) and os.path.exists(job)):
+        return False
+    try:
+        return _read_json(job).get("job_id") == job_id
+    except (OSError, ValueError, AttributeError):
+        return True  # unreadable: do not risk a second release
+
+
+def _pending_complete(output: str, job_id: str) -> bool:
+    marker = os.path.join(output, PENDING, COMPLETE)
+    if not os.path.exists(marker):
+        return False
+    try:
+        return _read_json(marker).get("job_id") == job_id
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 # ------------------------------------------------------------------------------------------------ planning
 
 
-def _lowrank_neighbouring(parameters: dict[str, Any]) -> str:
-    from dppca_dask.accounting.hardt_roth import row_change_relation
+def _plan(spec: JobSpec, store: Any) -> tuple[str, tuple[Any, ...]]:
+    """(neighbouring relation, DpEvents to reserve) from public parameters and the store's declared shape."""
+    from dppca_dask.jobs.plan import plan_job
 
-    change = parameters.get("row_change_bound", parameters.get("row_norm_bound", 1.0))
-    return row_change_relation(float(change))
-
-
-def _plan(spec: JobSpec, n_cols: int) -> tuple[str, tuple[Any, ...]]:
-    """(neighbouring relation, DpEvents to reserve) from public parameters and the store's width."""
-    from dppca_dask.accounting import EpsilonDeltaDpEvent
-    from dppca_dask.api import plan_release
-
-    if spec.kind == "pca":
-        plan = plan_release(n_cols, mechanism=spec.mechanism, epsilon=spec.epsilon, delta=spec.delta,
-                            **dict(spec.parameters))
-        return plan.neighbouring, plan.events
-    # Low-rank mechanisms run at their calibrated (epsilon, delta) (standard calibration, which jobs always use).
-    return _lowrank_neighbouring(dict(spec.parameters)), (EpsilonDeltaDpEvent(spec.epsilon, spec.delta),)
+    plan = plan_job(spec, store)
+    return plan.neighbouring, plan.events
 
 
 def _refresh_store(spec: JobSpec) -> None:
@@ -152,13 +292,18 @@ def _finalise(output: str) -> None:
     pending = os.path.join(output, PENDING)
     if not os.path.isdir(pending):
         return
+    marker = os.path.join(pending, COMPLETE)
     for name in sorted(os.listdir(pending)):
+        if name == COMPLETE:
+            continue
         target = os.path.join(output, name)
         if os.path.isdir(target):
             shutil.rmtree(target)
         elif os.path.exists(target):
             os.remove(target)
         os.replace(os.path.join(pending, name), target)
+    if os.path.exists(marker):
+        os.remove(marker)
     os.rmdir(pending)
     checkpoint = os.path.join(output, CHECKPOINT)
     if os.path.exists(checkpoint):
@@ -202,6 +347,7 @@ def run_job(
     client: Any = None,
     noise: Any = None,
     progress: bool | None = None,
+    allow_new_store: bool = False,
 ) -> JobOutcome:
     """Run ``spec`` once for ``date`` (default: today, UTC): see the module docstring for the steps.
 
@@ -212,83 +358,121 @@ def run_job(
     noise
         The noise source (default: a new one from the operating system's entropy). Tests pass a seeded one;
         the result is then not private, and says so, but the ledger still charges it.
+    allow_new_store
+        Accept a store other than the one the dataset key was first used with (and record it); also
+        ``[budget] allow_new_store = true`` in the spec.
 
     Raises
     ------
+    LedgerError
+        The ledger does not exist (``dppca-dask budget init`` creates it), or the dataset key has no budget.
     BudgetExceededError
         The dataset's budget cannot cover the job (nothing was read or reserved).
     """
+    from dppca_dask.ledger import Ledger
+
     date = _check_date(date or today())
-    with _job_lock(spec.budget.ledger, spec.budget.dataset, spec.job_id(date)):
-        return _run_job(spec, date=date, client=client, noise=noise, progress=progress)
+    ledger = Ledger(spec.budget.ledger)
+    with job_lock(ledger, spec.budget.dataset, spec.job_id(date)):
+        return _run_job(spec, ledger, date=date, client=client, noise=noise, progress=progress,
+                        allow_new_store=allow_new_store or spec.budget.allow_new_store)
 
 
 @contextlib.contextmanager
-def _job_lock(ledger_path: str, dataset: str, job_id: str) -> Iterator[None]:
+def job_lock(ledger: Any, dataset: str, job_id: str) -> Iterator[None]:
     """An exclusive lock per (ledger, dataset, job id) for the whole run: two overlapping runs of one job (a
-    scheduler's retry while the first still runs) must not both release. The operating system drops the lock when
-    the process dies, so a crashed run never blocks its own resumption."""
-    import fcntl
+    scheduler's retry while the first still runs) must not both release.
 
-    directory = f"{os.path.abspath(ledger_path)}.locks"
-    os.makedirs(directory, exist_ok=True)
-    name = hashlib.sha256(f"{dataset}\0{job_id}".encode()).hexdigest()[:32]
-    with open(os.path.join(directory, f"{name}.lock"), "a+") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            raise LedgerError(
-                f"job '{job_id}' of dataset '{dataset}' is already running in another process; wait for it to end "
-                "(running it twice at once could release twice)"
-            ) from exc
-        try:
-            yield
-        finally:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    The lock is keyed on the ledger's resolved file (a symlinked path finds the same lock) and on the ledger's own
+    id. It is a ``filelock`` lock in ``<resolved ledger>.locks/``; the operating system drops it when the process
+    dies, so a crashed run never blocks its own resumption.
+    """
+    from filelock import FileLock, Timeout
+
+    resolved = os.path.realpath(ledger.path)
+    directory = f"{resolved}.locks"
+    try:
+        _makedirs(directory)
+    except OSError as exc:
+        raise LedgerError(f"cannot make the job lock directory '{directory}' beside ledger '{ledger.path}': "
+                          f"{exc.strerror or exc}; check that the ledger's directory is writable") from exc
+    name = hashlib.sha256(f"{ledger.id}\0{dataset}\0{job_id}".encode()).hexdigest()[:32]
+    lock = FileLock(os.path.join(directory, f"{name}.lock"), timeout=0, mode=FILE_MODE)
+    try:
+        lock.acquire()
+    except Timeout as exc:
+        raise LedgerError(
+            f"job '{job_id}' of dataset '{dataset}' is already running in another process; wait for it to end "
+            "(running it twice at once could release twice)"
+        ) from exc
+    except OSError as exc:
+        raise LedgerError(f"cannot lock job '{job_id}' in '{directory}': {exc.strerror or exc}; check that the "
+                          "directory is writable") from exc
+    try:
+        yield
+    finally:
+        lock.release()
 
 
-def _run_job(spec: JobSpec, *, date: str, client: Any, noise: Any, progress: bool | None) -> JobOutcome:
-    from dppca_dask.ledger import CHARGED, RESERVED, Ledger
+def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, progress: bool | None,
+             allow_new_store: bool) -> JobOutcome:
+    from dppca_dask.ledger import CHARGED, RESERVED
     from dppca_dask.mechanisms import NoiseSource
     from dppca_dask.storage import open_matrix
 
     job_id = spec.job_id(date)
     output = spec.output_dir(date)
-    ledger = Ledger(spec.budget.ledger)
     dataset = spec.budget.dataset
     t0 = time.perf_counter()
 
     # -- an earlier attempt of this job id ------------------------------------------------------------------
     previous = ledger.entry(dataset, job_id)
-    if previous is not None and previous.status == CHARGED:
-        if previous.outcome == "succeeded":
-            _finalise(output)  # a crash between the charge and the move of the result
-            if not os.path.exists(os.path.join(output, "result.json")):
-                raise LedgerError(
-                    f"job '{job_id}' is charged to '{dataset}' as succeeded but its result is missing from "
-                    f"'{output}'; it is not released again: restore the output, or give the run a new job id"
-                )
-            log.info("job %s already completed; nothing to do", job_id)
-            return JobOutcome(job_id, "already-completed", output, previous, _load_result(spec, output))
+    if previous is not None and previous.status == CHARGED and previous.outcome == "succeeded":
+        _finalise(output)  # a crash between the charge and the move of the result
+        if not os.path.exists(os.path.join(output, "result.json")):
+            raise LedgerError(
+                f"job '{job_id}' is charged to '{dataset}' as succeeded but its result is missing from "
+                f"'{output}'; it is not released again: restore the output, or give the run a new job id"
+            )
+        log.info("job %s already completed; nothing to do", job_id)
+        return JobOutcome(job_id, "already-completed", output, previous, _load_result(spec, output))
+    if _published(output, job_id):
+        raise LedgerError(
+            f"the output '{output}' already holds a result of job '{job_id}', which ledger '{spec.budget.ledger}' "
+            f"does not record as charged to '{dataset}' (a replaced or restored ledger?); it is not released again: "
+            "restore the ledger, or give the run a new job id (--job-id or --date)"
+        )
+    if previous is not None and previous.status == RESERVED and _pending_complete(output, job_id):
+        # A crash after the result was complete in .pending but before the charge: finish it, do not recompute.
+        entry = ledger.charge(dataset, job_id, outcome="succeeded")
+        _kill_point("charged")
+        _finalise(output)
+        log.info("job %s: finished the complete result of an interrupted attempt; charged to %s", job_id, dataset)
+        return JobOutcome(job_id, "completed-from-pending", output, entry, _load_result(spec, output))
     resuming = previous is not None and previous.status in (RESERVED, CHARGED)
 
-    # -- 1. data and public parameters (nothing reserved yet) ---------------------------------------------
+    # -- 1. data, public parameters and paths (nothing reserved yet) -------------------------------------
+    _check_output(output)
     if spec.data.ingest is not None and not resuming:
         _refresh_store(spec)
     store = open_matrix(spec.data.store)
-    neighbouring, events = _plan(spec, store.n_cols)
+    _check_schema(spec, store)
+    neighbouring, events = _plan(spec, store)
     security = _security(spec)
     resume = None
     if resuming:
         if spec.mechanism == "adaptive-power":
             resume = _checkpoint(output, job_id, store.fingerprint)
         if resume is None and (previous.status == CHARGED or previous.first_release is not None):
+            if previous.status == RESERVED:  # released something (a checkpoint, a result being written): spent
+                ledger.charge(dataset, job_id, outcome="failed")
             raise BudgetExceededError(
-                f"job '{job_id}' released values or failed after drawing noise, and its budget stays spent (ledger "
-                f"'{spec.budget.ledger}', dataset '{dataset}'); no checkpoint of it was found in '{output}' to resume "
-                "from, so running it again would be a second release: restore the checkpoint, or give the run a new "
-                "job id (--job-id or --date) to spend new budget"
+                f"job '{job_id}' released values or failed after reading its data, and its budget stays spent "
+                f"(ledger '{spec.budget.ledger}', dataset '{dataset}'); no checkpoint or complete result of it was "
+                f"found in '{output}' to resume from, so running it again would be a second release: restore the "
+                "checkpoint, or give the run a new job id (--job-id or --date) to spend new budget"
             )
+    ledger.check_store(dataset, store_id(store), allow_new_store=allow_new_store)
 
     # -- 2. reserve -------------------------------------------------------------------------------------------
     entry = ledger.reserve(
@@ -298,12 +482,7 @@ def _run_job(spec: JobSpec, *, date: str, client: Any, noise: Any, progress: boo
     )
     log.info("job %s: %s (epsilon=%g, delta=%g) %s for dataset %s", job_id, spec.mechanism, spec.epsilon,
              spec.delta, "resumed its reservation" if resuming else "reserved", dataset)
-    os.makedirs(output, exist_ok=True)
-    _write_json(os.path.join(output, JOB_FILE), {
-        "job_id": job_id, "date": date, "spec": spec.to_dict(), "ledger": spec.budget.ledger, "dataset": dataset,
-        "store_fingerprint": store.fingerprint,
-    })
-
+    _kill_point("reserved")
     # -- 3. run -----------------------------------------------------------------------------------------------
     if noise is None:
         noise = NoiseSource.from_entropy()
@@ -311,36 +490,55 @@ def _run_job(spec: JobSpec, *, date: str, client: Any, noise: Any, progress: boo
 
     noted = [entry.first_release is not None]
 
+    def note() -> None:
+        if not noted[0]:  # from now on this job id can only continue from what it released
+            ledger.note_first_release(dataset, job_id)
+            noted[0] = True
+
     def checkpoint(state: Any, emitted: tuple[Any, ...]) -> None:
         # Released values only (noisy iterates, released thresholds): safe to write (invariant 3).
         if hasattr(state, "to_json"):
+            note()
             _write_json(os.path.join(output, CHECKPOINT), {
                 "job_id": job_id, "store_fingerprint": fingerprint, "mechanism": spec.mechanism,
                 "releases": len(emitted) // 2, "state": state.to_json(),
             })
-            if not noted[0]:  # from now on this job id can only continue from its checkpoint
-                ledger.note_first_release(dataset, job_id)
-                noted[0] = True
+            _kill_point("checkpoint")
 
-    stale = os.path.join(output, PENDING)
-    if os.path.isdir(stale):  # what a failed attempt left half-written; never moved into place
-        shutil.rmtree(stale)
+    pending = os.path.join(output, PENDING)
     try:
+        _makedirs(output)
+        _write_json(os.path.join(output, JOB_FILE), {
+            "job_id": job_id, "date": date, "spec": spec.to_dict(), "ledger": spec.budget.ledger, "dataset": dataset,
+            "store_fingerprint": store.fingerprint,
+        })
+        if os.path.isdir(pending):  # what a failed attempt left half-written; never moved into place
+            shutil.rmtree(pending)
         result = _run_mechanism(spec, store, client=client, security=security, noise=noise,
                                 on_release=checkpoint, resume=resume, progress=progress)
-        result.save(os.path.join(output, PENDING))
-    except BaseException:
-        if noise.data_dependent_keys or noted[0] or resume is not None or (
-                previous is not None and previous.status == CHARGED):
-            ledger.charge(dataset, job_id, outcome="failed")
-            log.error("job %s failed after drawing noise: its budget stays spent", job_id)
-        else:
+        _kill_point("computed")
+        note()  # before the result reaches the disk: a crash while writing it must not lead to a second release
+        _kill_point("noted")
+        result.save(pending)
+        _owner_only(pending)
+        _kill_point("pending-written")
+        _write_json(os.path.join(pending, COMPLETE), {"job_id": job_id})
+        _kill_point("pending-complete")
+    except BaseException as exc:
+        refundable = (isinstance(exc, _REFUNDABLE) and not noise.data_dependent_keys and not noted[0]
+                      and resume is None and (previous is None or previous.status != CHARGED))
+        if refundable:
             ledger.release(dataset, job_id)
-            log.error("job %s failed before drawing any noise: its reservation is returned", job_id)
+            log.error("job %s failed before reading any data value (%s): its reservation is returned", job_id,
+                      type(exc).__name__)
+        else:
+            ledger.charge(dataset, job_id, outcome="failed")
+            log.error("job %s failed after reading its data or drawing noise: its budget stays spent", job_id)
         raise
 
     # -- 4. charge, then put the result in place ---------------------------------------------------------------
     entry = ledger.charge(dataset, job_id, outcome="succeeded")
+    _kill_point("charged")
     _finalise(output)
     log.info("job %s completed in %.1f s; charged to %s", job_id, time.perf_counter() - t0, dataset)
     status = "resumed-and-completed" if resume is not None else "completed"

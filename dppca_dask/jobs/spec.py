@@ -6,9 +6,11 @@ name = "w8a-nightly"                 # required; the ledger's job id is "<id or 
 
 [data]
 store = "../build/jobs/w8a.zarr"     # relative paths are relative to this file
+# n_features = 300                   # optional: the public width, for a store whose schema was not declared
 [data.ingest]                        # optional: refresh the store from a source first
 source = "../../shared/data/w8a.svm" # svmlight, mtx, npz, h5ad/zarr (AnnData) or Parquet triplets
 format = "svmlight"                  # optional; guessed from the extension
+n_features = 300                     # the public number of features (a declared schema; jobs need one)
 rows_per_partition = 10000           # optional
 # Parquet only: row_column = "row_id", col_column = "col_id", value_column = "value", on_duplicate = "sum"
 
@@ -21,10 +23,11 @@ epsilon = 0.8
 delta = 1e-7
 
 [budget]
-ledger = "../build/jobs/ledger.sqlite"
+ledger = "../build/jobs/ledger.sqlite"   # made once by `dppca-dask budget init`; a run never creates it
 dataset = "w8a"
-total_epsilon = 1.0
+total_epsilon = 1.0                  # optional: checked against the total recorded by `budget init`
 total_delta = 1e-6
+# allow_new_store = true             # accept a store other than the one the key was first used with
 
 [output]
 path = "../build/jobs/out/{name}/{date}"   # placeholders: {name}, {id}, {date}
@@ -76,10 +79,10 @@ _INGEST_KEYS = frozenset({
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TABLES = {
     "job": {"name", "id"},
-    "data": {"store", "ingest"},
+    "data": {"store", "ingest", "n_features"},
     "mechanism": None,  # checked against the mechanism's parameters
     "privacy": {"epsilon", "delta"},
-    "budget": {"ledger", "dataset", "total_epsilon", "total_delta"},
+    "budget": {"ledger", "dataset", "total_epsilon", "total_delta", "allow_new_store"},
     "output": {"path"},
     "cluster": {"address", "n_workers", "memory_limit", "tls_ca_file", "tls_cert", "tls_key"},
 }
@@ -92,14 +95,18 @@ class DataSpec:
     """Absolute path of the store the job reads."""
     ingest: Mapping[str, Any] | None = None
     """Arguments of :func:`dppca_dask.ingest.ingest` (``source`` absolute) to refresh the store first."""
+    n_features: int | None = None
+    """The public width declared in the spec (for a store whose own schema is not declared)."""
 
 
 @dataclass(frozen=True)
 class BudgetSpec:
     ledger: str
     dataset: str
-    total_epsilon: float
-    total_delta: float
+    total_epsilon: float | None = None
+    """Checked against the ledger's recorded total when given (``budget init`` records it)."""
+    total_delta: float | None = None
+    allow_new_store: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,11 +156,11 @@ class JobSpec:
     def to_dict(self) -> dict[str, Any]:
         return {
             "job": {"name": self.name, "id": self.id},
-            "data": {"store": self.data.store, **({"ingest": dict(self.data.ingest)} if self.data.ingest else {})},
+            "data": {"store": self.data.store, **({"ingest": dict(self.data.ingest)} if self.data.ingest else {}),
+                     **({"n_features": self.data.n_features} if self.data.n_features is not None else {})},
             "mechanism": {"name": self.mechanism, **dict(self.parameters)},
             "privacy": {"epsilon": self.epsilon, "delta": self.delta},
-            "budget": {"ledger": self.budget.ledger, "dataset": self.budget.dataset,
-                       "total_epsilon": self.budget.total_epsilon, "total_delta": self.budget.total_delta},
+            "budget": {k: v for k, v in vars(self.budget).items() if v is not None and v is not False},
             "output": {"path": self.output},
             "cluster": {k: v for k, v in vars(self.cluster).items() if v not in (None, "")},
         }
@@ -234,6 +241,11 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
         ingest = dict(raw)
         ingest["source"] = _path(base, _string(source, "data.ingest", "source", raw.get("source")))
 
+    n_features = data.get("n_features")
+    if n_features is not None and (isinstance(n_features, bool) or not isinstance(n_features, int)
+                                   or n_features < 1):
+        raise JobSpecError(f"{_where(source, 'data', 'n_features')} must be an integer >= 1; got {n_features!r}")
+
     mech = dict(obj["mechanism"])
     mechanism = _string(source, "mechanism", "name", mech.pop("name", None))
     if mechanism not in PCA_JOB_MECHANISMS + LOWRANK_JOB_MECHANISMS:
@@ -264,18 +276,28 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
         raise JobSpecError(f"{_where(source, 'privacy', 'delta')} must be in (0, 1); got {delta}")
 
     budget = obj["budget"]
-    for key in sorted(_TABLES["budget"] or ()):
+    for key in ("ledger", "dataset"):
         if key not in budget:
             raise JobSpecError(f"{_where(source, 'budget', key)} is required")
-    total_epsilon = _number(source, "budget", "total_epsilon", budget["total_epsilon"])
-    total_delta = _number(source, "budget", "total_delta", budget["total_delta"])
-    if total_delta >= 1:
-        raise JobSpecError(f"{_where(source, 'budget', 'total_delta')} must be in (0, 1); got {total_delta}")
-    if epsilon > total_epsilon or delta >= total_delta:
-        raise JobSpecError(
-            f"{source}: the job asks (epsilon={epsilon:g}, delta={delta:g}), more than the dataset's whole budget "
-            f"(total_epsilon={total_epsilon:g}, total_delta={total_delta:g}; delta must stay below total_delta)"
-        )
+    if ("total_epsilon" in budget) != ("total_delta" in budget):
+        raise JobSpecError(f"{_where(source, 'budget')}: give both total_epsilon and total_delta (checked against "
+                           "the ledger's recorded total), or neither")
+    total_epsilon = total_delta = None
+    if "total_epsilon" in budget:
+        total_epsilon = _number(source, "budget", "total_epsilon", budget["total_epsilon"])
+        total_delta = _number(source, "budget", "total_delta", budget["total_delta"])
+        if total_delta >= 1:
+            raise JobSpecError(f"{_where(source, 'budget', 'total_delta')} must be in (0, 1); got {total_delta}")
+        if epsilon > total_epsilon or delta >= total_delta:
+            raise JobSpecError(
+                f"{source}: the job asks (epsilon={epsilon:g}, delta={delta:g}), more than the dataset's whole "
+                f"budget (total_epsilon={total_epsilon:g}, total_delta={total_delta:g}; delta must stay below "
+                "total_delta)"
+            )
+    allow_new_store = budget.get("allow_new_store", False)
+    if not isinstance(allow_new_store, bool):
+        raise JobSpecError(f"{_where(source, 'budget', 'allow_new_store')} must be true or false; got "
+                           f"{allow_new_store!r}")
     dataset = _string(source, "budget", "dataset", budget["dataset"])
     ledger = _path(base, _string(source, "budget", "ledger", budget["ledger"]))
 
@@ -313,9 +335,11 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
     cluster = ClusterSpec(address=address, n_workers=n_workers, memory_limit=memory_limit, **tls)
 
     return JobSpec(
-        name=name, id=job_id, source=source, data=DataSpec(store=store, ingest=ingest), mechanism=mechanism,
+        name=name, id=job_id, source=source, data=DataSpec(store=store, ingest=ingest, n_features=n_features),
+        mechanism=mechanism,
         parameters=mech, epsilon=epsilon, delta=delta,
-        budget=BudgetSpec(ledger=ledger, dataset=dataset, total_epsilon=total_epsilon, total_delta=total_delta),
+        budget=BudgetSpec(ledger=ledger, dataset=dataset, total_epsilon=total_epsilon, total_delta=total_delta,
+                          allow_new_store=allow_new_store),
         output=out, cluster=cluster,
     )
 
