@@ -187,21 +187,26 @@ def store_id(store: Any) -> str:
 
 
 def _check_schema(spec: JobSpec, store: Any) -> None:
+    """Refuse a store whose shape was inferred from the data (a release would reveal it), unless the width is
+    declared: by the store (ingested with ``--n-features``), by the job's own ``[data.ingest] n_features``, or by
+    ``[data] n_features``. A declared width the store does not have is refused too."""
     declared = spec.data.n_features
+    if declared is None and spec.data.ingest is not None:
+        declared = spec.data.ingest.get("n_features")
     if declared is not None:
         if int(store.n_cols) != int(declared):
             raise JobSpecError(
-                f"{spec.source}: [data] n_features = {declared} but the store '{spec.data.store}' has another "
-                "width; re-ingest it with `dppca-dask ingest SRC --out STORE --n-features "
-                f"{declared}` or fix n_features"
+                f"{spec.source}: n_features = {declared} is declared but the store '{spec.data.store}' does not have "
+                f"that width; re-ingest it with `dppca-dask ingest SRC --out STORE --n-features {declared}`, or fix "
+                "n_features"
             )
         return
     if store_schema(store) != "declared":
         raise JobSpecError(
             f"the store '{spec.data.store}' has a shape inferred from the data, which a release would reveal; jobs "
             "need a declared schema: re-ingest it with `dppca-dask ingest SRC --out STORE --n-features D` (D: the "
-            "public number of features; for Parquet, also the public column-id universe), add n_features = D to "
-            "[data.ingest], or declare it in the job spec as [data] n_features = D"
+            "public number of features), add n_features = D to [data.ingest], or declare it in the job spec as "
+            "[data] n_features = D"
         )
 
 
@@ -268,7 +273,45 @@ def _refresh_store(spec: JobSpec) -> None:
     if not os.path.exists(source):
         raise JobSpecError(f"{spec.source}: [data.ingest] source '{source}' does not exist")
     log.info("refreshing store %s from %s", spec.data.store, source)
-    ingest(source, spec.data.store, overwrite=True, **args)
+    with _no_counts_at_info():
+        ingest(source, spec.data.store, overwrite=True, **args)
+    log.info("store %s refreshed", spec.data.store)
+
+
+class _DemoteCounts(logging.Filter):
+    """Ingest and storage log the exact shape and entry counts at INFO; inside a job these are about the private
+    data, so they go to DEBUG (kept when DEBUG is on, dropped otherwise)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO:
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
+@contextlib.contextmanager
+def _no_counts_at_info() -> Iterator[None]:
+    import importlib
+
+    for module in ("dppca_dask.ingest.svmlight", "dppca_dask.ingest.mtx", "dppca_dask.ingest.parquet",
+                   "dppca_dask.ingest.arrays", "dppca_dask.ingest.adata", "dppca_dask.storage.writer"):
+        try:  # their loggers exist once imported (ingest imports them lazily)
+            importlib.import_module(module)
+        except ImportError:  # an optional reader whose extra is not installed
+            pass
+    prefixes = ("dppca_dask.ingest", "dppca_dask.storage")
+    names = [n for n in list(logging.root.manager.loggerDict) if n.startswith(prefixes)]
+    loggers = [logging.getLogger(n) for n in {*names, *prefixes}]
+    demote = _DemoteCounts()
+    for logger in loggers:
+        logger.addFilter(demote)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(demote)
 
 
 # ------------------------------------------------------------------------------------------------ running

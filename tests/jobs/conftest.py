@@ -19,16 +19,20 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from jobs_helpers import render  # noqa: E402
+from jobs_helpers import declare_schema, init_ledger, render  # noqa: E402
 
 
 @pytest.fixture
-def write_spec(tmp_path: Path) -> Callable[[dict[str, dict[str, Any]]], Path]:
+def write_spec(tmp_path: Path) -> Callable[..., Path]:
+    """Write a job spec; with ``init=True`` (default) also create its ledger and dataset budget if missing, as
+    ``dppca-dask budget init`` does."""
     counter = iter(range(10**6))
 
-    def write(doc: dict[str, dict[str, Any]]) -> Path:
+    def write(doc: dict[str, dict[str, Any]], *, init: bool = True) -> Path:
         path = tmp_path / f"job-{next(counter)}.toml"
         path.write_text(render(doc))
+        if init and not Path(doc["budget"]["ledger"]).exists():
+            init_ledger(doc)
         return path
 
     return write
@@ -42,4 +46,5 @@ def small_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = tmp_path_factory.mktemp("jobs-data") / "small.zarr"
     spec = PlantedSpec(n_rows=20_000, n_cols=300, nnz_per_row=20, support=40, signal_share=0.02, seed=11)
     write_low_coherence(path, spec, rows_per_partition=5_000, progress=False)
+    declare_schema(path)  # its width is public (generated with a declared number of columns)
     return str(path)

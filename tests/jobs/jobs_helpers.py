@@ -42,3 +42,25 @@ def base_doc(tmp_path: Path, store: str, **mechanism: Any) -> dict[str, dict[str
                    "total_delta": 1e-6},
         "output": {"path": str(tmp_path / "out" / "{name}" / "{date}")},
     }
+
+
+def init_ledger(doc: dict[str, dict[str, Any]], relation: str | None = None) -> None:
+    """Create the spec's ledger and dataset budget, as `dppca-dask budget init` does (a run never creates them)."""
+    from dppca_dask.ledger import Ledger
+
+    budget = doc["budget"]
+    path = Path(budget["ledger"])
+    ledger = Ledger(path) if path.exists() else Ledger.create(path)
+    ledger.init_dataset(budget["dataset"], total_epsilon=budget.get("total_epsilon", 1.0),
+                        total_delta=budget.get("total_delta", 1e-6), neighbouring=relation)
+
+
+def declare_schema(store: str | Path, value: str = "declared") -> None:
+    """Mark a store's shape as declared at ingest (the root group attribute "schema"), or remove the mark."""
+    import zarr
+
+    group = zarr.open_group(str(store), mode="r+")
+    if value is None:
+        group.attrs.pop("schema", None)
+    else:
+        group.attrs["schema"] = value

@@ -39,7 +39,10 @@ CASES = [
     (lambda d: d.update(extra={"a": 1}), r"unknown table\(s\) \[extra\]"),
     (lambda d: d.pop("budget"), r"missing table \[budget\]"),
     (lambda d: d["budget"].update(total_epsilom=1.0), r"\[budget\]: unknown key\(s\) total_epsilom"),
-    (lambda d: d["budget"].pop("total_delta"), r"\[budget\] total_delta is required"),
+    (lambda d: d["budget"].pop("total_delta"), r"\[budget\]: give both total_epsilon and total_delta"),
+    (lambda d: d["budget"].pop("ledger"), r"\[budget\] ledger is required"),
+    (lambda d: d["budget"].update(allow_new_store="yes"), r"\[budget\] allow_new_store must be true or false"),
+    (lambda d: d["data"].update(n_features=0), r"\[data\] n_features must be an integer >= 1"),
     (lambda d: d["privacy"].update(epsilon="1"), r"\[privacy\] epsilon must be a number"),
     (lambda d: d["privacy"].update(epsilon=-1.0), r"\[privacy\] epsilon must be finite and > 0"),
     (lambda d: d["privacy"].update(delta=1.5), r"\[privacy\] delta must be in \(0, 1\)"),
@@ -93,4 +96,16 @@ def test_a_missing_store_fails_before_anything_is_reserved(tmp_path: Path, write
     assert "absent.zarr" in capsys.readouterr().err
     from dppca_dask.ledger import Ledger
 
-    assert Ledger(tmp_path / "ledger.sqlite").datasets() == []  # nothing was recorded
+    assert Ledger(tmp_path / "ledger.sqlite").budget("ds").entries == ()  # nothing was reserved
+
+
+def test_totals_are_optional_and_checked_against_the_ledger(tmp_path: Path) -> None:
+    doc = _doc(tmp_path)
+    for key in ("total_epsilon", "total_delta"):
+        doc["budget"].pop(key)
+    doc["budget"]["allow_new_store"] = True
+    doc["data"]["n_features"] = 300
+    spec = parse_job(doc, source="job.toml", base_dir=str(tmp_path))
+    assert (spec.budget.total_epsilon, spec.budget.total_delta, spec.budget.allow_new_store) == (None, None, True)
+    assert spec.data.n_features == 300 and spec.to_dict()["data"]["n_features"] == 300
+    assert "total_epsilon" not in spec.to_dict()["budget"]

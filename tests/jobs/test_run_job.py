@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from jobs_helpers import JOBS, REPO, W8A, base_doc
+from jobs_helpers import JOBS, REPO, W8A, base_doc, declare_schema
 
 from dppca_dask.cli import main
 from dppca_dask.ledger import CHARGED, REFUSED, RELEASED, RESERVED, Ledger
@@ -31,6 +31,8 @@ def _overrides(tmp_path: Path, **paths: str) -> list[str]:
 @needs_w8a
 def test_example_job_twice_then_refused_and_budget_show(tmp_path: Path, local_client, capsys) -> None:
     address = local_client.scheduler.address
+    assert main(["budget", "init", "--ledger", str(tmp_path / "ledger.sqlite"), "--dataset", "w8a",
+                 "--total-epsilon", "1", "--total-delta", "1e-6"]) == 0
     args = ["run", str(JOBS / "example.toml"), "--scheduler", address, *_overrides(
         tmp_path, **{"data.store": str(tmp_path / "w8a.zarr"), "budget.ledger": str(tmp_path / "ledger.sqlite"),
                      "output.path": str(tmp_path / "out" / "{date}")})]
@@ -66,6 +68,8 @@ def test_warehouse_example_ingests_parquet_and_runs(tmp_path: Path, local_client
     subprocess.run([sys.executable, str(JOBS / "sample_warehouse.py"), str(warehouse), "--files", "3"], check=True,
                    capture_output=True)
     assert len(list(warehouse.glob("*.parquet"))) == 3
+    assert main(["budget", "init", "--ledger", str(tmp_path / "ledger.sqlite"), "--dataset", "warehouse-w8a",
+                 "--total-epsilon", "2", "--total-delta", "1e-6"]) == 0
     args = ["run", str(JOBS / "warehouse-nightly.toml"), "--scheduler", local_client.scheduler.address,
             "--json", "--date", "2026-02-01", *_overrides(
                 tmp_path, **{"data.ingest.source": str(warehouse), "data.store": str(tmp_path / "wh.zarr"),
@@ -112,7 +116,7 @@ def test_failure_after_noise_keeps_the_charge_and_is_not_run_again(tmp_path: Pat
     entry = Ledger(tmp_path / "ledger.sqlite").entry("ds", "test-job@2026-01-01")
     assert (entry.status, entry.outcome) == (CHARGED, "failed")
     assert main(args) == 3  # a second release under the same job id would spend twice
-    assert "failed after drawing noise" in capsys.readouterr().err
+    assert "failed after reading its data" in capsys.readouterr().err
 
 
 def test_crash_between_charge_and_result_is_finished_by_a_rerun(tmp_path: Path, small_store: str, local_client,
@@ -140,6 +144,7 @@ def test_coordinator_killed_mid_job_resumes_from_its_last_release(tmp_path: Path
     store = tmp_path / "medium.zarr"
     write_low_coherence(store, PlantedSpec(n_rows=120_000, n_cols=400, nnz_per_row=25, support=60,
                                            signal_share=0.02, seed=3), rows_per_partition=12_000, progress=False)
+    declare_schema(store)
     n_iter = 40
     spec = write_spec(base_doc(tmp_path, str(store), n_iter=n_iter, persist=False))
     args = [sys.executable, "-m", "dppca_dask", "run", str(spec), "--scheduler", local_client.scheduler.address,
@@ -197,24 +202,26 @@ def test_a_lost_checkpoint_after_a_release_is_never_restarted_with_fresh_noise(t
 
     path = write_spec(base_doc(tmp_path, small_store))
     spec = load_job(path)
-    neighbouring, events = _plan(spec, open_matrix(small_store).n_cols)
+    neighbouring, events = _plan(spec, open_matrix(small_store))
     ledger = Ledger(spec.budget.ledger)
     ledger.reserve("ds", "test-job@2026-01-01", epsilon=0.8, delta=1e-7, events=events, mechanism="adaptive-power",
                    neighbouring=neighbouring, total_epsilon=1.0, total_delta=1e-6)
     ledger.note_first_release("ds", "test-job@2026-01-01")
     assert main(["run", str(path), "--scheduler", "tcp://127.0.0.1:1", "--date", "2026-01-01"]) == 3
-    assert "no checkpoint of it was found" in capsys.readouterr().err
+    assert "no checkpoint or complete result of it was found" in capsys.readouterr().err
+    entry = ledger.entry("ds", "test-job@2026-01-01")
+    assert (entry.status, entry.outcome) == (CHARGED, "failed")  # it released: the ledger now says spent
     with pytest.raises(Exception, match="never refunded"):
         ledger.release("ds", "test-job@2026-01-01")
 
 
 def test_two_runs_of_one_job_at_once_are_refused(tmp_path: Path, small_store: str, write_spec, capsys) -> None:
     from dppca_dask.jobs import load_job
-    from dppca_dask.jobs.runner import _job_lock
+    from dppca_dask.jobs.runner import job_lock
 
     path = write_spec(base_doc(tmp_path, small_store))
     spec = load_job(path)
-    with _job_lock(spec.budget.ledger, "ds", "test-job@2026-01-01"):  # as if another process were running it
+    with job_lock(Ledger(spec.budget.ledger), "ds", "test-job@2026-01-01"):  # as if another process were running it
         assert main(["run", str(path), "--date", "2026-01-01"]) == 2
     assert "already running in another process" in capsys.readouterr().err
     assert Ledger(spec.budget.ledger).entry("ds", "test-job@2026-01-01") is None
