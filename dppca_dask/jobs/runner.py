@@ -549,6 +549,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
             _kill_point("checkpoint")
 
     pending = os.path.join(output, PENDING)
+    connected = [False]  # set once the cluster is reached: before that, nothing of the data was read
     try:
         _makedirs(output)
         _write_json(os.path.join(output, JOB_FILE), {
@@ -558,7 +559,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
         if os.path.isdir(pending):  # what a failed attempt left half-written; never moved into place
             shutil.rmtree(pending)
         result = _run_mechanism(spec, store, client=client, security=security, noise=noise,
-                                on_release=checkpoint, resume=resume, progress=progress)
+                                on_release=checkpoint, resume=resume, progress=progress, connected=connected)
         _kill_point("computed")
         note()  # before the result reaches the disk: a crash while writing it must not lead to a second release
         _kill_point("noted")
@@ -568,8 +569,8 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
         _write_json(os.path.join(pending, COMPLETE), {"job_id": job_id})
         _kill_point("pending-complete")
     except BaseException as exc:
-        refundable = (isinstance(exc, _REFUNDABLE) and not noise.data_dependent_keys and not noted[0]
-                      and resume is None and (previous is None or previous.status != CHARGED))
+        refundable = ((not connected[0] or isinstance(exc, _REFUNDABLE)) and not noise.data_dependent_keys
+                      and not noted[0] and resume is None and (previous is None or previous.status != CHARGED))
         if refundable:
             ledger.release(dataset, job_id)
             log.error("job %s failed before reading any data value (%s): its reservation is returned", job_id,
@@ -596,7 +597,7 @@ def _n_iter(spec: JobSpec) -> int:
 
 
 def _run_mechanism(spec: JobSpec, store: Any, *, client: Any, security: Any, noise: Any, on_release: Any,
-                   resume: Any, progress: bool | None) -> Any:
+                   resume: Any, progress: bool | None, connected: list[bool]) -> Any:
     from dppca_dask.coordinator import connect
 
     if client is None and spec.cluster.address:
@@ -605,6 +606,7 @@ def _run_mechanism(spec: JobSpec, store: Any, *, client: Any, security: Any, noi
         target = client
     with connect(target, n_workers=spec.cluster.n_workers, memory_limit=spec.cluster.memory_limit,
                  security=security) as dask_client:
+        connected[0] = True
         params = dict(spec.parameters)
         if spec.kind == "lowrank":
             from dppca_dask.lowrank import lowrank
