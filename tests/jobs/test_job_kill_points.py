@@ -1,0 +1,112 @@
+"""Fault injection: the job process is killed (``os._exit``, no cleanup) at each point between two steps of a job,
+for each mechanism; the re-run must leave exactly one charge and at most one released result per charge.
+
+Before this, re-runs of analyze-gauss and lowrank jobs killed after their result was written to ``.pending/`` but
+before the charge computed a new release each time (four distinct results for one charge)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from jobs_helpers import REPO, base_doc
+
+from dppca_dask.cli import main
+from dppca_dask.ledger import CHARGED, Ledger
+
+DATE = "2026-04-01"
+KILLED = 77
+_SCRIPT = """
+import os, sys
+from dppca_dask.jobs import runner
+
+point = sys.argv[1]
+
+def kill(name):
+    if name == point:
+        os._exit({killed})
+
+runner._kill_point = kill
+from dppca_dask.cli import main
+sys.exit(main(sys.argv[2:]))
+""".format(killed=KILLED)
+
+MECHANISMS = {
+    "analyze-gauss": {"name": "analyze-gauss"},
+    "adaptive-power": {"name": "adaptive-power", "n_iter": 2},
+    "private-low-rank": {"name": "private-low-rank", "rank": 2},
+    "randomized-response": {"name": "randomized-response", "rank": 2},
+    "private-power": {"name": "private-power", "n_iter": 2, "coherence": 300.0},
+}
+POINTS = ("reserved", "computed", "noted", "pending-written", "pending-complete", "charged")
+#: Run by default (about 30 s); the whole matrix (about 5 minutes on 2 cores) is marked slow.
+FAST = {("analyze-gauss", "computed"), ("analyze-gauss", "pending-complete"), ("private-low-rank", "pending-written")}
+CASES = [pytest.param(m, p, marks=() if (m, p) in FAST else pytest.mark.slow)
+         for m in MECHANISMS for p in POINTS] + [pytest.param("adaptive-power", "checkpoint", marks=pytest.mark.slow)]
+
+
+def _identity(directory: Path, lowrank: bool) -> str | None:
+    """A digest of the released values in a result directory (None if there is no result; "unreadable" for a
+    half-written one, which still counts as released)."""
+    if not (directory / "result.json").exists():
+        return None
+    try:
+        if lowrank:
+            from dppca_dask.lowrank import load_lowrank
+
+            result = load_lowrank(directory)
+            arrays = [np.asarray(result.left), np.asarray(result.right)]
+        else:
+            from dppca_dask.results import load_result
+
+            arrays = [np.asarray(load_result(directory).components)]
+    except Exception:  # a partial write: released bytes of unknown content
+        return "unreadable"
+    return hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in arrays)).hexdigest()
+
+
+@pytest.mark.parametrize("mechanism, point", CASES)
+def test_a_kill_at_every_point_leaves_one_release_per_charge(tmp_path: Path, small_store: str, local_client,
+                                                             write_spec, capsys, mechanism: str, point: str) -> None:
+    doc = base_doc(tmp_path, small_store)
+    doc["mechanism"] = dict(MECHANISMS[mechanism])
+    doc["privacy"]["epsilon"] = 0.5
+    spec = write_spec(doc)
+    lowrank = "rank" in doc["mechanism"]
+    script = tmp_path / "killer.py"
+    script.write_text(_SCRIPT)
+    args = ["run", str(spec), "--scheduler", local_client.scheduler.address, "--date", DATE]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    killed = subprocess.run([sys.executable, str(script), point, *args], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == KILLED, killed.stderr[-2000:]
+    out = tmp_path / "out" / "test-job" / DATE
+    released = {_identity(out / ".pending", lowrank), _identity(out, lowrank)} - {None}
+
+    code = main([*args, "--json"])
+    captured = capsys.readouterr()
+    # Killed after the release was recorded but before the result was complete: the re-run refuses (exit 3)
+    # rather than release again, and the ledger keeps the charge. Otherwise the re-run completes.
+    expected = 3 if point in ("noted", "pending-written") else 0
+    assert code == expected, captured.err
+    if code == 0:
+        status = json.loads(captured.out)["status"]
+        assert status == {"pending-complete": "completed-from-pending", "charged": "already-completed"}.get(
+            point, "resumed-and-completed" if point == "checkpoint" else "completed"), status
+        assert not (out / ".pending").exists()
+    released |= {_identity(out / ".pending", lowrank), _identity(out, lowrank)} - {None}
+    assert len(released) <= 1, released  # at most one release ...
+
+    budget = Ledger(tmp_path / "ledger.sqlite").budget("ds")
+    assert [e.status for e in budget.entries] == [CHARGED]  # ... for exactly one charge
+    assert budget.sum_epsilon == pytest.approx(0.5)
+    assert main([*args]) in (0, 3)  # a third run changes nothing
+    capsys.readouterr()
+    assert {_identity(out / ".pending", lowrank), _identity(out, lowrank)} - {None} <= released
+    assert Ledger(tmp_path / "ledger.sqlite").budget("ds").sum_epsilon == pytest.approx(0.5)
