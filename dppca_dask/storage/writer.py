@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import fcntl
 import logging
 import math
 import os
@@ -462,13 +461,10 @@ def write_matrix(
 # ------------------------------------------------------------------------------------------------- appending
 @contextlib.contextmanager
 def _append_lock(path: str) -> Iterator[None]:
-    lock_path = os.path.join(path, ".append.lock")
-    with open(lock_path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    from filelock import FileLock  # portable (fcntl is POSIX-only)
+
+    with FileLock(os.path.join(path, ".append.lock")):
+        yield
 
 
 def _open_for_append(store: MatrixStore) -> dict[str, zarr.Array]:

@@ -201,3 +201,21 @@ def test_files_are_owner_only_and_counts_stay_out_of_info_logs(tmp_path: Path, l
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     for path in out.rglob("*"):
         assert stat.S_IMODE(path.stat().st_mode) == (0o700 if path.is_dir() else 0o600), path
+
+
+def test_no_module_of_the_package_imports_fcntl() -> None:
+    """Locks use the portable ``filelock`` package: fcntl is POSIX-only, and importing it made the package
+    unimportable elsewhere."""
+    import ast
+
+    import dppca_dask
+
+    root = Path(dppca_dask.__file__).parent
+    offenders = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(name.split(".")[0] == "fcntl" for name in names):
+                offenders.append(str(path.relative_to(root)))
+    assert offenders == []
