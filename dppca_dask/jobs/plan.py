@@ -170,8 +170,9 @@ def _plan_lowrank(mechanism: str, *, n_rows: int, n_cols: int, epsilon: float, d
             raise InvalidParameterError(f"projection must be 'paper' or 'tight'; got {projection!r}")
         width = rank + oversampling
         if width > min(n_rows, n_cols):
-            raise InvalidParameterError(
-                f"rank + oversampling = {width} must be <= min(n_rows, n_cols) = {min(n_rows, n_cols)}; lower them"
+            raise InvalidParameterError(  # the row count is not public: it is not named
+                f"rank + oversampling = {width} must be at most the store's numbers of rows and of columns "
+                f"({n_cols} columns); lower them"
             )
         cal = calibrate_private_low_rank(epsilon=epsilon, delta=delta, rank=rank, oversampling=oversampling,
                                          calibration=calibration, projection=projection)
@@ -179,13 +180,14 @@ def _plan_lowrank(mechanism: str, *, n_rows: int, n_cols: int, epsilon: float, d
     limit = p.get("max_dense_bytes")
     limit = DEFAULT_MAX_DENSE_BYTES if limit is None else _integer("max_dense_bytes", limit, 1)
     if rank > min(n_rows, n_cols):
-        raise InvalidParameterError(f"rank must be <= min(n_rows, n_cols) = {min(n_rows, n_cols)}; got {rank}")
-    need = dense_bytes_needed(n_rows, n_cols)
-    if need > limit:
         raise InvalidParameterError(
-            f"randomized-response densifies the {n_rows}x{n_cols} matrix at the coordinator and would need about "
-            f"{need / 2**30:.2f} GiB, more than max_dense_bytes={limit}; use mechanism='private-low-rank', or raise "
-            "max_dense_bytes if the coordinator has the memory"
+            f"rank must be at most the store's numbers of rows and of columns ({n_cols} columns); got {rank}"
+        )
+    if dense_bytes_needed(n_rows, n_cols) > limit:  # the figure would tell the row count: not named
+        raise InvalidParameterError(
+            f"randomized-response densifies the matrix at the coordinator and would need more than "
+            f"max_dense_bytes={limit}; use mechanism='private-low-rank', or raise max_dense_bytes if the "
+            "coordinator has the memory"
         )
     return JobPlan(neighbouring, (dp_event.GaussianDpEvent(rr_sigma(epsilon, delta, calibration=calibration)),))
 

@@ -186,6 +186,16 @@ def store_id(store: Any) -> str:
     return f"derived:{digest}"
 
 
+def _job_store_id(spec: JobSpec, store: Any) -> str:
+    """The store id the ledger records for the job's dataset key: the store's own, except for a store the job
+    refreshes from ``[data.ingest]`` (a new store, with a new id, at every run), which is identified by its
+    resolved path and source."""
+    if spec.data.ingest is None:
+        return store_id(store)
+    key = json.dumps([os.path.realpath(spec.data.store), os.path.realpath(spec.data.ingest["source"])])
+    return f"ingested:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+
 def _check_schema(spec: JobSpec, store: Any) -> None:
     """Refuse a store whose shape was inferred from the data (a release would reveal it), unless the width is
     declared: by the store (ingested with ``--n-features``), by the job's own ``[data.ingest] n_features``, or by
@@ -515,7 +525,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
                 f"found in '{output}' to resume from, so running it again would be a second release: restore the "
                 "checkpoint, or give the run a new job id (--job-id or --date) to spend new budget"
             )
-    ledger.check_store(dataset, store_id(store), allow_new_store=allow_new_store)
+    ledger.check_store(dataset, _job_store_id(spec, store), allow_new_store=allow_new_store)
 
     # -- 2. reserve -------------------------------------------------------------------------------------------
     entry = ledger.reserve(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from _local_cluster import running_cluster
-from jobs_helpers import base_doc
+from jobs_helpers import base_doc, declare_schema
 
 from dppca_dask.cli import main
 from dppca_dask.jobs import load_job, run_job
@@ -60,6 +60,7 @@ def test_worker_killed_mid_job(tmp_path: Path, write_spec) -> None:
     store = tmp_path / "store.zarr"
     write_low_coherence(store, PlantedSpec(n_rows=60_000, n_cols=300, nnz_per_row=25, support=50,
                                            signal_share=0.02, seed=8), rows_per_partition=6_000, progress=False)
+    declare_schema(store)
     with running_cluster(tmp_path / "cluster", workers=2) as cluster:
         doc = base_doc(tmp_path, str(store), n_iter=12, persist=False)
         doc["cluster"] = {"address": cluster.address}

@@ -85,7 +85,7 @@ def test_a_dataset_key_refuses_another_store_unless_told(tmp_path: Path, small_s
 
 @pytest.mark.parametrize("mechanism, parameters, message", [
     ("private-low-rank", {"rank": 2, "projection": "magic"}, "projection must be 'paper' or 'tight'"),
-    ("private-low-rank", {"rank": 299, "oversampling": 2}, "rank \\+ oversampling = 301"),
+    ("private-low-rank", {"rank": 299, "oversampling": 2}, "rank \\+ oversampling = 301 must be at most"),
     ("private-low-rank", {"rank": 2, "prune_alpha": -1.0}, "prune_alpha must be finite and > 0"),
     ("randomized-response", {"rank": 2, "max_dense_bytes": 1000}, "more than max_dense_bytes=1000"),
     ("private-low-rank", {"rank": 2, "row_norm_bound": float("inf")}, "row_norm_bound=inf leaves rows unbounded"),
@@ -184,13 +184,17 @@ def test_files_are_owner_only_and_counts_stay_out_of_info_logs(tmp_path: Path, l
     dump_svmlight_file(matrix, np.zeros(matrix.shape[0]), str(source), zero_based=True)
     doc = base_doc(tmp_path, str(tmp_path / "store.zarr"), n_iter=2)
     doc["data"]["ingest"] = {"source": str(source), "n_features": 40, "zero_based": True}
+    spec = write_spec(doc)
     old = os.umask(0o022)
     try:
         with caplog.at_level(logging.INFO, logger="dppca_dask"):
-            assert _run(write_spec(doc), local_client.scheduler.address) == 0
+            assert _run(spec, local_client.scheduler.address) == 0
     finally:
         os.umask(old)
     capsys.readouterr()
+    # The next day's refresh writes a new store (new store_id) from the same source: still the key's store.
+    assert main(["run", str(spec), "--scheduler", local_client.scheduler.address, "--date", "2026-03-02"]) == 3
+    assert "budget exceeded" in capsys.readouterr().err
     counts = {str(matrix.nnz), str(matrix.shape[0])}
     info = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
     assert info and not [m for m in info if any(c in m for c in counts)]

@@ -70,6 +70,7 @@ def test_warehouse_example_ingests_parquet_and_runs(tmp_path: Path, local_client
     assert len(list(warehouse.glob("*.parquet"))) == 3
     assert main(["budget", "init", "--ledger", str(tmp_path / "ledger.sqlite"), "--dataset", "warehouse-w8a",
                  "--total-epsilon", "2", "--total-delta", "1e-6"]) == 0
+    capsys.readouterr()
     args = ["run", str(JOBS / "warehouse-nightly.toml"), "--scheduler", local_client.scheduler.address,
             "--json", "--date", "2026-02-01", *_overrides(
                 tmp_path, **{"data.ingest.source": str(warehouse), "data.store": str(tmp_path / "wh.zarr"),
