@@ -158,7 +158,8 @@ def group_size_for(key_relation: str, job_relation: str) -> int | None:
     - key "entry ≤ b" under job "entry ≤ b'" gives ``ceil(b/b')``; key "row ≤ s" under job "row ≤ s'",
       ``ceil(s/s')``;
     - a replacement is a removal and an addition: key "replace one row", "row ≤ s" or "entry ≤ b" under job
-      "add/remove one row" gives 2 (ε doubled, δ' = (1 + e^ε)·δ for an (ε, δ) event, Gaussian multipliers halved);
+      "add/remove one row" gives 2 (ε doubled, δ' = (1 + e^ε)·δ for an (ε, δ) event, Gaussian multipliers
+      halved);
     - anything else (an addition is not a replacement; a row change is not an entry change; a replacement of an
       unclipped row is no bounded row change): no implication.
     """
@@ -328,7 +329,8 @@ class Ledger:
         if os.path.getsize(self.path) == 0:
             raise LedgerError(
                 f"ledger '{self.path}' is an empty file, not a ledger (a ledger is never created implicitly); "
-                f"restore it from a backup, or create a new one at another path with `{INIT_COMMAND.format(path='PATH')}`"
+                "restore it from a backup, or create a new one at another path with "
+                f"`{INIT_COMMAND.format(path='PATH')}`"
             )
         with self._connection() as db:
             self._check_schema(db)

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from jobs_helpers import base_doc, declare_schema
 
 from dppca_dask.cli import main
-from dppca_dask.ledger import CHARGED, RELEASED, Ledger
+from dppca_dask.ledger import CHARGED, Ledger
 
 DATE = "2026-03-01"
 
