@@ -223,3 +223,30 @@ def test_no_module_of_the_package_imports_fcntl() -> None:
             if any(name.split(".")[0] == "fcntl" for name in names):
                 offenders.append(str(path.relative_to(root)))
     assert offenders == []
+
+
+def test_store_ids_and_schemas(tmp_path: Path, small_store: str) -> None:
+    """A dppca_dask store's id is its recorded store_id; an AnnData store opened directly gets one derived from its
+    format metadata and path, the same at every opening. The schema comes from ``MatrixStore.schema`` when the
+    storage layer has it, else from the root group attribute (absent: inferred)."""
+    from types import SimpleNamespace
+
+    from dppca_dask.jobs.runner import store_id, store_schema
+    from dppca_dask.storage import open_matrix
+
+    native = open_matrix(small_store)
+    assert store_id(native) == native.store_id and store_schema(native) == "declared"
+    anndata = pytest.importorskip("anndata")
+    matrix = sp.random(50, 8, density=0.3, random_state=np.random.default_rng(1), format="csr")
+    path = tmp_path / "cells.zarr"
+    anndata.AnnData(X=matrix).write_zarr(str(path))
+    first, second = open_matrix(path), open_matrix(path)
+    assert store_id(first).startswith("derived:") and store_id(first) == store_id(second)
+    assert store_schema(first) == "inferred"
+    copy = tmp_path / "copy.zarr"
+    import shutil
+
+    shutil.copytree(path, copy)
+    assert store_id(open_matrix(copy)) != store_id(first)  # another store
+    assert store_schema(SimpleNamespace(schema="declared", path=str(path))) == "declared"
+    assert store_schema(SimpleNamespace(schema="inferred", path=small_store)) == "inferred"
