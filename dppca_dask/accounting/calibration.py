@@ -152,12 +152,16 @@ def svt_step_delta(epsilon_svt: float, pass_delta: float, n_releases: int) -> fl
     an ε-DP output outside an event of probability ≤ p is ``(ε, (1 + e^ε)·p)``-DP:
     ``P[V(D) ∈ S] ≤ P[O(D) ∈ S] + p ≤ e^ε·P[O(D') ∈ S] + p ≤ e^ε·(P[V(D') ∈ S] + p) + p``.
     """
-    if not (math.isfinite(epsilon_svt) and 0 < epsilon_svt <= 700):
-        raise InvalidParameterError(f"epsilon_svt must be in (0, 700]; got {epsilon_svt}")
+    if not (math.isfinite(epsilon_svt) and epsilon_svt > 0):
+        raise InvalidParameterError(f"epsilon_svt must be finite and > 0; got {epsilon_svt}")
     if not (0.0 <= pass_delta < 1.0):
         raise InvalidParameterError(f"pass_delta must be in [0, 1); got {pass_delta}")
     _check_count("n_releases", n_releases)
-    return (1.0 + math.exp(epsilon_svt)) * pass_delta / n_releases
+    if pass_delta == 0.0:
+        return 0.0
+    if epsilon_svt > 700:  # (1 + e^ε) leaves float64: no meaningful δ (such an ε promises nothing anyway)
+        return 1.0
+    return min(1.0, (1.0 + math.exp(epsilon_svt)) * pass_delta / n_releases)
 
 
 def pass_delta_for(failure_delta: float, epsilon_svt: float) -> float:
