@@ -463,8 +463,15 @@ def _plan_analyze_gauss(params: PCAParameters, n_cols: int) -> MechanismPlan:
 
     from dp_accounting import GaussianDpEvent
 
+    def replace_one(events: tuple[Any, ...]) -> list[Any]:
+        # replacing row a by b moves the upper triangle by that of aaᵀ − bbᵀ, whose squared norm is
+        # (‖aaᵀ − bbᵀ‖_F² + Σ(a_i² − b_i²)²)/2 ≤ (2c⁴ + 2c⁴)/2: sensitivity √2·c², not 2·c²
+        return [GaussianDpEvent(multiplier / math.sqrt(2.0))]
+
     return MechanismPlan(make_run, ADD_REMOVE_ROW, {"noise_multiplier": multiplier}, None, 1,
-                         planned_events=(GaussianDpEvent(multiplier),))
+                         planned_events=(GaussianDpEvent(multiplier),),
+                         replace_one=(replace_one, "replace one row: the Gram matrix's upper triangle moves by at "
+                                      "most sqrt(2)·c² (noise multiplier divided by sqrt(2))"))
 
 
 def _plan_exact(params: PCAParameters, n_cols: int) -> MechanismPlan:

@@ -181,3 +181,30 @@ def test_timings_only_when_asked_and_labelled(seed: int) -> None:
     assert "NOT covered by the privacy guarantee" in result.timings["note"]
     assert len(result.timings["iterations"]) == 1
     assert json.loads(json.dumps(result.to_dict()))["timings"]["note"] == result.timings["note"]
+
+
+def test_replace_one_figure_closed_form(seed: int) -> None:
+    """Replace-one: the SVT step is (1/b_ρ + 2/b_ν) = 1.5·ε_svt-DP (counts keep sensitivity 1, not monotonic), its
+    second-pass term (1 + e^1.5ε_svt)·δ_pass/K is not doubled, the Gaussian multiplier halves (sensitivity 2θ)."""
+    import math
+
+    from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
+
+    from dppca_dask.accounting import EpsilonDeltaDpEvent, epsilon_for, group_events
+
+    base, _ = _dataset(seed)
+    result = pca(_dask(base[:3_000]), n_iter=3, client="local", noise=AuditingNoiseSource(seed), **PARAMS)
+    cal = result.provenance["calibration"]
+    eps_svt, m = cal["epsilon_svt"], cal["noise_multiplier"]
+    pass_delta = cal["delta_split"]["pass_probability"]
+    assert cal["delta_split"]["second_pass"] == pytest.approx(0.01 * 1e-6, rel=1e-15)
+    assert cal["delta_split"]["per_svt_step"] == pytest.approx((1 + math.exp(eps_svt)) * pass_delta / 3, rel=1e-12)
+    replace = [SelfComposedDpEvent(EpsilonDeltaDpEvent(1.5 * eps_svt, (1 + math.exp(1.5 * eps_svt)) * pass_delta / 3), 3),
+               SelfComposedDpEvent(GaussianDpEvent(m / 2), 3)]
+    group = result.privacy.group_privacy
+    assert group["neighbouring"] == "replace one row"
+    assert group["epsilon"] == pytest.approx(epsilon_for(replace, delta=1e-6), rel=1e-6)
+    emitted = [EpsilonDeltaDpEvent(eps_svt, cal["delta_split"]["per_svt_step"]), GaussianDpEvent(m)] * 3
+    assert group["epsilon"] < epsilon_for(group_events(emitted), delta=1e-6)  # better than doubling everything
+    # the add/remove figure is within 1% of the target and never above it
+    assert 0.99 <= result.privacy.epsilon <= 1.0
