@@ -323,3 +323,23 @@ def test_cache_key_includes_every_parameter() -> None:
         clear_memory_cache()
         other = calibrate_adaptive_power(**(SMALL | change))  # type: ignore[arg-type]
         assert not other.from_cache and other.noise_multiplier != base.noise_multiplier
+
+
+def test_svt_step_delta_closed_form_and_errors() -> None:
+    from dppca_dask.accounting import pass_delta_for, svt_step_delta
+
+    # (1 + e^ε)·δ_pass/K
+    assert svt_step_delta(0.5, 1e-9, 4) == pytest.approx((1 + math.exp(0.5)) * 1e-9 / 4, rel=1e-15)
+    assert svt_step_delta(0.5, 0.0, 4) == 0.0
+    assert svt_step_delta(800.0, 1e-9, 4) == 1.0  # no meaningful δ for such an ε
+    assert svt_step_delta(5.0, 0.5, 1) == 1.0  # capped at 1
+    # pass_delta_for inverts the K-fold sum: K·svt_step_delta(ε, pass_delta_for(F, ε), K) = F
+    assert 7 * svt_step_delta(0.2, pass_delta_for(1e-8, 0.2), 7) == pytest.approx(1e-8, rel=1e-14)
+    with pytest.raises(InvalidParameterError, match="epsilon_svt must be finite and > 0; got 0.0"):
+        svt_step_delta(0.0, 1e-9, 1)
+    with pytest.raises(InvalidParameterError, match=r"pass_delta must be in \[0, 1\); got 1.0"):
+        svt_step_delta(0.1, 1.0, 1)
+    with pytest.raises(InvalidParameterError, match="n_releases must be an integer >= 1; got 0"):
+        svt_step_delta(0.1, 1e-9, 0)
+    with pytest.raises(InvalidParameterError, match=r"epsilon_svt must be in \(0, 700\]; got 701"):
+        pass_delta_for(1e-8, 701)

@@ -208,3 +208,18 @@ def test_replace_one_figure_closed_form(seed: int) -> None:
     assert group["epsilon"] < epsilon_for(group_events(emitted), delta=1e-6)  # better than doubling everything
     # the add/remove figure is within 1% of the target and never above it
     assert 0.99 <= result.privacy.epsilon <= 1.0
+
+
+def test_replace_one_map_refuses_events_it_does_not_know() -> None:
+    from dp_accounting import LaplaceDpEvent
+
+    from dppca_dask.api import _plan, validate_parameters
+    from dppca_dask.errors import InvalidParameterError
+
+    params = validate_parameters(mechanism="adaptive-power", epsilon=1.0, delta=1e-6, n_components=1, n_iter=2,
+                                 row_norm_bound=1.0, svt_share=0.1, beta=0.05, grid_per_octave=4, grid_octaves=24,
+                                 calibration="standard", max_dense_dim=100)
+    plan = _plan(params, 10)
+    assert plan.replace_one is not None
+    with pytest.raises(InvalidParameterError, match="unexpected event LaplaceDpEvent"):
+        plan.replace_one[0]((LaplaceDpEvent(1.0),))
