@@ -262,3 +262,42 @@ def test_pca_command_end_to_end_on_w8a(tmp_path: Path, local_client, capsys) -> 
     assert "missing.zarr" in capsys.readouterr().err
     with pytest.raises(StoreNotFoundError):
         load_result(tmp_path / "nowhere")
+
+
+def test_pca_command_timings_only_on_request_and_parameter_abuse_exit_2(tmp_path: Path, capsys,
+                                                                         local_client) -> None:
+    from dppca_dask import write_matrix
+
+    rng = np.random.default_rng(1)
+    path = tmp_path / "m.zarr"
+    write_matrix(path, sp.csr_array(rng.standard_normal((400, 8)) * 0.2), rows_per_partition=200)
+    address = local_client.scheduler.address
+    assert main(["pca", str(path), "--epsilon", "1", "--delta", "1e-6", "--json", "--scheduler", address]) == 0
+    assert "timings" not in json.loads(capsys.readouterr().out)
+    assert main(["pca", str(path), "--epsilon", "1", "--delta", "1e-6", "--json", "--timings",
+                 "--scheduler", address]) == 0
+    timings = json.loads(capsys.readouterr().out)["timings"]
+    assert "NOT covered by the privacy guarantee" in timings["note"] and len(timings["iterations"]) == 5
+    assert main(["pca", str(path), "--epsilon", "1", "--delta", "1e-6", "--timings", "--scheduler", address]) == 0
+    assert "timings (not covered by the privacy guarantee)" in capsys.readouterr().out
+    for argv, message in [
+        (["--epsilon", "1e308", "--delta", "1e-6"], "epsilon must be <= 100"),
+        (["--epsilon", "1", "--delta", "1e-320"], "delta must be in [1e-14, 1)"),
+        (["--epsilon", "1", "--delta", "1e-6", "--row-norm-bound", "1e300"], "row_norm_bound must be in"),
+        (["--epsilon", "1", "--delta", "1e-6", "--n-iter", "1000000"], "n_iter must be an integer in [1, 10000]"),
+    ]:
+        assert main(["pca", str(path), *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("dppca-dask pca: error: ") and message in err and "\n" not in err
+
+
+def test_paper_calibration_uses_the_papers_svt_scales(small) -> None:
+    noise = AuditingNoiseSource(5)
+    result = pca(small, epsilon=1.0, delta=1e-6, n_iter=2, client="local", noise=noise, calibration="paper",
+                 progress=False)
+    cal = result.provenance["calibration"]
+    eps_svt = cal["epsilon_svt"]
+    assert cal["svt_form"] == "general"
+    assert [r.scale for r in noise.records if r.kind == "svt"] == [(2 / eps_svt, 4 / eps_svt)] * 2
+    # under replace-one the paper's scales keep the SVT's ε: 1/b_ρ + 2/b_ν = ε/2 + ε/2
+    assert "is {:.6g}-DP".format(eps_svt) in result.privacy.group_privacy["method"]
