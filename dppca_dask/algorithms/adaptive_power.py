@@ -13,7 +13,14 @@ Differences from the paper, all decided in the spec (§3):
   paper's advanced composition (Lemma 3.1), which is still reported for reference (``calibration="paper"``
   reproduces the paper's per-iteration constants);
 - rank ``k > 1`` by sequential runs on the orthogonal complement of the released components (post-processing of
-  released vectors; each run pays its own T iterations).
+  released vectors; each run pays its own T iterations);
+- the SVT uses the monotone-query scales of Lyu, Su & Li 2017 (``Lap(2/ε)`` for both the threshold and the
+  queries) by default; ``calibration="paper"`` keeps the paper's ``Lap(2/ε)``, ``Lap(4/ε)``;
+- the one-pass design (spec §4) needs a second pass when a partition filters more rows than it returned. Every
+  partition returns :func:`pass_row_budget` rows, sized from the SVT noise's tail so that a second pass happens
+  with probability at most δ_pass on every dataset; that probability is accounted in each SVT event's δ. The
+  passes, task names and log lines are therefore the same on neighbouring datasets except on that event;
+- a checkpoint after every release (the SVT step and the Gaussian step), so a resume never redraws either.
 """
 
 from __future__ import annotations
