@@ -11,7 +11,7 @@ to the boundary.
 
 False-failure rate: the assertions that need both neighbours to take the same SVT decision hold unless some
 Laplace noise exceeds 30 of its scales (cut-off ``6·ln(1/β)/ε_svt`` with β = 1e-6 is ≥ 31 scales above ``h``, and
-``n_low`` is hundreds of scales above the cut-off): below 1e-11 per run. Everything else is deterministic.
+``n_low`` is more than 60 scales above it): below 1e-11 per run. Everything else is deterministic.
 """
 
 from __future__ import annotations
@@ -36,10 +36,9 @@ from privacy_harness import assert_within_sensitivity
 
 D = 50
 H = 300  # filtered rows, all in partition 0
-N_LOW = 20_000
-FIRST_PART = H + 1_250
+N_LOW = 5_500
 OTHER_PARTS = 15
-PART_ROWS = (N_LOW - 1_250) // OTHER_PARTS  # 1,250
+PART_ROWS = (N_LOW - 1_000) // OTHER_PARTS  # 300; partition 0 holds the H filtered rows and 1,000 low rows
 GRID = ThresholdGrid.for_bound(1.0)
 INDEX = 40  # the released grid index on both neighbours
 THETA = float(GRID.thetas[INDEX])
