@@ -174,10 +174,15 @@ def _orthogonalise(x: np.ndarray, basis: tuple[np.ndarray, ...]) -> np.ndarray:
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
-    norm = float(np.linalg.norm(x))
-    if not math.isfinite(norm) or norm == 0.0:
-        raise InvalidParameterError("the iterate vanished (norm 0); this cannot happen with Gaussian noise")
-    return x / norm
+    """``x/‖x‖``, scaled by its largest entry first so that ‖x‖² cannot overflow (entries up to ~1e300)."""
+    peak = float(np.max(np.abs(x))) if x.size else 0.0
+    if not math.isfinite(peak) or peak == 0.0:
+        raise InvalidParameterError(
+            f"the iterate is not a finite non-zero vector (largest entry {peak}); this cannot happen with Gaussian "
+            "noise and finite data: check the data for non-finite values"
+        )
+    scaled = x / peak
+    return scaled / float(np.linalg.norm(scaled))
 
 
 def adaptive_power_run(

@@ -313,3 +313,29 @@ def test_resume_rejects_a_pending_index_off_the_grid() -> None:
         _run(np.eye(4), NoiseOff(), resume=state)
     with pytest.raises(InvalidParameterError, match="n_iter must be an integer >= 1; got True"):
         _run(np.eye(4), NoiseOff(), n_iter=True)
+
+
+def test_row_norm_bounds_at_both_ends_of_the_allowed_range_scale_exactly() -> None:
+    """Scaling the data and c together by 1e99 or 1e-101 (c = 1e100 and 1e-100, the documented limits) gives the
+    same seeded result as c = 1: nothing overflows or underflows (c² = 1e200 and 1e-200, σ = m·θ)."""
+    X = sp.random(2_000, 30, density=0.2, random_state=0, format="csr")
+    results = []
+    for scale in (1.0, 1e100, 1e-100):
+        with pytest.warns(Warning):
+            r = pca(X * (scale / 10), epsilon=1.0, delta=1e-6, row_norm_bound=scale, seed=1, client="local",
+                    progress=False)
+        results.append(r)
+    for r in results[1:]:
+        np.testing.assert_allclose(r.components, results[0].components, rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(r.thresholds / r.provenance["parameters"]["row_norm_bound"] ** 2,
+                                   results[0].thresholds, rtol=1e-12)
+
+
+def test_unit_refuses_zero_and_non_finite_iterates_and_never_overflows() -> None:
+    from dppca_dask.algorithms.adaptive_power import _unit
+    from dppca_dask.errors import InvalidParameterError
+
+    np.testing.assert_allclose(_unit(np.array([3e300, 4e300])), [0.6, 0.8], rtol=1e-15)  # ‖x‖² would be inf
+    for bad in (np.zeros(3), np.array([1.0, np.inf]), np.array([np.nan, 1.0])):
+        with pytest.raises(InvalidParameterError, match="the iterate is not a finite non-zero vector"):
+            _unit(bad)
