@@ -22,7 +22,7 @@ import numpy as np
 
 from dppca_dask import __version__
 from dppca_dask._private_power_plan import PRIVATE_POWER, plan_private_power
-from dppca_dask.algorithms.adaptive_power import adaptive_power_run, default_top_m, release_key
+from dppca_dask.algorithms.adaptive_power import adaptive_power_run, pass_row_budget, release_key
 from dppca_dask.algorithms.analyze_gauss import (
     DEFAULT_MAX_DENSE_DIM,
     analyze_gauss_run,
@@ -58,6 +58,23 @@ DEFAULT_N_ITER = 5
 #: 0.0074, 0.0080 at ε = 1 on the same data; 0.1 is near the best while keeping the cut-off (≈ 6·ln(20)/ε_svt
 #: filtered rows per iteration) moderate for smaller datasets.
 DEFAULT_SVT_SHARE = 0.1
+#: Largest total ε :func:`pca` accepts. Beyond it a guarantee means nothing (e^100 ≈ 2.7e43) and the accounting
+#: arithmetic (e^ε) leaves floating point; use ``mechanism="exact"`` for a non-private answer.
+MAX_EPSILON = 100.0
+#: Smallest δ :func:`pca` accepts: the PLD accountant's tail truncation (1e-15 of probability mass) makes figures at
+#: smaller δ unreliable, and a subnormal δ (e.g. 1e-320) breaks the zCDP conversions.
+MIN_DELTA = 1e-14
+#: Range of ``row_norm_bound`` for private mechanisms: scores and noise scale with c², which must stay far from
+#: float64 overflow (1.8e308) and underflow.
+ROW_NORM_BOUND_RANGE = (1e-100, 1e100)
+#: Largest ``n_iter`` (and ``n_iter × n_components`` for adaptive power): a few iterations suffice, and calibrating
+#: 10,000 takes seconds where a million would not finish.
+MAX_N_ITER = 10_000
+#: Largest grid resolution: points per octave and octaves (the grid has at most 64 × 256 + 1 points, and its
+#: smallest value c²·2^-256 stays a normal float64 for every allowed c).
+MAX_GRID_PER_OCTAVE = 64
+MAX_GRID_OCTAVES = 256
+
 #: Mechanisms of :func:`pca` that are not differentially private (baselines).
 NON_PRIVATE_MECHANISMS = frozenset({"exact"})
 
@@ -91,6 +108,8 @@ class PCAParameters:
 
 
 def _check_positive(name: str, value: float, *, allow_inf: bool = False) -> float:
+    if isinstance(value, (bool, np.bool_)):
+        raise InvalidParameterError(f"{name} must be a number; got {value!r}")
     try:
         value = float(value)
     except (TypeError, ValueError) as exc:
@@ -98,6 +117,27 @@ def _check_positive(name: str, value: float, *, allow_inf: bool = False) -> floa
     if math.isnan(value) or value <= 0 or (math.isinf(value) and not allow_inf):
         raise InvalidParameterError(f"{name} must be {'> 0' if allow_inf else 'finite and > 0'}; got {value}")
     return value
+
+
+def _check_int(name: str, value: Any, *, low: int, high: int | None = None, hint: str = "") -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise InvalidParameterError(f"{name} must be an integer >= {low}; got {value!r}")
+    if value < low or (high is not None and value > high):
+        span = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise InvalidParameterError(f"{name} must be an integer {span}; got {value!r}{hint}")
+    return int(value)
+
+
+def _check_fraction(name: str, value: Any, example: str) -> float:
+    if isinstance(value, (bool, np.bool_)):
+        raise InvalidParameterError(f"{name} must be a number in (0, 1); got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameterError(f"{name} must be a number in (0, 1); got {value!r}") from exc
+    if not 0.0 < number < 1.0:
+        raise InvalidParameterError(f"{name} must be in (0, 1); got {value}; e.g. {example}")
+    return number
 
 
 def validate_parameters(
@@ -119,47 +159,70 @@ def validate_parameters(
     c_doubling: bool = False,
     symmetric: bool = False,
 ) -> PCAParameters:
-    """Validate the public parameters of :func:`pca` (raises :class:`InvalidParameterError`)."""
-    if mechanism not in _PLANNERS:
+    """Validate the public parameters of :func:`pca` (raises :class:`InvalidParameterError`).
+
+    Bounds (documented so that no parameter can overflow the arithmetic or hang calibration):
+    ``0 < epsilon ≤`` :data:`MAX_EPSILON`, :data:`MIN_DELTA` ``≤ delta < 1``, ``row_norm_bound`` in
+    :data:`ROW_NORM_BOUND_RANGE` (private mechanisms), ``1 ≤ n_iter ≤`` :data:`MAX_N_ITER` (and
+    ``n_iter × n_components ≤ MAX_N_ITER`` for adaptive power), ``svt_share`` and ``beta`` in (0, 1),
+    ``1 ≤ grid_per_octave ≤`` :data:`MAX_GRID_PER_OCTAVE`, ``1 ≤ grid_octaves ≤`` :data:`MAX_GRID_OCTAVES`.
+    """
+    if not isinstance(mechanism, str) or mechanism not in _PLANNERS:
         raise InvalidParameterError(f"mechanism must be one of {', '.join(mechanisms())}; got {mechanism!r}")
     private = mechanism not in NON_PRIVATE_MECHANISMS
     if private:
         epsilon = _check_positive("epsilon", epsilon)
-        delta = float(delta)
-        if not 0.0 < delta < 1.0:
-            raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
+        if epsilon > MAX_EPSILON:
+            raise InvalidParameterError(
+                f"epsilon must be <= {MAX_EPSILON:g}; got {epsilon:g}; a larger epsilon promises nothing "
+                "(use mechanism='exact' for a non-private answer)"
+            )
+        if isinstance(delta, (bool, np.bool_)):
+            raise InvalidParameterError(f"delta must be a number in [{MIN_DELTA:g}, 1); got {delta!r}")
+        try:
+            delta = float(delta)
+        except (TypeError, ValueError) as exc:
+            raise InvalidParameterError(f"delta must be a number in [{MIN_DELTA:g}, 1); got {delta!r}") from exc
+        if not MIN_DELTA <= delta < 1.0:
+            raise InvalidParameterError(
+                f"delta must be in [{MIN_DELTA:g}, 1); got {delta:g}; the accountant is not reliable below "
+                f"{MIN_DELTA:g}; use e.g. delta=1e-6 (or well below 1/n for n rows)"
+            )
     bound = _check_positive("row_norm_bound", row_norm_bound, allow_inf=not private)
-    if not isinstance(n_components, (int, np.integer)) or n_components < 1:
-        raise InvalidParameterError(f"n_components must be an integer >= 1; got {n_components!r}")
+    low, high = ROW_NORM_BOUND_RANGE
+    if private and not low <= bound <= high:
+        raise InvalidParameterError(
+            f"row_norm_bound must be in [{low:g}, {high:g}]; got {bound:g}; scale the data so that rows have "
+            "norms of order 1"
+        )
+    n_components = _check_int("n_components", n_components, low=1)
     iters = _DEFAULT_N_ITERS.get(mechanism, DEFAULT_N_ITER) if n_iter is None else n_iter
-    if not isinstance(iters, (int, np.integer)) or iters < 1:
-        raise InvalidParameterError(f"n_iter must be an integer >= 1; got {n_iter!r}")
-    if not 0.0 < float(svt_share) < 1.0:
-        raise InvalidParameterError(f"svt_share must be in (0, 1); got {svt_share}")
-    if not 0.0 < float(beta) < 1.0:
-        raise InvalidParameterError(f"beta must be in (0, 1); got {beta}")
-    if int(grid_per_octave) < 1:
-        raise InvalidParameterError(f"grid_per_octave must be >= 1; got {grid_per_octave}")
-    if int(grid_octaves) < 1:
-        raise InvalidParameterError(f"grid_octaves must be >= 1; got {grid_octaves}")
+    iters = _check_int("n_iter", iters, low=1, high=MAX_N_ITER, hint="; a few iterations suffice")
+    if mechanism == "adaptive-power" and iters * n_components > MAX_N_ITER:
+        raise InvalidParameterError(
+            f"n_iter × n_components must be <= {MAX_N_ITER}; got {iters} × {n_components} = {iters * n_components}"
+        )
+    svt_share = _check_fraction("svt_share", svt_share, str(DEFAULT_SVT_SHARE))
+    beta = _check_fraction("beta", beta, "0.05")
+    grid_per_octave = _check_int("grid_per_octave", grid_per_octave, low=1, high=MAX_GRID_PER_OCTAVE)
+    grid_octaves = _check_int("grid_octaves", grid_octaves, low=1, high=MAX_GRID_OCTAVES)
     if calibration not in ("standard", "paper"):
         raise InvalidParameterError(f"calibration must be 'standard' or 'paper'; got {calibration!r}")
-    if int(max_dense_dim) < 1:
-        raise InvalidParameterError(f"max_dense_dim must be >= 1; got {max_dense_dim}")
+    max_dense_dim = _check_int("max_dense_dim", max_dense_dim, low=1)
     entry_bound, coherence = _validate_private_power(mechanism, entry_bound, coherence, c_doubling, symmetric, bound)
     return PCAParameters(
         mechanism=mechanism,
         epsilon=float(epsilon) if private else float("inf"),
         delta=float(delta) if private else 0.0,
-        n_components=int(n_components),
-        n_iter=int(iters),
+        n_components=n_components,
+        n_iter=iters,
         row_norm_bound=bound,
-        svt_share=float(svt_share),
-        beta=float(beta),
-        grid_per_octave=int(grid_per_octave),
-        grid_octaves=int(grid_octaves),
+        svt_share=svt_share,
+        beta=beta,
+        grid_per_octave=grid_per_octave,
+        grid_octaves=grid_octaves,
         calibration=calibration,
-        max_dense_dim=int(max_dense_dim),
+        max_dense_dim=max_dense_dim,
         coherence=coherence,
         entry_bound=entry_bound,
         c_doubling=bool(c_doubling),
@@ -224,6 +287,9 @@ class MechanismPlan:
     private: bool = True
     planned_events: tuple[Any, ...] | None = None
     """The DpEvents a complete run emits, when they are known before the run (a ledger reserves them)."""
+    replace_one: tuple[Callable[[tuple[Any, ...]], list[Any]], str] | None = None
+    """For add/remove mechanisms with their own replace-one analysis: a map from the emitted events to the
+    replace-one events, and one sentence saying how (the report's ``group_privacy``); None: group privacy."""
 
 
 #: Planners by mechanism name: ``planner(params, n_cols) -> MechanismPlan``, from public parameters only.
@@ -255,12 +321,16 @@ def _adaptive_resumed_keys(n_iter: int) -> Callable[[Any], list[str]]:
     def keys(resume: Any) -> list[str]:
         if resume is None:
             return []
+        pending = getattr(resume, "pending_index", None)
         out = []
-        for k in range(resume.component + (1 if resume.iteration else 0)):
+        started = resume.iteration > 0 or pending is not None  # the current component's start was drawn
+        for k in range(resume.component + (1 if started else 0)):
             last = n_iter if k < resume.component else resume.iteration
             out.append(f"component-{k}/init")
             for t in range(last):
                 out += [release_key(k, t, "svt"), release_key(k, t, "gaussian")]
+        if pending is not None:
+            out.append(release_key(resume.component, resume.iteration, "svt"))
         return out
 
     return keys
@@ -268,13 +338,19 @@ def _adaptive_resumed_keys(n_iter: int) -> Callable[[Any], list[str]]:
 
 def _plan_adaptive_power(params: PCAParameters, n_cols: int) -> MechanismPlan:
     from dppca_dask import accounting
-    from dppca_dask.mechanisms import svt_cutoff
+    from dppca_dask.mechanisms import svt_cutoff, svt_replace_one_epsilon, svt_scales
 
+    count = params.n_iter * params.n_components
+    share = accounting.DEFAULT_FAILURE_DELTA_SHARE
     if params.calibration == "paper":
+        # the paper's Lemma 3.1 constants, calibrated to the δ left after the second-pass share
         paper = accounting.paper_adaptive_power_calibration(
-            epsilon=params.epsilon, delta=params.delta, n_iter=params.n_iter * params.n_components
+            epsilon=params.epsilon, delta=params.delta * (1.0 - share), n_iter=count
         )
         epsilon_svt, multiplier = paper.epsilon_svt, paper.noise_multiplier
+        form = "general"  # the paper's Lap(2/ε), Lap(4/ε)
+        failure_delta = share * params.delta
+        pass_delta = accounting.pass_delta_for(failure_delta, epsilon_svt)
     else:
         cal = accounting.calibrate_adaptive_power(
             epsilon=params.epsilon,
@@ -282,13 +358,19 @@ def _plan_adaptive_power(params: PCAParameters, n_cols: int) -> MechanismPlan:
             n_iter=params.n_iter,
             svt_share=params.svt_share,
             n_components=params.n_components,
+            failure_delta_share=share,
         )
         epsilon_svt, multiplier = cal.epsilon_svt, cal.noise_multiplier
+        form = "monotone"  # Lyu–Su–Li 2017: Lap(2/ε), Lap(2/ε) for monotonic queries
+        failure_delta, pass_delta = cal.failure_delta, cal.pass_delta
+    svt_delta = accounting.svt_step_delta(epsilon_svt, pass_delta, count)
+    threshold_scale, query_scale = svt_scales(epsilon_svt, form=form)
     cutoff = svt_cutoff(epsilon_svt, params.beta)
     grid = ThresholdGrid.for_bound(
         params.row_norm_bound, per_octave=params.grid_per_octave, octaves=params.grid_octaves
     )
-    top_m = default_top_m(cutoff=cutoff, epsilon_svt=epsilon_svt)
+    top_m = pass_row_budget(cutoff=cutoff, threshold_scale=threshold_scale, query_scale=query_scale,
+                            n_queries=grid.n_points, n_releases=count, pass_delta=pass_delta)
 
     def make_run(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
         return adaptive_power_run(
@@ -301,6 +383,8 @@ def _plan_adaptive_power(params: PCAParameters, n_cols: int) -> MechanismPlan:
             cutoff=cutoff,
             grid=grid,
             noise=noise,
+            svt_form=form,
+            pass_delta=pass_delta,
             top_m=top_m,
             resume=resume,
             on_release=on_release,
@@ -309,27 +393,55 @@ def _plan_adaptive_power(params: PCAParameters, n_cols: int) -> MechanismPlan:
     paper_figure = accounting.paper_adaptive_power_epsilon(
         epsilon_svt=epsilon_svt,
         noise_multiplier=multiplier,
-        n_iter=params.n_iter * params.n_components,
+        n_iter=count,
         delta=params.delta,
+    )
+    epsilon_replace = svt_replace_one_epsilon(threshold_scale, query_scale)
+    replace_svt = accounting.EpsilonDeltaDpEvent(
+        epsilon_replace, accounting.svt_step_delta(epsilon_replace, pass_delta, count)
+    )
+
+    def replace_one(events: tuple[Any, ...]) -> list[Any]:
+        from dp_accounting import dp_event
+
+        out: list[Any] = []
+        for leaf, n in accounting.flatten_events(events):
+            if isinstance(leaf, accounting.EpsilonDeltaDpEvent):
+                out.append(dp_event.SelfComposedDpEvent(replace_svt, n))
+            elif isinstance(leaf, dp_event.GaussianDpEvent):
+                out.append(dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(leaf.noise_multiplier / 2.0), n))
+            else:
+                raise InvalidParameterError(f"unexpected event {leaf!r:.100} in an adaptive power run")
+        return out
+
+    method = (
+        f"replace one row: each AboveThreshold step is {epsilon_replace:.6g}-DP (its counts keep sensitivity 1 but "
+        "are not monotonic: 1/threshold_scale + 2/query_scale, Lyu-Su-Li 2017), with the second-pass term "
+        "(1 + e^eps)·delta_pass/K; each Gaussian step has sensitivity 2·theta (noise multiplier halved)"
     )
     return MechanismPlan(
         make_run,
         ADD_REMOVE_ROW,
         {"epsilon_svt": epsilon_svt, "noise_multiplier": multiplier, "cutoff": cutoff, "top_m": top_m,
-         "grid": grid.to_json(), "calibration": params.calibration},
+         "grid": grid.to_json(), "calibration": params.calibration, "svt_form": form,
+         "svt_threshold_scale": threshold_scale, "svt_query_scale": query_scale,
+         "delta_split": {"total": params.delta, "second_pass": failure_delta,
+                         "mechanisms": params.delta - failure_delta, "pass_probability": pass_delta,
+                         "per_svt_step": svt_delta}},
         paper_figure,
-        params.n_iter * params.n_components,
+        count,
         resumed_keys=_adaptive_resumed_keys(params.n_iter),
-        planned_events=_adaptive_events(epsilon_svt, multiplier, params.n_iter * params.n_components),
+        planned_events=_adaptive_events(epsilon_svt, svt_delta, multiplier, count),
+        replace_one=(replace_one, method),
     )
 
 
-def _adaptive_events(epsilon_svt: float, multiplier: float, count: int) -> tuple[Any, ...]:
+def _adaptive_events(epsilon_svt: float, svt_delta: float, multiplier: float, count: int) -> tuple[Any, ...]:
     from dp_accounting import dp_event
 
-    from dppca_dask.mechanisms import svt_event
+    from dppca_dask.accounting import EpsilonDeltaDpEvent
 
-    pair = dp_event.ComposedDpEvent([svt_event(epsilon_svt), dp_event.GaussianDpEvent(multiplier)])
+    pair = dp_event.ComposedDpEvent([EpsilonDeltaDpEvent(epsilon_svt, svt_delta), dp_event.GaussianDpEvent(multiplier)])
     return (dp_event.SelfComposedDpEvent(pair, count),)
 
 
@@ -351,8 +463,15 @@ def _plan_analyze_gauss(params: PCAParameters, n_cols: int) -> MechanismPlan:
 
     from dp_accounting import GaussianDpEvent
 
+    def replace_one(events: tuple[Any, ...]) -> list[Any]:
+        # replacing row a by b moves the upper triangle by that of aaᵀ − bbᵀ, whose squared norm is
+        # (‖aaᵀ − bbᵀ‖_F² + Σ(a_i² − b_i²)²)/2 ≤ (2c⁴ + 2c⁴)/2: sensitivity √2·c², not 2·c²
+        return [GaussianDpEvent(multiplier / math.sqrt(2.0))]
+
     return MechanismPlan(make_run, ADD_REMOVE_ROW, {"noise_multiplier": multiplier}, None, 1,
-                         planned_events=(GaussianDpEvent(multiplier),))
+                         planned_events=(GaussianDpEvent(multiplier),),
+                         replace_one=(replace_one, "replace one row: the Gram matrix's upper triangle moves by at "
+                                      "most sqrt(2)·c² (noise multiplier divided by sqrt(2))"))
 
 
 def _plan_exact(params: PCAParameters, n_cols: int) -> MechanismPlan:
@@ -436,6 +555,7 @@ def pca(
     entry_bound: float = 1.0,
     c_doubling: bool = False,
     symmetric: bool = False,
+    timings: bool = False,
 ) -> PCAResult:
     """Differentially private top principal directions (right singular vectors) of a row-partitioned matrix.
 
@@ -476,7 +596,9 @@ def pca(
     progress
         Show a progress bar (default: only on a terminal).
     on_release
-        Called after each release with the released state and events (checkpointing).
+        Called after each release with the released state and events (checkpointing). Adaptive power calls it
+        twice per iteration: after the AboveThreshold step (``state.pending_index`` set) and after the Gaussian
+        step, so a resume never draws a released step again.
     resume
         Released state of an interrupted run to continue from.
     noise
@@ -496,11 +618,14 @@ def pca(
         Private power only: the store is itself a symmetric matrix (checked before any release); required for
         ``n_components > 1``, which also assumes it is positive semidefinite. Otherwise the run uses the
         embedding ``[[0, A], [Aᵀ, 0]]`` and returns the top right singular vector (rank 1).
+    timings
+        Put wall-clock timings in ``result.timings`` (default: empty). They depend on the data and are **not**
+        covered by the privacy guarantee; the result labels them so.
 
     Returns
     -------
     PCAResult
-        ``components`` (k×d), ``thresholds``, ``privacy`` report, ``provenance``, ``timings``.
+        ``components`` (k×d), ``thresholds``, ``privacy`` report, ``provenance``, ``timings`` (when asked).
 
     Notes
     -----
@@ -534,7 +659,9 @@ def pca(
     source = as_source(data)
     plan = _plan(params, source.n_cols)
     t_calibrated = time.perf_counter()
-    if seed is not None and not isinstance(seed, (int, np.integer)):
+    if not isinstance(timings, (bool, np.bool_)):
+        raise InvalidParameterError(f"timings must be True or False; got {timings!r}")
+    if seed is not None and (isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer))):
         raise InvalidParameterError(f"seed must be an integer or None; got {seed!r}")
     if not plan.private:
         warnings.warn(f"mechanism={params.mechanism!r} is not differentially private", NotPrivateWarning,
@@ -551,14 +678,18 @@ def pca(
     last = [time.perf_counter()]
 
     def released(state: Any, events: tuple[Any, ...]) -> None:
+        if on_release is not None:
+            on_release(state, events)  # checkpoint first: what is logged below must be on disk
+        if getattr(state, "pending_index", None) is not None:  # an AboveThreshold step; its Gaussian step follows
+            log.debug("released the threshold step of iteration %d/%d", len(iteration_times) + 1, plan.total_steps)
+            return
         now = time.perf_counter()
         iteration_times.append(now - last[0])
         last[0] = now
-        if on_release is not None:
-            on_release(state, events)  # checkpoint first: what is logged below must be on disk
         theta = state.thresholds[-1][-1] if state.thresholds and state.thresholds[-1] else None
-        log.info("released iteration %d/%d (theta=%s, %.2f s)", len(iteration_times), plan.total_steps,
-                 f"{theta:.4g}" if theta is not None else "-", iteration_times[-1])
+        # public numbers only (iteration counters, the released θ); no durations: they depend on the data
+        log.info("released iteration %d/%d (theta=%s)", len(iteration_times), plan.total_steps,
+                 f"{theta:.4g}" if theta is not None else "-")
         bar.update(1)
         if theta is not None:
             bar.set_postfix_str(f"theta={theta:.3g}")
@@ -586,18 +717,21 @@ def pca(
         "started": started_wall.isoformat(timespec="seconds"),
         "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    timings = {
-        "total": finished - t0,
-        "calibration": t_calibrated - t0,
-        "iterations": iteration_times,
-    }
+    timing_values: dict[str, Any] = {}
+    if timings:
+        timing_values = {
+            "total": finished - t0,
+            "calibration": t_calibrated - t0,
+            "iterations": iteration_times,
+            "note": "wall-clock seconds; they depend on the data and are NOT covered by the privacy guarantee",
+        }
     return PCAResult(
         components=output.components,
         mechanism=params.mechanism,
         privacy=report,
         thresholds=thresholds,
         provenance=provenance,
-        timings=timings,
+        timings=timing_values,
         extras=extras,
     )
 
@@ -623,6 +757,8 @@ def _report(params: PCAParameters, plan: MechanismPlan, events: tuple[Any, ...],
             [NonPrivateDpEvent()], target_epsilon=float("inf"), target_delta=0.0,
             neighbouring=plan.neighbouring, private=False,
         )
+    replace_events, method = (None, None) if plan.replace_one is None else (plan.replace_one[0](events),
+                                                                          plan.replace_one[1])
     return accounting.build_report(
         list(events),
         target_epsilon=params.epsilon,
@@ -630,6 +766,8 @@ def _report(params: PCAParameters, plan: MechanismPlan, events: tuple[Any, ...],
         neighbouring=plan.neighbouring,
         private=bool(noise.private),
         paper_figure=plan.paper_figure,
+        replace_one_events=replace_events,
+        replace_one_method=method,
     )
 
 

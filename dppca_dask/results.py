@@ -44,8 +44,9 @@ class PCAResult:
     """The release of a PCA mechanism.
 
     Everything in it is safe to publish under ``privacy`` (when ``privacy.private`` is true) except
-    ``timings``: wall-clock times are operational metadata that the privacy guarantee does not cover (like any
-    side channel); keep them with the job logs rather than publishing them with the release.
+    ``timings``, which is empty unless asked for (``pca(..., timings=True)``, ``--timings``): wall-clock times
+    depend on the data (e.g. on how many rows a partition filters) and the privacy guarantee does not cover them;
+    keep them with the job logs rather than publishing them with the release.
     """
 
     components: np.ndarray
@@ -59,7 +60,8 @@ class PCAResult:
     provenance: Mapping[str, Any] = field(default_factory=dict)
     """Store fingerprint, parameters, package versions, start and end time."""
     timings: Mapping[str, Any] = field(default_factory=dict)
-    """Seconds: total, calibration, each iteration (not covered by the privacy guarantee, see above)."""
+    """Empty unless asked for; then seconds (total, calibration, each iteration) and a ``"note"`` saying they are
+    not covered by the privacy guarantee (see above)."""
     extras: Mapping[str, Any] = field(default_factory=dict)
     """Mechanism-specific outputs (e.g. eigenvalues of the non-private baseline)."""
 
@@ -85,7 +87,7 @@ class PCAResult:
             "privacy": report,
             "thresholds": None if self.thresholds is None else self.thresholds.tolist(),
             "provenance": dict(self.provenance),
-            "timings": dict(self.timings),
+            **({"timings": dict(self.timings)} if self.timings else {}),
             "extras": dict(self.extras),
         }
         if include_components:

@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from dppca_dask.accounting.calibration import (
     CACHE_DIR_ENV,
+    DEFAULT_FAILURE_DELTA_SHARE,
+    MAX_RELEASES,
+    MIN_PLD_DELTA,
     AdaptivePowerCalibration,
     cache_path,
     calibrate_adaptive_power,
     calibrate_gaussian,
     clear_memory_cache,
+    pass_delta_for,
+    svt_step_delta,
 )
 from dppca_dask.accounting.composition import (
     DEFAULT_VALUE_DISCRETIZATION_INTERVAL,
@@ -54,6 +59,9 @@ from dppca_dask.accounting.zcdp import (
 __all__ = [
     "ADD_REMOVE_ROW",
     "CACHE_DIR_ENV",
+    "DEFAULT_FAILURE_DELTA_SHARE",
+    "MAX_RELEASES",
+    "MIN_PLD_DELTA",
     "DEFAULT_VALUE_DISCRETIZATION_INTERVAL",
     "ENTRY_CHANGE",
     "EVENT_TYPES",
@@ -82,9 +90,11 @@ __all__ = [
     "merged_gaussian_multiplier",
     "paper_adaptive_power_calibration",
     "paper_adaptive_power_epsilon",
+    "pass_delta_for",
     "pld_interval_for",
     "pure_dp_rho",
     "summarise_events",
+    "svt_step_delta",
     "zcdp_epsilon",
     "zcdp_epsilon_loose",
     "zcdp_rho_for",

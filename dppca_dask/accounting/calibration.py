@@ -35,11 +35,16 @@ from dppca_dask.errors import CalibrationError, InvalidParameterError
 
 __all__ = [
     "CACHE_DIR_ENV",
+    "DEFAULT_FAILURE_DELTA_SHARE",
+    "MAX_RELEASES",
+    "MIN_PLD_DELTA",
     "AdaptivePowerCalibration",
     "cache_path",
     "calibrate_adaptive_power",
     "calibrate_gaussian",
     "clear_memory_cache",
+    "pass_delta_for",
+    "svt_step_delta",
 ]
 
 log = logging.getLogger(__name__)
@@ -48,7 +53,7 @@ log = logging.getLogger(__name__)
 CACHE_DIR_ENV = "DPPCA_DASK_CACHE_DIR"
 _CACHE_FILE = "calibration.json"
 #: Bumped whenever the calibration procedure or the PLD grid rule changes, so older cache entries are not reused.
-_CALIBRATION_VERSION = 1
+_CALIBRATION_VERSION = 2
 #: Relative precision of the calibrated multiplier (the answer is at most this much noisier than needed).
 _RTOL = 1e-4
 #: The coarse search uses a PLD grid this many times wider than the fine grid of the report.
@@ -56,6 +61,15 @@ _COARSE_FACTOR = 10.0
 #: No calibrated multiplier exceeds this; a target that needs more is reported as unreachable.
 _MAX_MULTIPLIER = 1e7
 _MIN_MULTIPLIER = 1e-3
+
+#: Share of the target δ set aside for the second-pass event of adaptive power iteration (see ``failure_delta``).
+DEFAULT_FAILURE_DELTA_SHARE = 0.01
+#: Most AboveThreshold + Gaussian iteration pairs (``n_iter × n_components``) one calibration accepts: 10,000
+#: pairs calibrate in under 10 s; far more would make the PLD (and the run) impractically long.
+MAX_RELEASES = 10_000
+#: Smallest δ the PLD accountant is trusted at: its tail truncation (1e-15 of probability mass, counted
+#: pessimistically) makes figures at smaller δ meaningless (a target of 1e-17 gave a multiplier 1,000× too large).
+MIN_PLD_DELTA = 1e-14
 
 _memo: dict[str, AdaptivePowerCalibration] = {}
 _memo_lock = threading.Lock()
@@ -90,6 +104,14 @@ class AdaptivePowerCalibration:
     """Accountant calibrated against: ``"pld"`` (default) or ``"rdp"``."""
     rho_total: float
     """The zCDP ρ that converts to (ε, δ) (tight Canonne–Kamath–Steinke conversion); defines the share."""
+    failure_delta: float = 0.0
+    """Part of ``delta`` set aside for the second-pass event: the AboveThreshold events carry
+    ``svt_delta`` each, ``failure_delta`` in total (the rest of δ is the mechanisms' own)."""
+    pass_delta: float = 0.0
+    """δ_pass: probability, on every dataset, that any partition of the run needs the second pass;
+    ``failure_delta = (1 + e^epsilon_svt)·pass_delta``."""
+    svt_delta: float = 0.0
+    """δ of each AboveThreshold event, :func:`svt_step_delta` ``(epsilon_svt, pass_delta, n_releases)``."""
     from_cache: bool = False
     """Whether the result was read from the on-disk cache (and re-checked) rather than computed."""
 
@@ -101,7 +123,7 @@ class AdaptivePowerCalibration:
     @property
     def events(self) -> tuple[dp_event.DpEvent, ...]:
         """The DpEvents a full run emits, compactly: the iteration pair self-composed ``n_releases`` times."""
-        return _run_events(self.epsilon_svt, self.noise_multiplier, self.n_releases)
+        return _run_events(self.epsilon_svt, self.noise_multiplier, self.n_releases, self.svt_delta)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict of the fields (public values only)."""
@@ -116,11 +138,45 @@ class AdaptivePowerCalibration:
             "achieved_epsilon": self.achieved_epsilon,
             "accountant": self.accountant,
             "rho_total": self.rho_total,
+            "failure_delta": self.failure_delta,
+            "pass_delta": self.pass_delta,
+            "svt_delta": self.svt_delta,
         }
 
 
-def _run_events(epsilon_svt: float, noise_multiplier: float, count: int) -> tuple[dp_event.DpEvent, ...]:
-    pair = dp_event.ComposedDpEvent([EpsilonDeltaDpEvent(epsilon_svt), dp_event.GaussianDpEvent(noise_multiplier)])
+def svt_step_delta(epsilon_svt: float, pass_delta: float, n_releases: int) -> float:
+    """δ of one AboveThreshold step together with the second pass it may cause: ``(1 + e^ε)·δ_pass/K``.
+
+    The step's release is ε-DP; the pass differs from "no second pass" only on a noise event of probability at
+    most ``δ_pass/K`` on every dataset (a union bound spreads δ_pass over the K steps). A view that agrees with
+    an ε-DP output outside an event of probability ≤ p is ``(ε, (1 + e^ε)·p)``-DP:
+    ``P[V(D) ∈ S] ≤ P[O(D) ∈ S] + p ≤ e^ε·P[O(D') ∈ S] + p ≤ e^ε·(P[V(D') ∈ S] + p) + p``.
+    """
+    if not (math.isfinite(epsilon_svt) and epsilon_svt > 0):
+        raise InvalidParameterError(f"epsilon_svt must be finite and > 0; got {epsilon_svt}")
+    if not (0.0 <= pass_delta < 1.0):
+        raise InvalidParameterError(f"pass_delta must be in [0, 1); got {pass_delta}")
+    _check_count("n_releases", n_releases)
+    if pass_delta == 0.0:
+        return 0.0
+    if epsilon_svt > 700:  # (1 + e^ε) leaves float64: no meaningful δ (such an ε promises nothing anyway)
+        return 1.0
+    return min(1.0, (1.0 + math.exp(epsilon_svt)) * pass_delta / n_releases)
+
+
+def pass_delta_for(failure_delta: float, epsilon_svt: float) -> float:
+    """The δ_pass whose K steps carry ``failure_delta`` in total: ``failure_delta / (1 + e^epsilon_svt)``."""
+    if not (math.isfinite(epsilon_svt) and 0 < epsilon_svt <= 700):
+        raise InvalidParameterError(f"epsilon_svt must be in (0, 700]; got {epsilon_svt}")
+    return failure_delta / (1.0 + math.exp(epsilon_svt))
+
+
+def _run_events(
+    epsilon_svt: float, noise_multiplier: float, count: int, svt_delta: float = 0.0
+) -> tuple[dp_event.DpEvent, ...]:
+    pair = dp_event.ComposedDpEvent(
+        [EpsilonDeltaDpEvent(epsilon_svt, svt_delta), dp_event.GaussianDpEvent(noise_multiplier)]
+    )
     return (dp_event.SelfComposedDpEvent(pair, count),)
 
 
@@ -281,7 +337,8 @@ def _solve(
 
 
 def _search(
-    epsilon: float, delta: float, count: int, epsilon_svt: float, guess: float, accountant: Accountant
+    epsilon: float, delta: float, count: int, epsilon_svt: float, svt_delta: float, guess: float,
+    accountant: Accountant,
 ) -> tuple[float, float]:
     """The smallest multiplier (to ``_RTOL``) meeting the target; returns (multiplier, achieved ε).
 
@@ -294,7 +351,7 @@ def _search(
 
         def f(m: float) -> float:
             if m not in memo:
-                events = _run_events(epsilon_svt, m, count)
+                events = _run_events(epsilon_svt, m, count, svt_delta)
                 interval = _COARSE_FACTOR * pld_interval_for(events) if coarse else None
                 memo[m] = epsilon_for(
                     events, delta=delta, accountant=accountant, value_discretization_interval=interval
@@ -322,6 +379,7 @@ def calibrate_adaptive_power(
     n_components: int = 1,
     accountant: Accountant = "pld",
     cache: bool = True,
+    failure_delta_share: float = DEFAULT_FAILURE_DELTA_SHARE,
 ) -> AdaptivePowerCalibration:
     """Per-iteration SVT budget and Gaussian noise multiplier so that a whole run meets (ε, δ).
 
@@ -341,6 +399,11 @@ def calibrate_adaptive_power(
         ``"pld"`` (default, tight) or ``"rdp"`` (the cross-check; gives a larger multiplier).
     cache
         Read and write the on-disk cache (see Notes).
+    failure_delta_share
+        Share of ``delta`` set aside for the second-pass event (default 1%): ``failure_delta =
+        failure_delta_share·delta`` and ``pass_delta = failure_delta/(1 + e^epsilon_svt)`` (see
+        :func:`svt_step_delta`). A public split, reported in the result's provenance. 0 reserves nothing (the
+        pure accounting of the mechanisms, as in the reference tables; a run needs a positive share).
 
     Returns
     -------
@@ -358,9 +421,10 @@ def calibrate_adaptive_power(
     -----
     Privacy contract: add/remove one row. Each iteration is an ``epsilon_svt``-DP AboveThreshold step followed by
     a Gaussian release of multiplier m; the run emits ``T·k`` pairs
-    ``(EpsilonDeltaDpEvent(epsilon_svt), GaussianDpEvent(m))``. The guarantee is the PLD composition of
-    ``T·k`` worst-case ``epsilon_svt``-DP PLDs with the one Gaussian equivalent to ``T·k`` Gaussians of multiplier
-    m (exact merge); seed 004 spec §3.3 (replacing the paper's Lemma 3.1).
+    ``(EpsilonDeltaDpEvent(epsilon_svt, svt_delta), GaussianDpEvent(m))``, where ``svt_delta`` accounts for the
+    second pass the step may cause (probability ``pass_delta`` over the run). The guarantee is the PLD
+    composition of ``T·k`` worst-case ``(epsilon_svt, svt_delta)``-DP PLDs with the one Gaussian equivalent to
+    ``T·k`` Gaussians of multiplier m (exact merge); seed 004 spec §3.3 (replacing the paper's Lemma 3.1).
 
     The split: ``ρ_total`` is the largest ρ whose zCDP guarantee converts to (ε, δ) (Canonne–Kamath–Steinke);
     the SVT steps get ``epsilon_svt = sqrt(2·svt_share·ρ_total/(T·k))`` each (ε-DP ⇒ ε²/2-zCDP, so together they
@@ -383,17 +447,29 @@ def calibrate_adaptive_power(
     15.26
     """
     _check_target(epsilon, delta)
+    if delta < MIN_PLD_DELTA:
+        raise InvalidParameterError(
+            f"delta must be >= {MIN_PLD_DELTA:g} for adaptive power iteration (the PLD accountant is not accurate "
+            f"below); got {delta:g}"
+        )
     _check_count("n_iter", n_iter)
     _check_count("n_components", n_components)
+    if n_iter * n_components > MAX_RELEASES:
+        raise InvalidParameterError(
+            f"n_iter × n_components must be <= {MAX_RELEASES}; got {n_iter} × {n_components} = "
+            f"{n_iter * n_components}; use fewer iterations (a few suffice: the default is 5)"
+        )
     if accountant not in ("pld", "rdp"):
         raise InvalidParameterError(f"accountant must be 'pld' or 'rdp'; got {accountant!r}")
+    if not (0.0 <= failure_delta_share < 1.0):
+        raise InvalidParameterError(f"failure_delta_share must be in [0, 1); got {failure_delta_share}; e.g. 0.01")
     if epsilon_svt is None:
         if not (0.0 < svt_share < 1.0):
             raise InvalidParameterError(
                 f"svt_share must be in (0, 1); got {svt_share}; or pass epsilon_svt explicitly"
             )
-    elif not (math.isfinite(epsilon_svt) and epsilon_svt > 0):
-        raise InvalidParameterError(f"epsilon_svt must be finite and > 0; got {epsilon_svt}")
+    elif not (math.isfinite(epsilon_svt) and 0 < epsilon_svt <= 700):
+        raise InvalidParameterError(f"epsilon_svt must be in (0, 700]; got {epsilon_svt}")
 
     count = n_iter * n_components
     rho_total = zcdp_rho_for(epsilon, delta=delta)
@@ -402,6 +478,9 @@ def calibrate_adaptive_power(
         share = float(svt_share)
         epsilon_svt = math.sqrt(2.0 * share * rho_total / count)
     epsilon_svt = float(epsilon_svt)
+    failure_delta = float(failure_delta_share) * float(delta)
+    pass_delta = pass_delta_for(failure_delta, epsilon_svt)
+    svt_delta = svt_step_delta(epsilon_svt, pass_delta, count)
 
     params = {
         "kind": "adaptive_power",
@@ -413,6 +492,7 @@ def calibrate_adaptive_power(
         "epsilon_svt": epsilon_svt,
         "accountant": accountant,
         "rtol": _RTOL,
+        "failure_delta_share": float(failure_delta_share),
     }
     key = _cache_key(params)
     with _memo_lock:
@@ -432,6 +512,9 @@ def calibrate_adaptive_power(
             achieved_epsilon=achieved,
             accountant=accountant,
             rho_total=rho_total,
+            failure_delta=failure_delta,
+            pass_delta=pass_delta,
+            svt_delta=svt_delta,
             from_cache=from_cache,
         )
 
@@ -441,7 +524,7 @@ def calibrate_adaptive_power(
         multiplier = entry.get("noise_multiplier") if isinstance(entry, dict) else None
         if isinstance(multiplier, (int, float)) and not isinstance(multiplier, bool) and multiplier > 0:
             achieved = epsilon_for(
-                _run_events(epsilon_svt, float(multiplier), count), delta=delta, accountant=accountant
+                _run_events(epsilon_svt, float(multiplier), count, svt_delta), delta=delta, accountant=accountant
             )
             if achieved <= epsilon:
                 out = result(float(multiplier), achieved, True)
@@ -453,7 +536,8 @@ def calibrate_adaptive_power(
             log.warning("ignoring a malformed calibration cache entry: %s", key)
 
     svt_alone = epsilon_for(
-        [dp_event.SelfComposedDpEvent(EpsilonDeltaDpEvent(epsilon_svt), count)], delta=delta, accountant=accountant
+        [dp_event.SelfComposedDpEvent(EpsilonDeltaDpEvent(epsilon_svt, svt_delta), count)], delta=delta,
+        accountant=accountant,
     )
     if svt_alone >= epsilon:
         raise CalibrationError(
@@ -465,7 +549,7 @@ def calibrate_adaptive_power(
     guess = math.sqrt(count / (2.0 * rho_gaussian)) if rho_gaussian > 0 else 10.0 * math.sqrt(count)
     guess = min(max(guess, _MIN_MULTIPLIER), _MAX_MULTIPLIER)
     try:
-        multiplier, achieved = _search(epsilon, delta, count, epsilon_svt, guess, accountant)
+        multiplier, achieved = _search(epsilon, delta, count, epsilon_svt, svt_delta, guess, accountant)
     except _Unreachable:
         raise CalibrationError(
             f"no Gaussian noise multiplier up to {_MAX_MULTIPLIER:g} meets epsilon={epsilon:g} at delta={delta:g}: "

@@ -19,7 +19,7 @@ A tree of Gaussians only is evaluated in closed form (Balle–Wang 2018, the exa
 Gaussian), which is the value the discretised PLD approximates from above.
 
 For RDP the same leaves go to ``dp_accounting.rdp.RdpAccountant`` with pure ε-DP leaves as ``ZCDpEvent(ε²/2)``
-(Bun–Steinke); leaves with ``delta > 0`` have no RDP form and make the RDP figure unavailable.
+(Bun–Steinke); the δ of ``EpsilonDeltaDpEvent(ε, δ)`` leaves is added to the RDP figure's δ (approximate zCDP).
 
 All PLDs use pessimistic discretisation (dp-accounting's default): the ε they report is an upper bound.
 """
@@ -350,20 +350,19 @@ def _pld(leaves: _Leaves, value_discretization_interval: float) -> pld_lib.Priva
 
 
 def _rdp_accountant(leaves: _Leaves) -> rdp_privacy_accountant.RdpAccountant | None:
-    """The RDP accountant holding the composition, or None when a leaf is non-private."""
-    for (eps, delta) in leaves.epsilon_delta:
-        if delta > 0.0:
-            raise InvalidParameterError(
-                f"the RDP accountant cannot account for EpsilonDeltaDpEvent(epsilon={eps}, delta={delta}) "
-                "(delta > 0 has no RDP form); use accountant='pld'"
-            )
+    """The RDP accountant holding the composition, or None when a leaf is non-private.
+
+    ``EpsilonDeltaDpEvent(ε, δ)`` leaves enter as ``ZCDpEvent(ε²/2)``; their δ is not in the accountant (see
+    :func:`_rdp_delta_spent`).
+    """
     if leaves.non_private:
         return None
     accountant = rdp_privacy_accountant.RdpAccountant()
     if leaves.gaussian:
         accountant.compose(dp_event.GaussianDpEvent(merged_gaussian_multiplier(leaves.gaussian.items())))
     for (eps, _delta), count in leaves.epsilon_delta.items():
-        accountant.compose(dp_event.ZCDpEvent(eps * eps / 2.0), count)
+        if eps > 0.0:
+            accountant.compose(dp_event.ZCDpEvent(eps * eps / 2.0), count)
     for b, count in leaves.laplace.items():
         accountant.compose(dp_event.LaplaceDpEvent(b), count)
     for (rho, xi), count in leaves.zcdp.items():
@@ -376,6 +375,16 @@ def _rdp_accountant(leaves: _Leaves) -> rdp_privacy_accountant.RdpAccountant | N
                 f"the RDP accountant cannot account for {event!r:.200}; use accountant='pld'"
             ) from exc
     return accountant
+
+
+def _rdp_delta_spent(leaves: _Leaves) -> float:
+    """``Σ count·δ`` of the ``EpsilonDeltaDpEvent`` leaves, which the RDP figure adds to its own δ.
+
+    An (ε, δ)-DP mechanism is δ-approximately ε²/2-zCDP, approximate zCDP composes by adding the δs, and a
+    δ-approximately ρ-zCDP mechanism is ``(ε', δ + δ')``-DP whenever ρ-zCDP gives ``(ε', δ')`` (Bun & Steinke
+    2016, Definition 1.2 and Section 8). So the RDP figure at δ is the accountant's ε at ``δ − Σ count·δ``.
+    """
+    return math.fsum(delta * count for (_eps, delta), count in leaves.epsilon_delta.items())
 
 
 def _check_accountant(accountant: str) -> None:
@@ -432,9 +441,10 @@ def epsilon_for(
         rdp = _rdp_accountant(leaves)
         if rdp is None:
             return math.inf
-        if delta == 0.0:
+        remaining = delta - _rdp_delta_spent(leaves)
+        if remaining <= 0.0:
             return math.inf
-        return float(rdp.get_epsilon(delta))
+        return float(rdp.get_epsilon(remaining))
     if leaves.gaussian_only and not leaves.non_private:
         if not leaves.gaussian:
             return 0.0
@@ -463,7 +473,7 @@ def delta_for(
     leaves = _leaves(events)
     if accountant == "rdp":
         rdp = _rdp_accountant(leaves)
-        return 1.0 if rdp is None else float(rdp.get_delta(epsilon))
+        return 1.0 if rdp is None else min(1.0, float(rdp.get_delta(epsilon)) + _rdp_delta_spent(leaves))
     if leaves.gaussian_only and not leaves.non_private:
         if not leaves.gaussian:
             return 0.0

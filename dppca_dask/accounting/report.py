@@ -119,9 +119,9 @@ def group_events(
     Returns
     -------
     list of DpEvent
-        Gaussian and Laplace multipliers divided by ``group_size``; ``EpsilonDeltaDpEvent(ε, δ)`` becomes
-        ``(kε, δ·Σ_{i<k} e^{iε})``; ``ZCDpEvent(ρ)`` becomes ``ZCDpEvent(k²ρ)`` (Bun–Steinke 2016, Prop. 27);
-        no-op and non-private events are unchanged.
+        Gaussian and Laplace multipliers divided by ``group_size``; ``EpsilonDeltaDpEvent(ε, δ)`` with ε > 0
+        becomes ``(kε, δ·Σ_{i<k} e^{iε})``; ``ZCDpEvent(ρ)`` becomes ``ZCDpEvent(k²ρ)`` (Bun–Steinke 2016,
+        Prop. 27); ``EpsilonDeltaDpEvent(0, δ)`` (a failure term), no-op and non-private events are unchanged.
 
     Raises
     ------
@@ -134,6 +134,12 @@ def group_events(
     Under replace-one every query's sensitivity is at most twice its add/remove sensitivity (a replacement is a
     removal and an addition), so dividing the multipliers is sound; pure ε doubling is the generic group-privacy
     bound and can be loose (AboveThreshold on counts keeps its ε under replace-one, seed 004 spec §3.2).
+
+    ``EpsilonDeltaDpEvent(0, δ)`` is this library's record of a *failure term*: the probability, over the
+    mechanism's own secret randomness and on every dataset, that the sensitivity bound of another release fails
+    (Hardt & Roth 2012, Lemma 4.1: ``‖eᵀΩ‖`` is bounded except with probability δ/4 for any fixed unit vector e).
+    Under replace-one the two rows' difference is still one vector, bounded with the same probability, so the
+    term keeps its δ. Do not use a zero-ε event for anything else.
     """
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
         raise InvalidParameterError(f"group_size must be an integer >= 1; got {group_size!r}")
@@ -147,6 +153,8 @@ def group_events(
             grouped = dp_event.GaussianDpEvent(leaf.noise_multiplier / k)
         elif isinstance(leaf, dp_event.LaplaceDpEvent):
             grouped = dp_event.LaplaceDpEvent(leaf.noise_multiplier / k)
+        elif isinstance(leaf, EpsilonDeltaDpEvent) and leaf.epsilon == 0:
+            grouped = leaf  # a failure term over secret randomness (see Notes): not doubled
         elif isinstance(leaf, EpsilonDeltaDpEvent):
             growth = sum(math.exp(i * leaf.epsilon) for i in range(k))
             delta = 0.0 if leaf.delta == 0 else min(1.0, growth * leaf.delta)
@@ -159,6 +167,10 @@ def group_events(
             )
         out.append(grouped if count == 1 else dp_event.SelfComposedDpEvent(grouped, count))
     return out
+
+
+def _as_event_list(events: dp_event.DpEvent | Iterable[dp_event.DpEvent]) -> list[dp_event.DpEvent]:
+    return [events] if isinstance(events, dp_event.DpEvent) else list(events)
 
 
 def _figure(events: list[dp_event.DpEvent], delta: float, accountant: str) -> float | None:
@@ -176,6 +188,8 @@ def build_report(
     neighbouring: str,
     private: bool = True,
     paper_figure: Mapping[str, Any] | None = None,
+    replace_one_events: dp_event.DpEvent | Iterable[dp_event.DpEvent] | None = None,
+    replace_one_method: str | None = None,
 ) -> PrivacyReport:
     """The privacy report of a run from the DpEvents it emitted.
 
@@ -193,6 +207,12 @@ def build_report(
     paper_figure
         The paper's own composition figure, if any (e.g. :func:`paper_adaptive_power_epsilon`), stored under
         ``figures["paper"]`` for reference.
+    replace_one_events
+        For add/remove relations: the events of the same run restated for *replace one row* by the mechanism's
+        own analysis (e.g. AboveThreshold counts keep sensitivity 1, a Gaussian's sensitivity doubles). Without
+        them the replace-one figure is group privacy of size 2 (:func:`group_events`).
+    replace_one_method
+        How ``replace_one_events`` were derived (one sentence, stored in the report).
 
     Returns
     -------
@@ -229,10 +249,16 @@ def build_report(
         figures["paper"] = dict(paper_figure)
     group: dict[str, Any] | None = None
     if neighbouring.startswith("add/remove"):
-        try:
-            grouped = group_events(event_list, group_size=2)
-        except InvalidParameterError:
-            grouped = None
+        method = "group privacy of size 2 (sensitivities doubled)"
+        grouped: list[dp_event.DpEvent] | None
+        if replace_one_events is not None:
+            grouped = _as_event_list(replace_one_events)
+            method = replace_one_method or "the mechanism's replace-one sensitivities"
+        else:
+            try:
+                grouped = group_events(event_list, group_size=2)
+            except InvalidParameterError:
+                grouped = None
         value = None if grouped is None else _figure(grouped, target_delta, accountant)
         if value is not None:
             group = {
@@ -240,7 +266,7 @@ def build_report(
                 "epsilon": value,
                 "delta": float(target_delta),
                 "accountant": accountant,
-                "method": "group privacy of size 2 (sensitivities doubled)",
+                "method": method,
             }
     return PrivacyReport(
         epsilon=float(epsilon),

@@ -45,6 +45,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=None, help="reproducible run; the result is then NOT private")
     p.add_argument("--out", default=None, help="directory to write components.zarr and result.json")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--timings", action="store_true",
+                   help="include wall-clock timings in the output (NOT covered by the privacy guarantee: they "
+                        "depend on the data)")
     p.set_defaults(handler=run)
 
 
@@ -108,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         persist=args.persist,
         svt_share=args.svt_share,
         calibration=args.calibration,
+        timings=args.timings,
         **_private_power_options(args),
     )
     if args.out:
@@ -120,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         print(format_result(result))
+        if args.timings and result.timings:
+            print(f"timings (not covered by the privacy guarantee): total {result.timings['total']:.2f} s")
         if args.out:
             print(f"written to {args.out}")
     return 0

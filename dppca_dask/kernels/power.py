@@ -10,7 +10,9 @@ One pass per iteration (seed 004 spec §4). For the broadcast unit vector x, a p
 
 After the coordinator picks the threshold index ``j`` (privately), the filtered product is
 ``A(t)x = Σ_p S_p − Σ_{bins b ≤ j} bin_sums[b]``; a partition with ``cut_p < j`` did not return its rows of bins
-``(cut_p, j]``, which :func:`filtered_sum` adds in a second pass over that partition only.
+``(cut_p, j]``, which :func:`filtered_sum` adds in a second pass over that partition only. Every partition is given
+the whole ``top_m`` (never a share of it), sized so that the second pass is needed only with a small probability
+accounted for in δ (:func:`dppca_dask.algorithms.adaptive_power.pass_row_budget`).
 
 Clipping scales a row to norm ``min(‖a‖, c)`` (it never drops rows); it is applied through per-row factors
 ``f = min(1, c/‖a‖)`` so the stored block is never copied: ``A'x = f ⊙ (Ax)`` and ``A'ᵀw = Aᵀ(f ⊙ w)``.
@@ -32,7 +34,6 @@ __all__ = [
     "clip_factors",
     "filtered_sum",
     "merge_power_partials",
-    "partition_top_m",
     "power_partial",
     "select_filtered",
 ]
@@ -64,6 +65,10 @@ def _scores(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float)
     factors = clip_factors(norms, row_norm_bound)
     projections = factors * np.asarray(block @ x).ravel()  # a'ᵀx for each clipped row
     scores = np.minimum(norms, row_norm_bound) * np.abs(projections)
+    if np.isfinite(row_norm_bound):
+        # ‖a'‖·|⟨a', x⟩| ≤ c² in exact arithmetic; rounding may exceed it by a few ulps. Clamping keeps every row
+        # out of bin 0, so the top grid value θ_0 = c² never filters a row (F_0 = 0 on every dataset).
+        scores = np.minimum(scores, row_norm_bound * row_norm_bound)
     return factors, projections, scores
 
 
@@ -105,17 +110,6 @@ def power_partial(
     chosen = np.flatnonzero(bins <= cut) if cut >= 0 else np.zeros(0, dtype=np.int64)
     bin_sums = _binned_sums(block, chosen, bins[chosen], weights[chosen], grid.n_points)
     return PowerPartial(histogram=histogram, full_sum=full_sum, bin_sums=bin_sums, cuts={partition: cut})
-
-
-def partition_top_m(top_m: int, n_partitions: int) -> int:
-    """Rows one partition returns when ``top_m`` rows are expected to be filtered in all ``n_partitions``.
-
-    Twice an even share plus 64: filtered rows are spread over partitions unless the data is sorted by score, and
-    a partition that filters more than this is simply recomputed for the missing bins. Speed only, never results.
-    """
-    if n_partitions <= 1:
-        return int(top_m)
-    return int(min(top_m, math.ceil(2 * top_m / n_partitions) + 64))
 
 
 def merge_power_partials(*parts: PowerPartial) -> PowerPartial:

@@ -19,6 +19,7 @@ from dppca_dask.mechanisms.svt import (
     above_threshold,
     svt_cutoff,
     svt_event,
+    svt_replace_one_epsilon,
     svt_first_below,
     svt_scales,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "laplace_mechanism",
     "svt_cutoff",
     "svt_event",
+    "svt_replace_one_epsilon",
     "svt_first_below",
     "svt_scales",
 ]

@@ -28,7 +28,20 @@ from dppca_dask.errors import InvalidParameterError
 from dppca_dask.mechanisms._validation import positive_finite
 from dppca_dask.mechanisms.noise import NoiseSource
 
-__all__ = ["SvtResult", "above_threshold", "svt_cutoff", "svt_event", "svt_first_below", "svt_scales"]
+__all__ = [
+    "SVT_FORMS",
+    "SvtResult",
+    "above_threshold",
+    "svt_cutoff",
+    "svt_event",
+    "svt_first_below",
+    "svt_replace_one_epsilon",
+    "svt_scales",
+]
+
+#: ``"monotone"`` (default): Lyu–Su–Li 2017's monotone-query AboveThreshold, ρ ~ Lap(2/ε), ν ~ Lap(2/ε);
+#: ``"general"``: the paper's scales ρ ~ Lap(2/ε), ν ~ Lap(4/ε), valid for any sensitivity-1 queries.
+SVT_FORMS = ("monotone", "general")
 
 #: Relative slack when checking that explicit noise scales spend no more than the stated ε (rounding only).
 _SCALE_RTOL = 1e-12
@@ -61,35 +74,85 @@ def svt_cutoff(epsilon: float, beta: float) -> float:
     return 6.0 * math.log(1.0 / beta) / epsilon
 
 
-def svt_scales(
-    epsilon: float, *, threshold_scale: float | None = None, query_scale: float | None = None
-) -> tuple[float, float]:
-    """The Laplace scales ``(threshold_scale, query_scale)``: by default the paper's ``(2/ε, 4/ε)``.
+def _check_form(form: str) -> str:
+    if form not in SVT_FORMS:
+        raise InvalidParameterError(f"form must be one of {', '.join(SVT_FORMS)}; got {form!r}")
+    return form
 
-    Explicit scales must spend at most ε by the general AboveThreshold bound ``1/threshold_scale +
-    2/query_scale ≤ ε`` (Lyu–Su–Li 2017, Theorem 2, with sensitivity 1); they may spend less, and the event
-    still states ε (an upper bound).
+
+def svt_scales(
+    epsilon: float,
+    *,
+    form: str = "monotone",
+    threshold_scale: float | None = None,
+    query_scale: float | None = None,
+) -> tuple[float, float]:
+    """The Laplace scales ``(threshold_scale, query_scale)`` of an ε-DP AboveThreshold step.
+
+    Parameters
+    ----------
+    epsilon
+        ε of the step (add/remove one row).
+    form
+        ``"monotone"`` (default): ``(2/ε, 2/ε)``. ``"general"``: the paper's ``(2/ε, 4/ε)``.
+    threshold_scale, query_scale
+        Explicit scales; they must spend at most ε: ``1/threshold_scale + q/query_scale ≤ ε`` with ``q = 1``
+        for the monotone form and ``q = 2`` for the general one. They may spend less; the event still states ε.
+
+    Notes
+    -----
+    Lyu, Su & Li 2017 ("Understanding the Sparse Vector Technique for Differential Privacy", PVLDB 10(6),
+    §4.1, Algorithm 7 and its monotonic case) prove AboveThreshold with ``ρ ~ Lap(Δ/ε₁)`` and ``ν_j ~ Lap(2cΔ/ε₂)`` is
+    ``(ε₁ + ε₂)``-DP, and ``ν_j ~ Lap(cΔ/ε₂)`` suffices when the queries are *monotonic*: for every pair of
+    neighbours, either every query moves up or every query moves down. Here ``c = 1`` (one answer) and ``Δ = 1``.
+    The counts of filtered rows ``F_j`` of seed 004 are monotonic under add/remove one row (adding a row raises
+    every ``F_j`` by 0 or 1). The split ``ε₁ = ε₂ = ε/2`` minimises the variance of the comparison
+    ``ν_j − ρ``, ``2(1/ε₁)² + 2(c/ε₂)²`` under ``ε₁ + ε₂ = ε`` (Lyu–Su–Li §4.2: ``ε₁ : ε₂ = 1 : c^(2/3)`` for
+    monotonic queries), giving ``(2/ε, 2/ε)``: that variance is 16/ε², against 40/ε² for the paper's scales.
+
+    Under *replace one row* the counts are not monotonic (one count may rise while another falls), so the
+    general bound applies: the step is ``(1/threshold_scale + 2/query_scale)``-DP, see
+    :func:`svt_replace_one_epsilon` (1.5ε for the monotone default, ε for the paper's scales).
 
     Raises
     ------
     InvalidParameterError
-        For non-positive values, or explicit scales that would spend more than ε.
+        For non-positive values, an unknown form, or explicit scales that would spend more than ε.
     """
     epsilon = positive_finite("epsilon", epsilon)
+    _check_form(form)
+    query_weight = 1.0 if form == "monotone" else 2.0
+    default_query = (2.0 if form == "monotone" else 4.0) / epsilon
     rho_scale = 2.0 / epsilon if threshold_scale is None else positive_finite("threshold_scale", threshold_scale)
-    nu_scale = 4.0 / epsilon if query_scale is None else positive_finite("query_scale", query_scale)
-    spent = 1.0 / rho_scale + 2.0 / nu_scale
+    nu_scale = default_query if query_scale is None else positive_finite("query_scale", query_scale)
+    spent = 1.0 / rho_scale + query_weight / nu_scale
     if spent > epsilon * (1.0 + _SCALE_RTOL):
         raise InvalidParameterError(
             f"noise scales threshold_scale={rho_scale:g}, query_scale={nu_scale:g} spend "
-            f"1/threshold_scale + 2/query_scale = {spent:g} > epsilon={epsilon:g}; "
-            "use larger scales or leave them at their defaults (2/epsilon, 4/epsilon)"
+            f"1/threshold_scale + {query_weight:g}/query_scale = {spent:g} > epsilon={epsilon:g} "
+            f"({form} form); use larger scales or leave them at their defaults"
         )
     return rho_scale, nu_scale
 
 
+def svt_replace_one_epsilon(threshold_scale: float, query_scale: float) -> float:
+    """ε of an AboveThreshold step under *replace one row*: ``1/threshold_scale + 2/query_scale``.
+
+    Replacing a row changes each count of filtered rows by at most 1 (sensitivity 1), but not all in the same
+    direction, so the general (non-monotonic) AboveThreshold bound holds (Lyu–Su–Li 2017, Theorem 2 with
+    ``Δ = c = 1``); no group-privacy doubling is needed.
+    """
+    rho_scale = positive_finite("threshold_scale", threshold_scale)
+    nu_scale = positive_finite("query_scale", query_scale)
+    return 1.0 / rho_scale + 2.0 / nu_scale
+
+
 def svt_event(
-    epsilon: float, *, threshold_scale: float | None = None, query_scale: float | None = None
+    epsilon: float,
+    *,
+    form: str = "monotone",
+    threshold_scale: float | None = None,
+    query_scale: float | None = None,
 ) -> EpsilonDeltaDpEvent:
     """The DpEvent of one AboveThreshold step: ``EpsilonDeltaDpEvent(epsilon)`` (after checking the scales).
 
@@ -97,7 +160,7 @@ def svt_event(
     run), so that both produce the same event.
     """
     epsilon = positive_finite("epsilon", epsilon)
-    svt_scales(epsilon, threshold_scale=threshold_scale, query_scale=query_scale)
+    svt_scales(epsilon, form=form, threshold_scale=threshold_scale, query_scale=query_scale)
     return EpsilonDeltaDpEvent(epsilon)
 
 
@@ -142,6 +205,7 @@ def above_threshold(
     epsilon: float,
     noise: NoiseSource,
     release: str,
+    form: str = "monotone",
     threshold_scale: float | None = None,
     query_scale: float | None = None,
 ) -> SvtResult:
@@ -160,8 +224,11 @@ def above_threshold(
         Where the noise comes from.
     release
         Key of this release (each key once per noise source).
+    form
+        ``"monotone"`` (default; the counts must move in one direction between neighbours, as counts of filtered
+        rows do under add/remove): ρ ~ Lap(2/ε), ν_j ~ Lap(2/ε). ``"general"``: the paper's Lap(2/ε), Lap(4/ε).
     threshold_scale, query_scale
-        Laplace scales of ρ and ν_j; default ``2/ε`` and ``4/ε`` (the paper's). See :func:`svt_scales`.
+        Explicit Laplace scales of ρ and ν_j. See :func:`svt_scales`.
 
     Returns
     -------
@@ -177,12 +244,14 @@ def above_threshold(
 
     Notes
     -----
-    Privacy contract: for neighbours under which every count changes by at most 1 (add/remove one row; also
-    replace-one row for counts of filtered rows), the released index is ε-DP, ``ε = 1/threshold_scale +
-    2/query_scale`` (Dwork–Roth 2014, Theorem 3.23; Lyu–Su–Li 2017, Theorem 2); with the default scales that is
-    exactly ``epsilon``. Emits ``EpsilonDeltaDpEvent(epsilon)``. Implements seed 004, Algorithm 1, lines 4-7, in
-    the form of spec §3.2 (public cut-off, filtered counts). Monotone queries would permit a smaller query
-    noise (Lyu–Su–Li 2017, monotonic queries); the default keeps the paper's scales.
+    Privacy contract: for neighbours under which every count changes by at most 1, the released index is
+    ``(1/threshold_scale + 2/query_scale)``-DP (Dwork–Roth 2014, Theorem 3.23; Lyu–Su–Li 2017, Theorem 2); when
+    moreover all counts move in the same direction (monotonic queries, e.g. counts of filtered rows under
+    add/remove one row) it is ``(1/threshold_scale + 1/query_scale)``-DP (Lyu–Su–Li 2017, §4.1, monotonic queries). The
+    default monotone scales ``(2/ε, 2/ε)`` therefore spend exactly ``epsilon`` under add/remove (and
+    ``1.5·epsilon`` under replace-one, :func:`svt_replace_one_epsilon`); the general form's ``(2/ε, 4/ε)`` spend
+    ``epsilon`` under both. Emits ``EpsilonDeltaDpEvent(epsilon)``. Implements seed 004, Algorithm 1, lines
+    4-7, in the form of spec §3.2 (public cut-off, filtered counts).
 
     Noise: ρ is drawn first (one value), then all ν_j at once (an array the length of ``counts``), inside one
     release. Drawing every ν_j up front is equivalent to drawing them one by one as the search proceeds, because
@@ -190,7 +259,7 @@ def above_threshold(
     ρ and ν are never returned or logged.
     """
     epsilon = positive_finite("epsilon", epsilon)
-    rho_scale, nu_scale = svt_scales(epsilon, threshold_scale=threshold_scale, query_scale=query_scale)
+    rho_scale, nu_scale = svt_scales(epsilon, form=form, threshold_scale=threshold_scale, query_scale=query_scale)
     values = np.asarray(counts, dtype=np.float64)
     if values.ndim != 1 or values.size == 0:
         raise InvalidParameterError(

@@ -41,8 +41,25 @@ def _search_forbidden(*args: object, **kwargs: object) -> tuple[float, float]:
 
 @pytest.fixture(scope="module")
 def reference() -> AdaptivePowerCalibration:
-    # specs/accounting.md: ε_svt = 0.05, T = 30, target (2, 1e-6) → m ≈ 15.26 (PLD, worst-case SVT)
-    return calibrate_adaptive_power(epsilon=2.0, delta=1e-6, n_iter=30, epsilon_svt=0.05, cache=False)
+    # specs/accounting.md: ε_svt = 0.05, T = 30, target (2, 1e-6) → m ≈ 15.26 (PLD, worst-case SVT); the
+    # reference has no second-pass reserve, so the share is 0 here
+    return calibrate_adaptive_power(epsilon=2.0, delta=1e-6, n_iter=30, epsilon_svt=0.05, cache=False,
+                                    failure_delta_share=0.0)
+
+
+def test_second_pass_reserve_is_in_the_events_and_within_the_target() -> None:
+    cal = calibrate_adaptive_power(epsilon=2.0, delta=1e-6, n_iter=30, epsilon_svt=0.05, cache=False)
+    # default share 1%: failure_delta = 1e-8 = (1 + e^0.05)·pass_delta, spread over the 30 SVT events
+    assert cal.failure_delta == pytest.approx(1e-8, rel=1e-15)
+    assert cal.pass_delta == pytest.approx(1e-8 / (1 + math.exp(0.05)), rel=1e-15)
+    assert cal.svt_delta == pytest.approx(1e-8 / 30, rel=1e-12)
+    emitted = [EpsilonDeltaDpEvent(0.05, cal.svt_delta), GaussianDpEvent(cal.noise_multiplier)] * 30
+    assert epsilon_for(emitted, delta=1e-6) == cal.achieved_epsilon <= 2.0
+    assert cal.achieved_epsilon >= 2.0 * (1 - 0.01)  # within 1% of the target
+    # the reserve costs little noise: 15.26 without it
+    assert 15.26 < cal.noise_multiplier < 15.26 * 1.005
+    with pytest.raises(InvalidParameterError, match=r"failure_delta_share must be in \[0, 1\); got 1.0"):
+        calibrate_adaptive_power(epsilon=2.0, delta=1e-6, n_iter=30, failure_delta_share=1.0)
 
 
 def test_reference_pld_multiplier(reference: AdaptivePowerCalibration) -> None:
@@ -62,7 +79,8 @@ def test_reference_is_minimal(reference: AdaptivePowerCalibration) -> None:
 
 def test_reference_rdp_multiplier() -> None:
     # same target, RDP with the SVT as ZCDpEvent(ε²/2): m ≈ 17.22
-    cal = calibrate_adaptive_power(epsilon=2.0, delta=1e-6, n_iter=30, epsilon_svt=0.05, accountant="rdp")
+    cal = calibrate_adaptive_power(epsilon=2.0, delta=1e-6, n_iter=30, epsilon_svt=0.05, accountant="rdp",
+                                   failure_delta_share=0.0)
     assert cal.noise_multiplier == pytest.approx(17.22, abs=5e-3)
     assert cal.achieved_epsilon <= 2.0 and cal.accountant == "rdp"
 
@@ -147,7 +165,8 @@ def test_svt_alone_exceeding_the_target_raises() -> None:
 def test_target_too_close_to_the_svt_part_raises() -> None:
     svt_alone = epsilon_for([EpsilonDeltaDpEvent(0.05)] * 10, delta=1e-6)
     with pytest.raises(CalibrationError, match="no Gaussian noise multiplier up to 1e\\+07 meets"):
-        calibrate_adaptive_power(epsilon=svt_alone + 1e-9, delta=1e-6, n_iter=10, epsilon_svt=0.05)
+        calibrate_adaptive_power(epsilon=svt_alone + 1e-9, delta=1e-6, n_iter=10, epsilon_svt=0.05,
+                                 failure_delta_share=0.0)
 
 
 def test_a_search_result_that_fails_the_check_raises(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,7 +188,9 @@ def test_a_search_result_that_fails_the_check_raises(monkeypatch: pytest.MonkeyP
         ({"n_components": 0}, "n_components must be an integer >= 1"),
         ({"svt_share": 0.0}, r"svt_share must be in \(0, 1\)"),
         ({"svt_share": 1.0}, r"svt_share must be in \(0, 1\)"),
-        ({"epsilon_svt": -0.1}, "epsilon_svt must be finite and > 0"),
+        ({"epsilon_svt": -0.1}, r"epsilon_svt must be in \(0, 700\]; got -0.1"),
+        ({"delta": 1e-15}, r"delta must be >= 1e-14 for adaptive power iteration"),
+        ({"n_iter": 10_001}, r"n_iter × n_components must be <= 10000; got 10001 × 1 = 10001"),
         ({"accountant": "gdp"}, "accountant must be 'pld' or 'rdp'"),
     ],
 )
@@ -302,3 +323,23 @@ def test_cache_key_includes_every_parameter() -> None:
         clear_memory_cache()
         other = calibrate_adaptive_power(**(SMALL | change))  # type: ignore[arg-type]
         assert not other.from_cache and other.noise_multiplier != base.noise_multiplier
+
+
+def test_svt_step_delta_closed_form_and_errors() -> None:
+    from dppca_dask.accounting import pass_delta_for, svt_step_delta
+
+    # (1 + e^ε)·δ_pass/K
+    assert svt_step_delta(0.5, 1e-9, 4) == pytest.approx((1 + math.exp(0.5)) * 1e-9 / 4, rel=1e-15)
+    assert svt_step_delta(0.5, 0.0, 4) == 0.0
+    assert svt_step_delta(800.0, 1e-9, 4) == 1.0  # no meaningful δ for such an ε
+    assert svt_step_delta(5.0, 0.5, 1) == 1.0  # capped at 1
+    # pass_delta_for inverts the K-fold sum: K·svt_step_delta(ε, pass_delta_for(F, ε), K) = F
+    assert 7 * svt_step_delta(0.2, pass_delta_for(1e-8, 0.2), 7) == pytest.approx(1e-8, rel=1e-14)
+    with pytest.raises(InvalidParameterError, match="epsilon_svt must be finite and > 0; got 0.0"):
+        svt_step_delta(0.0, 1e-9, 1)
+    with pytest.raises(InvalidParameterError, match=r"pass_delta must be in \[0, 1\); got 1.0"):
+        svt_step_delta(0.1, 1.0, 1)
+    with pytest.raises(InvalidParameterError, match="n_releases must be an integer >= 1; got 0"):
+        svt_step_delta(0.1, 1e-9, 0)
+    with pytest.raises(InvalidParameterError, match=r"epsilon_svt must be in \(0, 700\]; got 701"):
+        pass_delta_for(1e-8, 701)

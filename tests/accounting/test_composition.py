@@ -117,8 +117,13 @@ def test_approximate_dp_events() -> None:
     event = EpsilonDeltaDpEvent(1.0, 1e-5)
     assert epsilon_for(event, delta=1e-5) == pytest.approx(1.0, abs=1e-4)
     assert epsilon_for(event, delta=1e-6) == math.inf  # δ below the event's own δ: no finite ε
-    with pytest.raises(InvalidParameterError, match="delta > 0 has no RDP form"):
-        epsilon_for(event, delta=1e-5, accountant="rdp")
+    # RDP: the event's δ is spent first (approximate zCDP), the rest converts ε²/2-zCDP
+    assert epsilon_for(event, delta=1e-5, accountant="rdp") == math.inf  # nothing left for the zCDP part
+    pure = epsilon_for(EpsilonDeltaDpEvent(1.0), delta=1e-5, accountant="rdp")
+    assert epsilon_for(event, delta=2e-5, accountant="rdp") == pytest.approx(pure, rel=1e-12)
+    assert delta_for(event, epsilon=pure, accountant="rdp") == pytest.approx(
+        delta_for(EpsilonDeltaDpEvent(1.0), epsilon=pure, accountant="rdp") + 1e-5, rel=1e-12
+    )
 
 
 def test_laplace_events() -> None:

@@ -119,11 +119,40 @@ def test_rdp_fallback_for_events_without_a_pld_form() -> None:
     )
 
 
-def test_approximate_events_have_no_rdp_figure() -> None:
+def test_approximate_events_rdp_figure_spends_their_delta_first() -> None:
     report = build_report(
         [EpsilonDeltaDpEvent(0.5, 1e-8)], target_epsilon=1.0, target_delta=DELTA, neighbouring=ADD_REMOVE_ROW
     )
-    assert report.figures["rdp"] is None and report.accountant == "pld"
+    assert report.accountant == "pld"
+    # approximate zCDP (Bun–Steinke 2016): ε of ZCDp(0.5²/2) at δ − 1e-8
+    assert report.figures["rdp"] == epsilon_for(ZCDpEvent(0.125), delta=DELTA - 1e-8, accountant="rdp")
+
+
+def test_failure_terms_are_not_doubled_by_group_privacy() -> None:
+    # EpsilonDeltaDpEvent(0, δ) records a failure probability over secret randomness (Hardt–Roth's Ω bound):
+    # under replace-one the difference of two rows is still one vector, bounded with the same probability
+    assert group_events([EpsilonDeltaDpEvent(0.0, 1e-7), GaussianDpEvent(3.0)]) == [
+        EpsilonDeltaDpEvent(0.0, 1e-7), GaussianDpEvent(1.5)
+    ]
+    report = build_report([EpsilonDeltaDpEvent(0.0, 1e-7), GaussianDpEvent(3.0)], target_epsilon=1.0,
+                          target_delta=DELTA, neighbouring=ADD_REMOVE_ROW)
+    assert report.group_privacy is not None
+    assert report.group_privacy["epsilon"] == epsilon_for(
+        [EpsilonDeltaDpEvent(0.0, 1e-7), GaussianDpEvent(1.5)], delta=DELTA
+    )
+
+
+def test_replace_one_events_given_by_the_mechanism_are_used() -> None:
+    events = [EpsilonDeltaDpEvent(0.1), GaussianDpEvent(4.0)]
+    replace = [EpsilonDeltaDpEvent(0.15), GaussianDpEvent(2.0)]
+    report = build_report(events, target_epsilon=2.0, target_delta=DELTA, neighbouring=ADD_REMOVE_ROW,
+                          replace_one_events=replace, replace_one_method="svt 1.5 eps, gaussian doubled")
+    assert report.group_privacy is not None
+    assert report.group_privacy["epsilon"] == epsilon_for(replace, delta=DELTA)
+    assert report.group_privacy["method"] == "svt 1.5 eps, gaussian doubled"
+    assert report.group_privacy["neighbouring"] == "replace one row"
+    # smaller than generic group privacy, which doubles the SVT's ε
+    assert report.group_privacy["epsilon"] < epsilon_for(group_events(events), delta=DELTA)
 
 
 def test_group_figure_is_omitted_when_unknown() -> None:

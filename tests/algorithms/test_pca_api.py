@@ -19,7 +19,9 @@ from dppca_dask import DPPCA, load_result, pca
 from dppca_dask.algorithms.adaptive_power import AdaptivePowerState
 from dppca_dask.cli import main
 from dppca_dask.errors import InvalidParameterError, NotPrivateWarning, ReleaseError, StoreNotFoundError
+from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.mechanisms import NoiseSource
+from dppca_dask.mechanisms.testing import AuditingNoiseSource
 
 W8A = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "w8a.svm"
 
@@ -32,22 +34,45 @@ def small(rng: np.random.Generator) -> sp.csr_array:
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"epsilon": 0.0}, "epsilon must be finite and > 0"),
     ({"epsilon": -1.0}, "epsilon must be finite and > 0"),
-    ({"delta": 1.0}, r"delta must be in \(0, 1\)"),
+    ({"delta": 1.0}, r"delta must be in \[1e-14, 1\); got 1;"),
     ({"n_components": 41}, "n_components must be <= the number of columns"),
     ({"n_components": 0}, "n_components must be an integer >= 1"),
     ({"mechanism": "magic"}, "mechanism must be one of"),
     ({"row_norm_bound": -1.0}, "row_norm_bound must be finite and > 0"),
-    ({"n_iter": 0}, "n_iter must be an integer >= 1"),
+    ({"n_iter": 0}, r"n_iter must be an integer in \[1, 10000\]; got 0"),
     ({"svt_share": 1.5}, r"svt_share must be in \(0, 1\)"),
     ({"seed": "x"}, "seed must be an integer"),
     ({"seed": 1, "noise": "n"}, "give either seed or noise"),
     ({"mechanism": "analyze-gauss", "max_dense_dim": 10}, "max_dense_dim"),
     ({"calibration": "other"}, "calibration must be 'standard' or 'paper'"),
+    # parameter abuses (issue 9.5): each is refused before calibration, data access or any noise draw
+    ({"epsilon": 1e308}, r"epsilon must be <= 100; got 1e\+308; a larger epsilon promises nothing"),
+    ({"epsilon": 100.5}, r"epsilon must be <= 100; got 100.5"),
+    ({"epsilon": True}, "epsilon must be a number; got True"),
+    ({"delta": 1e-320}, r"delta must be in \[1e-14, 1\); got 9.99989e-321; the accountant is not reliable"),
+    ({"delta": 1e-15}, r"delta must be in \[1e-14, 1\); got 1e-15"),
+    ({"delta": "x"}, r"delta must be a number in \[1e-14, 1\); got 'x'"),
+    ({"row_norm_bound": 1e300}, r"row_norm_bound must be in \[1e-100, 1e\+100\]; got 1e\+300; scale the data"),
+    ({"row_norm_bound": 1e-300}, r"row_norm_bound must be in \[1e-100, 1e\+100\]; got 1e-300"),
+    ({"n_iter": 1_000_000}, r"n_iter must be an integer in \[1, 10000\]; got 1000000; a few iterations suffice"),
+    ({"n_iter": True}, "n_iter must be an integer >= 1; got True"),
+    ({"n_iter": 5_000, "n_components": 3}, r"n_iter × n_components must be <= 10000; got 5000 × 3 = 15000"),
+    ({"n_components": True}, "n_components must be an integer >= 1; got True"),
+    ({"beta": 0.0}, r"beta must be in \(0, 1\); got 0.0; e.g. 0.05"),
+    ({"svt_share": "x"}, r"svt_share must be a number in \(0, 1\); got 'x'"),
+    ({"grid_per_octave": 1000}, r"grid_per_octave must be an integer in \[1, 64\]; got 1000"),
+    ({"grid_octaves": 10_000}, r"grid_octaves must be an integer in \[1, 256\]; got 10000"),
+    ({"max_dense_dim": 2.5}, "max_dense_dim must be an integer >= 1; got 2.5"),
+    ({"timings": "yes"}, "timings must be True or False; got 'yes'"),
 ])
 def test_invalid_parameters_fail_before_anything_runs(small, kwargs, message) -> None:
-    params = {"epsilon": 1.0, "delta": 1e-6, "client": "local", **kwargs}
+    noise = AuditingNoiseSource(0)
+    params = {"epsilon": 1.0, "delta": 1e-6, "client": "local", "noise": noise, **kwargs}
+    if "seed" in kwargs and "noise" not in kwargs:
+        params.pop("noise")
     with pytest.raises(InvalidParameterError, match=message):
         pca(small, **params)
+    assert noise.released_keys == frozenset() and noise.records == []  # nothing drawn
 
 
 def test_seed_makes_a_reproducible_not_private_result_that_is_frozen_and_saved(small, tmp_path: Path) -> None:
@@ -102,17 +127,57 @@ def test_resume_continues_without_redrawing_and_reports_the_whole_run(small) -> 
     with pytest.warns(NotPrivateWarning):
         full = pca(small, epsilon=1.0, delta=1e-6, n_iter=6, n_components=2, seed=9, client="local",
                    on_release=keep, progress=False)
-    middle = states[7]  # component 1, iteration 2 (after 6 + 2 releases)
+    assert len(states) == 2 * 12  # a checkpoint after every release: each SVT step and each Gaussian step
+    whole = [s for s in states if s.pending_index is None]
+    middle = whole[7]  # component 1, iteration 2 (after 6 + 2 iterations)
     assert (middle.component, middle.iteration) == (1, 2)
     noise = NoiseSource(np.random.default_rng(10), private=True)
     resumed = pca(small, epsilon=1.0, delta=1e-6, n_iter=6, n_components=2, client="local", resume=middle,
-                  noise=noise, progress=False)
+                  noise=noise, progress=False, timings=True)
     np.testing.assert_array_equal(resumed.components[0], full.components[0])  # finished before the interruption
     np.testing.assert_array_equal(resumed.thresholds[:, :2], full.thresholds[:, :2])
     assert resumed.privacy.epsilon == pytest.approx(full.privacy.epsilon, rel=1e-9)  # the whole run's events
     assert len(resumed.timings["iterations"]) == 4  # only the missing releases ran
     with pytest.raises(ReleaseError, match="already drawn"):
         with noise.release("component-1/iter-0/svt"):  # released by the interrupted run
+            pass
+
+
+def test_resume_between_an_svt_step_and_its_gaussian_step_reuses_the_released_index(small) -> None:
+    """A crash after an iteration's AboveThreshold step and before its Gaussian step (issue 8.5): the resume
+    reuses the checkpointed index and draws no second SVT noise; SVT draws equal accounted SVT events."""
+    states: list[tuple[AdaptivePowerState, tuple]] = []
+
+    def keep(state: AdaptivePowerState, events: tuple) -> None:
+        states.append((AdaptivePowerState.from_json(json.loads(json.dumps(state.to_json()))), events))
+
+    first = AuditingNoiseSource(3)
+    full = pca(small, epsilon=1.0, delta=1e-6, n_iter=4, n_components=2, client="local", noise=first,
+               on_release=keep, progress=False)
+    pending = [(s, e) for s, e in states if s.pending_index is not None]
+    assert len(pending) == 8
+    crash, events_at_crash = pending[5]  # component 1, iteration 1: its SVT released, its Gaussian not
+    assert (crash.component, crash.iteration) == (1, 1)
+    assert crash.pending_index == int(np.flatnonzero(
+        ThresholdGrid.for_bound(1.0).thetas == full.thresholds[1, 1])[0])
+    svt_before = sum(1 for r in first.records if r.kind == "svt" and r.release <= "component-1/iter-1/svt")
+    assert svt_before == 6 and len(events_at_crash) == 4 * 2 + 2 * 1 + 1  # the released SVT step is accounted
+
+    second = AuditingNoiseSource(4)
+    resumed = pca(small, epsilon=1.0, delta=1e-6, n_iter=4, n_components=2, client="local", noise=second,
+                  resume=crash, progress=False)
+    svt_draws = [r.release for r in second.records if r.kind == "svt"]
+    assert svt_draws == ["component-1/iter-2/svt", "component-1/iter-3/svt"]  # no second draw of iter-1
+    gauss_draws = [r.release for r in second.records if r.kind == "gaussian"]
+    assert gauss_draws[0] == "component-1/iter-1/gaussian"
+    assert resumed.thresholds[1, 1] == full.thresholds[1, 1]  # the released threshold, reused
+    # accounted SVT events (whole run) = SVT draws before the crash + after the resume
+    svt_events = sum(n for e in resumed.privacy.events for n in [e.get("count", 1)]
+                     if "EpsilonDeltaDpEvent" in json.dumps(e))
+    assert svt_events == svt_before + len(svt_draws) == 8
+    assert resumed.privacy.epsilon == pytest.approx(full.privacy.epsilon, rel=1e-12)
+    with pytest.raises(ReleaseError, match="already drawn"):
+        with second.release("component-1/iter-1/svt"):
             pass
 
 
@@ -136,7 +201,8 @@ def test_nothing_unnoised_in_logs_progress_or_results(tmp_path: Path, capsys, ca
     for secret in secrets_:
         assert secret not in text
     released = [r.getMessage() for r in caplog.records if r.name == "dppca_dask.api"]
-    assert released and all(m.startswith("released iteration") for m in released)
+    assert released and all(m.startswith(("released iteration", "released the threshold step")) for m in released)
+    assert not any(" s)" in m or "took" in m for m in caplog.messages)  # no durations in logs
 
 
 def test_utility_beats_analyze_gauss_on_low_coherence_data(tmp_path: Path) -> None:
@@ -196,3 +262,42 @@ def test_pca_command_end_to_end_on_w8a(tmp_path: Path, local_client, capsys) -> 
     assert "missing.zarr" in capsys.readouterr().err
     with pytest.raises(StoreNotFoundError):
         load_result(tmp_path / "nowhere")
+
+
+def test_pca_command_timings_only_on_request_and_parameter_abuse_exit_2(tmp_path: Path, capsys,
+                                                                         local_client) -> None:
+    from dppca_dask import write_matrix
+
+    rng = np.random.default_rng(1)
+    path = tmp_path / "m.zarr"
+    write_matrix(path, sp.csr_array(rng.standard_normal((400, 8)) * 0.2), rows_per_partition=200)
+    address = local_client.scheduler.address
+    assert main(["pca", str(path), "--epsilon", "1", "--delta", "1e-6", "--json", "--scheduler", address]) == 0
+    assert "timings" not in json.loads(capsys.readouterr().out)
+    assert main(["pca", str(path), "--epsilon", "1", "--delta", "1e-6", "--json", "--timings",
+                 "--scheduler", address]) == 0
+    timings = json.loads(capsys.readouterr().out)["timings"]
+    assert "NOT covered by the privacy guarantee" in timings["note"] and len(timings["iterations"]) == 5
+    assert main(["pca", str(path), "--epsilon", "1", "--delta", "1e-6", "--timings", "--scheduler", address]) == 0
+    assert "timings (not covered by the privacy guarantee)" in capsys.readouterr().out
+    for argv, message in [
+        (["--epsilon", "1e308", "--delta", "1e-6"], "epsilon must be <= 100"),
+        (["--epsilon", "1", "--delta", "1e-320"], "delta must be in [1e-14, 1)"),
+        (["--epsilon", "1", "--delta", "1e-6", "--row-norm-bound", "1e300"], "row_norm_bound must be in"),
+        (["--epsilon", "1", "--delta", "1e-6", "--n-iter", "1000000"], "n_iter must be an integer in [1, 10000]"),
+    ]:
+        assert main(["pca", str(path), *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("dppca-dask pca: error: ") and message in err and "\n" not in err
+
+
+def test_paper_calibration_uses_the_papers_svt_scales(small) -> None:
+    noise = AuditingNoiseSource(5)
+    result = pca(small, epsilon=1.0, delta=1e-6, n_iter=2, client="local", noise=noise, calibration="paper",
+                 progress=False)
+    cal = result.provenance["calibration"]
+    eps_svt = cal["epsilon_svt"]
+    assert cal["svt_form"] == "general"
+    assert [r.scale for r in noise.records if r.kind == "svt"] == [(2 / eps_svt, 4 / eps_svt)] * 2
+    # under replace-one the paper's scales keep the SVT's ε: 1/b_ρ + 2/b_ν = ε/2 + ε/2
+    assert "is {:.6g}-DP".format(eps_svt) in result.privacy.group_privacy["method"]

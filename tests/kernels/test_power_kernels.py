@@ -131,3 +131,17 @@ def test_gram_kernels(rng: np.random.Generator, dense: bool) -> None:
     np.testing.assert_allclose(gram_times(block, norms, x, row_norm_bound=np.inf), a.T @ a @ x)
     np.testing.assert_allclose(plain_gram_times(block, x), a.T @ a @ x)
     np.testing.assert_allclose(gram_matrix(block, norms, row_norm_bound=1.5), clipped.T @ clipped)
+
+
+def test_no_row_is_ever_filtered_at_the_top_of_the_grid(rng: np.random.Generator) -> None:
+    """Rows along x clipped to c have score c² exactly, but rounding computes up to a few ulps more (141 of these
+    2,000 rows without the clamp); the clamp keeps bin 0 empty, so θ_0 = c² filters nothing on every dataset and a
+    step whose SVT answers nothing (θ = c²) needs no second pass."""
+    d, c = 7, 0.3
+    x = rng.standard_normal(d)
+    x /= np.linalg.norm(x)
+    rows = np.array([s * x for s in rng.uniform(0.5, 3.0, 2_000)])
+    norms = np.linalg.norm(rows, axis=1)
+    grid = ThresholdGrid.for_bound(c)
+    partial = power_partial(rows, norms, x, partition=0, row_norm_bound=c, grid=grid, top_m=5)
+    assert partial.histogram[0] == 0 and partial.histogram[1] == 2_000

@@ -19,6 +19,7 @@ from dppca_dask.mechanisms import (
     svt_cutoff,
     svt_event,
     svt_first_below,
+    svt_replace_one_epsilon,
     svt_scales,
 )
 from dppca_dask.mechanisms.noise import Shape
@@ -98,10 +99,39 @@ class _ScaleRecorder(ZeroNoiseSource):
         return super()._laplace(scale, size)
 
 
-def test_default_scales_are_the_papers() -> None:
+def test_default_scales_are_the_monotone_form() -> None:
     source = _ScaleRecorder()
     above_threshold([3, 2, 1], cutoff=1, epsilon=0.25, noise=source, release="k")
+    # Lyu–Su–Li 2017, monotonic queries, ε₁ = ε₂ = ε/2: ρ ~ Lap(1/ε₁) = Lap(2/ε), ν ~ Lap(1/ε₂) = Lap(2/ε)
+    assert source.calls == [(2 / 0.25, None), (2 / 0.25, 3)]
+
+
+def test_general_form_keeps_the_papers_scales() -> None:
+    source = _ScaleRecorder()
+    result = above_threshold([3, 2, 1], cutoff=1, epsilon=0.25, noise=source, release="k", form="general")
     assert source.calls == [(2 / 0.25, None), (4 / 0.25, 3)]  # Lap(2/ε) once, Lap(4/ε) per query
+    assert result.event == EpsilonDeltaDpEvent(0.25)
+    with pytest.raises(InvalidParameterError, match="form must be one of monotone, general; got 'paper'"):
+        svt_scales(1.0, form="paper")
+
+
+def test_svt_epsilon_matches_the_scales_exactly() -> None:
+    # add/remove (monotonic): 1/b_ρ + 1/b_ν = ε/2 + ε/2 = ε for the default scales
+    for eps in (0.01, 0.3, 1.0, 7.5):
+        b_rho, b_nu = svt_scales(eps)
+        assert 1 / b_rho + 1 / b_nu == pytest.approx(eps, rel=1e-15)
+        # general form: 1/b_ρ + 2/b_ν = ε/2 + 2ε/4 = ε
+        g_rho, g_nu = svt_scales(eps, form="general")
+        assert 1 / g_rho + 2 / g_nu == pytest.approx(eps, rel=1e-15)
+        # replace one row (not monotonic): 1/b_ρ + 2/b_ν = ε/2 + ε = 1.5ε; the paper's scales keep ε (not 2ε)
+        assert svt_replace_one_epsilon(b_rho, b_nu) == pytest.approx(1.5 * eps, rel=1e-15)
+        assert svt_replace_one_epsilon(g_rho, g_nu) == pytest.approx(eps, rel=1e-15)
+    with pytest.raises(InvalidParameterError, match="query_scale must be finite and > 0"):
+        svt_replace_one_epsilon(1.0, 0.0)
+    # explicit scales in the monotone form are checked with weight 1 on the query noise
+    assert svt_scales(1.0, threshold_scale=2.0, query_scale=2.0) == (2.0, 2.0)
+    with pytest.raises(InvalidParameterError, match=r"1/threshold_scale \+ 1/query_scale = 1\.5 > epsilon=1"):
+        svt_scales(1.0, threshold_scale=1.0, query_scale=2.0)
 
 
 def test_explicit_scales_are_used_and_checked() -> None:
@@ -112,7 +142,7 @@ def test_explicit_scales_are_used_and_checked() -> None:
     assert source.calls == [(4.0, None), (4.0, 3)]
     assert result.event == EpsilonDeltaDpEvent(1.0)  # spends 1/4 + 2/4 ≤ 1; the event states the upper bound 1
     with pytest.raises(InvalidParameterError, match=r"spend 1/threshold_scale \+ 2/query_scale = 1\.5 > epsilon=1"):
-        svt_scales(1.0, threshold_scale=1.0, query_scale=4.0)
+        svt_scales(1.0, form="general", threshold_scale=1.0, query_scale=4.0)
     with pytest.raises(InvalidParameterError, match="threshold_scale must be finite and > 0"):
         svt_scales(1.0, threshold_scale=0.0)
     with pytest.raises(InvalidParameterError, match="query_scale must be finite and > 0"):
@@ -120,7 +150,8 @@ def test_explicit_scales_are_used_and_checked() -> None:
 
 
 def test_svt_scales_defaults_and_event() -> None:
-    assert svt_scales(0.5) == (4.0, 8.0)
+    assert svt_scales(0.5) == (4.0, 4.0)
+    assert svt_scales(0.5, form="general") == (4.0, 8.0)
     assert svt_event(0.05) == EpsilonDeltaDpEvent(0.05, 0.0)
     with pytest.raises(InvalidParameterError, match="epsilon must be finite and > 0"):
         svt_event(0.0)

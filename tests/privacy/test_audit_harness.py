@@ -24,7 +24,7 @@ def test_records_exact_values_and_calibration(seed: int) -> None:
     np.testing.assert_array_equal(noise.records[0].exact, [1.0, 2.0])
     assert noise.records[0].scale == 2.0  # std = multiplier × sensitivity
     assert noise.records[1].scale == 2.0  # b = sensitivity / ε
-    assert noise.records[2].scale == (2.0, 4.0)  # the paper's SVT scales 2/ε, 4/ε
+    assert noise.records[2].scale == (2.0, 2.0)  # monotone-query SVT scales 2/ε, 2/ε (Lyu–Su–Li 2017)
     assert not noise.private
 
 

@@ -205,3 +205,137 @@ def test_empirical_privacy_of_the_released_threshold() -> None:
         a_lo, a_hi = _clopper_pearson(pa, trials, ALPHA)
         b_lo, b_hi = _clopper_pearson(pb, trials, ALPHA)
         assert b_lo <= math.exp(eps) * a_hi and a_lo <= math.exp(eps) * b_hi, (theta, pa, pb)
+
+
+# -- the second pass and its budget -------------------------------------------------------------------------
+
+
+def test_pass_row_budget_closed_form_and_errors() -> None:
+    from dppca_dask.algorithms.adaptive_power import default_top_m, pass_row_budget
+    from dppca_dask.errors import InvalidParameterError
+
+    # M = ⌈c + b_ρ·ln(K/δ) + b_ν·ln(Q·K/δ)⌉ = ⌈100 + 2·ln(5e10) + 3·ln(97·5e10)⌉
+    expected = math.ceil(100 + 2 * math.log(5 / 1e-10) + 3 * math.log(97 * 5 / 1e-10))
+    got = pass_row_budget(cutoff=100.0, threshold_scale=2.0, query_scale=3.0, n_queries=97, n_releases=5,
+                          pass_delta=1e-10)
+    assert got == expected == 237
+    assert default_top_m(cutoff=100.0, epsilon_svt=1.0, n_releases=5) == pass_row_budget(
+        cutoff=100.0, threshold_scale=2.0, query_scale=2.0, n_queries=97, n_releases=5, pass_delta=1e-10)
+    for kwargs, message in [
+        ({"cutoff": math.inf}, "cutoff must be finite and >= 0"),
+        ({"threshold_scale": 0.0}, "threshold_scale must be finite and > 0"),
+        ({"query_scale": math.nan}, "query_scale must be finite and > 0"),
+        ({"n_queries": 0}, "n_queries must be an integer >= 1"),
+        ({"n_releases": True}, "n_releases must be an integer >= 1"),
+        ({"pass_delta": 0.0}, r"pass_delta must be in \(0, 1\); got 0.0"),
+    ]:
+        params = dict(cutoff=1.0, threshold_scale=1.0, query_scale=1.0, n_queries=3, n_releases=2, pass_delta=1e-9)
+        with pytest.raises(InvalidParameterError, match=message):
+            pass_row_budget(**(params | kwargs))
+
+
+def test_budget_tail_bound_holds_empirically(seed: int) -> None:
+    """The noise event that can force a second pass, ρ + max_j(−ν_j) > M − c, has probability ≤ δ_pass/K per step.
+
+    With δ_pass = 0.05 over K = 1 step and Q = 97 queries of scale 2, over 200,000 simulated steps the number of
+    exceedances must stay below the binomial(200000, 0.05) quantile at 1 − 1e-6 (false-failure rate ≤ 1e-6; the
+    bound is a union bound, so the true rate is lower)."""
+    from dppca_dask.algorithms.adaptive_power import pass_row_budget
+
+    rng = np.random.default_rng(seed)
+    runs, q, b = 200_000, 97, 2.0
+    budget = pass_row_budget(cutoff=0.0, threshold_scale=b, query_scale=b, n_queries=q, n_releases=1,
+                             pass_delta=0.05)
+    rho = rng.laplace(0.0, b, runs)
+    worst_nu = np.max(-rng.laplace(0.0, b, (runs, q)), axis=1)
+    exceed = int(np.sum(rho + worst_nu > budget))
+    assert exceed <= stats.binom.ppf(1 - ALPHA, runs, 0.05)
+
+
+class _HugeThresholdNoise(ZeroNoiseSource):
+    """Forces the δ_pass event: ρ = 1e9 makes the SVT answer the first query (the smallest θ), filtering far more
+    rows than the budget; the start vector is seeded, every other draw is 0. Records each Gaussian's exact value."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        self._start = np.random.default_rng(seed)
+        self.exact: list[np.ndarray] = []
+
+    def audit(self, *, kind: str, exact: Any, sensitivity: float, scale: Any) -> None:
+        if kind == "gaussian":
+            self.exact.append(np.array(exact, dtype=np.float64))
+
+    def _laplace(self, scale: float, size: Any) -> Any:
+        return 1e9 if size is None else np.zeros(size)
+
+    def _gaussian(self, std: float, size: Any) -> Any:
+        if self.current_release and self.current_release.endswith("/init"):
+            return self._start.standard_normal(size)
+        return super()._gaussian(std, size)
+
+
+def test_the_second_pass_runs_only_on_the_noise_event_and_is_exact(seed: int) -> None:
+    import dask.array as da
+
+    rng = np.random.default_rng(seed)
+    big = rng.standard_normal((150, 6))
+    big /= np.linalg.norm(big, axis=1, keepdims=True)  # norm 1: filtered at the smallest θ
+    tiny = rng.standard_normal((150, 6)) * 1e-5  # scores ≤ 1e-9 < θ_J ≈ 6e-8: kept
+    X = np.vstack([big, tiny])[rng.permutation(300)]
+    noise = _HugeThresholdNoise(seed)
+    requests: list[str] = []
+    source = as_source(da.from_array(X, chunks=((100, 100, 100), (6,))))
+    executor = LocalExecutor(source)
+    run = adaptive_power_run(n_cols=6, noise=noise, n_iter=1, n_components=1, row_norm_bound=1.0, epsilon_svt=50.0,
+                             noise_multiplier=1.0, cutoff=0.1, grid=ThresholdGrid.for_bound(1.0), pass_delta=0.5)
+    request = next(run)
+    try:
+        while True:
+            requests.append(type(request).__name__)
+            request = run.send(executor.execute(request))
+    except StopIteration:
+        pass
+    assert requests == ["PowerStep", "FilteredSum"]  # the budget (≈ 1 row) cannot hold 150 filtered rows
+    x0 = np.random.default_rng(seed).standard_normal(6)
+    x0 /= np.linalg.norm(x0)
+    scores = np.linalg.norm(X, axis=1) * np.abs(X @ x0)
+    kept = X[scores <= ThresholdGrid.for_bound(1.0).thetas[-1]]
+    # exact up to summation order: the full sum minus the filtered rows' sum cancels terms of size ~1, so the
+    # absolute error is of order n·eps·c² (300 · 2.2e-16 ≈ 7e-14)
+    np.testing.assert_allclose(noise.exact[0], kept.T @ (kept @ x0), rtol=0, atol=1e-13)
+
+
+def test_resume_rejects_a_pending_index_off_the_grid() -> None:
+    from dppca_dask.errors import InvalidParameterError
+
+    state = AdaptivePowerState(component=0, iteration=0, x=np.ones(4) / 2, thresholds=((),), pending_index=97)
+    with pytest.raises(InvalidParameterError, match=r"resume.pending_index must be a grid index in \[0, 97\); got 97"):
+        _run(np.eye(4), NoiseOff(), resume=state)
+    with pytest.raises(InvalidParameterError, match="n_iter must be an integer >= 1; got True"):
+        _run(np.eye(4), NoiseOff(), n_iter=True)
+
+
+def test_row_norm_bounds_at_both_ends_of_the_allowed_range_scale_exactly() -> None:
+    """Scaling the data and c together by 1e99 or 1e-101 (c = 1e100 and 1e-100, the documented limits) gives the
+    same seeded result as c = 1: nothing overflows or underflows (c² = 1e200 and 1e-200, σ = m·θ)."""
+    X = sp.random(2_000, 30, density=0.2, random_state=0, format="csr")
+    results = []
+    for scale in (1.0, 1e100, 1e-100):
+        with pytest.warns(Warning):
+            r = pca(X * (scale / 10), epsilon=1.0, delta=1e-6, row_norm_bound=scale, seed=1, client="local",
+                    progress=False)
+        results.append(r)
+    for r in results[1:]:
+        np.testing.assert_allclose(r.components, results[0].components, rtol=1e-8, atol=1e-12)
+        np.testing.assert_allclose(r.thresholds / r.provenance["parameters"]["row_norm_bound"] ** 2,
+                                   results[0].thresholds, rtol=1e-12)
+
+
+def test_unit_refuses_zero_and_non_finite_iterates_and_never_overflows() -> None:
+    from dppca_dask.algorithms.adaptive_power import _unit
+    from dppca_dask.errors import InvalidParameterError
+
+    np.testing.assert_allclose(_unit(np.array([3e300, 4e300])), [0.6, 0.8], rtol=1e-15)  # ‖x‖² would be inf
+    for bad in (np.zeros(3), np.array([1.0, np.inf]), np.array([np.nan, 1.0])):
+        with pytest.raises(InvalidParameterError, match="the iterate is not a finite non-zero vector"):
+            _unit(bad)
