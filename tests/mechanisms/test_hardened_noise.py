@@ -398,3 +398,41 @@ def test_seeded_sources_stay_float_and_reproducible(monkeypatch: pytest.MonkeyPa
 def test_seeded_hardened_source_is_refused(seed: int) -> None:
     with pytest.raises(InvalidParameterError, match="sampler='hardened' cannot be seeded"):
         NoiseSource.from_seed(seed, "hardened")
+
+
+# -- the SVT's comparison in exact arithmetic -----------------------------------------------------------------
+
+
+def test_first_below_exact_decides_where_float_sums_round_the_wrong_way() -> None:
+    from dppca_dask.mechanisms import svt_first_below
+    from dppca_dask.mechanisms.hardened import first_below_exact
+
+    # F + ν = 2^53 + 1 exactly (> c + ρ = 2^53 + 0.75), but float64 has a step of 2 there: both sums round to
+    # 2^53, so the rounded comparison says "below" and the exact one does not.
+    counts, nu = [2.0**53], [1.0]
+    cutoff, rho = 2.0**53, 0.75
+    assert svt_first_below(counts, cutoff=cutoff, threshold_noise=rho, query_noise=nu) == 0
+    assert first_below_exact(counts, cutoff=cutoff, threshold_noise=rho, query_noise=nu) is None
+    # a tie is below; later queries do not matter; none below gives None
+    assert first_below_exact([5.0, 3.0, 1.0], cutoff=3.0, threshold_noise=0.0, query_noise=[0.0, 0.0, 0.0]) == 1
+    assert first_below_exact([5.0, 4.0], cutoff=1.0, threshold_noise=0.5, query_noise=[0.25, -2.0]) is None
+    assert first_below_exact([1e-300], cutoff=5e-324, threshold_noise=0.0, query_noise=[-1e-300]) == 0
+
+
+def test_first_below_exact_agrees_with_float_comparisons_away_from_rounding(rng: np.random.Generator) -> None:
+    from dppca_dask.mechanisms import svt_first_below
+    from dppca_dask.mechanisms.hardened import first_below_exact
+
+    for _ in range(200):
+        counts = np.sort(rng.integers(0, 1000, 20).astype(float))[::-1]
+        nu = rng.laplace(0, 8, 20)
+        rho = float(rng.laplace(0, 4))
+        assert first_below_exact(counts, cutoff=300.0, threshold_noise=rho, query_noise=nu) == svt_first_below(
+            counts, cutoff=300.0, threshold_noise=rho, query_noise=nu)
+
+
+def test_first_below_exact_rejects_mismatched_shapes() -> None:
+    from dppca_dask.mechanisms.hardened import first_below_exact
+
+    with pytest.raises(InvalidParameterError, match="same length; got shapes"):
+        first_below_exact([1.0, 2.0], cutoff=0.0, threshold_noise=0.0, query_noise=[0.0])
