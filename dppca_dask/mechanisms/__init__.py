@@ -15,8 +15,9 @@ Two samplers, one switch (``NoiseSource.from_entropy(sampler=...)``, the ``dask`
   operating-system entropy. **Not** hardened: the least significant bits of a noisy float can reveal
   information about the exact value.
 
-Under both, the random start vectors and the secret sketching matrix Ω (:mod:`~dppca_dask.mechanisms.secret`)
-come from ``PCG64DXSM`` seeded from the operating system, not from a cryptographic generator. A seed passed by
+Under both, the draws of :mod:`~dppca_dask.mechanisms.secret` (private power iteration's start vectors, the
+private range finder's secret Ω) come from ``PCG64DXSM`` seeded from the operating system, not from a
+cryptographic generator; adaptive power's start vector is drawn like noise and follows the sampler. A seed passed by
 the caller makes every result not private (:class:`~dppca_dask.errors.NotPrivateWarning`) and always uses the
 float sampler (the hardened one cannot be seeded).
 """

@@ -34,8 +34,11 @@ differ by lattice sums against integrals on a grid of ``2^-40`` noise scales, wh
 numerically indistinguishable already at grids of about one scale. Where a proven (ε, δ) is required, convert the
 ρ above with the zCDP conversion (``accounting.zcdp``).
 
-What is not hardened: the random start vectors and the secret test matrix Ω (:mod:`dppca_dask.mechanisms.secret`)
-still come from numpy's ``PCG64DXSM`` seeded from the operating system; they are not added to a data value.
+What is not hardened: the draws of :mod:`dppca_dask.mechanisms.secret` (private power iteration's start vectors,
+the private range finder's secret Ω) still come from numpy's ``PCG64DXSM`` seeded from the operating system; they
+are not added to a data value. The SVT (:mod:`dppca_dask.mechanisms.svt`) draws discrete Laplace noise here, but
+compares ``F_j + ν_j`` with ``c + ρ`` as two rounded float sums; :func:`first_below_exact` is the exact form of
+that comparison.
 """
 
 from __future__ import annotations

@@ -16,9 +16,12 @@ environment variable ``DPPCA_NOISE_SAMPLER`` (for deployments), or else :data:`D
     bits of a textbook sample can leak the value it was added to (Mironov 2012), and ``PCG64DXSM`` is not a
     cryptographic generator.
 
-Not hardened under either sampler: the random start vectors and the secret sketching matrix Ω
-(:mod:`dppca_dask.mechanisms.secret`) come from the source's ``PCG64DXSM`` generator seeded from the operating
-system. They are not added to data values, but they are not drawn from a cryptographic generator either.
+Not hardened under either sampler: the draws of :mod:`dppca_dask.mechanisms.secret`, i.e. the start vectors of
+private power iteration and the secret sketching matrix Ω of the private range finder, come from the source's
+``PCG64DXSM`` generator seeded from the operating system. They are not added to data values, but they are not
+drawn from a cryptographic generator either. (Adaptive power's start vector is drawn with
+:meth:`NoiseSource.gaussian` and so follows the sampler.) The SVT's comparisons of noisy counts are float sums
+(see :func:`dppca_dask.mechanisms.hardened.first_below_exact` for the exact form).
 
 A seeded source (:meth:`NoiseSource.from_seed`, not private) always uses the float sampler so that a seed
 reproduces a run: OpenDP's samplers read the operating system's generator and cannot be seeded. Asking for
@@ -40,7 +43,15 @@ import numpy as np
 
 from dppca_dask.errors import InvalidParameterError, ReleaseError, NotPrivateWarning
 
-__all__ = ["DEFAULT_SAMPLER", "SAMPLERS", "SAMPLER_CONFIG_KEY", "SAMPLER_ENV", "NoiseSource", "Shape", "default_sampler"]
+__all__ = [
+    "DEFAULT_SAMPLER",
+    "SAMPLERS",
+    "SAMPLER_CONFIG_KEY",
+    "SAMPLER_ENV",
+    "NoiseSource",
+    "Shape",
+    "default_sampler",
+]
 
 #: ``size`` argument of the samplers: None for one float, an int or a tuple for an array.
 Shape = int | tuple[int, ...] | None
@@ -160,8 +171,8 @@ class NoiseSource:
         ----------
         sampler
             ``"hardened"`` or ``"float"``; None takes :func:`default_sampler` (config key, environment variable,
-            then :data:`DEFAULT_SAMPLER`). Start vectors and Ω come from ``PCG64DXSM`` seeded with 256 bits from
-            :mod:`secrets` under both.
+            then :data:`DEFAULT_SAMPLER`). The draws of :mod:`~dppca_dask.mechanisms.secret` come from
+            ``PCG64DXSM`` seeded with 256 bits from :mod:`secrets` under both.
         """
         sampler = default_sampler() if sampler is None else _check_sampler(sampler, "sampler")
         if sampler == "hardened":
