@@ -118,12 +118,12 @@ def _import_opendp() -> Any:
         if _opendp is None:
             try:
                 import opendp.prelude as dp
-            except ImportError as error:  # pragma: no cover - opendp is a required dependency
+            except ImportError as error:  # a broken install: opendp is a required dependency
                 raise MissingExtraError(
                     "hardened sampling needs the 'opendp' package (0.16); install it with "
                     "`pip install 'opendp>=0.16,<0.17'` or use the float sampler (sampler='float')"
                 ) from error
-            dp.enable_features("contrib")
+            dp.enable_features("contrib")  # OpenDP's measurements (make_gaussian, make_laplace) need it
             _opendp = dp
         return _opendp
 

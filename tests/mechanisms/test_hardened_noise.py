@@ -436,3 +436,16 @@ def test_first_below_exact_rejects_mismatched_shapes() -> None:
 
     with pytest.raises(InvalidParameterError, match="same length; got shapes"):
         first_below_exact([1.0, 2.0], cutoff=0.0, threshold_noise=0.0, query_noise=[0.0])
+
+
+def test_a_missing_opendp_is_reported_before_any_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from dppca_dask.errors import MissingExtraError
+    from dppca_dask.mechanisms import hardened
+
+    monkeypatch.setattr(hardened, "_opendp", None)
+    monkeypatch.setitem(sys.modules, "opendp.prelude", None)  # makes `import opendp.prelude` fail
+    with pytest.raises(MissingExtraError, match="hardened sampling needs the 'opendp' package"):
+        NoiseSource.from_entropy("hardened")
+    assert NoiseSource.from_entropy("float").sampler == "float"
