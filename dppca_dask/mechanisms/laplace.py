@@ -8,6 +8,7 @@ from dp_accounting import LaplaceDpEvent
 from numpy.typing import ArrayLike
 
 from dppca_dask.mechanisms._validation import as_release_value, positive_finite
+from dppca_dask.mechanisms.hardened import inflated_sensitivity, round_to_lattice
 from dppca_dask.mechanisms.noise import NoiseSource
 
 __all__ = ["laplace_mechanism"]
@@ -22,6 +23,10 @@ def laplace_mechanism(
     release: str,
 ) -> tuple[Any, LaplaceDpEvent]:
     """Release ``value + Lap(b)`` per coordinate with ``b = l1_sensitivity / epsilon``.
+
+    Under a source with the ``"hardened"`` sampler: the value rounded to the lattice ``2^k·Z`` (``k =
+    noise.lattice_exponent(l1_sensitivity / epsilon)``) plus exact discrete Laplace noise on it
+    (``P(x) ∝ exp(-|x|/b)``), with ``b = Δ'/epsilon`` and ``Δ' = l1_sensitivity + 2^k·n`` (n entries).
 
     Parameters
     ----------
@@ -56,14 +61,23 @@ def laplace_mechanism(
     -----
     Privacy contract: for neighbours under which ``value`` moves by at most ``l1_sensitivity`` in L1 norm, the
     release is ε-DP (Dwork–McSherry–Nissim–Smith 2006); it emits ``LaplaceDpEvent(1/ε)``. Noise is drawn once,
-    inside ``noise.release(release)``, from a floating-point textbook sampler that is not hardened against
-    floating-point attacks (Mironov 2012).
+    inside ``noise.release(release)``.
+
+    Floating point: with the ``"float"`` sampler, a textbook sampler that is not hardened against floating-point
+    attacks (Mironov 2012). With ``"hardened"``, the rounded value moves by at most ``Δ' = l1_sensitivity +
+    2^k·n`` in L1 norm between neighbours (each coordinate by at most ``2^(k-1)`` more per side), ``b = Δ'/ε``,
+    and the discrete Laplace's probability ratio under a lattice shift s is at most ``exp(‖s‖₁/b)``, so the
+    release is ε-DP with the same event. The audit hook receives the rounded value and ``Δ'``.
     """
     sensitivity = positive_finite("l1_sensitivity", l1_sensitivity)
     epsilon = positive_finite("epsilon", epsilon)
     exact = as_release_value(value, release)
+    lattice = noise.lattice_exponent(sensitivity / epsilon)
+    if lattice is not None:
+        exact = round_to_lattice(exact, lattice)
+        sensitivity = inflated_sensitivity(sensitivity, lattice, exact.size, norm="l1")
     with noise.release(release):
         noise.audit(kind="laplace", exact=exact, sensitivity=sensitivity, scale=sensitivity / epsilon)
-        drawn = noise.laplace(sensitivity / epsilon, size=exact.shape if exact.ndim else None)
+        drawn = noise.laplace(sensitivity / epsilon, size=exact.shape if exact.ndim else None, lattice=lattice)
     noisy = exact + drawn
     return noisy, LaplaceDpEvent(1.0 / epsilon)

@@ -1,18 +1,37 @@
 """The source of all privacy noise, and the rule that each release draws its noise exactly once.
 
-Samplers are numpy's floating-point textbook samplers (``Generator.laplace``, ``Generator.normal``) driven by a
-``PCG64DXSM`` generator seeded with 256 bits from the operating system (:mod:`secrets`). They are **not**
-hardened against floating-point attacks: the low-order bits of a textbook Laplace or Gaussian sample can leak
-information about the value it was added to (Mironov 2012, "On significance of the least significant bits for
-differential privacy"). Nor is ``PCG64DXSM`` a cryptographic generator: its output is not meant to be
-unpredictable to someone who observes many draws; the OS seed only ensures that noise cannot be reproduced from a
-guessable seed. A deployment facing such adversaries needs snapping/discrete samplers (OpenDP, Canonne–Kamath–
-Steinke 2020) in place of these.
+Two samplers, chosen per source (``sampler=``), by the ``dask`` config key ``dppca_dask.noise_sampler``, by the
+environment variable ``DPPCA_NOISE_SAMPLER`` (for deployments), or else :data:`DEFAULT_SAMPLER`:
+
+``"hardened"``
+    Exact discrete Gaussian / discrete Laplace samples on a public ``2^k`` lattice, drawn by OpenDP from the
+    operating system's cryptographically secure generator (:mod:`dppca_dask.mechanisms.hardened`). The Gaussian
+    and Laplace mechanisms round the exact value to the same lattice and calibrate the noise to the sensitivity
+    plus the rounding distance, so ``value + noise`` is the exact discrete mechanism rounded once to float64: the
+    floating-point attack of Mironov 2012 does not apply. The SVT's threshold and query noise are discrete Laplace
+    on a lattice containing the integers.
+``"float"``
+    numpy's textbook floating-point samplers (``Generator.laplace``, ``Generator.normal``) on a ``PCG64DXSM``
+    generator seeded with 256 bits from the operating system (:mod:`secrets`). **Not** hardened: the low-order
+    bits of a textbook sample can leak the value it was added to (Mironov 2012), and ``PCG64DXSM`` is not a
+    cryptographic generator.
+
+Not hardened under either sampler: the draws of :mod:`dppca_dask.mechanisms.secret`, i.e. the start vectors of
+private power iteration and the secret sketching matrix Ω of the private range finder, come from the source's
+``PCG64DXSM`` generator seeded from the operating system. They are not added to data values, but they are not
+drawn from a cryptographic generator either. (Adaptive power's start vector is drawn with
+:meth:`NoiseSource.gaussian` and so follows the sampler.) The SVT's comparisons of noisy counts are float sums
+(see :func:`dppca_dask.mechanisms.hardened.first_below_exact` for the exact form).
+
+A seeded source (:meth:`NoiseSource.from_seed`, not private) always uses the float sampler so that a seed
+reproduces a run: OpenDP's samplers read the operating system's generator and cannot be seeded. Asking for
+``sampler="hardened"`` with a seed is an error.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import threading
 import warnings
@@ -24,12 +43,68 @@ import numpy as np
 
 from dppca_dask.errors import InvalidParameterError, ReleaseError, NotPrivateWarning
 
-__all__ = ["NoiseSource", "Shape"]
+__all__ = [
+    "DEFAULT_SAMPLER",
+    "SAMPLERS",
+    "SAMPLER_CONFIG_KEY",
+    "SAMPLER_ENV",
+    "NoiseSource",
+    "Shape",
+    "default_sampler",
+]
 
 #: ``size`` argument of the samplers: None for one float, an int or a tuple for an array.
 Shape = int | tuple[int, ...] | None
 
 _ENTROPY_BITS = 256
+
+#: The samplers a source can use (see the module docstring).
+SAMPLERS = ("hardened", "float")
+
+#: The sampler of :meth:`NoiseSource.from_entropy` when neither the config key nor the environment sets one.
+#: ``"float"``: a whole ``pca`` run on a 200,000 × 20,000 store took 1.6–1.8 times as long with the hardened
+#: samplers (``benchmarks/bench_noise.py``; OpenDP draws an exact sample in 20–50 µs, numpy in well under 1 µs,
+#: and a run draws k·(T + 1) Gaussian vectors of d values), beyond the 20% the project accepts for a default. The
+#: cost is fixed per release, so it weighs less on more rows. Deployments that face floating-point attacks set
+#: ``DPPCA_NOISE_SAMPLER=hardened``.
+DEFAULT_SAMPLER = "float"
+
+#: ``dask`` config key that sets the default sampler (``dask.config.set({"dppca_dask.noise_sampler": "float"})``).
+SAMPLER_CONFIG_KEY = "dppca_dask.noise_sampler"
+
+#: Environment variable that sets the default sampler for a deployment (``DPPCA_NOISE_SAMPLER=float``).
+SAMPLER_ENV = "DPPCA_NOISE_SAMPLER"
+
+
+def _check_sampler(value: object, source: str) -> str:
+    if not isinstance(value, str) or value.strip().lower() not in SAMPLERS:
+        raise InvalidParameterError(
+            f"{source} must be one of {', '.join(repr(s) for s in SAMPLERS)}; got {value!r}; "
+            "'hardened' draws exact discrete noise from the OS (private runs), 'float' numpy's float samplers"
+        )
+    return value.strip().lower()
+
+
+def default_sampler() -> str:
+    """The sampler of a private source when none is given.
+
+    In order: the ``dask`` config key :data:`SAMPLER_CONFIG_KEY` (set in code or in a dask YAML file), the
+    environment variable :data:`SAMPLER_ENV`, then :data:`DEFAULT_SAMPLER`.
+
+    Raises
+    ------
+    InvalidParameterError
+        If the config key or the environment variable holds another value than ``"hardened"`` or ``"float"``.
+    """
+    import dask.config
+
+    configured = dask.config.get(SAMPLER_CONFIG_KEY, None)
+    if configured is not None:
+        return _check_sampler(configured, f"the dask config key {SAMPLER_CONFIG_KEY!r}")
+    environment = os.environ.get(SAMPLER_ENV)
+    if environment is not None and environment.strip():
+        return _check_sampler(environment, f"the environment variable {SAMPLER_ENV}")
+    return DEFAULT_SAMPLER
 
 
 def _check_scale(name: str, value: float) -> float:
@@ -57,21 +132,28 @@ class NoiseSource:
         Whether the generator's seed is secret (from the OS); False marks every result as not private.
     description
         Public text for reports and logs (never the seed).
+    sampler
+        ``"float"`` (numpy's samplers on ``generator``) or ``"hardened"`` (exact discrete samplers on a lattice
+        from the OS CSPRNG; ``generator`` then only serves :mod:`~dppca_dask.mechanisms.secret`); see the module
+        docstring.
 
     Notes
     -----
-    Samplers are floating-point textbook samplers and not hardened against floating-point attacks (Mironov
-    2012); see the module docstring. A source cannot be copied or pickled: a copy would replay its noise. A key
+    Only the ``"hardened"`` sampler resists floating-point attacks (Mironov 2012); see the module docstring. A
+    source cannot be copied or pickled: a copy would replay its noise. A key
     is consumed when its release *begins*: a release that fails halfway
     cannot be retried under the same key, because some noise may already have been drawn and used.
     """
 
-    def __init__(self, generator: np.random.Generator, *, private: bool, description: str = "") -> None:
+    def __init__(
+        self, generator: np.random.Generator, *, private: bool, description: str = "", sampler: str = "float"
+    ) -> None:
         if not isinstance(generator, np.random.Generator):
             raise InvalidParameterError(
                 f"generator must be a numpy.random.Generator; got {type(generator).__name__}; "
                 "use NoiseSource.from_entropy() or NoiseSource.from_seed(seed)"
             )
+        self._sampler = _check_sampler(sampler, "sampler")
         self._rng = generator
         self._private = bool(private)
         self._description = description
@@ -83,19 +165,47 @@ class NoiseSource:
     # -- construction -------------------------------------------------------------------------------------
 
     @classmethod
-    def from_entropy(cls) -> NoiseSource:
-        """A private source: ``PCG64DXSM`` seeded with 256 bits from the operating system (:mod:`secrets`)."""
+    def from_entropy(cls, sampler: str | None = None) -> NoiseSource:
+        """A private source seeded from the operating system.
+
+        Parameters
+        ----------
+        sampler
+            ``"hardened"`` or ``"float"``; None takes :func:`default_sampler` (config key, environment variable,
+            then :data:`DEFAULT_SAMPLER`). The draws of :mod:`~dppca_dask.mechanisms.secret` come from
+            ``PCG64DXSM`` seeded with 256 bits from :mod:`secrets` under both.
+        """
+        sampler = default_sampler() if sampler is None else _check_sampler(sampler, "sampler")
+        if sampler == "hardened":
+            from dppca_dask.mechanisms.hardened import _import_opendp
+
+            _import_opendp()  # fail here, before any budget is used, if OpenDP cannot be loaded
         seed = np.random.SeedSequence(secrets.randbits(_ENTROPY_BITS))
-        return cls(np.random.Generator(np.random.PCG64DXSM(seed)), private=True, description="os-entropy")
+        description = "os-entropy" if sampler == "float" else "os-entropy, hardened (OpenDP discrete samplers)"
+        return cls(
+            np.random.Generator(np.random.PCG64DXSM(seed)), private=True, description=description, sampler=sampler
+        )
 
     @classmethod
-    def from_seed(cls, seed: int) -> NoiseSource:
+    def from_seed(cls, seed: int, sampler: str | None = None) -> NoiseSource:
         """A reproducible source for tests and benchmarks; results it produces are **not** private.
 
-        Warns :class:`~dppca_dask.errors.NotPrivateWarning`: anyone who knows the seed can subtract the noise.
+        Always the float sampler, whatever the configured default: the hardened samplers draw from the operating
+        system and cannot be seeded. Warns :class:`~dppca_dask.errors.NotPrivateWarning`: anyone who knows the
+        seed can subtract the noise.
+
+        Raises
+        ------
+        InvalidParameterError
+            For a seed that is not an integer >= 0, or ``sampler="hardened"`` (which cannot be seeded).
         """
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise InvalidParameterError(f"seed must be an integer >= 0; got {seed!r}")
+        if sampler is not None and _check_sampler(sampler, "sampler") == "hardened":
+            raise InvalidParameterError(
+                "sampler='hardened' cannot be seeded: its noise comes from the operating system's secure generator; "
+                "drop the seed for a private run (NoiseSource.from_entropy('hardened')), or use sampler='float'"
+            )
         warnings.warn(
             f"noise seeded with seed={int(seed)} is reproducible: results are NOT differentially private",
             NotPrivateWarning,
@@ -110,6 +220,23 @@ class NoiseSource:
     def private(self) -> bool:
         """Whether noise from this source makes a release private (False for seeded and test sources)."""
         return self._private
+
+    @property
+    def sampler(self) -> str:
+        """``"hardened"`` (exact discrete noise on a lattice, OS CSPRNG) or ``"float"`` (numpy's samplers)."""
+        return self._sampler
+
+    def lattice_exponent(self, scale: float) -> int | None:
+        """The exponent k of the lattice ``2^k·Z`` this source draws noise of ``scale`` on; None for ``"float"``.
+
+        A mechanism rounds its value to this lattice and inflates its sensitivity by the rounding distance
+        (:mod:`dppca_dask.mechanisms.hardened`) before drawing with ``lattice=k``.
+        """
+        if self._sampler != "hardened":
+            return None
+        from dppca_dask.mechanisms.hardened import lattice_exponent
+
+        return lattice_exponent(scale)
 
     @property
     def description(self) -> str:
@@ -138,7 +265,10 @@ class NoiseSource:
         return self._current
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(private={self._private}, description={self._description!r})"
+        return (
+            f"{type(self).__name__}(private={self._private}, sampler={self._sampler!r}, "
+            f"description={self._description!r})"
+        )
 
     def __reduce_ex__(self, protocol: object) -> Any:
         # A copy (pickle, copy.copy, deepcopy) would carry the generator's state and the set of released keys:
@@ -225,8 +355,21 @@ class NoiseSource:
                 "'with noise.release(key):' (each key once)"
             )
 
-    def laplace(self, scale: float, size: Shape = None) -> Any:
+    def _lattice(self, scale: float, lattice: int | None) -> int:
+        if lattice is None:
+            return self.lattice_exponent(scale)  # type: ignore[return-value]
+        if isinstance(lattice, bool) or not isinstance(lattice, (int, np.integer)) or not -1074 <= lattice <= 1023:
+            raise InvalidParameterError(
+                f"lattice must be an integer exponent k in [-1074, 1023] (noise on 2^k·Z); got {lattice!r}; "
+                "use noise.lattice_exponent(scale)"
+            )
+        return int(lattice)
+
+    def laplace(self, scale: float, size: Shape = None, *, lattice: int | None = None) -> Any:
         """Laplace noise of scale ``b`` (density ``exp(-|x|/b)/(2b)``), float64; only inside a release.
+
+        Under the ``"hardened"`` sampler: exact discrete Laplace on ``2^k·Z`` (``P(x) ∝ exp(-|x|/b)``), k =
+        ``lattice`` or else :meth:`lattice_exponent` ``(b)``, which contains the integers for b < 2^41.
 
         Parameters
         ----------
@@ -234,13 +377,23 @@ class NoiseSource:
             b > 0.
         size
             None for one float, else the shape of the array.
+        lattice
+            Exponent k of the hardened sampler's lattice (ignored by the float sampler).
         """
         scale = _check_scale("scale", scale)
+        k = self._lattice(scale, lattice) if self._sampler == "hardened" else None
         self._require_release("Laplace")
+        if k is not None:
+            from dppca_dask.mechanisms.hardened import discrete_laplace
+
+            return discrete_laplace(scale, size, k)
         return self._laplace(scale, size)
 
-    def gaussian(self, std: float, size: Shape = None) -> Any:
+    def gaussian(self, std: float, size: Shape = None, *, lattice: int | None = None) -> Any:
         """Gaussian noise ``N(0, std²)``, float64; only inside a release.
+
+        Under the ``"hardened"`` sampler: exact discrete Gaussian on ``2^k·Z`` (``P(x) ∝ exp(-x²/(2·std²))``), k
+        = ``lattice`` or else :meth:`lattice_exponent` ``(std)``.
 
         Parameters
         ----------
@@ -248,9 +401,16 @@ class NoiseSource:
             Standard deviation > 0.
         size
             None for one float, else the shape of the array.
+        lattice
+            Exponent k of the hardened sampler's lattice (ignored by the float sampler).
         """
         std = _check_scale("std", std)
+        k = self._lattice(std, lattice) if self._sampler == "hardened" else None
         self._require_release("Gaussian")
+        if k is not None:
+            from dppca_dask.mechanisms.hardened import discrete_gaussian
+
+            return discrete_gaussian(std, size, k)
         return self._gaussian(std, size)
 
     # -- audit ----------------------------------------------------------------------------------------------

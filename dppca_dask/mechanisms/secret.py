@@ -5,11 +5,15 @@ analysis, Lemma 4.1 of Hardt & Roth 2013), and the private range finder multipli
 matrix Ω that must stay **secret**: its privacy proof bounds ``‖eᵀΩ‖`` only with high probability over Ω
 (Hardt & Roth 2012, Lemma 4.1), so a published or guessable Ω voids the guarantee.
 
-Both are drawn here, from the generator of the run's :class:`~dppca_dask.mechanisms.NoiseSource` (seeded by the
-operating system, or by the caller's seed, which already marks the result as not private), inside a release so
-each is drawn exactly once. Test sources that replace noise (``ZeroNoiseSource``, ``ScriptedNoiseSource``) do
-not replace these draws: with privacy noise switched off a mechanism must still equal its non-private algorithm,
-which needs a genuine Gaussian Ω and start vector.
+Both are drawn here, from the numpy generator of the run's :class:`~dppca_dask.mechanisms.NoiseSource`
+(``PCG64DXSM`` seeded by the operating system, or by the caller's seed, which already marks the result as not
+private), inside a release so each is drawn exactly once. They are not hardened: the source's ``"hardened"``
+sampler (exact discrete noise from the operating system's secure generator) covers the noise the mechanisms add
+to values, not these draws, and ``PCG64DXSM`` is not a cryptographic generator.
+
+Test sources that replace noise (``ZeroNoiseSource``, ``ScriptedNoiseSource``) do not replace these draws: with
+privacy noise switched off a mechanism must still equal its non-private algorithm, which needs a genuine Gaussian
+Ω and start vector.
 """
 
 from __future__ import annotations
