@@ -46,12 +46,17 @@ HANDSHAKE_TIMEOUT = 10.0
 MAX_HANDSHAKE_BYTES = 1 << 20
 
 _SCHEMES = ("tcp", "tls")
+_UNCHECKED_SCHEMES = ("inproc", "ucx", "ws", "wss")
 
 
 def _split_address(address: str) -> tuple[str, str, int]:
+    """``(scheme, host, port)`` of a ``tcp://`` or ``tls://`` address (``HOST:PORT`` means tcp); ``port`` is 0 for
+    the other schemes distributed knows (``inproc``, ``ucx``, ``ws``, ``wss``), which are not checked here."""
     scheme, sep, location = address.partition("://")
     if not sep:
         scheme, location = "tcp", address
+    if scheme in _UNCHECKED_SCHEMES:
+        return scheme, location, 0
     host, colon, port_text = location.rpartition(":")
     host = host.strip("[]")
     if scheme not in _SCHEMES or not colon or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
@@ -127,6 +132,8 @@ def check_scheduler(
     scheduler (see the module docstring).
     """
     scheme, host, port = _split_address(address)
+    if scheme in _UNCHECKED_SCHEMES:
+        return security
     context = None
     if scheme == "tls":
         security, context = _tls_context(address, security)
