@@ -355,3 +355,11 @@ def test_scheduler_killed_mid_run_exits_5_in_one_line(tmp_path: Path) -> None:
     # Without -q distributed may log its own one-line warnings or errors (a failed reconnection), nothing else.
     assert all(" - distributed." in entry for entry in logged), logged
     assert elapsed < 45
+
+
+def test_demo_refuses_zero_workers_before_writing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    workdir = tmp_path / "demo"
+    code, _, err = run(capsys, "demo", "--workers", "0", "--workdir", str(workdir))
+    assert code == 2
+    assert assert_one_line(err) == ("dppca-dask demo: error: --workers must be >= 1; got 0; omit it for one per core")
+    assert not workdir.exists()
