@@ -303,16 +303,36 @@ def connect(
     # The worker processes log at the level of this process's distributed logger (silent under the command
     # line's -q), and at warnings at most.
     worker_log_level = max(logging.getLogger("distributed").getEffectiveLevel(), logging.WARNING)
-    with LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=None,
-        worker_dashboard_address=None,
-        # No dashboard; the scheduler's HTTP server (health, metrics) on a free loopback port, not 8787.
-        scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
-        memory_limit=memory_limit or "auto",
-        silence_logs=worker_log_level,
-    ) as cluster, Client(cluster) as local, _translate_loss("embedded LocalCluster"):
+    with _workers_ignore_sigint():
+        cluster = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            worker_dashboard_address=None,
+            # No dashboard; the scheduler's HTTP server (health, metrics) on a free loopback port, not 8787.
+            scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
+            memory_limit=memory_limit or "auto",
+            silence_logs=worker_log_level,
+        )
+    with cluster, Client(cluster) as local, _translate_loss("embedded LocalCluster"):
         yield local
+
+
+@contextlib.contextmanager
+def _workers_ignore_sigint() -> Iterator[None]:
+    """Start the embedded workers with SIGINT ignored (they inherit it through exec): Ctrl-C in a terminal reaches
+    the whole process group, and this process, not each worker printing its own KeyboardInterrupt traceback, ends
+    the run and closes the cluster. Only in the main thread (elsewhere signals cannot be set)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -363,3 +363,58 @@ def test_demo_refuses_zero_workers_before_writing(tmp_path: Path, capsys: pytest
     assert code == 2
     assert assert_one_line(err) == ("dppca-dask demo: error: --workers must be >= 1; got 0; omit it for one per core")
     assert not workdir.exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_run_exits_130_and_leaves_no_process(tmp_path: Path) -> None:
+    import psutil
+
+    from dppca_dask.datasets import PlantedSpec, write_low_coherence
+
+    spec = PlantedSpec(n_rows=20_000, n_cols=200, nnz_per_row=20, support=50, signal_share=0.01, seed=3)
+    data = tmp_path / "planted.zarr"
+    write_low_coherence(str(data), spec, rows_per_partition=5_000, overwrite=True)
+    # Its own session, so that the SIGINT goes to the whole process group, as Ctrl-C in a terminal does.
+    proc = subprocess.Popen([sys.executable, "-m", "dppca_dask", "pca", str(data), "--epsilon", "1", "--delta",
+                             "1e-6", "--n-iter", "200"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+    try:
+        # Wait until the embedded cluster is up: the command handles SIGINT again (it ignores it while it starts
+        # the workers, which inherit that) and its worker processes run.
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None:
+            workers = [p for p in psutil.Process(proc.pid).children(recursive=True) if _ignores_sigint(p.pid)]
+            if len(workers) >= 2 and not _ignores_sigint(proc.pid):
+                break
+            time.sleep(0.2)
+        time.sleep(1)
+        assert proc.poll() is None, "the run ended before the interrupt"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    *logged, line = err.strip().splitlines()
+    assert line == "dppca-dask pca: interrupted"
+    assert all(" - distributed." in entry for entry in logged), logged
+    time.sleep(1)
+    left = [p.pid for p in psutil.process_iter() if _session(p) == proc.pid and p.status() != psutil.STATUS_ZOMBIE]
+    assert left == [], "processes of the interrupted command are still running"
+
+
+def _ignores_sigint(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            mask = next(line.split()[1] for line in f if line.startswith("SigIgn:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(mask, 16) & (1 << (signal.SIGINT - 1)))
+
+
+def _session(process: object) -> int | None:
+    try:
+        return os.getsid(process.pid)  # type: ignore[attr-defined]
+    except OSError:
+        return None
