@@ -163,8 +163,9 @@ def check_scheduler(
             ok = isinstance(message, dict) and "compression" in message and "python" in message
         except TimeoutError:
             raise InvalidParameterError(
-                f"'{address}' is not a Dask scheduler: it sent no Dask handshake within {wait:g} s (an HTTP port, "
-                "such as the dashboard's?); give the scheduler's own port (8786 by default)"
+                f"'{address}' is not a Dask scheduler: it sent no Dask handshake within {wait:g} s (an HTTP port "
+                "such as the dashboard's, or a TLS scheduler given as tcp://?); give the scheduler's own address "
+                "(tcp://HOST:8786 by default, tls:// for a TLS cluster)"
             ) from None
         except ssl.SSLError as exc:
             raise InvalidParameterError(

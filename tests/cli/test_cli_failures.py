@@ -27,7 +27,7 @@ from dppca_dask.errors import BudgetExceededError, ClusterLostError, InvalidPara
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "cluster"))
-from _local_cluster import running_cluster  # noqa: E402
+from _local_cluster import LoopbackCluster, loopback_tls_cluster, running_cluster  # noqa: E402,F401
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -418,3 +418,22 @@ def _session(process: object) -> int | None:
         return os.getsid(process.pid)  # type: ignore[attr-defined]
     except OSError:
         return None
+
+
+@pytest.mark.slow
+def test_tls_cluster_with_and_without_its_client_settings(
+    loopback_tls_cluster: LoopbackCluster, store: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], no_tls_config: None,
+) -> None:
+    argv = ["-q", "pca", str(store), "--epsilon", "1", "--delta", "1e-6", "--json"]
+    with_env = subprocess.run([sys.executable, "-m", "dppca_dask", *argv, "--scheduler", loopback_tls_cluster.address],
+                              capture_output=True, text=True, timeout=120, env=loopback_tls_cluster.client_env())
+    assert with_env.returncode == 0, with_env.stderr[-3000:]
+    assert with_env.stderr == ""
+    # The same address without the certificates, and the TLS port addressed as tcp://.
+    code, _, err = run(capsys, *argv, "--scheduler", loopback_tls_cluster.address)
+    assert code == 2 and "uses TLS but no client certificate is configured" in assert_one_line(err)
+    monkeypatch.setattr(client_module, "HANDSHAKE_TIMEOUT", 1.0)
+    plain = loopback_tls_cluster.address.replace("tls://", "tcp://")
+    code, _, err = run(capsys, *argv, "--scheduler", plain)
+    assert code == 2 and "or a TLS scheduler given as tcp://?" in assert_one_line(err)
