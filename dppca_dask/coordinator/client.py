@@ -273,7 +273,12 @@ def connect(
         if not client:
             raise InvalidParameterError("scheduler address is empty; give tcp://HOST:PORT or omit it")
         kwargs: dict[str, Any] = {}
-        if client.endswith(".json") and os.path.exists(client):
+        if client.endswith(".json"):
+            if not os.path.isfile(client):
+                raise InvalidParameterError(
+                    f"scheduler file '{client}' does not exist; give the file the scheduler wrote with "
+                    "--scheduler-file (cluster/local.sh: RUN_DIR/scheduler.json), or its address"
+                )
             address = _scheduler_file_address(client)
         else:
             address = client

@@ -290,6 +290,13 @@ def test_damaged_scheduler_file_exits_2(tmp_path: Path, store: Path, capsys: pyt
     assert f"'{path}' is not a Dask scheduler file" in assert_one_line(err)
 
 
+def test_missing_scheduler_file_exits_2(tmp_path: Path, store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "nowhere" / "scheduler.json"
+    code, _, err = run(capsys, "pca", str(store), "--epsilon", "1", "--delta", "1e-6", "--scheduler", str(path))
+    assert code == 2
+    assert f"scheduler file '{path}' does not exist" in assert_one_line(err)
+
+
 def test_a_real_scheduler_passes_the_check() -> None:
     from distributed import LocalCluster
 
