@@ -85,8 +85,6 @@ def _tls_context(address: str, security: Any | None) -> tuple[Any, ssl.SSLContex
         raise InvalidParameterError(
             f"cannot load the TLS certificates for '{address}': {exc}; check the CA, certificate and key files"
         ) from None
-    if context is None:
-        raise InvalidParameterError(f"no TLS settings for '{address}'; give the CA file, certificate and key")
     return sec, context
 
 

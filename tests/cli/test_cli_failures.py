@@ -290,6 +290,32 @@ def test_damaged_scheduler_file_exits_2(tmp_path: Path, store: Path, capsys: pyt
     assert f"'{path}' is not a Dask scheduler file" in assert_one_line(err)
 
 
+def test_a_client_that_cannot_connect_after_the_check_exits_2(
+    store: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Refusing:  # a distributed.Client whose connection fails after the address check passed
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            raise OSError("Timed out during handshake while connecting to tcp://127.0.0.1:8786 after 20 s")
+
+    monkeypatch.setattr(client_module, "check_scheduler", lambda address, **kwargs: None)
+    monkeypatch.setattr(client_module, "Client", Refusing)
+    code, _, err = run(capsys, "pca", str(store), "--epsilon", "1", "--delta", "1e-6",
+                       "--scheduler", "tcp://127.0.0.1:8786")
+    assert code == 2
+    assert "cannot connect to the Dask scheduler at 'tcp://127.0.0.1:8786' (OSError)" in assert_one_line(err)
+
+
+def test_workers_dying_repeatedly_is_a_cluster_loss() -> None:
+    from distributed.scheduler import KilledWorker
+
+    exc = KilledWorker("dppca-powerstep-map-3", "tcp://127.0.0.1:4000", allowed_failures=3)
+    assert client_module.is_cluster_loss(exc)
+    lost = client_module.cluster_lost_error(exc, "embedded LocalCluster")
+    assert isinstance(lost, ClusterLostError)
+    assert "workers running one of its tasks died repeatedly (out of memory? see the worker logs)" in str(lost)
+    assert not client_module.is_cluster_loss(ValueError("x"))
+
+
 def test_missing_scheduler_file_exits_2(tmp_path: Path, store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "nowhere" / "scheduler.json"
     code, _, err = run(capsys, "pca", str(store), "--epsilon", "1", "--delta", "1e-6", "--scheduler", str(path))
@@ -430,7 +456,7 @@ def _session(process: object) -> int | None:
 @pytest.mark.slow
 def test_tls_cluster_with_and_without_its_client_settings(
     loopback_tls_cluster: LoopbackCluster, store: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], no_tls_config: None,
+    capsys: pytest.CaptureFixture[str], no_tls_config: None, tmp_path: Path,
 ) -> None:
     argv = ["-q", "pca", str(store), "--epsilon", "1", "--delta", "1e-6", "--json"]
     with_env = subprocess.run([sys.executable, "-m", "dppca_dask", *argv, "--scheduler", loopback_tls_cluster.address],
@@ -444,3 +470,13 @@ def test_tls_cluster_with_and_without_its_client_settings(
     plain = loopback_tls_cluster.address.replace("tls://", "tcp://")
     code, _, err = run(capsys, *argv, "--scheduler", plain)
     assert code == 2 and "or a TLS scheduler given as tcp://?" in assert_one_line(err)
+    # A client certificate from another CA: the scheduler refuses it (mutual TLS).
+    from distributed.security import Security
+
+    other = tmp_path / "other-ca"
+    subprocess.run(["bash", str(REPO / "cluster" / "make-certs.sh"), str(other)], check=True, capture_output=True,
+                   timeout=60)
+    foreign = Security(tls_ca_file=str(other / "ca.pem"), tls_client_cert=str(other / "node.pem"),
+                       tls_client_key=str(other / "node-key.pem"), require_encryption=True)
+    with pytest.raises(InvalidParameterError, match="TLS (handshake with|connection to) '.*' failed"):
+        client_module.check_scheduler(loopback_tls_cluster.address, security=foreign, timeout=10)
