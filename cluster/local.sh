@@ -6,6 +6,9 @@ readonly PROG=${0##*/}
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 readonly SCRIPT_DIR
 readonly HOST=127.0.0.1
+# Certificates, keys, scheduler files, logs and worker scratch space are owner-only (files 600, directories 700);
+# the scheduler and the workers inherit this umask for what they write.
+umask 077
 
 usage() {
     cat <<EOF
@@ -22,14 +25,16 @@ Options for every command:
 Options for start:
   --scheduler-port PORT  scheduler port (default 8786; 0 picks a free port, read it from the output,
                          DIR/address or DIR/scheduler.json)
-  --dashboard-port PORT  serve the scheduler dashboard on $HOST:PORT (default: no dashboard)
+  --dashboard-port PORT  serve the scheduler dashboard on $HOST:PORT (default: no dashboard; the scheduler's and
+                         the workers' HTTP servers (/health, /metrics) still listen, on $HOST, free ports)
   --workers N            number of worker processes (default 2)
   --nthreads T           threads per worker (default 1)
   --memory-limit M       memory limit per worker, e.g. 2GiB, 500MB, 0 for none (default 2GiB)
   --no-nanny             run workers without a nanny process (default: each worker has a nanny that restarts it
                          and enforces the memory limit)
   --death-timeout S      a worker that has lost its scheduler for S seconds exits (default 60)
-  --tls                  TLS on every connection, with the certificates in --cert-dir
+  --tls                  TLS on every connection, with the certificates in --cert-dir; the HTTP servers (dashboard,
+                         /health, /metrics) of the scheduler and the workers serve HTTPS with the node certificate
   --cert-dir DIR         ca.pem, node.pem, node-key.pem (default: RUN_DIR/certs, made with make-certs.sh if absent)
   --python PATH          Python used for the readiness check (default: the Python of an active virtual
                          environment, else ./.venv/bin/python, else the project's .venv, else python3 on PATH)
@@ -46,7 +51,8 @@ Files in RUN_DIR:
   work/                  worker scratch space (removed by stop)
 
 Workers run with OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1: Dask provides the parallelism.
-Everything listens on $HOST only.
+Everything listens on $HOST only: the RPC ports and every HTTP server. Files and directories in RUN_DIR are
+owner-only (umask 077).
 
 Exit status: 0 success; 1 failure (start prints the log tail); 2 usage error.
 status: 0 running (scheduler and every worker alive), 1 degraded (some process dead), 3 not running.
@@ -168,6 +174,9 @@ absolute_run_dir() {
     # Make RUN_DIR absolute; create it when $1 is "create".
     if [[ ${1-} == create ]]; then
         mkdir -p -- "$run_dir" "$run_dir/pids" "$run_dir/logs" || die "cannot create run directory '$run_dir'"
+        # Owner-only even when they existed before with looser modes (umask 077 covers what is new).
+        chmod 700 -- "$run_dir" "$run_dir/pids" "$run_dir/logs" || die "cannot make '$run_dir' owner-only"
+        chmod 600 -- "$run_dir"/logs/*.log 2>/dev/null || true
     fi
     if [[ -d $run_dir ]]; then
         run_dir=$(cd -- "$run_dir" && pwd)
@@ -475,6 +484,11 @@ cmd_start() {
             [[ -r $f ]] || die "cannot read $f (TLS needs ca.pem, node.pem and node-key.pem in --cert-dir)"
         done
         tls_args=(--tls-ca-file "$ca" --tls-cert "$cert" --tls-key "$key")
+        # distributed serves the HTTP server of every scheduler and worker over TLS when these are set
+        # (distributed/node.py reads distributed.scheduler.dashboard.tls.* for both); --tls-* do not cover it.
+        export DASK_DISTRIBUTED__SCHEDULER__DASHBOARD__TLS__CA_FILE=$ca
+        export DASK_DISTRIBUTED__SCHEDULER__DASHBOARD__TLS__CERT=$cert
+        export DASK_DISTRIBUTED__SCHEDULER__DASHBOARD__TLS__KEY=$key
     fi
 
     # One BLAS/OpenMP thread per process: the workers' threads are the parallelism.
@@ -488,10 +502,12 @@ cmd_start() {
 
     local scheduler_args=(scheduler --host "$HOST" --port "$scheduler_port" --scheduler-file "$run_dir/scheduler.json")
     ((tls)) && scheduler_args+=(--protocol tls "${tls_args[@]}")
+    # The scheduler starts its HTTP server even with --no-dashboard, on its default ":8787" (every interface)
+    # unless told where: always give it $HOST.
     if [[ -n $dashboard_port ]]; then
         scheduler_args+=(--dashboard --dashboard-address "$HOST:$dashboard_port")
     else
-        scheduler_args+=(--no-dashboard)
+        scheduler_args+=(--no-dashboard --dashboard-address "$HOST:0")
     fi
     : >"$(log_dir)/scheduler.log"
     spawn scheduler "${dask_cmd[@]}" "${scheduler_args[@]}"
@@ -513,7 +529,7 @@ cmd_start() {
     note "scheduler $address (pid $scheduler_pid), log $(log_dir)/scheduler.log"
 
     local worker_args=(worker "$address" --host "$HOST" --nthreads "$nthreads" --memory-limit "$memory_limit"
-        --no-dashboard --local-directory "$run_dir/work")
+        --no-dashboard --dashboard-address "$HOST:0" --local-directory "$run_dir/work")
     ((nanny)) && worker_args+=(--nanny) || worker_args+=(--no-nanny)
     ((10#$death_timeout > 0)) && worker_args+=(--death-timeout "$death_timeout")
     ((tls)) && worker_args+=("${tls_args[@]}")
@@ -576,10 +592,12 @@ cmd_start() {
         local dash
         dash=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["services"]["dashboard"])' \
             "$run_dir/scheduler.json" 2>/dev/null) || dash=$dashboard_port
+        local scheme=http
+        ((tls)) && scheme=https
         if "$python" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("bokeh") is None)' 2>/dev/null; then
-            note "dashboard http://$HOST:$dash/status"
+            note "dashboard $scheme://$HOST:$dash/status"
         else
-            note "dashboard port $HOST:$dash serves /health; its pages need bokeh installed"
+            note "dashboard port $HOST:$dash serves $scheme /health; its pages need bokeh installed"
         fi
     fi
     start_done=1

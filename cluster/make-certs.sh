@@ -16,7 +16,7 @@ the workers and the clients (Dask always uses mutual TLS: every party presents a
 Keys are ECDSA P-256, signatures SHA-256.
 
 Files written in DIR:
-  ca.pem          CA certificate (give it to every party as the trusted CA)
+  ca.pem          CA certificate (give it to every party as the trusted CA); every file is mode 600, DIR 700
   ca-key.pem      CA private key, mode 600 (keep it to sign more certificates; no party needs it)
   node.pem        node certificate, for the scheduler, the workers and the clients
                   (subjectAltName IP:127.0.0.1, DNS:localhost and any --san; extendedKeyUsage serverAuth, clientAuth)
@@ -111,7 +111,7 @@ render_config() {
     [[ -f $template ]] || return 0
     text=$(<"$template")
     printf '%s\n' "${text//'${DPPCA_TLS_DIR}'/"$dir"}" >"$dir/dask-tls.yaml.tmp"
-    chmod 644 "$dir/dask-tls.yaml.tmp"
+    chmod 600 "$dir/dask-tls.yaml.tmp"
     mv -f "$dir/dask-tls.yaml.tmp" "$dir/dask-tls.yaml"
 }
 
@@ -129,7 +129,7 @@ if ((force)) || ! ca_ok; then
         -addext "subjectKeyIdentifier=hash" 2>"$tmp/openssl.log" ||
         die "openssl could not make the CA: $(<"$tmp/openssl.log")"
     chmod 600 "$tmp/ca-key.pem"
-    chmod 644 "$tmp/ca.pem"
+    chmod 600 "$tmp/ca.pem"
     mv -f "$tmp/ca-key.pem" "$ca_key"
     mv -f "$tmp/ca.pem" "$ca"
     made_ca=1
@@ -156,15 +156,19 @@ EOF
     openssl verify -CAfile "$ca" "$tmp/node.pem" >/dev/null 2>"$tmp/openssl.log" ||
         die "the new node certificate does not verify against $ca: $(<"$tmp/openssl.log")"
     chmod 600 "$tmp/node-key.pem"
-    chmod 644 "$tmp/node.pem"
+    chmod 600 "$tmp/node.pem"
     mv -f "$tmp/node-key.pem" "$node_key"
     mv -f "$tmp/node.pem" "$node"
     printf '%s' "$san_csv" >"$node_san"
-    chmod 644 "$node_san"
+    chmod 600 "$node_san"
 else
     note "certificates in $dir are valid; nothing to do"
 fi
 
-# Keys stay private even when they existed before with looser modes.
+# Everything stays owner-only even when it existed before with looser modes (a cluster's certificates are for its
+# own processes and clients; copy ca.pem and a client certificate to other users deliberately).
+chmod 700 "$dir"
 chmod 600 "$ca_key" "$node_key"
+chmod 600 -- "$ca" "$node" "$node_san" 2>/dev/null || true
 render_config
+[[ ! -e $dir/dask-tls.yaml ]] || chmod 600 "$dir/dask-tls.yaml"

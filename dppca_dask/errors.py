@@ -161,3 +161,31 @@ class MissingExtraError(DppcaError, ImportError):
 
 class NotPrivateWarning(UserWarning):
     """The result is not differentially private (a fixed seed, or a non-private baseline mechanism)."""
+
+
+__all__ += ["ClusterLostError", "TaskFailedError"]
+
+
+class ClusterLostError(DppcaError, ConnectionError):
+    """The Dask scheduler (or the connection to it) went away while a run was using it.
+
+    No result of the run was released. Running again once the cluster is back may succeed; what happened to the
+    privacy budget is decided by whoever reserved it (a job's ledger entry says).
+    """
+
+    exit_code = 5
+
+
+class TaskFailedError(DppcaError, RuntimeError):
+    """A task of a run failed on a Dask worker with an unexpected error.
+
+    The worker's message and the values in its traceback are withheld (they may quote the data); ``error_type``
+    names the exception class and ``frames`` lists the code locations (``file:line in function``) of its traceback.
+    """
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, error_type: str = "", frames: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.frames = tuple(frames)

@@ -2,7 +2,9 @@
 
 Each subcommand lives in its own module with a ``register(subparsers)`` function that adds its parser and sets
 ``handler``. Errors of the library end the process with their ``exit_code`` (2 for invalid input or parameters,
-3 for an exhausted privacy budget) and a one-line message on standard error.
+3 for an exhausted privacy budget, 4 for a public mechanism failure, 5 when the Dask cluster was lost during the run)
+and a one-line message on standard error; any other exception with exit code 1 and one line naming its class and
+where it was raised, never its message (it may quote the data); ``--debug`` adds the traceback; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
         "-v", "--verbose", action="count", default=0, help="more log output (-v: info, -vv: debug)"
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="only errors on standard error")
+    parser.add_argument(
+        "--debug", action="store_true",
+        help="print the traceback of an error (it may show values of the data: not for private runs)",
+    )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     import importlib
 
@@ -44,38 +50,119 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _configure_logging(verbose: int, quiet: bool) -> None:
+#: Loggers of the libraries under us: silent under ``-q``, warnings otherwise, everything with ``-vvv``.
+_LIBRARY_LOGGERS = ("distributed", "dask", "tornado", "asyncio", "bokeh")
+
+
+class _OneLine(logging.Filter):
+    """Log records of one line: no traceback (it may show values of the data), first line of the message only;
+    a record with nothing left (distributed logs bare tracebacks) is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info is None and record.exc_text is None and record.stack_info is None:
+            message = record.getMessage()
+            if "\n" not in message:
+                return True
+        else:
+            message = record.getMessage()
+        first = message.strip().split("\n", 1)[0].rstrip()
+        if not first:
+            return False
+        record.msg, record.args = first, ()
+        record.exc_info = record.exc_text = record.stack_info = None
+        return True
+
+
+def _configure_logging(verbose: int, quiet: bool, debug: bool = False) -> None:
+    import distributed  # noqa: F401  (it sets up its loggers when imported: first, so that the settings below hold)
+
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
-    # Dask's own chatter stays at warnings unless debugging.
-    for name in ("distributed", "dask"):
-        logging.getLogger(name).setLevel(logging.DEBUG if verbose >= 3 else logging.WARNING)
+    library_level = logging.CRITICAL + 1 if quiet else (logging.DEBUG if verbose >= 3 else logging.WARNING)
+    # distributed configures some of its child loggers (distributed.client, ...) with levels of their own: set
+    # every logger of these libraries that exists now; those made later inherit from their parent.
+    for name in list(logging.root.manager.loggerDict):
+        if name.split(".", 1)[0] in _LIBRARY_LOGGERS:
+            logging.getLogger(name).setLevel(library_level)
+    for name in _LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(library_level)
+    if debug:
+        return
+    # Without --debug no handler prints a traceback: the root's and those distributed installs on its loggers.
+    loggers = [logging.getLogger()] + [
+        logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
+        if name.split(".", 1)[0] in _LIBRARY_LOGGERS
+    ]
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", []):
+            if not any(isinstance(f, _OneLine) for f in handler.filters):
+                handler.addFilter(_OneLine())
 
 
 def _format_warning(message: object, category: type, filename: str, lineno: int, line: str | None = None) -> str:
     return f"dppca-dask: warning: {message}\n"
 
 
+def _innermost_location(exc: BaseException) -> str:
+    import os
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f" at {os.path.basename(last.filename)}:{last.lineno} in {last.name}"
+
+
+def _unexpected(exc: BaseException) -> str:
+    """One line for an exception that is not one of the package's: its class and where, never its message (which
+    may quote the data); an OSError's reason and file name are kept (they name the user's own paths)."""
+    what = type(exc).__name__
+    if isinstance(exc, OSError) and exc.strerror:
+        what += f" ({exc.strerror}{f': {exc.filename!r}' if exc.filename else ''})"
+    return f"unexpected {what}{_innermost_location(exc)}; run with --debug for the traceback"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code (0 success, 1 unexpected error, 2 invalid input or parameters,
+    3 budget exhausted, 4 public mechanism failure, 5 the Dask cluster was lost during the run, 130 interrupted)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    _configure_logging(args.verbose, args.quiet)
+    debug = bool(getattr(args, "debug", False))
+    _configure_logging(args.verbose, args.quiet, debug)
+    import traceback
     import warnings
 
     warnings.formatwarning = _format_warning  # type: ignore[assignment]
+    prefix = f"dppca-dask {args.command}"
     try:
         return int(args.handler(args) or 0)
     except DppcaError as exc:
-        print(f"dppca-dask {args.command}: error: {exc}", file=sys.stderr)
+        if debug:
+            traceback.print_exc()
+        print(f"{prefix}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"dppca-dask {args.command}: interrupted", file=sys.stderr)
+        print(f"{prefix}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader went away (`dppca-dask ... | head`): stop writing, quietly
         import os
 
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the top level: one line, never a traceback unless --debug
+        from dppca_dask.coordinator.client import cluster_lost_error, is_cluster_loss
+
+        if debug:
+            traceback.print_exc()
+        if is_cluster_loss(exc):
+            lost = cluster_lost_error(exc, "during the run")
+            print(f"{prefix}: error: {lost}", file=sys.stderr)
+            return lost.exit_code
+        print(f"{prefix}: error: {_unexpected(exc)}", file=sys.stderr)
         return 1
 
 

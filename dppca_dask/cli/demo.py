@@ -57,20 +57,23 @@ def _sample_store(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from distributed import Client, LocalCluster
-
     from dppca_dask.api import pca
+    from dppca_dask.coordinator import connect
     from dppca_dask.cli.pca import format_result
     from dppca_dask.errors import NotPrivateWarning
 
+    if args.workers is not None and args.workers < 1:  # before anything is written
+        from dppca_dask.errors import InvalidParameterError
+
+        raise InvalidParameterError(f"--workers must be >= 1; got {args.workers}; omit it for one per core")
     store = _sample_store(args)
     info = store.info()
     print(f"store: {info['n_rows']} rows x {info['n_cols']} columns, {info['nnz']} stored entries, "
           f"{info['n_partitions']} partitions, {info['size_on_disk'] / 2**20:.1f} MiB on disk")
     workers = args.workers or max(os.cpu_count() or 1, 1)
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        print(f"LocalCluster with {workers} workers at {cluster.scheduler_address}")
+    # The embedded LocalCluster of the library: everything on 127.0.0.1, no dashboard.
+    with connect(None, n_workers=workers) as client:
+        print(f"LocalCluster with {workers} workers at {client.scheduler.address}")
         result = pca(store, epsilon=args.epsilon, delta=args.delta, client=client, timings=True)
         print()
         print(format_result(result))

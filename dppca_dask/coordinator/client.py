@@ -1,20 +1,235 @@
-"""Obtaining a Dask client: an embedded ``LocalCluster`` by default, or a running cluster by address."""
+"""Obtaining a Dask client: an embedded ``LocalCluster`` by default, or a running cluster by address.
+
+Connecting to an address first checks, with a bounded timeout, that a Dask scheduler answers there: a plain socket
+(wrapped in TLS for ``tls://``) reads the handshake that a scheduler sends on every new connection, and refuses a
+peer that sends nothing (an HTTP port waits for a request), a header announcing more than
+:data:`MAX_HANDSHAKE_BYTES`, or anything that does not decode as a Dask handshake. distributed itself would wait
+without a deadline, or try to allocate whatever size the first eight bytes of the peer's answer spell.
+
+While a run uses the cluster, the loss of the scheduler (killed, restarted, unreachable) or of workers dying over and
+over ends the run with :class:`~dppca_dask.errors.ClusterLostError` instead of distributed's own exceptions.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import socket
+import ssl
+import struct
 from collections.abc import Iterator
 from typing import Any
 
 from distributed import Client, LocalCluster
 
-from dppca_dask.errors import InvalidParameterError
+from dppca_dask.errors import ClusterLostError, InvalidParameterError
 
-__all__ = ["connect"]
+__all__ = [
+    "CONNECT_TIMEOUT",
+    "HANDSHAKE_TIMEOUT",
+    "MAX_HANDSHAKE_BYTES",
+    "check_scheduler",
+    "cluster_lost_error",
+    "connect",
+    "is_cluster_loss",
+]
 
 log = logging.getLogger(__name__)
+
+#: Seconds to reach a scheduler (and the ``Client``'s own connection timeout).
+CONNECT_TIMEOUT = 20.0
+#: Seconds to wait for the handshake a scheduler sends as soon as it accepts a connection.
+HANDSHAKE_TIMEOUT = 10.0
+#: A scheduler's handshake is a few hundred bytes; a header announcing more than this is not a Dask scheduler.
+MAX_HANDSHAKE_BYTES = 1 << 20
+
+_SCHEMES = ("tcp", "tls")
+_UNCHECKED_SCHEMES = ("inproc", "ucx", "ws", "wss")
+
+
+def _split_address(address: str) -> tuple[str, str, int]:
+    """``(scheme, host, port)`` of a ``tcp://`` or ``tls://`` address (``HOST:PORT`` means tcp); ``port`` is 0 for
+    the other schemes distributed knows (``inproc``, ``ucx``, ``ws``, ``wss``), which are not checked here."""
+    scheme, sep, location = address.partition("://")
+    if not sep:
+        scheme, location = "tcp", address
+    if scheme in _UNCHECKED_SCHEMES:
+        return scheme, location, 0
+    host, colon, port_text = location.rpartition(":")
+    host = host.strip("[]")
+    if scheme not in _SCHEMES or not colon or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise InvalidParameterError(
+            f"scheduler address must be tcp://HOST:PORT or tls://HOST:PORT (or a scheduler .json file); "
+            f"got '{address}'"
+        )
+    return scheme, host, int(port_text)
+
+
+def _tls_context(address: str, security: Any | None) -> tuple[Any, ssl.SSLContext]:
+    """The ``Security`` to connect with (given, or from the Dask configuration) and its client TLS context."""
+    from distributed.security import Security
+
+    sec = security if security is not None else Security()
+    if not (sec.tls_ca_file and (sec.tls_client_cert or sec.tls_cert)):
+        raise InvalidParameterError(
+            f"scheduler address '{address}' uses TLS but no client certificate is configured; give the CA file, "
+            "certificate and key (a job's [cluster] tls_ca_file, tls_cert, tls_key), or set "
+            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE, DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT and "
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY (cluster/local.sh writes them to RUN_DIR/client.env)"
+        )
+    try:
+        context = sec.get_connection_args("client")["ssl_context"]
+    except (OSError, ssl.SSLError, ValueError) as exc:
+        raise InvalidParameterError(
+            f"cannot load the TLS certificates for '{address}': {exc}; check the CA, certificate and key files"
+        ) from None
+    return sec, context
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(min(n - len(out), 1 << 16))
+        if not chunk:
+            raise ConnectionResetError("the peer closed the connection")
+        out += chunk
+    return bytes(out)
+
+
+def _decode_handshake(sock: socket.socket) -> Any:
+    """Read one message in distributed's TCP framing, refusing sizes above :data:`MAX_HANDSHAKE_BYTES`."""
+    from distributed.protocol import loads
+    from distributed.protocol.utils import unpack_frames
+
+    (size,) = struct.unpack("<Q", _read_exactly(sock, 8))
+    if not 0 < size <= MAX_HANDSHAKE_BYTES:
+        raise ValueError("the first message's header is not a Dask one")
+    frames, buffer_sizes = unpack_frames(_read_exactly(sock, size), partial=True)
+    if sum(buffer_sizes) > MAX_HANDSHAKE_BYTES:
+        raise ValueError("the first message is larger than a Dask handshake")
+    frames = list(frames) + [_read_exactly(sock, n) for n in buffer_sizes]
+    return loads(frames, deserialize=False)
+
+
+def check_scheduler(
+    address: str,
+    *,
+    security: Any | None = None,
+    timeout: float = CONNECT_TIMEOUT,
+    handshake_timeout: float | None = None,
+) -> Any:
+    """Check that a Dask scheduler answers at ``address``; return the ``Security`` to connect with.
+
+    ``timeout`` bounds reaching the address (and the TLS handshake), ``handshake_timeout`` (default
+    :data:`HANDSHAKE_TIMEOUT`) the wait for the scheduler's first message.
+
+    Raises :class:`~dppca_dask.errors.InvalidParameterError` (exit code 2) when the address is malformed, a
+    ``tls://`` address has no certificates, nothing listens, the TLS handshake fails, or what answers is not a Dask
+    scheduler (see the module docstring).
+    """
+    scheme, host, port = _split_address(address)
+    if scheme in _UNCHECKED_SCHEMES:
+        return security
+    context = None
+    if scheme == "tls":
+        security, context = _tls_context(address, security)
+    try:
+        raw = socket.create_connection((host, port), timeout=timeout)
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+        raise InvalidParameterError(
+            f"cannot reach the Dask scheduler at '{address}': {reason}; check the address and that the scheduler "
+            "is running"
+        ) from None
+    try:
+        sock = raw
+        if context is not None:
+            try:
+                sock = context.wrap_socket(raw, server_hostname=host if context.check_hostname else None)
+            except (ssl.SSLError, OSError) as exc:
+                reason = getattr(exc, "reason", None) or type(exc).__name__
+                raise InvalidParameterError(
+                    f"the TLS handshake with '{address}' failed ({reason}); check that it is a TLS scheduler and "
+                    "that its certificate is signed by your CA file (and yours by its)"
+                ) from None
+        wait = HANDSHAKE_TIMEOUT if handshake_timeout is None else handshake_timeout
+        sock.settimeout(wait)
+        try:
+            message = _decode_handshake(sock)
+            ok = isinstance(message, dict) and "compression" in message and "python" in message
+        except TimeoutError:
+            raise InvalidParameterError(
+                f"'{address}' is not a Dask scheduler: it sent no Dask handshake within {wait:g} s (an HTTP port "
+                "such as the dashboard's, or a TLS scheduler given as tcp://?); give the scheduler's own address "
+                "(tcp://HOST:8786 by default, tls:// for a TLS cluster)"
+            ) from None
+        except ssl.SSLError as exc:
+            raise InvalidParameterError(
+                f"the TLS connection to '{address}' failed ({exc.reason or type(exc).__name__}); check that your "
+                "certificate is signed by the scheduler's CA"
+            ) from None
+        except Exception:  # noqa: BLE001 - whatever the bytes were, they were not a handshake
+            ok = False
+        if not ok:
+            raise InvalidParameterError(
+                f"'{address}' is not a Dask scheduler: what answers there does not speak Dask's protocol"
+                f"{' over TLS' if scheme == 'tls' else ''}; give the scheduler's own address (tcp://HOST:8786 by "
+                "default, tls:// for a TLS cluster)"
+            )
+    finally:
+        with contextlib.suppress(OSError):
+            raw.close()
+    return security
+
+
+def _scheduler_file_address(path: str) -> str:
+    try:
+        if os.path.getsize(path) > MAX_HANDSHAKE_BYTES:
+            raise ValueError("too large")
+        with open(path, encoding="utf-8") as f:
+            address = json.load(f)["address"]
+        if not isinstance(address, str):
+            raise TypeError("address is not a string")
+    except (OSError, ValueError, KeyError, TypeError):
+        raise InvalidParameterError(
+            f"'{path}' is not a Dask scheduler file (JSON with an \"address\"); give the file the scheduler wrote "
+            "with --scheduler-file, or its address"
+        ) from None
+    return address
+
+
+def is_cluster_loss(exc: BaseException) -> bool:
+    """Whether ``exc`` is distributed's way of saying that the scheduler or the workers went away."""
+    from distributed.client import FutureCancelledError
+    from distributed.comm.core import CommClosedError
+    from distributed.scheduler import KilledWorker
+
+    return isinstance(exc, (FutureCancelledError, CommClosedError, KilledWorker))
+
+
+def cluster_lost_error(exc: BaseException, where: str) -> ClusterLostError:
+    from distributed.scheduler import KilledWorker
+
+    if isinstance(exc, KilledWorker):
+        reason = "workers running one of its tasks died repeatedly (out of memory? see the worker logs)"
+    else:
+        reason = "the scheduler stopped or became unreachable"
+    return ClusterLostError(
+        f"the run lost its Dask cluster ({where}): {reason}; no result was released; run it again once the "
+        "cluster is back (a ledger job's entry records whether its budget was spent: dppca-dask budget show)"
+    )
+
+
+@contextlib.contextmanager
+def _translate_loss(where: str) -> Iterator[None]:
+    try:
+        yield
+    except BaseException as exc:
+        if is_cluster_loss(exc):
+            raise cluster_lost_error(exc, where) from None
+        raise
 
 
 @contextlib.contextmanager
@@ -24,42 +239,64 @@ def connect(
     n_workers: int | None = None,
     memory_limit: str | None = None,
     security: Any | None = None,
+    timeout: float = CONNECT_TIMEOUT,
 ) -> Iterator[Client]:
     """Yield a ``distributed.Client``.
 
     Parameters
     ----------
     client
-        ``None`` starts an embedded ``LocalCluster`` (one single-threaded worker process per core, closed on exit);
-        a string is a scheduler address (``tcp://host:8786``, ``tls://...``) or a scheduler file (``*.json``);
-        an existing ``Client`` is used as is and left open.
+        ``None`` starts an embedded ``LocalCluster`` (one single-threaded worker process per core, on 127.0.0.1
+        without a dashboard, closed on exit); a string is a scheduler address (``tcp://host:8786``,
+        ``tls://...``) or a scheduler file (``*.json``); an existing ``Client`` is used as is and left open.
     n_workers, memory_limit
         For the embedded cluster only.
     security
-        A ``distributed.security.Security`` for TLS connections to an address.
+        A ``distributed.security.Security`` for TLS connections to an address (default: the Dask configuration).
+    timeout
+        Seconds to reach the scheduler and read its handshake.
+
+    Raises
+    ------
+    InvalidParameterError
+        The scheduler cannot be used (see :func:`check_scheduler`); nothing has run.
+    ClusterLostError
+        The scheduler or the workers went away while the body ran.
     """
     if isinstance(client, Client):
-        yield client
+        with _translate_loss(f"scheduler {client.scheduler.address}"):
+            yield client
         return
     if isinstance(client, str):
         if not client:
             raise InvalidParameterError("scheduler address is empty; give tcp://HOST:PORT or omit it")
-        kwargs: dict[str, Any] = {"security": security} if security is not None else {}
-        if client.endswith(".json") and os.path.exists(client):
-            kwargs["scheduler_file"] = client
-            target: str | None = None
+        kwargs: dict[str, Any] = {}
+        if client.endswith(".json"):
+            if not os.path.isfile(client):
+                raise InvalidParameterError(
+                    f"scheduler file '{client}' does not exist; give the file the scheduler wrote with "
+                    "--scheduler-file (cluster/local.sh: RUN_DIR/scheduler.json), or its address"
+                )
+            address = _scheduler_file_address(client)
         else:
-            target = client
-        log.info("connecting to the Dask scheduler at %s", client)
+            address = client
+        log.info("connecting to the Dask scheduler at %s", address)
+        security = check_scheduler(address, security=security, timeout=timeout)
+        if security is not None:
+            kwargs["security"] = security
         try:
-            remote = Client(target, timeout="30s", **kwargs)
-        except OSError as exc:
+            remote = Client(address, timeout=f"{timeout}s", **kwargs)
+        except (OSError, TimeoutError, ValueError, TypeError) as exc:
             raise InvalidParameterError(
-                f"cannot reach the Dask scheduler at '{client}': {exc}; check the address, that the scheduler "
-                "is running, and the TLS settings"
-            ) from exc
-        with remote:
-            yield remote
+                f"cannot connect to the Dask scheduler at '{address}' ({type(exc).__name__}); check the address, "
+                "that the scheduler is running, and the TLS settings"
+            ) from None
+        with _translate_loss(f"scheduler {address}"):
+            try:
+                yield remote
+            finally:
+                with contextlib.suppress(Exception):
+                    remote.close(timeout=5)
         return
     if client is not None:
         raise InvalidParameterError(
@@ -67,11 +304,39 @@ def connect(
         )
     workers = n_workers or max(os.cpu_count() or 1, 1)
     log.info("starting an embedded LocalCluster with %d single-threaded workers", workers)
-    with LocalCluster(
-        n_workers=workers,
-        threads_per_worker=1,
-        processes=True,
-        dashboard_address=None,
-        memory_limit=memory_limit or "auto",
-    ) as cluster, Client(cluster) as local:
+    # The worker processes log at the level of this process's distributed logger (silent under the command
+    # line's -q), and at warnings at most.
+    worker_log_level = max(logging.getLogger("distributed").getEffectiveLevel(), logging.WARNING)
+    with _workers_ignore_sigint():
+        cluster = LocalCluster(
+            n_workers=workers,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+            worker_dashboard_address=None,
+            # No dashboard; the scheduler's HTTP server (health, metrics) on a free loopback port, not 8787.
+            scheduler_kwargs={"dashboard": False, "dashboard_address": "127.0.0.1:0"},
+            memory_limit=memory_limit or "auto",
+            silence_logs=worker_log_level,
+        )
+    with cluster, Client(cluster) as local, _translate_loss("embedded LocalCluster"):
         yield local
+
+
+@contextlib.contextmanager
+def _workers_ignore_sigint() -> Iterator[None]:
+    """Start the embedded workers with SIGINT ignored (they inherit it through exec): Ctrl-C in a terminal reaches
+    the whole process group, and this process, not each worker printing its own KeyboardInterrupt traceback, ends
+    the run and closes the cluster. Only in the main thread (elsewhere signals cannot be set)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -29,6 +29,7 @@ from dppca_dask.algorithms.requests import (
     PowerStep,
     Request,
 )
+from dppca_dask.coordinator.guard import guarded, unwrap
 from dppca_dask.coordinator.sources import PartitionData, PartitionSource
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels import power as K
@@ -266,7 +267,7 @@ class Coordinator:
         for i, (loader, args) in enumerate(self.source.loaders):
             resolved = tuple(self.client.compute(a) if isinstance(a, Delayed) else a for a in args)
             parts.append(
-                self.client.submit(_load, (loader, resolved), key=f"dppca-partition-{self._token}-{i}",
+                self.client.submit(guarded(_load), (loader, resolved), key=f"dppca-partition-{self._token}-{i}",
                                    retries=self.retries)
             )
         return parts
@@ -291,18 +292,19 @@ class Coordinator:
         )
         args = (vector_future,) if vector_future is not None else ()
         level = [
-            self.client.submit(kernel, item, *args, key=f"{prefix}-map-{i}", retries=self.retries, **kw)
+            self.client.submit(guarded(kernel), item, *args, key=f"{prefix}-map-{i}", retries=self.retries, **kw)
             for i, item in zip(indices, self._items(indices))
         ]
         depth = 0
         while len(level) > 1:
             depth += 1
             level = [
-                self.client.submit(merge, *level[i : i + self.fan_in], key=f"{prefix}-reduce-{depth}-{i}",
+                self.client.submit(guarded(merge), *level[i : i + self.fan_in], key=f"{prefix}-reduce-{depth}-{i}",
                                    retries=self.retries)
                 for i in range(0, len(level), self.fan_in)
             ]
-        aggregate = level[0].result()
+        # Task errors come back as values without data in them (see coordinator.guard).
+        aggregate = unwrap(level[0].result())
         if len(indices) == 1:
             aggregate = merge(aggregate)
         del level, vector_future
