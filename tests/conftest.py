@@ -52,5 +52,7 @@ def local_client() -> Iterator[object]:
         processes=True,
         dashboard_address=None,
         memory_limit="2GiB",
+        host="127.0.0.1",
+        scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
     ) as cluster, Client(cluster) as client:
         yield client
