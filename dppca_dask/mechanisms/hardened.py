@@ -36,9 +36,8 @@ numerically indistinguishable already at grids of about one scale. Where a prove
 
 What is not hardened: the draws of :mod:`dppca_dask.mechanisms.secret` (private power iteration's start vectors,
 the private range finder's secret Ω) still come from numpy's ``PCG64DXSM`` seeded from the operating system; they
-are not added to a data value. The SVT (:mod:`dppca_dask.mechanisms.svt`) draws discrete Laplace noise here, but
-compares ``F_j + ν_j`` with ``c + ρ`` as two rounded float sums; :func:`first_below_exact` is the exact form of
-that comparison.
+are not added to a data value. The SVT (:mod:`dppca_dask.mechanisms.svt`) draws discrete Laplace noise here and
+decides ``F_j + ν_j ≤ c + ρ`` in exact arithmetic (:func:`~dppca_dask.mechanisms.svt_first_below`).
 """
 
 from __future__ import annotations
@@ -55,7 +54,6 @@ __all__ = [
     "LATTICE_BITS",
     "discrete_gaussian",
     "discrete_laplace",
-    "first_below_exact",
     "inflated_sensitivity",
     "lattice_exponent",
     "round_to_lattice",
@@ -168,27 +166,3 @@ def discrete_laplace(scale: float, size: Any, k: int) -> Any:
     A Python float for ``size=None``, else a float64 array of that shape; every value is a multiple of ``2^k``.
     """
     return _draw("laplace", scale, size, k)
-
-
-def first_below_exact(
-    counts: Any, *, cutoff: float, threshold_noise: float, query_noise: Any
-) -> int | None:
-    """The first j with ``F_j + ν_j ≤ c + ρ`` decided in exact arithmetic, or None.
-
-    :func:`~dppca_dask.mechanisms.svt_first_below` compares two rounded float sums; two exact values closer than
-    a rounding step can then compare the other way, and the SVT's privacy proof (which shifts ρ by 1 and ν_j by 2)
-    is about the exact comparison. Every float64 is a multiple of 2^-1074, so the exact sum
-    ``F_j + ν_j - c - ρ`` is zero or at least 2^-1074 in magnitude, and :func:`math.fsum` (the correctly rounded
-    exact sum) has its sign: the test below is exact. A tie counts as below, as in ``svt_first_below``.
-    """
-    values = np.asarray(counts, dtype=np.float64)
-    nu = np.asarray(query_noise, dtype=np.float64)
-    if values.ndim != 1 or values.shape != nu.shape:
-        raise InvalidParameterError(
-            f"counts and query_noise must be 1-D of the same length; got shapes {values.shape} and {nu.shape}"
-        )
-    minus_threshold = (-float(cutoff), -float(threshold_noise))
-    for j, (count, noise) in enumerate(zip(values.tolist(), nu.tolist())):
-        if math.fsum((count, noise, *minus_threshold)) <= 0.0:
-            return j
-    return None

@@ -20,8 +20,8 @@ Not hardened under either sampler: the draws of :mod:`dppca_dask.mechanisms.secr
 private power iteration and the secret sketching matrix Ω of the private range finder, come from the source's
 ``PCG64DXSM`` generator seeded from the operating system. They are not added to data values, but they are not
 drawn from a cryptographic generator either. (Adaptive power's start vector is drawn with
-:meth:`NoiseSource.gaussian` and so follows the sampler.) The SVT's comparisons of noisy counts are float sums
-(see :func:`dppca_dask.mechanisms.hardened.first_below_exact` for the exact form).
+:meth:`NoiseSource.gaussian` and so follows the sampler.) The SVT compares noisy counts in exact arithmetic
+(:func:`dppca_dask.mechanisms.svt_first_below`).
 
 A seeded source (:meth:`NoiseSource.from_seed`, not private) always uses the float sampler so that a seed
 reproduces a run: OpenDP's samplers read the operating system's generator and cannot be seeded. Asking for

@@ -172,6 +172,11 @@ def svt_first_below(
     Pure function (no sampling), so the decision logic is tested with chosen noise values. A tie (equality)
     counts as below. Queries after the answer do not affect it.
 
+    The comparison is exact: comparing two rounded float sums could order two exact values closer than a rounding
+    step the wrong way, and the SVT's privacy proof (which shifts ρ by 1 and ν_j by 2) is about the exact
+    comparison. Every float64 is a multiple of 2^-1074, so the exact ``F_j + ν_j − c − ρ`` is zero or at least
+    2^-1074 in magnitude, and :func:`math.fsum` (the correctly rounded exact sum) has its sign.
+
     Parameters
     ----------
     counts
@@ -194,8 +199,11 @@ def svt_first_below(
         raise InvalidParameterError(
             f"counts and query_noise must be 1-D of the same length; got shapes {values.shape} and {nu.shape}"
         )
-    below = np.flatnonzero(values + nu <= float(cutoff) + float(threshold_noise))
-    return int(below[0]) if below.size else None
+    minus_threshold = (-float(cutoff), -float(threshold_noise))
+    for j, (count, drawn) in enumerate(zip(values.tolist(), nu.tolist())):
+        if math.fsum((count, drawn, *minus_threshold)) <= 0.0:
+            return j
+    return None
 
 
 def above_threshold(

@@ -403,39 +403,43 @@ def test_seeded_hardened_source_is_refused(seed: int) -> None:
 # -- the SVT's comparison in exact arithmetic -----------------------------------------------------------------
 
 
-def test_first_below_exact_decides_where_float_sums_round_the_wrong_way() -> None:
+def _rounded_first_below(counts: list[float], cutoff: float, rho: float, nu: list[float]) -> int | None:
+    """The comparison as two rounded float sums (what the SVT must not do)."""
+    below = np.flatnonzero(np.asarray(counts) + np.asarray(nu) <= cutoff + rho)
+    return int(below[0]) if below.size else None
+
+
+def test_svt_decision_is_exact_where_float_sums_round_the_wrong_way() -> None:
     from dppca_dask.mechanisms import svt_first_below
-    from dppca_dask.mechanisms.hardened import first_below_exact
 
     # F + ν = 2^53 + 1 exactly (> c + ρ = 2^53 + 0.75), but float64 has a step of 2 there: both sums round to
     # 2^53, so the rounded comparison says "below" and the exact one does not.
     counts, nu = [2.0**53], [1.0]
     cutoff, rho = 2.0**53, 0.75
-    assert svt_first_below(counts, cutoff=cutoff, threshold_noise=rho, query_noise=nu) == 0
-    assert first_below_exact(counts, cutoff=cutoff, threshold_noise=rho, query_noise=nu) is None
+    assert _rounded_first_below(counts, cutoff, rho, nu) == 0
+    assert svt_first_below(counts, cutoff=cutoff, threshold_noise=rho, query_noise=nu) is None
     # a tie is below; later queries do not matter; none below gives None
-    assert first_below_exact([5.0, 3.0, 1.0], cutoff=3.0, threshold_noise=0.0, query_noise=[0.0, 0.0, 0.0]) == 1
-    assert first_below_exact([5.0, 4.0], cutoff=1.0, threshold_noise=0.5, query_noise=[0.25, -2.0]) is None
-    assert first_below_exact([1e-300], cutoff=5e-324, threshold_noise=0.0, query_noise=[-1e-300]) == 0
+    assert svt_first_below([5.0, 3.0, 1.0], cutoff=3.0, threshold_noise=0.0, query_noise=[0.0, 0.0, 0.0]) == 1
+    assert svt_first_below([5.0, 4.0], cutoff=1.0, threshold_noise=0.5, query_noise=[0.25, -2.0]) is None
+    assert svt_first_below([1e-300], cutoff=5e-324, threshold_noise=0.0, query_noise=[-1e-300]) == 0
 
 
-def test_first_below_exact_agrees_with_float_comparisons_away_from_rounding(rng: np.random.Generator) -> None:
+def test_svt_decision_agrees_with_float_comparisons_away_from_rounding(rng: np.random.Generator) -> None:
     from dppca_dask.mechanisms import svt_first_below
-    from dppca_dask.mechanisms.hardened import first_below_exact
 
     for _ in range(200):
         counts = np.sort(rng.integers(0, 1000, 20).astype(float))[::-1]
         nu = rng.laplace(0, 8, 20)
         rho = float(rng.laplace(0, 4))
-        assert first_below_exact(counts, cutoff=300.0, threshold_noise=rho, query_noise=nu) == svt_first_below(
-            counts, cutoff=300.0, threshold_noise=rho, query_noise=nu)
+        assert svt_first_below(counts, cutoff=300.0, threshold_noise=rho, query_noise=nu) == _rounded_first_below(
+            list(counts), 300.0, rho, list(nu))
 
 
-def test_first_below_exact_rejects_mismatched_shapes() -> None:
-    from dppca_dask.mechanisms.hardened import first_below_exact
+def test_svt_decision_rejects_mismatched_shapes() -> None:
+    from dppca_dask.mechanisms import svt_first_below
 
     with pytest.raises(InvalidParameterError, match="same length; got shapes"):
-        first_below_exact([1.0, 2.0], cutoff=0.0, threshold_noise=0.0, query_noise=[0.0])
+        svt_first_below([1.0, 2.0], cutoff=0.0, threshold_noise=0.0, query_noise=[0.0])
 
 
 def test_a_missing_opendp_is_reported_before_any_noise(monkeypatch: pytest.MonkeyPatch) -> None:
