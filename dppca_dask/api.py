@@ -713,6 +713,7 @@ def pca(
         "calibration": dict(plan.calibration),
         "input": dict(source.description),
         "seeded": seed is not None or (noise is not None and not noise.private),
+        "noise_sampler": noise.sampler if noise is not None else None,
         "package": {"dppca_dask": __version__, **_versions()},
         "started": started_wall.isoformat(timespec="seconds"),
         "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

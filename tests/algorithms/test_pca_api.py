@@ -82,6 +82,7 @@ def test_seed_makes_a_reproducible_not_private_result_that_is_frozen_and_saved(s
         second = pca(small, epsilon=1.0, delta=1e-6, seed=4, client="local", progress=False)
     np.testing.assert_array_equal(first.components, second.components)
     assert first.private is False and first.provenance["seeded"] is True
+    assert first.provenance["noise_sampler"] == "float"  # a seed always uses the float sampler
     assert first.privacy.neighbouring == "add/remove one row"
     with pytest.raises(dataclasses.FrozenInstanceError):
         first.components = np.zeros((1, 40))  # type: ignore[misc]

@@ -328,6 +328,7 @@ def test_pca_run_with_hardened_default_is_private(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv(SAMPLER_ENV, "hardened")
     result = dppca_dask.pca(matrix, epsilon=1.0, delta=1e-6, client="local", progress=False)
     assert result.private and result.components.shape == (1, 20)
+    assert result.provenance["noise_sampler"] == "hardened"
     # default T = 5: a start vector, then per iteration the SVT (ρ, then ν) and the Gaussian step
     assert draws.count("gaussian") == 1 + dppca_dask.api.DEFAULT_N_ITER
     assert draws.count("laplace") == 2 * dppca_dask.api.DEFAULT_N_ITER
