@@ -521,7 +521,7 @@ def plan_release(n_cols: int, *, mechanism: str = "adaptive-power", epsilon: flo
                 "max_dense_dim": DEFAULT_MAX_DENSE_DIM}
     params = validate_parameters(mechanism=mechanism, epsilon=epsilon, delta=delta, **{**defaults, **given})
     plan = _plan(params, int(n_cols))
-    if plan.planned_events is not None and params.calibration == "standard":
+    if plan.planned_events is not None:  # under either calibration: what the noise actually gives
         events = tuple(plan.planned_events)
     else:
         events = (EpsilonDeltaDpEvent(params.epsilon, params.delta),)

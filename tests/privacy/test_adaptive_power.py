@@ -173,6 +173,15 @@ def test_passes_task_names_logs_and_fields_match_on_a_local_cluster(
     assert ra.privacy.events == tuple(planned) == rb.privacy.events
 
 
+@pytest.mark.parametrize("calibration", ["standard", "paper"])
+def test_planned_events_are_the_emitted_events_under_either_calibration(seed: int, calibration: str) -> None:
+    base, _ = _dataset(seed)
+    result = pca(_dask(base[:2_000]), n_iter=2, client="local", noise=AuditingNoiseSource(seed),
+                 calibration=calibration, **PARAMS)
+    plan = plan_release(D, epsilon=1.0, delta=1e-6, n_iter=2, beta=1e-6, calibration=calibration)
+    assert result.privacy.events == tuple(event_to_json(e) for e in summarise_events(plan.events))
+
+
 def test_timings_only_when_asked_and_labelled(seed: int) -> None:
     base, _ = _dataset(seed)
     result = pca(_dask(base[:2_000]), n_iter=1, client="local", noise=AuditingNoiseSource(seed), timings=True,
