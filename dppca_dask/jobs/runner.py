@@ -470,7 +470,8 @@ def job_lock(ledger: Any, dataset: str, job_id: str) -> Iterator[None]:
 def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, progress: bool | None,
              allow_new_store: bool) -> JobOutcome:
     from dppca_dask.ledger import CHARGED, RESERVED
-    from dppca_dask.mechanisms import NoiseSource
+    from dppca_dask.coordinator.client import check_scheduler
+    from dppca_dask.mechanisms import NoiseSource, default_sampler
     from dppca_dask.storage import open_matrix
 
     job_id = spec.job_id(date)
@@ -526,6 +527,10 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
                 "checkpoint, or give the run a new job id (--job-id or --date) to spend new budget"
             )
     ledger.check_store(dataset, _job_store_id(spec, store), allow_new_store=allow_new_store)
+    if client is None and spec.cluster.address:  # a scheduler that cannot be used fails before reserving
+        check_scheduler(spec.cluster.address, security=security)
+    if noise is None:
+        default_sampler()  # a bad noise-sampler setting fails before reserving
 
     # -- 2. reserve -------------------------------------------------------------------------------------------
     entry = ledger.reserve(

@@ -116,6 +116,19 @@ def test_an_output_path_that_is_a_file_fails_before_reserving(tmp_path: Path, sm
     assert "exists and is not a directory" in capsys.readouterr().err
 
 
+def test_an_unusable_scheduler_or_sampler_setting_fails_before_reserving(tmp_path: Path, small_store: str,
+                                                                         write_spec, capsys, monkeypatch) -> None:
+    spec = write_spec(base_doc(tmp_path, small_store))
+    assert main(["run", str(spec), "--date", DATE, "--scheduler", "tcp://127.0.0.1:1"]) == 2  # nothing listens
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "127.0.0.1:1" in err
+    assert Ledger(tmp_path / "ledger.sqlite").budget("ds").entries == ()
+    monkeypatch.setenv("DPPCA_NOISE_SAMPLER", "fast")
+    assert main(["run", str(spec), "--date", DATE]) == 2
+    assert "DPPCA_NOISE_SAMPLER" in capsys.readouterr().err
+    assert Ledger(tmp_path / "ledger.sqlite").budget("ds").entries == ()
+
+
 def test_a_published_result_is_never_released_again(tmp_path: Path, small_store: str, local_client, write_spec,
                                                     capsys) -> None:
     """The output holds this job id's result but the ledger does not know it (replaced by a new, empty ledger)."""
