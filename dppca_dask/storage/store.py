@@ -28,6 +28,7 @@ from dppca_dask.errors import (
     UnsupportedStoreVersionError,
 )
 from dppca_dask.storage import _format
+from dppca_dask.storage.validate import canonical_csr, check_csr_arrays, check_row_norms, safe_row_norms
 
 __all__ = ["MatrixStore", "Partition", "open_matrix"]
 
@@ -117,10 +118,21 @@ class MatrixStore:
 
     # ------------------------------------------------------------------------------------------------ reading
     def read_partition(self, index: int, *, dtype: np.dtype[Any] | type | None = None) -> Any:
-        """Read partition ``index``: a ``scipy.sparse.csr_array`` (CSR) or a 2-D ``numpy.ndarray`` (dense).
+        """Read partition ``index``: a canonical ``scipy.sparse.csr_array`` (CSR) or a 2-D ``numpy.ndarray`` (dense).
 
-        Values are converted to ``dtype`` once here when given (kernels use float64). Raises
-        :class:`~dppca_dask.errors.StoreCorruptError` naming the partition when a chunk is missing or damaged.
+        Every read checks the partition before anything trusts it: the CSR structure (row pointers monotone and in
+        bounds, column indices in range, consistent lengths) before any scipy routine touches it, and finite values.
+        CSR blocks come back canonical (column indices sorted, duplicate entries summed), whatever wrote the store,
+        so that the norms a kernel clips with are the norms of the values it multiplies. Values are converted to
+        ``dtype`` first when given (kernels use float64).
+
+        Raises
+        ------
+        StoreCorruptError
+            A chunk is missing or damaged, or the structure is malformed; the message names the partition.
+        InvalidInputError
+            A NaN or infinite value in an AnnData store opened directly (a dppca_dask store never holds one: there
+            it is damage, :class:`StoreCorruptError`).
         """
         part = self._partition(index)
         try:
@@ -137,15 +149,29 @@ class MatrixStore:
                 source=self.path,
                 partition=part.index,
             ) from exc
+        self._check_finite(part, block)
         if dtype is not None:
             block = block.astype(dtype, copy=False)
+        if self.layout == "csr":
+            block = canonical_csr(block)
         return block
 
-    def read_row_norms(self, index: int, *, block: Any | None = None) -> np.ndarray:
-        """L2 norms of the rows of partition ``index`` (float64).
+    def read_checked_norms(self, index: int, block: Any) -> np.ndarray:
+        """L2 norms of the rows of ``block`` (partition ``index`` as read), refusing rows whose norm overflows.
 
-        Stored norms are read from the store; for an AnnData store opened directly they are computed from
-        ``block`` (or from a fresh read of the partition).
+        These are the norms used for clipping: computed from the values the kernels multiply, never read from the
+        stored ``row_norms`` (which a modified store may leave stale).
+        """
+        part = self._partition(index)
+        error = StoreCorruptError if self.format_version is not None else InvalidInputError
+        return check_row_norms(safe_row_norms(block), source=self.path, partition=part.index,
+                               first_row=part.row_start, error=error)
+
+    def read_row_norms(self, index: int, *, block: Any | None = None) -> np.ndarray:
+        """The row norms stored at ingest for partition ``index`` (float64), for ``info --check``.
+
+        Private computations never use these (see :meth:`read_checked_norms`). For an AnnData store opened
+        directly, which stores none, they are computed from ``block`` (or from a fresh read of the partition).
         """
         part = self._partition(index)
         if self.has_row_norms:
@@ -159,10 +185,12 @@ class MatrixStore:
                     partition=part.index,
                 ) from exc
             if norms.size and not np.isfinite(norms).all():
-                row = part.row_start + int(np.flatnonzero(~np.isfinite(norms))[0])
+                bad = int(np.flatnonzero(~np.isfinite(norms))[0])
+                row = part.row_start + bad
+                what = "missing (a chunk of 'row_norms' is absent)" if np.isnan(norms[bad]) else "not finite"
                 raise StoreCorruptError(
-                    f"row norms of partition {part.index} are missing at row {row} in store '{self.path}' "
-                    "(a chunk of 'row_norms' is absent); re-ingest the store from its source",
+                    f"the stored row norm of row {row} (partition {part.index}) in store '{self.path}' is {what}; "
+                    "re-ingest the store from its source",
                     source=self.path,
                     partition=part.index,
                     row=row,
@@ -171,6 +199,34 @@ class MatrixStore:
         if block is None:
             block = self.read_partition(index)
         return row_norms_of(block)
+
+    def _check_finite(self, part: Partition, block: Any) -> None:
+        values = block.data if sp.issparse(block) else block
+        finite = np.isfinite(values)
+        if finite.all():
+            return
+        pos = int(np.argmax(~finite.ravel()))
+        if sp.issparse(block):
+            row = part.row_start + int(np.searchsorted(block.indptr, pos, side="right")) - 1
+            col = int(block.indices[pos])
+        else:
+            row, col = part.row_start + pos // block.shape[1], pos % block.shape[1]
+        if self.format_version is not None:
+            raise StoreCorruptError(
+                f"partition {part.index} of store '{self.path}' is damaged: a non-finite value at row {row}, column "
+                f"{col} (ingest never stores one; a chunk was modified or lost); re-ingest the store from its source",
+                source=self.path,
+                partition=part.index,
+                row=row,
+            )
+        raise InvalidInputError(
+            f"a NaN or infinite value at row {row} (partition {part.index}), column {col} of AnnData store "
+            f"'{self.path}'; remove or impute it, or ingest the store with `dppca-dask ingest {self.path} --out STORE`"
+            " (which names every bad value)",
+            source=self.path,
+            partition=part.index,
+            row=row,
+        )
 
     def to_scipy(self, *, max_bytes: int = 2 * 2**30) -> sp.csr_array:
         """The whole matrix in memory as CSR (for small stores, tests and exact baselines)."""
@@ -240,6 +296,8 @@ class MatrixStore:
             indices = np.zeros(0, dtype=np.int32)
         self._check_csr(part, indptr, data, indices)
         indptr = indptr.astype(np.int64, copy=False) - part.nnz_start
+        check_csr_arrays(indptr, indices, data, n_rows=part.n_rows, n_cols=self.n_cols, source=self.path,
+                         partition=part.index, first_row=part.row_start, error=StoreCorruptError)
         if indices.dtype != np.int32 and self.n_cols < 2**31 and part.nnz < 2**31:
             indices = indices.astype(np.int32)
             indptr = indptr.astype(np.int32)
@@ -303,17 +361,8 @@ class MatrixStore:
 
 
 def row_norms_of(block: Any) -> np.ndarray:
-    """L2 norm of each row of a CSR or dense block (float64)."""
-    if sp.issparse(block):
-        csr = sp.csr_array(block)
-        if csr.nnz == 0:
-            return np.zeros(csr.shape[0])
-        # A trailing zero keeps reduceat's indices in range when the last rows are empty.
-        squares = np.append(np.square(csr.data, dtype=np.float64), 0.0)
-        sums = np.add.reduceat(squares, csr.indptr[:-1])
-        sums[np.diff(csr.indptr) == 0] = 0.0
-        return np.sqrt(sums)
-    return np.sqrt(np.einsum("ij,ij->i", block, block, dtype=np.float64))
+    """L2 norm of each row of a canonical CSR or dense block (float64, safe against overflow of the squares)."""
+    return safe_row_norms(block)
 
 
 @functools.lru_cache(maxsize=64)
