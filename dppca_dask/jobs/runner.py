@@ -290,6 +290,11 @@ def _run_job(spec: JobSpec, *, date: str, client: Any, noise: Any, progress: boo
                 "job id (--job-id or --date) to spend new budget"
             )
 
+    # Every partition read and checked before the reservation: bad input reserves nothing (invariant 7).
+    from dppca_dask.coordinator.preflight import preflight
+
+    preflight(store, client if hasattr(client, "submit") else None)
+
     # -- 2. reserve -------------------------------------------------------------------------------------------
     entry = ledger.reserve(
         dataset, job_id, epsilon=spec.epsilon, delta=spec.delta, events=events, mechanism=spec.mechanism,
