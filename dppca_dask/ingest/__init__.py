@@ -14,6 +14,7 @@ file, the line or record, the partition and the row; a failed ingest leaves neit
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -126,6 +127,7 @@ def ingest(
     row_column: str = "row_id",
     col_column: str = "col_id",
     value_column: str | None = "value",
+    column_ids: Any = None,
 ) -> MatrixStore:
     """Ingest a matrix into a new store at ``out`` and open it.
 
@@ -151,12 +153,20 @@ def ingest(
         Replace an existing store at ``out`` (the old one stays until the new one is complete).
     progress
         A progress bar on standard error: ``None`` (default) only when it is a terminal, or always / never.
-    zero_based, n_features, store_labels
-        svmlight only: indices start at 0 (default: 1, as LIBSVM); the number of columns (default: the largest
-        index, found by reading the file twice); keep the labels as the array ``labels``.
+    n_features
+        The number of columns, declared as public input: the store's schema is then ``"declared"`` (see
+        :attr:`~dppca_dask.storage.MatrixStore.schema`), otherwise ``"inferred"``. For svmlight it sets the width
+        (default: the largest index, found by reading the file twice); for the other formats the input's width must
+        equal it. For Parquet declare the column ids instead (``column_ids``).
+    zero_based, store_labels
+        svmlight only: indices start at 0 (default: 1, as LIBSVM); keep the labels as the array ``labels``.
     row_column, col_column, value_column
         parquet only: the columns holding the row id, the column id and the value; ``value_column=None`` gives
         every triplet the value 1.
+    column_ids
+        parquet only: the universe of column ids, declared as public input (a text file with one id per line, or a
+        sequence): column ``j`` of the store is the ``j``-th smallest id, whether or not the table uses it, and a
+        table id outside the universe is an error. The schema is then ``"declared"``.
 
     Returns
     -------
@@ -184,7 +194,10 @@ def ingest(
         raise InvalidParameterError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
     if in_memory and format is not None:
         raise InvalidParameterError(f"format applies to files; got format={format!r} with an in-memory matrix")
+    check_positive("n_features", n_features)
     options = _options(out, rows_per_partition, dtype, on_duplicate, overwrite, progress)
+    if n_features is not None:
+        options = dataclasses.replace(options, n_features=int(n_features))
     if not in_memory:
         source = require_file(src)
         if os.path.abspath(source) == options.out:
@@ -194,11 +207,15 @@ def ingest(
         kind = "array"
     _check_format_options(
         kind,
-        svmlight={"zero_based": zero_based is not False, "n_features": n_features is not None,
-                  "store_labels": store_labels is not False},
+        svmlight={"zero_based": zero_based is not False, "store_labels": store_labels is not False},
         parquet={"row_column": row_column != "row_id", "col_column": col_column != "col_id",
-                 "value_column": value_column != "value"},
+                 "value_column": value_column != "value", "column_ids": column_ids is not None},
     )
+    if kind == "parquet" and n_features is not None and column_ids is None:
+        raise InvalidParameterError(
+            "n_features does not declare the columns of a Parquet table (its columns are the distinct column ids); "
+            "declare the column ids instead: column_ids= (--column-ids FILE, one id per line)"
+        )
     if kind == "array":
         from dppca_dask.ingest.arrays import ingest_array
 
@@ -223,7 +240,7 @@ def ingest(
         from dppca_dask.ingest.parquet import ingest_parquet
 
         return ingest_parquet(source, options, row_column=row_column, col_column=col_column,
-                              value_column=value_column)
+                              value_column=value_column, column_ids=column_ids)
     from dppca_dask.ingest.arrays import ingest_npy, ingest_npz
 
     return ingest_npz(source, options) if kind == "npz" else ingest_npy(source, options)

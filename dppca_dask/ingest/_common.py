@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from dppca_dask._progress import progress_bar
-from dppca_dask.errors import InvalidParameterError, MissingExtraError, StoreNotFoundError
+from dppca_dask.errors import InvalidInputError, InvalidParameterError, MissingExtraError, StoreNotFoundError
 from dppca_dask.storage import StoreWriter
 from dppca_dask.storage import _format
 from dppca_dask.storage.validate import DuplicatePolicy
@@ -47,6 +47,22 @@ class IngestOptions:
     """Replace an existing store at ``out`` (only once the new one is complete)."""
     progress: bool | None = None
     """``None``: a progress bar when standard error is a terminal; ``True``/``False``: always / never."""
+    n_features: int | None = None
+    """The number of columns declared by the data owner (public input), or ``None`` to infer it from the data."""
+
+    @property
+    def schema(self) -> Literal["declared", "inferred"]:
+        """``"declared"`` when the number of columns was given, else ``"inferred"`` (recorded in the store)."""
+        return "declared" if self.n_features is not None else "inferred"
+
+    def check_width(self, n_cols: int, *, source: object) -> None:
+        """Refuse a matrix whose width differs from the declared ``n_features``, before anything is written."""
+        if self.n_features is not None and int(n_cols) != self.n_features:
+            raise InvalidInputError(
+                f"'{source}' has {int(n_cols)} columns but n_features={self.n_features} (--n-features) was declared; "
+                "declare the matrix's true number of columns, or fix the input",
+                source=source,
+            )
 
     def value_dtype(self, source_dtype: Any) -> np.dtype[Any]:
         """The stored dtype for values read as ``source_dtype``."""
@@ -72,6 +88,7 @@ class IngestOptions:
     ) -> Iterator[StoreWriter]:
         """A :class:`StoreWriter` for ``out`` with a progress bar counting written rows; aborted on any error."""
         rpp = rows_per_partition if rows_per_partition is not None else self.rows_per_partition
+        self.check_width(n_cols, source=source.get("path", "the input"))
         with self.bar(total=n_rows, desc="write", unit="rows") as bar:
             written = [0]
 
@@ -89,6 +106,7 @@ class IngestOptions:
                 overwrite=self.overwrite,
                 source=dict(source),
                 progress=advance,
+                schema=self.schema,
             ) as writer:
                 yield writer
 

@@ -93,8 +93,24 @@ class MatrixStore:
     has_row_norms: bool = False
     """Whether row norms were stored at ingest (otherwise they are computed when a partition is read)."""
     matrix_key: str = "X"
+    schema: Literal["declared", "inferred"] = "inferred"
+    """Whether the shape is public input: ``"declared"`` when the data owner gave the number of columns at ingest
+    (``n_features=`` / ``--n-features``; for Parquet the column-id universe, ``column_ids=`` / ``--column-ids``),
+    ``"inferred"`` when it was read off the data (largest index, distinct ids, a file's own header). An AnnData store
+    opened directly, and a store written before this attribute existed, are ``"inferred"``: nothing records that
+    their shape was chosen independently of the data. A private release treats only a declared shape as public."""
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     """The full metadata attribute (creation time, source, id maps, chunking)."""
+
+    def __repr__(self) -> str:
+        # No data-dependent counts (rows, entries, partitions): a repr ends up in logs and error reports of private
+        # runs. The number of columns is shown only when it is public (a declared schema).
+        width = f", n_cols={self.n_cols}" if self.schema == "declared" else ""
+        return (
+            f"MatrixStore(path={self.path!r}, layout={self.layout!r}{width}, dtype={self.dtype!r}, "
+            f"schema={self.schema!r}, format_version={self.format_version!r}, store_id={self.store_id!r}, "
+            f"generation={self.generation})"
+        )
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -267,6 +283,7 @@ class MatrixStore:
             "store_id": self.store_id,
             "generation": self.generation,
             "row_norms": self.has_row_norms,
+            "schema": self.schema,
             "rows_per_partition_max": max((p.n_rows for p in self.partitions), default=0),
             "nnz_per_partition_max": max(nnz_per_part, default=0),
             "size_on_disk": self.size_on_disk(),
@@ -316,12 +333,9 @@ class MatrixStore:
             )
 
         if indptr.shape != (part.n_rows + 1,):
-            raise corrupt(f"expected {part.n_rows + 1} row pointers, read {indptr.shape[0]}")
+            raise corrupt("'indptr' holds the wrong number of row pointers for the partition")
         if part.n_rows and (indptr[0] != part.nnz_start or indptr[-1] != part.nnz_stop):
-            raise corrupt(
-                f"row pointers span [{indptr[0]}, {indptr[-1]}), the partition table says "
-                f"[{part.nnz_start}, {part.nnz_stop})"
-            )
+            raise corrupt("the row pointers disagree with the partition table")
         steps = np.diff(indptr)
         if steps.size and steps.min() < 0:
             row = part.row_start + int(np.flatnonzero(steps < 0)[0])
@@ -466,10 +480,13 @@ def _open_native(path: str, group: zarr.Group, meta: Any) -> MatrixStore:
             store_id=str(meta["store_id"]),
             generation=int(meta.get("generation", 0)),
             has_row_norms="row_norms" in group,
+            schema=meta.get("schema", "inferred"),
             metadata=json.loads(json.dumps(dict(meta))),
         )
         if store.layout not in ("csr", "dense"):
             raise ValueError(f"unknown layout {store.layout!r}")
+        if store.schema not in ("declared", "inferred"):
+            raise ValueError(f"unknown schema {store.schema!r}")
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreCorruptError(
             f"the metadata of store '{path}' is incomplete or malformed ({type(exc).__name__}: {exc}); "
@@ -493,8 +510,8 @@ def _check_table(store: MatrixStore) -> None:
         row, nnz = p.row_stop, (p.nnz_stop if store.layout == "csr" else nnz + p.nnz)
     if row != store.n_rows or nnz != store.nnz:
         raise StoreCorruptError(
-            f"the partition table of store '{store.path}' covers {row} rows and {nnz} entries, the metadata says "
-            f"{store.n_rows} and {store.nnz}; re-ingest the store from its source",
+            f"the partition table of store '{store.path}' disagrees with its row and entry counts; re-ingest the "
+            "store from its source",
             source=store.path,
         )
 
@@ -551,7 +568,8 @@ def _open_anndata(path: str, group: zarr.Group, rows_per_partition: int | None) 
     )
     if int(offsets[-1]) != nnz:
         raise StoreCorruptError(
-            f"AnnData store '{path}': indptr ends at {int(offsets[-1])} but 'data' holds {nnz} values",
+            f"AnnData store '{path}': 'indptr' does not end at the number of values in 'data'; the store is damaged, "
+            "rewrite it from its source",
             source=path,
         )
     return MatrixStore(

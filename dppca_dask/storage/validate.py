@@ -73,17 +73,17 @@ def check_csr_arrays(
     if data.ndim != 1:
         raise fail(f"'data' must be 1-D; got {data.ndim}-D")
     if indptr.shape[0] != n_rows + 1:
-        raise fail(f"'indptr' has {indptr.shape[0]} entries for {n_rows} {axis}s (expected {n_rows + 1})")
+        raise fail(f"'indptr' does not have one entry per {axis} plus one")
     if indices.shape[0] != data.shape[0]:
-        raise fail(f"'indices' has {indices.shape[0]} entries and 'data' {data.shape[0]}; they must match")
+        raise fail("'indices' and 'data' have different lengths")
     if indptr[0] != 0:
-        raise fail(f"'indptr' starts at {int(indptr[0])}, expected 0", first_row)
+        raise fail("'indptr' does not start at 0", first_row)
     steps = np.diff(indptr)
     if steps.size and steps.min() < 0:
         raise fail(f"'indptr' decreases (at {axis} {first_row + int(np.argmax(steps < 0))})",
                    first_row + int(np.argmax(steps < 0)))
     if int(indptr[-1]) != indices.shape[0]:
-        raise fail(f"'indptr' ends at {int(indptr[-1])} but there are {indices.shape[0]} stored entries")
+        raise fail("'indptr' does not end at the number of stored entries")
     if indices.size:
         bad = (indices < 0) | (indices >= n_cols)
         if bad.any():

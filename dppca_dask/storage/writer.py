@@ -29,13 +29,20 @@ import zarr
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, StoreCorruptError, format_location
 from dppca_dask.storage import _format
 from dppca_dask.storage.store import MatrixStore, Partition, open_matrix, row_norms_of
-from dppca_dask.storage.validate import DuplicatePolicy, as_csr, validate_csr_block, validate_dense_block
+from dppca_dask.storage.validate import (
+    DuplicatePolicy,
+    as_csr,
+    check_sparse_structure,
+    validate_csr_block,
+    validate_dense_block,
+)
 
 __all__ = ["StoreWriter", "append_partition", "write_matrix"]
 
 log = logging.getLogger(__name__)
 
 Layout = Literal["csr", "dense"]
+Schema = Literal["declared", "inferred"]
 
 
 def _store_dtype(dtype: Any) -> np.dtype[Any]:
@@ -72,6 +79,9 @@ class StoreWriter:
         A JSON-serialisable description of where the data came from, stored in the metadata.
     progress
         Called with the number of rows written after each partition.
+    schema
+        ``"declared"`` when the shape (the number of columns) was given by the data owner as public input,
+        ``"inferred"`` when it was read off the data; recorded in the metadata (see :attr:`MatrixStore.schema`).
     """
 
     def __init__(
@@ -87,8 +97,12 @@ class StoreWriter:
         source: Mapping[str, Any] | None = None,
         target_partition_bytes: int = _format.TARGET_PARTITION_BYTES,
         progress: Callable[[int], None] | None = None,
+        schema: Schema = "inferred",
     ) -> None:
         self.path = os.path.abspath(os.fspath(path))
+        if schema not in ("declared", "inferred"):
+            raise InvalidParameterError(f"schema must be 'declared' or 'inferred'; got {schema!r}")
+        self.schema: Schema = schema
         if n_cols < 1:
             raise InvalidParameterError(f"n_cols must be >= 1; got {n_cols}")
         if layout not in ("csr", "dense"):
@@ -233,6 +247,7 @@ class StoreWriter:
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "source": self.source,
             "on_duplicate": self.on_duplicate,
+            "schema": self.schema,
             "rows_per_partition": self.rows_per_partition,
             "nnz_chunk": _format.NNZ_CHUNK,
             "row_chunk": self._row_chunk,
@@ -427,18 +442,22 @@ def write_matrix(
     on_duplicate: DuplicatePolicy = "sum",
     overwrite: bool = False,
     source: Mapping[str, Any] | None = None,
+    schema: Schema = "inferred",
 ) -> MatrixStore:
     """Write an in-memory scipy sparse matrix or numpy array to a new store and open it.
 
     ``layout`` defaults to ``"csr"`` for sparse input and ``"dense"`` for numpy input; ``dtype`` defaults to the
-    input's float type (float32 stays float32, everything else becomes float64).
+    input's float type (float32 stays float32, everything else becomes float64). ``schema="declared"`` records
+    that the matrix's number of columns is public input (see :attr:`MatrixStore.schema`).
     """
     if layout is None:
         layout = "csr" if sp.issparse(matrix) else "dense"
     if not sp.issparse(matrix):
         matrix = np.asarray(matrix)
-    elif matrix.format != "csr":  # row slices below need CSR; COO duplicates are kept for the validation
-        matrix = as_csr(matrix)
+    else:  # row slices below need CSR; COO duplicates are kept for the validation
+        check_sparse_structure(matrix, source=(source or {}).get("path"))  # before scipy slices or converts it
+        if matrix.format != "csr":
+            matrix = as_csr(matrix)
     if matrix.ndim != 2:
         raise InvalidInputError(f"expected a 2-D matrix; got {matrix.ndim} dimensions")
     if dtype is None:
@@ -453,6 +472,7 @@ def write_matrix(
         on_duplicate=on_duplicate,
         overwrite=overwrite,
         source=dict(source or {"kind": "in-memory", "type": type(matrix).__name__}),
+        schema=schema,
     ) as writer:
         for start in range(0, int(matrix.shape[0]), step):
             writer.append(matrix[start : start + step])
