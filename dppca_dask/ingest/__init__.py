@@ -24,6 +24,7 @@ import scipy.sparse as sp
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.ingest._common import IngestOptions, MissingExtraError, check_positive, require_file
 from dppca_dask.storage import MatrixStore
+from dppca_dask.storage._files import check_replaceable, private_files
 from dppca_dask.storage.validate import DuplicatePolicy
 
 __all__ = ["FORMATS", "MissingExtraError", "detect_format", "ingest"]
@@ -205,6 +206,8 @@ def ingest(
         kind = format or detect_format(source)
     else:
         kind = "array"
+    if os.path.lexists(options.out):
+        check_replaceable(options.out)  # overwrite replaces only a dppca_dask store or an empty directory
     _check_format_options(
         kind,
         svmlight={"zero_based": zero_based is not False, "store_labels": store_labels is not False},
@@ -263,10 +266,12 @@ def _options(out: str | os.PathLike[str], rows_per_partition: int | None, dtype:
     if progress not in (None, True, False):
         raise InvalidParameterError(f"progress must be None, True or False; got {progress!r}")
     path = os.path.abspath(os.fspath(out))
-    if os.path.exists(path) and not overwrite:
-        raise InvalidParameterError(
-            f"'{path}' already exists; choose another output path or pass overwrite=True (--overwrite)"
-        )
+    if os.path.lexists(path):
+        if not overwrite:
+            raise InvalidParameterError(
+                f"'{path}' already exists; choose another output path or pass overwrite=True (--overwrite)"
+            )
+    private_files()  # a bad DPPCA_DASK_FILE_MODE fails here, before anything is read
     return IngestOptions(out=path, rows_per_partition=rows_per_partition, dtype=stored,
                          on_duplicate=on_duplicate,  # type: ignore[arg-type]
                          overwrite=bool(overwrite), progress=progress)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from dppca_dask._progress import progress_bar
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, MissingExtraError, StoreNotFoundError
 from dppca_dask.storage import StoreWriter
 from dppca_dask.storage import _format
+from dppca_dask.storage._files import mark_owner, private_files, remove_stale_temporaries, remove_tree
 from dppca_dask.storage.validate import DuplicatePolicy
 
 __all__ = [
@@ -142,11 +142,21 @@ def spill_directory(out: str) -> Iterator[str]:
     """A hidden temporary directory beside ``out`` (same file system), removed on exit even after an error."""
     parent, name = os.path.split(os.path.abspath(out))
     os.makedirs(parent or ".", exist_ok=True)
-    path = tempfile.mkdtemp(prefix=f".{name}.spill-", dir=parent or ".")
+    remove_stale_temporaries(out)
+    path = tempfile.mkdtemp(prefix=f".{name}.spill-", dir=parent or ".")  # 0700
+    if not private_files():
+        os.chmod(path, 0o777 & ~_umask())
+    mark_owner(path)
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def check_positive(name: str, value: int | None) -> None:

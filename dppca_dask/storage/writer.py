@@ -28,6 +28,14 @@ import zarr
 
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, StoreCorruptError, format_location
 from dppca_dask.storage import _format
+from dppca_dask.storage._files import (
+    check_replaceable,
+    finish_private_tree,
+    make_private_directory,
+    mark_owner,
+    remove_stale_temporaries,
+    remove_tree,
+)
 from dppca_dask.storage.store import MatrixStore, Partition, open_matrix, row_norms_of
 from dppca_dask.storage.validate import (
     DuplicatePolicy,
@@ -113,10 +121,12 @@ class StoreWriter:
             raise InvalidParameterError(f"on_duplicate must be 'sum' or 'reject'; got {on_duplicate!r}")
         if target_partition_bytes < 1:
             raise InvalidParameterError(f"target_partition_bytes must be >= 1; got {target_partition_bytes}")
-        if os.path.exists(self.path) and not overwrite:
-            raise InvalidParameterError(
-                f"'{self.path}' already exists; choose another output path or pass overwrite=True (--overwrite)"
-            )
+        if os.path.lexists(self.path):
+            if not overwrite:
+                raise InvalidParameterError(
+                    f"'{self.path}' already exists; choose another output path or pass overwrite=True (--overwrite)"
+                )
+            check_replaceable(self.path)
         self.n_cols = int(n_cols)
         self.dtype = _store_dtype(dtype)
         self.layout: Layout = layout
@@ -128,8 +138,11 @@ class StoreWriter:
         self.progress = progress
         parent, name = os.path.split(self.path)
         os.makedirs(parent or ".", exist_ok=True)
+        remove_stale_temporaries(self.path)
         self._tmp = os.path.join(parent, f".{name}.partial-{uuid.uuid4().hex[:12]}")
+        make_private_directory(self._tmp)  # owner-only unless configured otherwise
         self._group: zarr.Group | None = zarr.open_group(self._tmp, mode="w-", zarr_format=3)
+        mark_owner(self._tmp)  # a later ingest removes it if this process dies without cleaning up
         self._pending: list[Any] = []
         self._pending_rows = 0
         self._pending_bytes = 0
@@ -256,12 +269,18 @@ class StoreWriter:
         group.attrs.update({_format.ATTR_KEY: meta})
         self._group = None
         self._closed = True
-        if os.path.exists(self.path):
+        finish_private_tree(self._tmp)
+        if os.path.lexists(self.path):
             if not self.overwrite:
                 shutil.rmtree(self._tmp, ignore_errors=True)
                 raise InvalidParameterError(
                     f"'{self.path}' appeared while writing; choose another output path or pass overwrite=True"
                 )
+            try:
+                check_replaceable(self.path)
+            except InvalidParameterError:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+                raise
             trash = f"{self._tmp}.old"
             os.replace(self.path, trash)
             os.replace(self._tmp, self.path)
@@ -272,11 +291,15 @@ class StoreWriter:
         return open_matrix(self.path)
 
     def abort(self) -> None:
-        """Discard everything written so far; the destination path is left untouched."""
+        """Discard everything written so far; the destination path is left untouched.
+
+        Safe after an interruption (Ctrl-C, SIGTERM): zarr's pending asynchronous writes are waited for first, so
+        that none of them recreates a chunk file after the temporary directory is removed.
+        """
         if not self._closed:
             self._closed = True
             self._group = None
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        remove_tree(self._tmp)
 
     # ---------------------------------------------------------------------------------------------- internals
     def _check_open(self) -> None:
