@@ -14,8 +14,12 @@ file, the line or record, the partition and the row; a failed ingest leaves neit
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -190,6 +194,56 @@ def ingest(
     Memory stays bounded by about one partition plus one input batch for every source except ``.npz`` files, the
     Matrix Market ``array`` format and in-memory input, which are in memory anyway; see each source module.
     """
+    with terminate_cleanly():
+        return _ingest(src, out, format=format, rows_per_partition=rows_per_partition, dtype=dtype,
+                       on_duplicate=on_duplicate, overwrite=overwrite, progress=progress, zero_based=zero_based,
+                       n_features=n_features, store_labels=store_labels, row_column=row_column,
+                       col_column=col_column, value_column=value_column, column_ids=column_ids)
+
+
+@contextlib.contextmanager
+def terminate_cleanly() -> Iterator[None]:
+    """While ingesting in the main thread, turn SIGTERM into ``SystemExit(143)`` so that cleanup runs.
+
+    By default SIGTERM kills the process at once, leaving temporary directories of raw data behind. Here it raises
+    in the main thread instead: the writer stops, waits for zarr's pending writes and removes its temporaries, and
+    the process exits with status 143 (128 + SIGTERM). Further SIGTERMs are ignored during that cleanup. A handler
+    installed by the application is left alone; SIGINT (Ctrl-C) already raises ``KeyboardInterrupt``.
+    """
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the cleanup finish
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _ingest(
+    src: Any,
+    out: str | os.PathLike[str],
+    *,
+    format: str | None,
+    rows_per_partition: int | None,
+    dtype: Any,
+    on_duplicate: DuplicatePolicy,
+    overwrite: bool,
+    progress: bool | None,
+    zero_based: bool,
+    n_features: int | None,
+    store_labels: bool,
+    row_column: str,
+    col_column: str,
+    value_column: str | None,
+    column_ids: Any,
+) -> MatrixStore:
     in_memory = sp.issparse(src) or isinstance(src, np.ndarray)
     if format is not None and format not in FORMATS:
         raise InvalidParameterError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
