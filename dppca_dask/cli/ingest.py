@@ -32,6 +32,12 @@ def register(subparsers: Any) -> None:
                    help="the number of columns, declared as public input (the store's schema is then 'declared'); "
                    "svmlight: the width (default: the largest index, the file is then read twice); other formats: "
                    "must equal the input's width; Parquet: use --column-ids")
+    p.add_argument("--max-memory", default=None, metavar="SIZE",
+                   help="refuse a declared width whose analysis needs more working memory (e.g. 64GiB; default: "
+                   "this machine's memory)")
+    p.add_argument("--max-disk", default=None, metavar="SIZE",
+                   help="refuse a declared shape whose store may take more disk (e.g. 500GB; default: the free "
+                   "space where the store is written)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing store at --out (only a dppca_dask store or an empty directory)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -72,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         col_column=args.col_column or "col_id",
         value_column=None if args.no_value_column else (args.value_column or "value"),
         column_ids=args.column_ids,
+        max_memory=args.max_memory,
+        max_disk=args.max_disk,
     )
     seconds = time.perf_counter() - start
     info = store.info()

@@ -26,6 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dppca_dask.errors import InvalidParameterError
+from dppca_dask.ingest._limits import SizeLimits, parse_size
 from dppca_dask.ingest._common import IngestOptions, MissingExtraError, check_positive, require_file
 from dppca_dask.storage import MatrixStore
 from dppca_dask.storage._files import check_replaceable, private_files
@@ -133,6 +134,8 @@ def ingest(
     col_column: str = "col_id",
     value_column: str | None = "value",
     column_ids: Any = None,
+    max_memory: int | str | None = None,
+    max_disk: int | str | None = None,
 ) -> MatrixStore:
     """Ingest a matrix into a new store at ``out`` and open it.
 
@@ -172,6 +175,10 @@ def ingest(
         parquet only: the universe of column ids, declared as public input (a text file with one id per line, or a
         sequence): column ``j`` of the store is the ``j``-th smallest id, whether or not the table uses it, and a
         table id outside the universe is an error. The schema is then ``"declared"``.
+    max_memory, max_disk
+        Size sanity (bytes, or a size such as ``"64GiB"``): the declared shape is refused, before anything is
+        written, when an analysis of it would need more working memory than ``max_memory`` (default: the machine's
+        physical memory) or its store more disk than ``max_disk`` (default: the free space where it is written).
 
     Returns
     -------
@@ -198,7 +205,8 @@ def ingest(
         return _ingest(src, out, format=format, rows_per_partition=rows_per_partition, dtype=dtype,
                        on_duplicate=on_duplicate, overwrite=overwrite, progress=progress, zero_based=zero_based,
                        n_features=n_features, store_labels=store_labels, row_column=row_column,
-                       col_column=col_column, value_column=value_column, column_ids=column_ids)
+                       col_column=col_column, value_column=value_column, column_ids=column_ids,
+                       max_memory=max_memory, max_disk=max_disk)
 
 
 @contextlib.contextmanager
@@ -243,6 +251,8 @@ def _ingest(
     col_column: str,
     value_column: str | None,
     column_ids: Any,
+    max_memory: int | str | None,
+    max_disk: int | str | None,
 ) -> MatrixStore:
     in_memory = sp.issparse(src) or isinstance(src, np.ndarray)
     if format is not None and format not in FORMATS:
@@ -253,6 +263,10 @@ def _ingest(
     options = _options(out, rows_per_partition, dtype, on_duplicate, overwrite, progress)
     if n_features is not None:
         options = dataclasses.replace(options, n_features=int(n_features))
+    options = dataclasses.replace(options, limits=SizeLimits(
+        max_memory=None if max_memory is None else parse_size(max_memory),
+        max_disk=None if max_disk is None else parse_size(max_disk),
+    ))
     if not in_memory:
         source = require_file(src)
         if os.path.abspath(source) == options.out:

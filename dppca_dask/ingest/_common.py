@@ -14,6 +14,7 @@ import numpy as np
 
 from dppca_dask._progress import progress_bar
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, MissingExtraError, StoreNotFoundError
+from dppca_dask.ingest._limits import SizeLimits
 from dppca_dask.storage import StoreWriter
 from dppca_dask.storage import _format
 from dppca_dask.storage._files import mark_owner, private_files, remove_stale_temporaries, remove_tree
@@ -49,6 +50,14 @@ class IngestOptions:
     """``None``: a progress bar when standard error is a terminal; ``True``/``False``: always / never."""
     n_features: int | None = None
     """The number of columns declared by the data owner (public input), or ``None`` to infer it from the data."""
+    limits: SizeLimits = SizeLimits()
+    """Largest working memory and disk footprint the declared shape may need (default: what the machine has)."""
+
+    def check_size(self, *, n_rows: int | None, n_cols: int, nnz: int | None = None, layout: Layout = "csr",
+                   value_bytes: int = 8, source: object = "the input") -> None:
+        """Refuse a shape whose store or analysis would not fit (:class:`SizeLimits`), before anything is written."""
+        self.limits.check(out=self.out, n_rows=n_rows, n_cols=n_cols, nnz=nnz, layout=layout,
+                          value_bytes=value_bytes, source=source)
 
     @property
     def schema(self) -> Literal["declared", "inferred"]:
@@ -85,10 +94,16 @@ class IngestOptions:
         n_rows: int | None = None,
         layout: Layout = "csr",
         rows_per_partition: int | None = None,
+        nnz: int | None = None,
     ) -> Iterator[StoreWriter]:
-        """A :class:`StoreWriter` for ``out`` with a progress bar counting written rows; aborted on any error."""
+        """A :class:`StoreWriter` for ``out`` with a progress bar counting written rows; aborted on any error.
+
+        The declared width and size are checked first (:meth:`check_width`, :meth:`check_size`).
+        """
         rpp = rows_per_partition if rows_per_partition is not None else self.rows_per_partition
         self.check_width(n_cols, source=source.get("path", "the input"))
+        self.check_size(n_rows=n_rows, n_cols=n_cols, nnz=nnz, layout=layout, value_bytes=np.dtype(dtype).itemsize,
+                        source=source.get("path", "the input"))
         with self.bar(total=n_rows, desc="write", unit="rows") as bar:
             written = [0]
 

@@ -52,6 +52,9 @@ def ingest_array(matrix: Any, options: IngestOptions, *, source: Mapping[str, An
     dtype = options.value_dtype(matrix.dtype)
     n_rows, n_cols = (int(s) for s in matrix.shape)
     options.check_width(n_cols, source=name or "the input matrix")
+    options.check_size(n_rows=n_rows, n_cols=n_cols, nnz=int(matrix.nnz) if sp.issparse(matrix) else None,
+                       layout="csr" if sp.issparse(matrix) else "dense", value_bytes=dtype.itemsize,
+                       source=name or "the input matrix")
     if options.rows_per_partition is not None:
         rows = options.rows_per_partition
     elif sp.issparse(matrix):

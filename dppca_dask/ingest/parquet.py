@@ -129,7 +129,7 @@ def ingest_parquet(
     source = {"kind": "parquet", "path": path, "row_column": row_column, "col_column": col_column,
               "value_column": value_column}
     with spill_directory(options.out) as spill, options.writer(
-        n_cols=n_cols, dtype=dtype, source=source, n_rows=n_rows, rows_per_partition=rpp
+        n_cols=n_cols, dtype=dtype, source=source, n_rows=n_rows, rows_per_partition=rpp, nnz=n_triplets
     ) as writer:
         buckets = RowBuckets(spill, n_rows=n_rows, n_cols=n_cols, rows_per_partition=rpp, dtype=spill_dtype)
         row_table, col_table = _hash_table(row_ids), _hash_table(col_ids)
