@@ -216,6 +216,47 @@ class MatrixStore:
             block = self.read_partition(index)
         return row_norms_of(block)
 
+    def verify_partition(self, index: int) -> None:
+        """Check every chunk of partition ``index`` (``dppca-dask info --check``); raise on the first problem.
+
+        Beyond what every read checks (structure, finite values, norms that fit in float64), a dppca_dask store must
+        hold exactly what ingest wrote: canonical CSR (ingest sums or refuses duplicates) and stored row norms equal
+        to the norms of the stored values. Anything else means the store was modified or damaged after ingest.
+
+        Raises
+        ------
+        StoreCorruptError
+            Naming the partition (and the row where one is known) and how to fix it.
+        InvalidInputError
+            Invalid values in an AnnData store opened directly.
+        """
+        part = self._partition(index)
+        if self.layout == "csr" and self.format_version is not None:
+            raw = self._read_csr(part)
+            if not raw.has_canonical_format:
+                raise StoreCorruptError(
+                    f"partition {part.index} of store '{self.path}' is damaged: its column indices are unsorted or "
+                    "repeated (ingest writes them sorted and unique); re-ingest the store from its source",
+                    source=self.path,
+                    partition=part.index,
+                )
+        block = self.read_partition(index, dtype=np.float64)
+        norms = self.read_checked_norms(index, block)
+        if self.has_row_norms:
+            stored = self.read_row_norms(index)
+            tolerance = 1e-5 if self.dtype == "float32" else 1e-9
+            bad = ~np.isclose(stored, norms, rtol=tolerance, atol=0.0)
+            if stored.shape != norms.shape or bad.any():
+                row = part.row_start + (int(np.argmax(bad)) if stored.shape == norms.shape else 0)
+                raise StoreCorruptError(
+                    f"partition {part.index} of store '{self.path}' is damaged: the stored row norm of row {row} "
+                    "does not match the row's values (the values or the norms were changed after ingest); "
+                    "re-ingest the store from its source",
+                    source=self.path,
+                    partition=part.index,
+                    row=row,
+                )
+
     def _check_finite(self, part: Partition, block: Any) -> None:
         values = block.data if sp.issparse(block) else block
         finite = np.isfinite(values)
