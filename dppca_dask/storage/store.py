@@ -151,20 +151,7 @@ class MatrixStore:
             it is damage, :class:`StoreCorruptError`).
         """
         part = self._partition(index)
-        try:
-            if self.layout == "csr":
-                block = self._read_csr(part)
-            else:
-                block = self._read_dense(part)
-        except (StoreCorruptError, InvalidInputError):
-            raise
-        except Exception as exc:  # zarr/codec errors on damaged chunks
-            raise StoreCorruptError(
-                f"cannot read partition {part.index} (rows {part.row_start}-{part.row_stop - 1}) of store "
-                f"'{self.path}': {type(exc).__name__}: {exc}; the store is damaged, re-ingest it from its source",
-                source=self.path,
-                partition=part.index,
-            ) from exc
+        block = self._read_raw(part)
         self._check_finite(part, block)
         if dtype is not None:
             block = block.astype(dtype, copy=False)
@@ -216,6 +203,22 @@ class MatrixStore:
             block = self.read_partition(index)
         return row_norms_of(block)
 
+    def _read_raw(self, part: Partition) -> Any:
+        """The partition as stored (structure checked, not canonicalised); read errors become StoreCorruptError."""
+        try:
+            if self.layout == "csr":
+                return self._read_csr(part)
+            return self._read_dense(part)
+        except (StoreCorruptError, InvalidInputError):
+            raise
+        except Exception as exc:  # zarr/codec errors on damaged chunks
+            raise StoreCorruptError(
+                f"cannot read partition {part.index} (rows {part.row_start}-{part.row_stop - 1}) of store "
+                f"'{self.path}': {type(exc).__name__}: {exc}; the store is damaged, re-ingest it from its source",
+                source=self.path,
+                partition=part.index,
+            ) from exc
+
     def verify_partition(self, index: int) -> None:
         """Check every chunk of partition ``index`` (``dppca-dask info --check``); raise on the first problem.
 
@@ -232,7 +235,7 @@ class MatrixStore:
         """
         part = self._partition(index)
         if self.layout == "csr" and self.format_version is not None:
-            raw = self._read_csr(part)
+            raw = self._read_raw(part)
             if not raw.has_canonical_format:
                 raise StoreCorruptError(
                     f"partition {part.index} of store '{self.path}' is damaged: its column indices are unsorted or "

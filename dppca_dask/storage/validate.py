@@ -89,12 +89,11 @@ def check_csr_arrays(
         if bad.any():
             pos = int(np.argmax(bad))
             row = first_row + int(np.searchsorted(indptr, pos, side="right")) - 1
-            hint = "fix the index or declare more columns" if axis == "row" else fix
+            hint = "fix the index or declare more columns" if axis == "row" and error is InvalidInputError else fix
+            where = format_location(source=source, partition=partition, row=row if axis == "row" else None)
             raise error(  # type: ignore[call-arg]
-                f"column index {int(indices[pos])} out of range [0, {n_cols}) at {axis} {row}"
-                f"{_where(source, partition, None)}; {hint}" if axis == "row" else
-                f"row index {int(indices[pos])} out of range [0, {n_cols}) at column {row}"
-                f"{_where(source, partition, None)}; {hint}",
+                f"column index {int(indices[pos])} out of range [0, {n_cols}) at {where}; {hint}" if axis == "row"
+                else f"row index {int(indices[pos])} out of range [0, {n_cols}) at column {row} of '{source}'; {hint}",
                 source=source,
                 partition=partition,
                 row=row if axis == "row" else None,

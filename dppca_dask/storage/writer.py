@@ -497,8 +497,9 @@ def write_matrix(
         source=dict(source or {"kind": "in-memory", "type": type(matrix).__name__}),
         schema=schema,
     ) as writer:
+        name = (source or {}).get("path")
         for start in range(0, int(matrix.shape[0]), step):
-            writer.append(matrix[start : start + step])
+            writer.append(matrix[start : start + step], source=name)
         return writer.commit()
 
 
