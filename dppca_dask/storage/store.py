@@ -262,8 +262,11 @@ class MatrixStore:
 
     def _check_finite(self, part: Partition, block: Any) -> None:
         values = block.data if sp.issparse(block) else block
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.isfinite(values.sum(dtype=np.float64)):  # one reduction: a NaN or inf makes the sum non-finite
+                return
         finite = np.isfinite(values)
-        if finite.all():
+        if finite.all():  # finite values whose sum overflows
             return
         pos = int(np.argmax(~finite.ravel()))
         if sp.issparse(block):
