@@ -8,8 +8,14 @@
 - :mod:`~dppca_dask.ingest.parquet`: warehouse triplets ``(row_id, col_id, value)`` with sparse ids, out of core;
 - :mod:`~dppca_dask.ingest.arrays`: scipy.sparse and numpy matrices, ``.npz`` and ``.npy`` files.
 
-Every source validates as it goes (NaN and infinite values, indices, shapes, duplicates) with errors that name the
-file, the line or record, the partition and the row; a failed ingest leaves neither output nor temporary files.
+Every source validates as it goes (NaN and infinite values, indices, shapes, duplicates, the compressed structure of
+sparse inputs before scipy trusts it, row norms that overflow float64) with errors that name the file, the line or
+record, the partition and the row; a failed ingest leaves neither output nor temporary files. Declared sizes are
+checked against the machine (or ``max_memory``/``max_disk``) before anything is written. SIGTERM and Ctrl-C stop
+the writers and remove the temporaries; temporaries left by a killed process are removed by the next ingest to the
+same output. Stores and temporaries are owner-only (0700/0600) unless ``DPPCA_DASK_FILE_MODE=umask``. ``overwrite``
+replaces only a dppca_dask store or an empty directory. The store records whether its width was declared
+(``n_features``, Parquet ``column_ids``) or inferred from the data (:attr:`~dppca_dask.storage.MatrixStore.schema`).
 """
 
 from __future__ import annotations

@@ -213,8 +213,8 @@ class MatrixStore:
             raise
         except Exception as exc:  # zarr/codec errors on damaged chunks
             raise StoreCorruptError(
-                f"cannot read partition {part.index} (rows {part.row_start}-{part.row_stop - 1}) of store "
-                f"'{self.path}': {type(exc).__name__}: {exc}; the store is damaged, re-ingest it from its source",
+                f"cannot read partition {part.index} of store '{self.path}': {type(exc).__name__}: {exc}; the store "
+                "is damaged, re-ingest it from its source",
                 source=self.path,
                 partition=part.index,
             ) from exc
