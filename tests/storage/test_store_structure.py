@@ -56,11 +56,6 @@ def test_check_csr_arrays_for_stores_and_columns() -> None:
         check_csr_arrays(INDPTR, np.array([0, 2, 1, 0, 4]), DATA, n_rows=3, n_cols=4, source="f", axis="column")
 
 
-def _broken(fmt: str) -> object:
-    m = sp.random(6, 5, density=0.5, format=fmt, random_state=0)
-    return m
-
-
 def test_every_sparse_format_is_checked_before_conversion() -> None:
     csr = sp.csr_matrix(np.eye(4))
     csr.indptr[1] = 3  # decreasing at row 1: scipy's sort_indices would corrupt memory
