@@ -21,6 +21,9 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("store", help="a dppca_dask store or an AnnData zarr store")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--check", action="store_true",
+                   help="read and verify every chunk (structure, values, stored row norms); exit 2 naming the first "
+                   "damaged partition")
     p.set_defaults(handler=run)
 
 
@@ -28,7 +31,12 @@ def run(args: argparse.Namespace) -> int:
     from dppca_dask.storage import open_matrix
 
     store = open_matrix(args.store)
+    if args.check:
+        for part in store.partitions:  # one partition in memory at a time; raises on the first damage
+            store.verify_partition(part.index)
     info = store.info()
+    if args.check:
+        info["check"] = f"ok: {store.n_partitions} partitions verified"
     info["id_maps"] = sorted(store.metadata.get("id_maps") or {})
     if args.json:
         print(json.dumps(info, default=str))
@@ -50,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
         lines.append(f"source:         {json.dumps(info['source'], default=str)}")
     if info["id_maps"]:
         lines.append(f"id maps:        {', '.join(info['id_maps'])}")
+    lines.append(f"schema:         {info['schema']} (the width was "
+                 f"{'declared at ingest' if info['schema'] == 'declared' else 'inferred from the data'})")
+    if info.get("check"):
+        lines.append(f"check:          {info['check']}")
     if info.get("timestamps"):
         lines.append("timestamps:     yes (appended partitions carry times)")
     print("\n".join(lines))

@@ -28,14 +28,23 @@ def register(subparsers: Any) -> None:
                    help="stored value type (default: float32 for float32 input, else float64)")
     p.add_argument("--on-duplicate", choices=("sum", "reject"), default="sum",
                    help="add up repeated (row, column) entries, or refuse them (default: sum)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing store at --out")
+    p.add_argument("--n-features", type=int, default=None, metavar="N",
+                   help="the number of columns, declared as public input (the store's schema is then 'declared'); "
+                   "svmlight: the width (default: the largest index, the file is then read twice); other formats: "
+                   "must equal the input's width; Parquet: use --column-ids")
+    p.add_argument("--max-memory", default=None, metavar="SIZE",
+                   help="refuse a declared width whose analysis needs more working memory (e.g. 64GiB; default: "
+                   "this machine's memory)")
+    p.add_argument("--max-disk", default=None, metavar="SIZE",
+                   help="refuse a declared shape whose store may take more disk (e.g. 500GB; default: the free "
+                   "space where the store is written)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing store at --out (only a dppca_dask store or an empty directory)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: when standard error is a terminal)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the summary line")
     svm = p.add_argument_group("svmlight input")
     svm.add_argument("--zero-based", action="store_true", help="feature indices start at 0 (default: 1)")
-    svm.add_argument("--n-features", type=int, default=None, metavar="N",
-                     help="number of columns (default: the largest index; the file is then read twice)")
     svm.add_argument("--store-labels", action="store_true", help="keep the labels as the array 'labels'")
     pq = p.add_argument_group("parquet input (triplets)")
     pq.add_argument("--row-column", default=None, metavar="C", help="row id column (default: row_id)")
@@ -43,6 +52,9 @@ def register(subparsers: Any) -> None:
     values = pq.add_mutually_exclusive_group()
     values.add_argument("--value-column", default=None, metavar="C", help="value column (default: value)")
     values.add_argument("--no-value-column", action="store_true", help="no value column: every triplet counts 1")
+    pq.add_argument("--column-ids", default=None, metavar="FILE",
+                    help="the universe of column ids, one per line, declared as public input (schema 'declared'); "
+                    "default: the distinct ids of the table (schema 'inferred')")
     p.set_defaults(handler=run)
 
 
@@ -65,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         row_column=args.row_column or "row_id",
         col_column=args.col_column or "col_id",
         value_column=None if args.no_value_column else (args.value_column or "value"),
+        column_ids=args.column_ids,
+        max_memory=args.max_memory,
+        max_disk=args.max_disk,
     )
     seconds = time.perf_counter() - start
     info = store.info()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dppca_dask.coordinator.client import connect
 from dppca_dask.coordinator.driver import Coordinator, LocalExecutor, StepPlan, register_request, run_algorithm
+from dppca_dask.coordinator.preflight import preflight
 from dppca_dask.coordinator.sources import PartitionData, PartitionSource, as_source
 
 from dppca_dask.coordinator import hardt_roth as _hardt_roth  # noqa: F401,I001  (registers its request types)
@@ -15,6 +16,7 @@ __all__ = [
     "PartitionSource",
     "StepPlan",
     "as_source",
+    "preflight",
     "connect",
     "register_request",
     "run_algorithm",

@@ -328,7 +328,14 @@ class Coordinator:
 
 
 def run_algorithm(executor: Coordinator | LocalExecutor, run: AlgorithmRun[Any]) -> Any:
-    """Drive an algorithm generator to completion: send each request's aggregate back until it returns."""
+    """Drive an algorithm generator to completion: send each request's aggregate back until it returns.
+
+    Every partition is checked first (:func:`~dppca_dask.coordinator.preflight.preflight`), before the generator
+    starts and so before its first noise draw: bad input fails with nothing released.
+    """
+    from dppca_dask.coordinator.preflight import preflight
+
+    preflight(executor.source, executor)
     try:
         request = next(run)
         while True:

@@ -42,8 +42,8 @@ class PartitionData:
 
 def load_store_partition(store: MatrixStore, index: int) -> PartitionData:
     """Read partition ``index`` of a store as float64 with its row norms (runs on a worker)."""
-    block = store.read_partition(index, dtype=np.float64)
-    norms = store.read_row_norms(index, block=block)
+    block = store.read_partition(index, dtype=np.float64)  # checked and canonical
+    norms = store.read_checked_norms(index, block)  # from the values multiplied, never the stored norms
     return PartitionData(index, block, norms)
 
 

@@ -8,21 +8,34 @@
 - :mod:`~dppca_dask.ingest.parquet`: warehouse triplets ``(row_id, col_id, value)`` with sparse ids, out of core;
 - :mod:`~dppca_dask.ingest.arrays`: scipy.sparse and numpy matrices, ``.npz`` and ``.npy`` files.
 
-Every source validates as it goes (NaN and infinite values, indices, shapes, duplicates) with errors that name the
-file, the line or record, the partition and the row; a failed ingest leaves neither output nor temporary files.
+Every source validates as it goes (NaN and infinite values, indices, shapes, duplicates, the compressed structure of
+sparse inputs before scipy trusts it, row norms that overflow float64) with errors that name the file, the line or
+record, the partition and the row; a failed ingest leaves neither output nor temporary files. Declared sizes are
+checked against the machine (or ``max_memory``/``max_disk``) before anything is written. SIGTERM and Ctrl-C stop
+the writers and remove the temporaries; temporaries left by a killed process are removed by the next ingest to the
+same output. Stores and temporaries are owner-only (0700/0600) unless ``DPPCA_DASK_FILE_MODE=umask``. ``overwrite``
+replaces only a dppca_dask store or an empty directory. The store records whether its width was declared
+(``n_features``, Parquet ``column_ids``) or inferred from the data (:attr:`~dppca_dask.storage.MatrixStore.schema`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
+import signal
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from dppca_dask.errors import InvalidParameterError
+from dppca_dask.ingest._limits import SizeLimits, parse_size
 from dppca_dask.ingest._common import IngestOptions, MissingExtraError, check_positive, require_file
 from dppca_dask.storage import MatrixStore
+from dppca_dask.storage._files import check_replaceable, private_files
 from dppca_dask.storage.validate import DuplicatePolicy
 
 __all__ = ["FORMATS", "MissingExtraError", "detect_format", "ingest"]
@@ -126,6 +139,9 @@ def ingest(
     row_column: str = "row_id",
     col_column: str = "col_id",
     value_column: str | None = "value",
+    column_ids: Any = None,
+    max_memory: int | str | None = None,
+    max_disk: int | str | None = None,
 ) -> MatrixStore:
     """Ingest a matrix into a new store at ``out`` and open it.
 
@@ -151,12 +167,24 @@ def ingest(
         Replace an existing store at ``out`` (the old one stays until the new one is complete).
     progress
         A progress bar on standard error: ``None`` (default) only when it is a terminal, or always / never.
-    zero_based, n_features, store_labels
-        svmlight only: indices start at 0 (default: 1, as LIBSVM); the number of columns (default: the largest
-        index, found by reading the file twice); keep the labels as the array ``labels``.
+    n_features
+        The number of columns, declared as public input: the store's schema is then ``"declared"`` (see
+        :attr:`~dppca_dask.storage.MatrixStore.schema`), otherwise ``"inferred"``. For svmlight it sets the width
+        (default: the largest index, found by reading the file twice); for the other formats the input's width must
+        equal it. For Parquet declare the column ids instead (``column_ids``).
+    zero_based, store_labels
+        svmlight only: indices start at 0 (default: 1, as LIBSVM); keep the labels as the array ``labels``.
     row_column, col_column, value_column
         parquet only: the columns holding the row id, the column id and the value; ``value_column=None`` gives
         every triplet the value 1.
+    column_ids
+        parquet only: the universe of column ids, declared as public input (a text file with one id per line, or a
+        sequence): column ``j`` of the store is the ``j``-th smallest id, whether or not the table uses it, and a
+        table id outside the universe is an error. The schema is then ``"declared"``.
+    max_memory, max_disk
+        Size sanity (bytes, or a size such as ``"64GiB"``): the declared shape is refused, before anything is
+        written, when an analysis of it would need more working memory than ``max_memory`` (default: the machine's
+        physical memory) or its store more disk than ``max_disk`` (default: the free space where it is written).
 
     Returns
     -------
@@ -179,12 +207,72 @@ def ingest(
     Memory stays bounded by about one partition plus one input batch for every source except ``.npz`` files, the
     Matrix Market ``array`` format and in-memory input, which are in memory anyway; see each source module.
     """
+    with terminate_cleanly():
+        return _ingest(src, out, format=format, rows_per_partition=rows_per_partition, dtype=dtype,
+                       on_duplicate=on_duplicate, overwrite=overwrite, progress=progress, zero_based=zero_based,
+                       n_features=n_features, store_labels=store_labels, row_column=row_column,
+                       col_column=col_column, value_column=value_column, column_ids=column_ids,
+                       max_memory=max_memory, max_disk=max_disk)
+
+
+@contextlib.contextmanager
+def terminate_cleanly() -> Iterator[None]:
+    """While ingesting in the main thread, turn SIGTERM into ``SystemExit(143)`` so that cleanup runs.
+
+    By default SIGTERM kills the process at once, leaving temporary directories of raw data behind. Here it raises
+    in the main thread instead: the writer stops, waits for zarr's pending writes and removes its temporaries, and
+    the process exits with status 143 (128 + SIGTERM). Further SIGTERMs are ignored during that cleanup. A handler
+    installed by the application is left alone; SIGINT (Ctrl-C) already raises ``KeyboardInterrupt``.
+    """
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the cleanup finish
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _ingest(
+    src: Any,
+    out: str | os.PathLike[str],
+    *,
+    format: str | None,
+    rows_per_partition: int | None,
+    dtype: Any,
+    on_duplicate: DuplicatePolicy,
+    overwrite: bool,
+    progress: bool | None,
+    zero_based: bool,
+    n_features: int | None,
+    store_labels: bool,
+    row_column: str,
+    col_column: str,
+    value_column: str | None,
+    column_ids: Any,
+    max_memory: int | str | None,
+    max_disk: int | str | None,
+) -> MatrixStore:
     in_memory = sp.issparse(src) or isinstance(src, np.ndarray)
     if format is not None and format not in FORMATS:
         raise InvalidParameterError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
     if in_memory and format is not None:
         raise InvalidParameterError(f"format applies to files; got format={format!r} with an in-memory matrix")
+    check_positive("n_features", n_features)
     options = _options(out, rows_per_partition, dtype, on_duplicate, overwrite, progress)
+    if n_features is not None:
+        options = dataclasses.replace(options, n_features=int(n_features))
+    options = dataclasses.replace(options, limits=SizeLimits(
+        max_memory=None if max_memory is None else parse_size(max_memory),
+        max_disk=None if max_disk is None else parse_size(max_disk),
+    ))
     if not in_memory:
         source = require_file(src)
         if os.path.abspath(source) == options.out:
@@ -192,13 +280,19 @@ def ingest(
         kind = format or detect_format(source)
     else:
         kind = "array"
+    if os.path.lexists(options.out):
+        check_replaceable(options.out)  # overwrite replaces only a dppca_dask store or an empty directory
     _check_format_options(
         kind,
-        svmlight={"zero_based": zero_based is not False, "n_features": n_features is not None,
-                  "store_labels": store_labels is not False},
+        svmlight={"zero_based": zero_based is not False, "store_labels": store_labels is not False},
         parquet={"row_column": row_column != "row_id", "col_column": col_column != "col_id",
-                 "value_column": value_column != "value"},
+                 "value_column": value_column != "value", "column_ids": column_ids is not None},
     )
+    if kind == "parquet" and n_features is not None and column_ids is None:
+        raise InvalidParameterError(
+            "n_features does not declare the columns of a Parquet table (its columns are the distinct column ids); "
+            "declare the column ids instead: column_ids= (--column-ids FILE, one id per line)"
+        )
     if kind == "array":
         from dppca_dask.ingest.arrays import ingest_array
 
@@ -223,7 +317,7 @@ def ingest(
         from dppca_dask.ingest.parquet import ingest_parquet
 
         return ingest_parquet(source, options, row_column=row_column, col_column=col_column,
-                              value_column=value_column)
+                              value_column=value_column, column_ids=column_ids)
     from dppca_dask.ingest.arrays import ingest_npy, ingest_npz
 
     return ingest_npz(source, options) if kind == "npz" else ingest_npy(source, options)
@@ -246,10 +340,12 @@ def _options(out: str | os.PathLike[str], rows_per_partition: int | None, dtype:
     if progress not in (None, True, False):
         raise InvalidParameterError(f"progress must be None, True or False; got {progress!r}")
     path = os.path.abspath(os.fspath(out))
-    if os.path.exists(path) and not overwrite:
-        raise InvalidParameterError(
-            f"'{path}' already exists; choose another output path or pass overwrite=True (--overwrite)"
-        )
+    if os.path.lexists(path):
+        if not overwrite:
+            raise InvalidParameterError(
+                f"'{path}' already exists; choose another output path or pass overwrite=True (--overwrite)"
+            )
+    private_files()  # a bad DPPCA_DASK_FILE_MODE fails here, before anything is read
     return IngestOptions(out=path, rows_per_partition=rows_per_partition, dtype=stored,
                          on_duplicate=on_duplicate,  # type: ignore[arg-type]
                          overwrite=bool(overwrite), progress=progress)

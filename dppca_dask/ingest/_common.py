@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -14,9 +13,11 @@ from typing import Any, Literal
 import numpy as np
 
 from dppca_dask._progress import progress_bar
-from dppca_dask.errors import InvalidParameterError, MissingExtraError, StoreNotFoundError
+from dppca_dask.errors import InvalidInputError, InvalidParameterError, MissingExtraError, StoreNotFoundError
+from dppca_dask.ingest._limits import SizeLimits
 from dppca_dask.storage import StoreWriter
 from dppca_dask.storage import _format
+from dppca_dask.storage._files import mark_owner, private_files, remove_stale_temporaries, remove_tree
 from dppca_dask.storage.validate import DuplicatePolicy
 
 __all__ = [
@@ -47,6 +48,30 @@ class IngestOptions:
     """Replace an existing store at ``out`` (only once the new one is complete)."""
     progress: bool | None = None
     """``None``: a progress bar when standard error is a terminal; ``True``/``False``: always / never."""
+    n_features: int | None = None
+    """The number of columns declared by the data owner (public input), or ``None`` to infer it from the data."""
+    limits: SizeLimits = SizeLimits()
+    """Largest working memory and disk footprint the declared shape may need (default: what the machine has)."""
+
+    def check_size(self, *, n_rows: int | None, n_cols: int, nnz: int | None = None, layout: Layout = "csr",
+                   value_bytes: int = 8, source: object = "the input") -> None:
+        """Refuse a shape whose store or analysis would not fit (:class:`SizeLimits`), before anything is written."""
+        self.limits.check(out=self.out, n_rows=n_rows, n_cols=n_cols, nnz=nnz, layout=layout,
+                          value_bytes=value_bytes, source=source)
+
+    @property
+    def schema(self) -> Literal["declared", "inferred"]:
+        """``"declared"`` when the number of columns was given, else ``"inferred"`` (recorded in the store)."""
+        return "declared" if self.n_features is not None else "inferred"
+
+    def check_width(self, n_cols: int, *, source: object) -> None:
+        """Refuse a matrix whose width differs from the declared ``n_features``, before anything is written."""
+        if self.n_features is not None and int(n_cols) != self.n_features:
+            raise InvalidInputError(
+                f"'{source}' has {int(n_cols)} columns but n_features={self.n_features} (--n-features) was declared; "
+                "declare the matrix's true number of columns, or fix the input",
+                source=source,
+            )
 
     def value_dtype(self, source_dtype: Any) -> np.dtype[Any]:
         """The stored dtype for values read as ``source_dtype``."""
@@ -69,9 +94,16 @@ class IngestOptions:
         n_rows: int | None = None,
         layout: Layout = "csr",
         rows_per_partition: int | None = None,
+        nnz: int | None = None,
     ) -> Iterator[StoreWriter]:
-        """A :class:`StoreWriter` for ``out`` with a progress bar counting written rows; aborted on any error."""
+        """A :class:`StoreWriter` for ``out`` with a progress bar counting written rows; aborted on any error.
+
+        The declared width and size are checked first (:meth:`check_width`, :meth:`check_size`).
+        """
         rpp = rows_per_partition if rows_per_partition is not None else self.rows_per_partition
+        self.check_width(n_cols, source=source.get("path", "the input"))
+        self.check_size(n_rows=n_rows, n_cols=n_cols, nnz=nnz, layout=layout, value_bytes=np.dtype(dtype).itemsize,
+                        source=source.get("path", "the input"))
         with self.bar(total=n_rows, desc="write", unit="rows") as bar:
             written = [0]
 
@@ -89,6 +121,7 @@ class IngestOptions:
                 overwrite=self.overwrite,
                 source=dict(source),
                 progress=advance,
+                schema=self.schema,
             ) as writer:
                 yield writer
 
@@ -124,11 +157,21 @@ def spill_directory(out: str) -> Iterator[str]:
     """A hidden temporary directory beside ``out`` (same file system), removed on exit even after an error."""
     parent, name = os.path.split(os.path.abspath(out))
     os.makedirs(parent or ".", exist_ok=True)
-    path = tempfile.mkdtemp(prefix=f".{name}.spill-", dir=parent or ".")
+    remove_stale_temporaries(out)
+    path = tempfile.mkdtemp(prefix=f".{name}.spill-", dir=parent or ".")  # 0700
+    if not private_files():
+        os.chmod(path, 0o777 & ~_umask())
+    mark_owner(path)
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def check_positive(name: str, value: int | None) -> None:

@@ -28,6 +28,7 @@ from dppca_dask.errors import InvalidInputError
 from dppca_dask.ingest._common import IngestOptions, MissingExtraError, partition_rows, require_file, spill_directory
 from dppca_dask.ingest._spill import RowBuckets
 from dppca_dask.storage import MatrixStore, StoreWriter
+from dppca_dask.storage.validate import check_csr_arrays
 
 __all__ = ["import_anndata", "ingest_anndata"]
 
@@ -152,15 +153,58 @@ def _finish(writer: StoreWriter, ids: dict[str, np.ndarray | None], n_rows: int,
     return writer.commit()
 
 
+def _check_pointers(group: Any, n_major: int, path: str, axis: str) -> int:
+    """Check the length of ``indptr`` and the lengths of ``data``/``indices``; return the number of entries."""
+    n_ptr, n_data, n_indices = (int(group[name].shape[0]) for name in ("indptr", "data", "indices"))
+    if n_ptr != n_major + 1 or n_data != n_indices:
+        raise InvalidInputError(
+            f"malformed sparse structure in 'X' of '{path}': {n_ptr} row pointers for {n_major} {axis}s (expected "
+            f"{n_major + 1}), {n_data} values and {n_indices} indices (must match); rebuild the file from its source",
+            source=path,
+        )
+    return n_data
+
+
+def _read_compressed(group: Any, start: int, stop: int, *, nnz: int, n_minor: int, path: str,
+                     axis: str) -> sp.csr_array:
+    """Rows (or columns) ``start:stop`` of a compressed matrix, read raw and checked before scipy sees them.
+
+    anndata's own slicing trusts ``indptr``: a decreasing or out-of-range pointer crashes or reads garbage. Here
+    the pointers are checked to be monotone and inside ``[0, nnz]`` before any value is read, and the block's
+    structure (:func:`check_csr_arrays`) before it is built. For CSC input (``axis="column"``) the result is the
+    transposed block (columns as rows).
+    """
+    ptr = np.asarray(group["indptr"][start : stop + 1]).astype(np.int64, copy=False)
+    steps = np.diff(ptr)
+    if (start == 0 and ptr[0] != 0) or ptr[0] < 0 or ptr[-1] > nnz or (steps.size and steps.min() < 0):
+        bad = start + (int(np.argmax(steps < 0)) if steps.size and steps.min() < 0 else 0)
+        raise InvalidInputError(
+            f"malformed sparse structure in 'X' of '{path}': the {axis} pointers are not increasing within "
+            f"[0, {nnz}] at {axis} {bad}; rebuild the file from its source",
+            source=path,
+            row=bad if axis == "row" else None,
+        )
+    lo, hi = int(ptr[0]), int(ptr[-1])
+    data = np.asarray(group["data"][lo:hi])
+    indices = np.asarray(group["indices"][lo:hi])
+    local = ptr - lo
+    check_csr_arrays(local, indices, data, n_rows=stop - start, n_cols=n_minor, source=path, first_row=start,
+                     axis=axis)
+    return sp.csr_array((data, indices, local), shape=(stop - start, n_minor))
+
+
 def _ingest_csr(matrix: Any, path: str, options: IngestOptions, source: dict[str, Any],
                 ids: dict[str, np.ndarray | None]) -> MatrixStore:
     n_rows, n_cols = (int(s) for s in matrix.shape)
-    nnz = int(matrix.group["data"].shape[0])
+    group = matrix.group
+    nnz = _check_pointers(group, n_rows, path, "row")
     step = min(max(BLOCK_NNZ * n_rows // max(nnz, 1), 1), 2**20)
     with options.writer(n_cols=n_cols, dtype=options.value_dtype(matrix.dtype), source=source,
                         n_rows=n_rows) as writer:
         for r0 in range(0, n_rows, step):
-            writer.append(matrix[r0 : r0 + step], source=path)
+            r1 = min(r0 + step, n_rows)
+            writer.append(_read_compressed(group, r0, r1, nnz=nnz, n_minor=n_cols, path=path, axis="row"),
+                          source=path)
         return _finish(writer, ids, n_rows, n_cols)
 
 
@@ -178,8 +222,16 @@ def _ingest_dense(array: Any, path: str, options: IngestOptions, source: dict[st
 def _ingest_csc(matrix: Any, group: Any, path: str, options: IngestOptions, source: dict[str, Any],
                 ids: dict[str, np.ndarray | None]) -> MatrixStore:
     n_rows, n_cols = (int(s) for s in matrix.shape)
-    indptr = np.asarray(group["indptr"][:], dtype=np.int64)
+    stored = _check_pointers(group, n_cols, path, "column")
+    indptr = np.asarray(group["indptr"][:]).astype(np.int64, copy=False)
     nnz = int(indptr[-1])
+    steps = np.diff(indptr)
+    if indptr[0] != 0 or nnz != stored or (steps.size and steps.min() < 0):
+        raise InvalidInputError(
+            f"malformed sparse structure in 'X' of '{path}': the column pointers must increase from 0 to the {stored} "
+            "stored entries; rebuild the file from its source",
+            source=path,
+        )
     dtype = options.value_dtype(matrix.dtype)
     spill_dtype = np.dtype(np.float32) if matrix.dtype == np.float32 else np.dtype(np.float64)
     rpp = partition_rows(n_rows=n_rows, row_bytes=nnz * (dtype.itemsize + 4) / max(n_rows, 1),
@@ -192,8 +244,9 @@ def _ingest_csc(matrix: Any, group: Any, path: str, options: IngestOptions, sour
         buckets = RowBuckets(spill, n_rows=n_rows, n_cols=n_cols, rows_per_partition=rpp, dtype=spill_dtype)
         with options.bar(total=n_cols, desc="columns", unit="cols") as bar:
             for c0, c1 in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
-                block = sp.coo_array(matrix[:, c0:c1])
-                buckets.add(block.coords[0].astype(np.int64), block.coords[1].astype(np.int64) + c0, block.data)
+                block = sp.coo_array(_read_compressed(group, c0, c1, nnz=nnz, n_minor=n_rows, path=path,
+                                                      axis="column"))  # columns as rows
+                buckets.add(block.coords[1].astype(np.int64), block.coords[0].astype(np.int64) + c0, block.data)
                 bar.update(c1 - c0)
         for rows in buckets.blocks(on_duplicate=options.on_duplicate, source=path):
             writer.append(rows, source=path)

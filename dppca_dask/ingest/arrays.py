@@ -21,6 +21,7 @@ import scipy.sparse as sp
 from dppca_dask.errors import InvalidInputError
 from dppca_dask.ingest._common import IngestOptions, partition_rows, require_file
 from dppca_dask.storage import MatrixStore, write_matrix
+from dppca_dask.storage.validate import check_sparse_structure
 
 __all__ = ["ingest_array", "ingest_npy", "ingest_npz"]
 
@@ -50,6 +51,10 @@ def ingest_array(matrix: Any, options: IngestOptions, *, source: Mapping[str, An
         )
     dtype = options.value_dtype(matrix.dtype)
     n_rows, n_cols = (int(s) for s in matrix.shape)
+    options.check_width(n_cols, source=name or "the input matrix")
+    options.check_size(n_rows=n_rows, n_cols=n_cols, nnz=int(matrix.nnz) if sp.issparse(matrix) else None,
+                       layout="csr" if sp.issparse(matrix) else "dense", value_bytes=dtype.itemsize,
+                       source=name or "the input matrix")
     if options.rows_per_partition is not None:
         rows = options.rows_per_partition
     elif sp.issparse(matrix):
@@ -66,6 +71,7 @@ def ingest_array(matrix: Any, options: IngestOptions, *, source: Mapping[str, An
         on_duplicate=options.on_duplicate,
         overwrite=options.overwrite,
         source=dict(source or {"kind": "in-memory", "type": type(matrix).__name__}),
+        schema=options.schema,
     )
     log.info("ingested %s: %d x %d, %d entries, %d partitions in %.1f s", name or "a matrix", store.n_rows,
              store.n_cols, store.nnz, store.n_partitions, time.perf_counter() - start)
@@ -83,6 +89,7 @@ def ingest_npz(path: str | os.PathLike[str], options: IngestOptions) -> MatrixSt
             "scipy.sparse.save_npz, or save a dense array with numpy.save as .npy",
             source=path,
         ) from exc
+    check_sparse_structure(matrix, source=path)  # a malformed indptr must not reach scipy's compiled routines
     return ingest_array(matrix, options, source={"kind": "npz", "path": path}, name=path)
 
 

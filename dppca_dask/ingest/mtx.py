@@ -122,6 +122,9 @@ def ingest_mtx(path: str, options: IngestOptions) -> MatrixStore:
         if header.format == "array":
             from dppca_dask.ingest.arrays import ingest_array
 
+            options.check_size(n_rows=header.n_rows, n_cols=header.n_cols, layout="dense", source=path)
+            options.limits.check_memory(header.n_rows * header.n_cols * 8, source=path,
+                                        what=f"reading its dense {header.n_rows} x {header.n_cols} array")
             return ingest_array(_read_array(path), options, source={"kind": "mtx", "path": path,
                                                                     "format": "array"}, name=path)
         store = _ingest_coordinate(handle, header, path, options)
@@ -151,7 +154,8 @@ def _ingest_coordinate(handle: IO[bytes], header: MatrixMarketHeader, path: str,
     source = {"kind": "mtx", "path": path, "format": header.format, "field": header.field,
               "symmetry": header.symmetry}
     with spill_directory(options.out) as spill, options.writer(
-        n_cols=header.n_cols, dtype=dtype, source=source, n_rows=header.n_rows, rows_per_partition=rpp
+        n_cols=header.n_cols, dtype=dtype, source=source, n_rows=header.n_rows, rows_per_partition=rpp,
+        nnz=header.nnz * (2 if mirrored else 1),
     ) as writer:
         buckets = RowBuckets(spill, n_rows=header.n_rows, n_cols=header.n_cols, rows_per_partition=rpp,
                              dtype=dtype)

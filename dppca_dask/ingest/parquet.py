@@ -24,6 +24,7 @@ triplet (float64 values) and is removed afterwards, also after an error.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -60,6 +61,7 @@ def ingest_parquet(
     row_column: str = "row_id",
     col_column: str = "col_id",
     value_column: str | None = "value",
+    column_ids: Any = None,
 ) -> MatrixStore:
     """Ingest Parquet triplets ``(row_column, col_column, value_column)`` into a new CSR store.
 
@@ -73,6 +75,9 @@ def ingest_parquet(
         Columns holding the row and column ids (integers or strings).
     value_column
         Column holding the values (any numeric type); ``None``: every triplet has value 1.
+    column_ids
+        The declared universe of column ids (a text file with one id per line, or a sequence), or ``None`` to use
+        the distinct ids of the table (an inferred schema).
 
     Raises
     ------
@@ -93,7 +98,25 @@ def ingest_parquet(
     if n_triplets == 0:
         raise InvalidInputError(f"'{path}' holds no triplets; nothing to ingest", source=path)
 
+    universe = None
+    if column_ids is not None:
+        universe = _universe(column_ids, dataset.schema.field(col_column).type, path)
+        if options.n_features is not None and options.n_features != universe.size:
+            raise InvalidParameterError(
+                f"n_features={options.n_features} disagrees with the {universe.size} declared column ids; give one "
+                "of them, or make them agree"
+            )
+        options = dataclasses.replace(options, n_features=int(universe.size))
     row_ids, col_ids = _unique_ids(dataset, path, row_column, col_column, options, n_triplets)
+    if universe is not None:
+        outside = ~np.isin(col_ids, universe)
+        if outside.any():
+            raise InvalidInputError(
+                f"column id {_show(col_ids[int(np.argmax(outside))])} of column {col_column!r} in '{path}' is not "
+                "among the declared column ids; add it to the declared ids, or fix the table",
+                source=path,
+            )
+        col_ids = universe
     n_rows, n_cols = int(row_ids.size), int(col_ids.size)
     log.info("%s: %d triplets, %d row ids, %d column ids (pass 1: %.1f s)", path, n_triplets, n_rows, n_cols,
              time.perf_counter() - start)
@@ -106,7 +129,7 @@ def ingest_parquet(
     source = {"kind": "parquet", "path": path, "row_column": row_column, "col_column": col_column,
               "value_column": value_column}
     with spill_directory(options.out) as spill, options.writer(
-        n_cols=n_cols, dtype=dtype, source=source, n_rows=n_rows, rows_per_partition=rpp
+        n_cols=n_cols, dtype=dtype, source=source, n_rows=n_rows, rows_per_partition=rpp, nnz=n_triplets
     ) as writer:
         buckets = RowBuckets(spill, n_rows=n_rows, n_cols=n_cols, rows_per_partition=rpp, dtype=spill_dtype)
         row_table, col_table = _hash_table(row_ids), _hash_table(col_ids)
@@ -140,6 +163,43 @@ def ingest_parquet(
     log.info("ingested %s: %d x %d, %d entries, %d partitions in %.1f s", path, store.n_rows, store.n_cols,
              store.nnz, store.n_partitions, time.perf_counter() - start)
     return store
+
+
+def _universe(column_ids: Any, id_type: pa.DataType, path: str) -> np.ndarray:
+    """The declared column ids, sorted and distinct, typed like the table's column-id column."""
+    if isinstance(column_ids, (str, os.PathLike)):
+        name = os.fspath(column_ids)
+        try:
+            with open(name, encoding="utf-8") as handle:
+                values: list[Any] = [line.strip() for line in handle if line.strip()]
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidParameterError(
+                f"cannot read the column ids '{name}' ({type(exc).__name__}: {exc}); give a UTF-8 text file with one "
+                "id per line"
+            ) from exc
+    else:
+        name = "column_ids"
+        values = list(column_ids)
+    if not values:
+        raise InvalidParameterError(f"the declared column ids '{name}' are empty; list at least one id")
+    if pa.types.is_integer(_plain_type(id_type)):
+        try:
+            ids = np.array([int(v) for v in values], dtype=np.int64)
+        except (TypeError, ValueError) as exc:
+            raise InvalidParameterError(
+                f"the column ids of '{path}' are integers, but '{name}' holds a non-integer id ({exc}); list integer "
+                "ids"
+            ) from exc
+    else:
+        ids = np.array([str(v) for v in values], dtype=object).astype(_STRING)
+    unique = _sorted_unique(ids)
+    if unique.size != len(values):
+        raise InvalidParameterError(f"the declared column ids '{name}' repeat an id; list each id once")
+    return unique
+
+
+def _plain_type(value_type: pa.DataType) -> pa.DataType:
+    return value_type.value_type if pa.types.is_dictionary(value_type) else value_type
 
 
 def _guard(path: str, func: Any, *args: Any) -> Any:

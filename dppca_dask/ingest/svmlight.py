@@ -202,6 +202,11 @@ def _parse_chunk(
     if bad.any():
         t = first(bad)
         raise fail(t, f"feature index in {tok.text(t)!r} at {where(t)} is not an integer; fix the line")
+    bad = raw_index >= 2.0**53  # beyond exact integers in float64 (and far beyond any width that fits in memory)
+    if bad.any():
+        t = first(bad)
+        raise fail(t, f"feature index in {tok.text(t)!r} at {where(t)} is too large (indices must be below 2^53); "
+                      "fix the line")
     index = raw_index.astype(np.int64) - (0 if zero_based else 1)
     bad = index < 0
     if bad.any():

@@ -532,6 +532,11 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     if noise is None:
         default_sampler()  # a bad noise-sampler setting fails before reserving
 
+    # Every partition read and checked before the reservation: bad input reserves nothing (invariant 7).
+    from dppca_dask.coordinator.preflight import preflight
+
+    preflight(store, client if hasattr(client, "submit") else None)
+
     # -- 2. reserve -------------------------------------------------------------------------------------------
     entry = ledger.reserve(
         dataset, job_id, epsilon=spec.epsilon, delta=spec.delta, events=events, mechanism=spec.mechanism,

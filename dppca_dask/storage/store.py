@@ -28,6 +28,7 @@ from dppca_dask.errors import (
     UnsupportedStoreVersionError,
 )
 from dppca_dask.storage import _format
+from dppca_dask.storage.validate import canonical_csr, check_csr_arrays, check_row_norms, safe_row_norms
 
 __all__ = ["MatrixStore", "Partition", "open_matrix"]
 
@@ -92,8 +93,24 @@ class MatrixStore:
     has_row_norms: bool = False
     """Whether row norms were stored at ingest (otherwise they are computed when a partition is read)."""
     matrix_key: str = "X"
+    schema: Literal["declared", "inferred"] = "inferred"
+    """Whether the shape is public input: ``"declared"`` when the data owner gave the number of columns at ingest
+    (``n_features=`` / ``--n-features``; for Parquet the column-id universe, ``column_ids=`` / ``--column-ids``),
+    ``"inferred"`` when it was read off the data (largest index, distinct ids, a file's own header). An AnnData store
+    opened directly, and a store written before this attribute existed, are ``"inferred"``: nothing records that
+    their shape was chosen independently of the data. A private release treats only a declared shape as public."""
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     """The full metadata attribute (creation time, source, id maps, chunking)."""
+
+    def __repr__(self) -> str:
+        # No data-dependent counts (rows, entries, partitions): a repr ends up in logs and error reports of private
+        # runs. The number of columns is shown only when it is public (a declared schema).
+        width = f", n_cols={self.n_cols}" if self.schema == "declared" else ""
+        return (
+            f"MatrixStore(path={self.path!r}, layout={self.layout!r}{width}, dtype={self.dtype!r}, "
+            f"schema={self.schema!r}, format_version={self.format_version!r}, store_id={self.store_id!r}, "
+            f"generation={self.generation})"
+        )
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -117,35 +134,47 @@ class MatrixStore:
 
     # ------------------------------------------------------------------------------------------------ reading
     def read_partition(self, index: int, *, dtype: np.dtype[Any] | type | None = None) -> Any:
-        """Read partition ``index``: a ``scipy.sparse.csr_array`` (CSR) or a 2-D ``numpy.ndarray`` (dense).
+        """Read partition ``index``: a canonical ``scipy.sparse.csr_array`` (CSR) or a 2-D ``numpy.ndarray`` (dense).
 
-        Values are converted to ``dtype`` once here when given (kernels use float64). Raises
-        :class:`~dppca_dask.errors.StoreCorruptError` naming the partition when a chunk is missing or damaged.
+        Every read checks the partition before anything trusts it: the CSR structure (row pointers monotone and in
+        bounds, column indices in range, consistent lengths) before any scipy routine touches it, and finite values.
+        CSR blocks come back canonical (column indices sorted, duplicate entries summed), whatever wrote the store,
+        so that the norms a kernel clips with are the norms of the values it multiplies. Values are converted to
+        ``dtype`` first when given (kernels use float64).
+
+        Raises
+        ------
+        StoreCorruptError
+            A chunk is missing or damaged, or the structure is malformed; the message names the partition.
+        InvalidInputError
+            A NaN or infinite value in an AnnData store opened directly (a dppca_dask store never holds one: there
+            it is damage, :class:`StoreCorruptError`).
         """
         part = self._partition(index)
-        try:
-            if self.layout == "csr":
-                block = self._read_csr(part)
-            else:
-                block = self._read_dense(part)
-        except (StoreCorruptError, InvalidInputError):
-            raise
-        except Exception as exc:  # zarr/codec errors on damaged chunks
-            raise StoreCorruptError(
-                f"cannot read partition {part.index} (rows {part.row_start}-{part.row_stop - 1}) of store "
-                f"'{self.path}': {type(exc).__name__}: {exc}; the store is damaged, re-ingest it from its source",
-                source=self.path,
-                partition=part.index,
-            ) from exc
+        block = self._read_raw(part)
+        self._check_finite(part, block)
         if dtype is not None:
             block = block.astype(dtype, copy=False)
+        if self.layout == "csr":
+            block = canonical_csr(block)
         return block
 
-    def read_row_norms(self, index: int, *, block: Any | None = None) -> np.ndarray:
-        """L2 norms of the rows of partition ``index`` (float64).
+    def read_checked_norms(self, index: int, block: Any) -> np.ndarray:
+        """L2 norms of the rows of ``block`` (partition ``index`` as read), refusing rows whose norm overflows.
 
-        Stored norms are read from the store; for an AnnData store opened directly they are computed from
-        ``block`` (or from a fresh read of the partition).
+        These are the norms used for clipping: computed from the values the kernels multiply, never read from the
+        stored ``row_norms`` (which a modified store may leave stale).
+        """
+        part = self._partition(index)
+        error = StoreCorruptError if self.format_version is not None else InvalidInputError
+        return check_row_norms(safe_row_norms(block), source=self.path, partition=part.index,
+                               first_row=part.row_start, error=error)
+
+    def read_row_norms(self, index: int, *, block: Any | None = None) -> np.ndarray:
+        """The row norms stored at ingest for partition ``index`` (float64), for ``info --check``.
+
+        Private computations never use these (see :meth:`read_checked_norms`). For an AnnData store opened
+        directly, which stores none, they are computed from ``block`` (or from a fresh read of the partition).
         """
         part = self._partition(index)
         if self.has_row_norms:
@@ -159,10 +188,12 @@ class MatrixStore:
                     partition=part.index,
                 ) from exc
             if norms.size and not np.isfinite(norms).all():
-                row = part.row_start + int(np.flatnonzero(~np.isfinite(norms))[0])
+                bad = int(np.flatnonzero(~np.isfinite(norms))[0])
+                row = part.row_start + bad
+                what = "missing (a chunk of 'row_norms' is absent)" if np.isnan(norms[bad]) else "not finite"
                 raise StoreCorruptError(
-                    f"row norms of partition {part.index} are missing at row {row} in store '{self.path}' "
-                    "(a chunk of 'row_norms' is absent); re-ingest the store from its source",
+                    f"the stored row norm of row {row} (partition {part.index}) in store '{self.path}' is {what}; "
+                    "re-ingest the store from its source",
                     source=self.path,
                     partition=part.index,
                     row=row,
@@ -171,6 +202,94 @@ class MatrixStore:
         if block is None:
             block = self.read_partition(index)
         return row_norms_of(block)
+
+    def _read_raw(self, part: Partition) -> Any:
+        """The partition as stored (structure checked, not canonicalised); read errors become StoreCorruptError."""
+        try:
+            if self.layout == "csr":
+                return self._read_csr(part)
+            return self._read_dense(part)
+        except (StoreCorruptError, InvalidInputError):
+            raise
+        except Exception as exc:  # zarr/codec errors on damaged chunks
+            raise StoreCorruptError(
+                f"cannot read partition {part.index} of store '{self.path}': {type(exc).__name__}: {exc}; the store "
+                "is damaged, re-ingest it from its source",
+                source=self.path,
+                partition=part.index,
+            ) from exc
+
+    def verify_partition(self, index: int) -> None:
+        """Check every chunk of partition ``index`` (``dppca-dask info --check``); raise on the first problem.
+
+        Beyond what every read checks (structure, finite values, norms that fit in float64), a dppca_dask store must
+        hold exactly what ingest wrote: canonical CSR (ingest sums or refuses duplicates) and stored row norms equal
+        to the norms of the stored values. Anything else means the store was modified or damaged after ingest.
+
+        Raises
+        ------
+        StoreCorruptError
+            Naming the partition (and the row where one is known) and how to fix it.
+        InvalidInputError
+            Invalid values in an AnnData store opened directly.
+        """
+        part = self._partition(index)
+        if self.layout == "csr" and self.format_version is not None:
+            raw = self._read_raw(part)
+            if not raw.has_canonical_format:
+                raise StoreCorruptError(
+                    f"partition {part.index} of store '{self.path}' is damaged: its column indices are unsorted or "
+                    "repeated (ingest writes them sorted and unique); re-ingest the store from its source",
+                    source=self.path,
+                    partition=part.index,
+                )
+        block = self.read_partition(index, dtype=np.float64)
+        norms = self.read_checked_norms(index, block)
+        if self.has_row_norms:
+            stored = self.read_row_norms(index)
+            tolerance = 1e-5 if self.dtype == "float32" else 1e-9
+            bad = ~np.isclose(stored, norms, rtol=tolerance, atol=0.0)
+            if stored.shape != norms.shape or bad.any():
+                row = part.row_start + (int(np.argmax(bad)) if stored.shape == norms.shape else 0)
+                raise StoreCorruptError(
+                    f"partition {part.index} of store '{self.path}' is damaged: the stored row norm of row {row} "
+                    "does not match the row's values (the values or the norms were changed after ingest); "
+                    "re-ingest the store from its source",
+                    source=self.path,
+                    partition=part.index,
+                    row=row,
+                )
+
+    def _check_finite(self, part: Partition, block: Any) -> None:
+        values = block.data if sp.issparse(block) else block
+        with np.errstate(over="ignore", invalid="ignore"):
+            if np.isfinite(values.sum(dtype=np.float64)):  # one reduction: a NaN or inf makes the sum non-finite
+                return
+        finite = np.isfinite(values)
+        if finite.all():  # finite values whose sum overflows
+            return
+        pos = int(np.argmax(~finite.ravel()))
+        if sp.issparse(block):
+            row = part.row_start + int(np.searchsorted(block.indptr, pos, side="right")) - 1
+            col = int(block.indices[pos])
+        else:
+            row, col = part.row_start + pos // block.shape[1], pos % block.shape[1]
+        if self.format_version is not None:
+            raise StoreCorruptError(
+                f"partition {part.index} of store '{self.path}' is damaged: a non-finite value at row {row}, column "
+                f"{col} (ingest never stores one; a chunk was modified or lost); re-ingest the store from its source",
+                source=self.path,
+                partition=part.index,
+                row=row,
+            )
+        raise InvalidInputError(
+            f"a NaN or infinite value at row {row} (partition {part.index}), column {col} of AnnData store "
+            f"'{self.path}'; remove or impute it, or ingest the store with `dppca-dask ingest {self.path} --out STORE`"
+            " (which names every bad value)",
+            source=self.path,
+            partition=part.index,
+            row=row,
+        )
 
     def to_scipy(self, *, max_bytes: int = 2 * 2**30) -> sp.csr_array:
         """The whole matrix in memory as CSR (for small stores, tests and exact baselines)."""
@@ -211,6 +330,7 @@ class MatrixStore:
             "store_id": self.store_id,
             "generation": self.generation,
             "row_norms": self.has_row_norms,
+            "schema": self.schema,
             "rows_per_partition_max": max((p.n_rows for p in self.partitions), default=0),
             "nnz_per_partition_max": max(nnz_per_part, default=0),
             "size_on_disk": self.size_on_disk(),
@@ -240,6 +360,8 @@ class MatrixStore:
             indices = np.zeros(0, dtype=np.int32)
         self._check_csr(part, indptr, data, indices)
         indptr = indptr.astype(np.int64, copy=False) - part.nnz_start
+        check_csr_arrays(indptr, indices, data, n_rows=part.n_rows, n_cols=self.n_cols, source=self.path,
+                         partition=part.index, first_row=part.row_start, error=StoreCorruptError)
         if indices.dtype != np.int32 and self.n_cols < 2**31 and part.nnz < 2**31:
             indices = indices.astype(np.int32)
             indptr = indptr.astype(np.int32)
@@ -258,12 +380,9 @@ class MatrixStore:
             )
 
         if indptr.shape != (part.n_rows + 1,):
-            raise corrupt(f"expected {part.n_rows + 1} row pointers, read {indptr.shape[0]}")
+            raise corrupt("'indptr' holds the wrong number of row pointers for the partition")
         if part.n_rows and (indptr[0] != part.nnz_start or indptr[-1] != part.nnz_stop):
-            raise corrupt(
-                f"row pointers span [{indptr[0]}, {indptr[-1]}), the partition table says "
-                f"[{part.nnz_start}, {part.nnz_stop})"
-            )
+            raise corrupt("the row pointers disagree with the partition table")
         steps = np.diff(indptr)
         if steps.size and steps.min() < 0:
             row = part.row_start + int(np.flatnonzero(steps < 0)[0])
@@ -303,17 +422,8 @@ class MatrixStore:
 
 
 def row_norms_of(block: Any) -> np.ndarray:
-    """L2 norm of each row of a CSR or dense block (float64)."""
-    if sp.issparse(block):
-        csr = sp.csr_array(block)
-        if csr.nnz == 0:
-            return np.zeros(csr.shape[0])
-        # A trailing zero keeps reduceat's indices in range when the last rows are empty.
-        squares = np.append(np.square(csr.data, dtype=np.float64), 0.0)
-        sums = np.add.reduceat(squares, csr.indptr[:-1])
-        sums[np.diff(csr.indptr) == 0] = 0.0
-        return np.sqrt(sums)
-    return np.sqrt(np.einsum("ij,ij->i", block, block, dtype=np.float64))
+    """L2 norm of each row of a canonical CSR or dense block (float64, safe against overflow of the squares)."""
+    return safe_row_norms(block)
 
 
 @functools.lru_cache(maxsize=64)
@@ -417,10 +527,13 @@ def _open_native(path: str, group: zarr.Group, meta: Any) -> MatrixStore:
             store_id=str(meta["store_id"]),
             generation=int(meta.get("generation", 0)),
             has_row_norms="row_norms" in group,
+            schema=meta.get("schema", "inferred"),
             metadata=json.loads(json.dumps(dict(meta))),
         )
         if store.layout not in ("csr", "dense"):
             raise ValueError(f"unknown layout {store.layout!r}")
+        if store.schema not in ("declared", "inferred"):
+            raise ValueError(f"unknown schema {store.schema!r}")
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreCorruptError(
             f"the metadata of store '{path}' is incomplete or malformed ({type(exc).__name__}: {exc}); "
@@ -444,8 +557,8 @@ def _check_table(store: MatrixStore) -> None:
         row, nnz = p.row_stop, (p.nnz_stop if store.layout == "csr" else nnz + p.nnz)
     if row != store.n_rows or nnz != store.nnz:
         raise StoreCorruptError(
-            f"the partition table of store '{store.path}' covers {row} rows and {nnz} entries, the metadata says "
-            f"{store.n_rows} and {store.nnz}; re-ingest the store from its source",
+            f"the partition table of store '{store.path}' disagrees with its row and entry counts; re-ingest the "
+            "store from its source",
             source=store.path,
         )
 
@@ -502,7 +615,8 @@ def _open_anndata(path: str, group: zarr.Group, rows_per_partition: int | None) 
     )
     if int(offsets[-1]) != nnz:
         raise StoreCorruptError(
-            f"AnnData store '{path}': indptr ends at {int(offsets[-1])} but 'data' holds {nnz} values",
+            f"AnnData store '{path}': 'indptr' does not end at the number of values in 'data'; the store is damaged, "
+            "rewrite it from its source",
             source=path,
         )
     return MatrixStore(

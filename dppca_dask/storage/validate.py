@@ -13,7 +13,17 @@ import scipy.sparse as sp
 
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, format_location
 
-__all__ = ["DuplicatePolicy", "as_csr", "validate_csr_block", "validate_dense_block"]
+__all__ = [
+    "DuplicatePolicy",
+    "as_csr",
+    "canonical_csr",
+    "check_csr_arrays",
+    "check_row_norms",
+    "check_sparse_structure",
+    "safe_row_norms",
+    "validate_csr_block",
+    "validate_dense_block",
+]
 
 DuplicatePolicy = Literal["sum", "reject"]
 
@@ -23,12 +33,200 @@ def _where(source: object | None, partition: int | None, row: int | None) -> str
     return f" at {text}" if text else ""
 
 
+def check_csr_arrays(
+    indptr: Any,
+    indices: Any,
+    data: Any,
+    *,
+    n_rows: int,
+    n_cols: int,
+    source: object | None = None,
+    partition: int | None = None,
+    first_row: int = 0,
+    error: type[Exception] = InvalidInputError,
+    axis: str = "row",
+) -> None:
+    """Check the compressed-sparse structure of a block before any scipy routine trusts it.
+
+    scipy's compiled routines (``sort_indices``, ``sum_duplicates``, format conversions) read ``indptr`` and
+    ``indices`` without bounds checks: a decreasing or out-of-range ``indptr`` corrupts memory (SIGABRT). This checks,
+    vectorised, that the arrays are 1-D integers of consistent lengths, that ``indptr`` starts at 0, never decreases
+    and ends at ``len(indices)``, and that every index is in ``[0, n_cols)``. ``axis`` names the compressed axis in
+    messages (``"row"`` for CSR, ``"column"`` for CSC). Raises ``error`` (an :class:`InvalidInputError` by default,
+    :class:`StoreCorruptError` for stores) naming the first bad row.
+    """
+    indptr, indices, data = np.asarray(indptr), np.asarray(indices), np.asarray(data)
+
+    fix = "rebuild the input from its source" if error is InvalidInputError else "re-ingest the store from its source"
+
+    def fail(what: str, row: int | None = None) -> Exception:
+        return error(  # type: ignore[call-arg]
+            f"malformed sparse structure{_where(source, partition, None)}: {what}; {fix}",
+            source=source,
+            partition=partition,
+            row=row,
+        )
+
+    for name, arr in (("indptr", indptr), ("indices", indices)):
+        if arr.ndim != 1 or not np.issubdtype(arr.dtype, np.integer):
+            raise fail(f"'{name}' must be a 1-D integer array; got {arr.ndim}-D {arr.dtype}")
+    if data.ndim != 1:
+        raise fail(f"'data' must be 1-D; got {data.ndim}-D")
+    if indptr.shape[0] != n_rows + 1:
+        raise fail(f"'indptr' does not have one entry per {axis} plus one")
+    if indices.shape[0] != data.shape[0]:
+        raise fail("'indices' and 'data' have different lengths")
+    if indptr[0] != 0:
+        raise fail("'indptr' does not start at 0", first_row)
+    steps = np.diff(indptr)
+    if steps.size and steps.min() < 0:
+        raise fail(f"'indptr' decreases (at {axis} {first_row + int(np.argmax(steps < 0))})",
+                   first_row + int(np.argmax(steps < 0)))
+    if int(indptr[-1]) != indices.shape[0]:
+        raise fail("'indptr' does not end at the number of stored entries")
+    if indices.size and (indices.min() < 0 or indices.max() >= n_cols):  # two reductions, no mask unless bad
+        bad = (indices < 0) | (indices >= n_cols)
+        if bad.any():
+            pos = int(np.argmax(bad))
+            row = first_row + int(np.searchsorted(indptr, pos, side="right")) - 1
+            hint = "fix the index or declare more columns" if axis == "row" and error is InvalidInputError else fix
+            where = format_location(source=source, partition=partition, row=row if axis == "row" else None)
+            raise error(  # type: ignore[call-arg]
+                f"column index {int(indices[pos])} out of range [0, {n_cols}) at {where}; {hint}" if axis == "row"
+                else f"row index {int(indices[pos])} out of range [0, {n_cols}) at column {row} of '{source}'; {hint}",
+                source=source,
+                partition=partition,
+                row=row if axis == "row" else None,
+            )
+
+
+def check_sparse_structure(block: Any, *, source: object | None = None, partition: int | None = None,
+                           first_row: int = 0, error: type[Exception] = InvalidInputError) -> None:
+    """Check the raw arrays of any scipy sparse matrix or array before it is converted or sorted.
+
+    CSR, CSC and BSR blocks are checked with :func:`check_csr_arrays`; COO blocks for matching lengths and indices
+    inside the shape. DOK, LIL and DIA blocks hold no raw pointers and need no check.
+    """
+    shape = tuple(int(s) for s in block.shape)
+    if len(shape) != 2:
+        raise error(  # type: ignore[call-arg]
+            f"expected a 2-D matrix{_where(source, partition, None)}; got shape {shape}", source=source,
+            partition=partition,
+        )
+    fmt = block.format
+    if fmt == "csr":
+        check_csr_arrays(block.indptr, block.indices, block.data, n_rows=shape[0], n_cols=shape[1], source=source,
+                         partition=partition, first_row=first_row, error=error)
+    elif fmt == "csc":
+        check_csr_arrays(block.indptr, block.indices, block.data, n_rows=shape[1], n_cols=shape[0], source=source,
+                         partition=partition, first_row=0, error=error, axis="column")
+    elif fmt == "bsr":
+        r, c = (int(v) for v in block.blocksize)
+        data = np.asarray(block.data)
+        if r < 1 or c < 1 or shape[0] % r or shape[1] % c or data.ndim != 3 or data.shape[1:] != (r, c):
+            raise error(  # type: ignore[call-arg]
+                f"malformed BSR block{_where(source, partition, None)}: block size {(r, c)}, data {data.shape}, "
+                f"shape {shape}; rebuild the matrix from its source", source=source, partition=partition,
+            )
+        check_csr_arrays(block.indptr, block.indices, np.zeros(data.shape[0]), n_rows=shape[0] // r,
+                         n_cols=shape[1] // c, source=source, partition=partition, first_row=first_row, error=error)
+    elif fmt == "coo":
+        coords = getattr(block, "coords", None) or (block.row, block.col)
+        rows, cols, data = np.asarray(coords[0]), np.asarray(coords[1]), np.asarray(block.data)
+        if not (rows.ndim == cols.ndim == data.ndim == 1 and rows.shape == cols.shape == data.shape):
+            raise error(  # type: ignore[call-arg]
+                f"malformed COO block{_where(source, partition, None)}: row, column and value arrays of lengths "
+                f"{rows.shape}, {cols.shape}, {data.shape}; they must be 1-D of equal length",
+                source=source, partition=partition,
+            )
+        for name, arr, limit in (("row", rows, shape[0]), ("column", cols, shape[1])):
+            if arr.size and (arr.min() < 0 or arr.max() >= limit):
+                pos = int(np.argmax((arr < 0) | (arr >= limit)))
+                raise error(  # type: ignore[call-arg]
+                    f"{name} index {int(arr[pos])} out of range [0, {limit}) in entry {pos}"
+                    f"{_where(source, partition, None)}; fix the index or declare a larger shape",
+                    source=source, partition=partition,
+                )
+
+
+def canonical_csr(csr: sp.csr_array) -> sp.csr_array:
+    """``csr`` with sorted column indices and duplicate entries summed (structure already checked).
+
+    The products a kernel computes add duplicate entries up; the row norms used for clipping must be those of the
+    summed row, so every read path canonicalises before norms are taken.
+    """
+    if csr.has_canonical_format:
+        return csr
+    csr = csr.copy()
+    csr.sum_duplicates()  # sorts the indices, then adds up equal (row, column) entries
+    return csr
+
+
+def safe_row_norms(block: Any) -> np.ndarray:
+    """L2 norm of each row of a canonical CSR or dense block, without overflow or underflow of the squares.
+
+    The plain sum of squares is used when it is finite (the common case, no extra cost); otherwise the rows are
+    scaled by their largest absolute value first, so values up to ``float64``'s maximum give their true norm
+    (``inf`` only when the norm itself exceeds ``float64``).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        if sp.issparse(block):
+            csr = sp.csr_array(block)
+            n_rows = csr.shape[0]
+            if csr.nnz == 0:
+                return np.zeros(n_rows)
+            data = np.asarray(csr.data, dtype=np.float64)
+            counts = np.diff(csr.indptr)
+            starts = np.minimum(csr.indptr[:-1], csr.nnz - 1)
+            sums = np.add.reduceat(np.square(data), starts)
+            sums[counts == 0] = 0.0
+            if np.isfinite(sums).all():
+                return np.sqrt(sums)
+            top = np.maximum.reduceat(np.abs(data), starts)
+            top[counts == 0] = 0.0
+            owner = np.repeat(np.arange(n_rows), counts)
+            scale = np.where(top > 0, top, 1.0)
+            scaled = np.add.reduceat(np.square(data / scale[owner]), starts)
+            scaled[counts == 0] = 0.0
+            return top * np.sqrt(scaled)
+        arr = np.asarray(block, dtype=np.float64)
+        sums = np.einsum("ij,ij->i", arr, arr)
+        if np.isfinite(sums).all():
+            return np.sqrt(sums)
+        top = np.abs(arr).max(axis=1, initial=0.0)
+        scale = np.where(top > 0, top, 1.0)
+        scaled = arr / scale[:, None]
+        return top * np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
+
+
+def check_row_norms(norms: np.ndarray, *, source: object | None = None, partition: int | None = None,
+                    first_row: int = 0, error: type[Exception] = InvalidInputError) -> np.ndarray:
+    """Refuse rows whose L2 norm is not finite (values whose norm exceeds float64's range), naming the row."""
+    finite = np.isfinite(norms)
+    if not finite.all():
+        row = first_row + int(np.argmax(~finite))
+        raise error(  # type: ignore[call-arg]
+            f"the L2 norm of row {row}{_where(source, partition, None)} is {float(norms[row - first_row])!r}: its "
+            "values are too large for float64 arithmetic; rescale the data (divide by a constant) before ingesting",
+            source=source,
+            partition=partition,
+            row=row,
+        )
+    return norms
+
+
 def as_csr(block: Any) -> sp.csr_array:
     """Any scipy sparse matrix or array as a ``csr_array``, keeping duplicate entries.
 
     scipy's COO to CSR conversion adds up duplicate (row, column) entries; here a COO block becomes a CSR block with
-    the duplicates still in it, so that ``on_duplicate="reject"`` can see them.
+    the duplicates still in it, so that ``on_duplicate="reject"`` can see them. The raw structure is checked first
+    (:func:`check_sparse_structure`), so a malformed block raises :class:`InvalidInputError` instead of crashing.
     """
+    check_sparse_structure(block)
+    return _as_csr(block)
+
+
+def _as_csr(block: Any) -> sp.csr_array:
     if block.format != "coo":
         return sp.csr_array(block)
     rows, cols = np.asarray(block.row), np.asarray(block.col)
@@ -77,7 +275,8 @@ def validate_csr_block(
             partition=partition,
             row=first_row,
         )
-    csr = as_csr(block)
+    check_sparse_structure(block, source=source, partition=partition, first_row=first_row)
+    csr = _as_csr(block)
     if not np.issubdtype(csr.data.dtype, np.number) or np.issubdtype(csr.data.dtype, np.complexfloating):
         raise InvalidInputError(
             f"values must be real numbers; got dtype {csr.data.dtype}{_where(source, partition, None)}",
@@ -132,6 +331,7 @@ def validate_csr_block(
                     )
                 csr.sum_duplicates()
         csr.has_canonical_format = True
+    check_row_norms(safe_row_norms(csr), source=source, partition=partition, first_row=first_row)
     return csr
 
 
@@ -166,4 +366,5 @@ def validate_dense_block(
             partition=partition,
             row=row,
         )
+    check_row_norms(safe_row_norms(arr), source=source, partition=partition, first_row=first_row)
     return arr

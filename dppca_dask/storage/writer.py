@@ -27,14 +27,29 @@ import zarr
 
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, StoreCorruptError, format_location
 from dppca_dask.storage import _format
+from dppca_dask.storage._files import (
+    check_replaceable,
+    finish_private_tree,
+    make_private_directory,
+    mark_owner,
+    remove_stale_temporaries,
+    remove_tree,
+)
 from dppca_dask.storage.store import MatrixStore, Partition, open_matrix, row_norms_of
-from dppca_dask.storage.validate import DuplicatePolicy, as_csr, validate_csr_block, validate_dense_block
+from dppca_dask.storage.validate import (
+    DuplicatePolicy,
+    as_csr,
+    check_sparse_structure,
+    validate_csr_block,
+    validate_dense_block,
+)
 
 __all__ = ["StoreWriter", "append_partition", "write_matrix"]
 
 log = logging.getLogger(__name__)
 
 Layout = Literal["csr", "dense"]
+Schema = Literal["declared", "inferred"]
 
 
 def _store_dtype(dtype: Any) -> np.dtype[Any]:
@@ -71,6 +86,9 @@ class StoreWriter:
         A JSON-serialisable description of where the data came from, stored in the metadata.
     progress
         Called with the number of rows written after each partition.
+    schema
+        ``"declared"`` when the shape (the number of columns) was given by the data owner as public input,
+        ``"inferred"`` when it was read off the data; recorded in the metadata (see :attr:`MatrixStore.schema`).
     """
 
     def __init__(
@@ -86,8 +104,12 @@ class StoreWriter:
         source: Mapping[str, Any] | None = None,
         target_partition_bytes: int = _format.TARGET_PARTITION_BYTES,
         progress: Callable[[int], None] | None = None,
+        schema: Schema = "inferred",
     ) -> None:
         self.path = os.path.abspath(os.fspath(path))
+        if schema not in ("declared", "inferred"):
+            raise InvalidParameterError(f"schema must be 'declared' or 'inferred'; got {schema!r}")
+        self.schema: Schema = schema
         if n_cols < 1:
             raise InvalidParameterError(f"n_cols must be >= 1; got {n_cols}")
         if layout not in ("csr", "dense"):
@@ -98,10 +120,12 @@ class StoreWriter:
             raise InvalidParameterError(f"on_duplicate must be 'sum' or 'reject'; got {on_duplicate!r}")
         if target_partition_bytes < 1:
             raise InvalidParameterError(f"target_partition_bytes must be >= 1; got {target_partition_bytes}")
-        if os.path.exists(self.path) and not overwrite:
-            raise InvalidParameterError(
-                f"'{self.path}' already exists; choose another output path or pass overwrite=True (--overwrite)"
-            )
+        if os.path.lexists(self.path):
+            if not overwrite:
+                raise InvalidParameterError(
+                    f"'{self.path}' already exists; choose another output path or pass overwrite=True (--overwrite)"
+                )
+            check_replaceable(self.path)
         self.n_cols = int(n_cols)
         self.dtype = _store_dtype(dtype)
         self.layout: Layout = layout
@@ -113,8 +137,11 @@ class StoreWriter:
         self.progress = progress
         parent, name = os.path.split(self.path)
         os.makedirs(parent or ".", exist_ok=True)
+        remove_stale_temporaries(self.path)
         self._tmp = os.path.join(parent, f".{name}.partial-{uuid.uuid4().hex[:12]}")
+        make_private_directory(self._tmp)  # owner-only unless configured otherwise
         self._group: zarr.Group | None = zarr.open_group(self._tmp, mode="w-", zarr_format=3)
+        mark_owner(self._tmp)  # a later ingest removes it if this process dies without cleaning up
         self._pending: list[Any] = []
         self._pending_rows = 0
         self._pending_bytes = 0
@@ -232,6 +259,7 @@ class StoreWriter:
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "source": self.source,
             "on_duplicate": self.on_duplicate,
+            "schema": self.schema,
             "rows_per_partition": self.rows_per_partition,
             "nnz_chunk": _format.NNZ_CHUNK,
             "row_chunk": self._row_chunk,
@@ -240,12 +268,18 @@ class StoreWriter:
         group.attrs.update({_format.ATTR_KEY: meta})
         self._group = None
         self._closed = True
-        if os.path.exists(self.path):
+        finish_private_tree(self._tmp)
+        if os.path.lexists(self.path):
             if not self.overwrite:
                 shutil.rmtree(self._tmp, ignore_errors=True)
                 raise InvalidParameterError(
                     f"'{self.path}' appeared while writing; choose another output path or pass overwrite=True"
                 )
+            try:
+                check_replaceable(self.path)
+            except InvalidParameterError:
+                shutil.rmtree(self._tmp, ignore_errors=True)
+                raise
             trash = f"{self._tmp}.old"
             os.replace(self.path, trash)
             os.replace(self._tmp, self.path)
@@ -256,11 +290,15 @@ class StoreWriter:
         return open_matrix(self.path)
 
     def abort(self) -> None:
-        """Discard everything written so far; the destination path is left untouched."""
+        """Discard everything written so far; the destination path is left untouched.
+
+        Safe after an interruption (Ctrl-C, SIGTERM): zarr's pending asynchronous writes are waited for first, so
+        that none of them recreates a chunk file after the temporary directory is removed.
+        """
         if not self._closed:
             self._closed = True
             self._group = None
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        remove_tree(self._tmp)
 
     # ---------------------------------------------------------------------------------------------- internals
     def _check_open(self) -> None:
@@ -426,18 +464,22 @@ def write_matrix(
     on_duplicate: DuplicatePolicy = "sum",
     overwrite: bool = False,
     source: Mapping[str, Any] | None = None,
+    schema: Schema = "inferred",
 ) -> MatrixStore:
     """Write an in-memory scipy sparse matrix or numpy array to a new store and open it.
 
     ``layout`` defaults to ``"csr"`` for sparse input and ``"dense"`` for numpy input; ``dtype`` defaults to the
-    input's float type (float32 stays float32, everything else becomes float64).
+    input's float type (float32 stays float32, everything else becomes float64). ``schema="declared"`` records
+    that the matrix's number of columns is public input (see :attr:`MatrixStore.schema`).
     """
     if layout is None:
         layout = "csr" if sp.issparse(matrix) else "dense"
     if not sp.issparse(matrix):
         matrix = np.asarray(matrix)
-    elif matrix.format != "csr":  # row slices below need CSR; COO duplicates are kept for the validation
-        matrix = as_csr(matrix)
+    else:  # row slices below need CSR; COO duplicates are kept for the validation
+        check_sparse_structure(matrix, source=(source or {}).get("path"))  # before scipy slices or converts it
+        if matrix.format != "csr":
+            matrix = as_csr(matrix)
     if matrix.ndim != 2:
         raise InvalidInputError(f"expected a 2-D matrix; got {matrix.ndim} dimensions")
     if dtype is None:
@@ -452,9 +494,11 @@ def write_matrix(
         on_duplicate=on_duplicate,
         overwrite=overwrite,
         source=dict(source or {"kind": "in-memory", "type": type(matrix).__name__}),
+        schema=schema,
     ) as writer:
+        name = (source or {}).get("path")
         for start in range(0, int(matrix.shape[0]), step):
-            writer.append(matrix[start : start + step])
+            writer.append(matrix[start : start + step], source=name)
         return writer.commit()
 
 

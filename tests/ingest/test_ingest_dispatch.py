@@ -125,13 +125,13 @@ def test_invalid_options(tmp_path: Path, matrix: sp.csr_array, options: dict[str
 
 def test_svmlight_options_on_other_formats(tmp_path: Path, matrix: sp.csr_array) -> None:
     np.save(tmp_path / "m.npy", matrix.toarray())
-    for options in ({"zero_based": True}, {"n_features": 3}, {"store_labels": True}):
+    for options in ({"zero_based": True}, {"store_labels": True}):
         with pytest.raises(InvalidParameterError, match=r"applies only to svmlight input; the input is npy"):
             ingest(tmp_path / "m.npy", tmp_path / "s.zarr", **options)  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError, match=r"format applies to files"):
         ingest(matrix, tmp_path / "s.zarr", format="npz")
-    with pytest.raises(InvalidParameterError, match=r"n_features applies only to svmlight input; the input is array"):
-        ingest(matrix, tmp_path / "s.zarr", n_features=3)
+    with pytest.raises(InvalidParameterError, match=r"zero_based applies only to svmlight input; the input is array"):
+        ingest(matrix, tmp_path / "s.zarr", zero_based=True)
 
 
 def test_existing_output_and_overwrite(tmp_path: Path, matrix: sp.csr_array) -> None:

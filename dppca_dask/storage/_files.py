@@ -1,0 +1,185 @@
+"""Files of stores and their temporaries: owner-only permissions, safe replacement, and cleanup after a kill.
+
+- **Permissions.** Stores and temporary (``.NAME.partial-*``) and spill (``.NAME.spill-*``) directories hold raw data:
+  they are created owner-only (directories 0700, and the files of a committed store 0600) unless the environment
+  variable ``DPPCA_DASK_FILE_MODE`` is ``umask`` (then the process umask decides, as for any other file).
+- **Replacement.** ``overwrite`` replaces only a dppca_dask store or an empty directory, never a file or another
+  directory (a typo in an output path must not delete a source).
+- **Cleanup.** Every temporary directory holds an owner marker (host and process id). A killed ingest (SIGKILL, power
+  loss) leaves its temporaries behind; the next ingest to the same output removes those whose process is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import stat
+import time
+
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.storage import _format
+
+__all__ = [
+    "FILE_MODE_ENV",
+    "check_replaceable",
+    "finish_private_tree",
+    "is_store",
+    "make_private_directory",
+    "mark_owner",
+    "private_files",
+    "remove_stale_temporaries",
+    "remove_tree",
+]
+
+#: Environment variable: ``private`` (default, owner-only files) or ``umask`` (follow the process umask).
+FILE_MODE_ENV = "DPPCA_DASK_FILE_MODE"
+#: Name of the owner marker inside a temporary directory.
+OWNER_FILE = ".dppca-owner"
+_TEMPORARY_KINDS = (".partial-", ".spill-")
+
+
+def private_files() -> bool:
+    """Whether new stores and temporaries are owner-only (the default) or follow the umask."""
+    value = os.environ.get(FILE_MODE_ENV, "private").strip().lower()
+    if value not in ("private", "umask"):
+        raise InvalidParameterError(
+            f"{FILE_MODE_ENV} must be 'private' (owner-only files, the default) or 'umask' (follow the process "
+            f"umask); got {value!r}"
+        )
+    return value == "private"
+
+
+def make_private_directory(path: str) -> str:
+    """Create the directory ``path``, owner-only unless configured otherwise."""
+    os.mkdir(path, 0o700 if private_files() else 0o777)
+    return path
+
+
+def mark_owner(path: str) -> None:
+    """Write the owner marker (host and process id) into the temporary directory ``path``."""
+    with open(os.path.join(path, OWNER_FILE), "w", encoding="utf-8") as handle:
+        json.dump({"host": socket.gethostname(), "pid": os.getpid()}, handle)
+
+
+def finish_private_tree(path: str) -> None:
+    """Before a store is moved into place: drop the owner marker; make every file 0600 and directory 0700."""
+    try:
+        os.remove(os.path.join(path, OWNER_FILE))
+    except FileNotFoundError:
+        pass
+    if not private_files():
+        return
+    for root, dirs, files in os.walk(path):
+        os.chmod(root, 0o700)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o600)
+
+
+def is_store(path: str) -> bool:
+    """Whether ``path`` is a directory holding a dppca_dask store (its root metadata names the format)."""
+    meta = os.path.join(path, "zarr.json")
+    if not os.path.isdir(path) or os.path.islink(path) or not os.path.isfile(meta):
+        return False
+    try:
+        with open(meta, encoding="utf-8") as handle:
+            attributes = json.load(handle).get("attributes") or {}
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(attributes, dict) and _format.ATTR_KEY in attributes
+
+
+def check_replaceable(path: str) -> None:
+    """Refuse to replace ``path`` unless it is a dppca_dask store or an empty directory."""
+    if is_store(path):
+        return
+    if os.path.isdir(path) and not os.path.islink(path) and not os.listdir(path):
+        return
+    what = (
+        "a symbolic link" if os.path.islink(path) else
+        "a file" if not os.path.isdir(path) else "a directory that is not a dppca_dask store"
+    )
+    raise InvalidParameterError(
+        f"'{path}' is {what}; overwrite (--overwrite) replaces only a dppca_dask store or an empty directory: "
+        "check the output path, or move that away yourself"
+    )
+
+
+def _owner_gone(path: str) -> bool:
+    try:
+        with open(os.path.join(path, OWNER_FILE), encoding="utf-8") as handle:
+            owner = json.load(handle)
+        host, pid = str(owner["host"]), int(owner["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # not ours, or not yet marked: leave it
+    if host != socket.gethostname():
+        return False  # another machine's process: cannot tell
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def remove_stale_temporaries(out: str) -> list[str]:
+    """Remove the temporaries of earlier ingests to ``out`` whose process no longer runs; return their paths."""
+    parent, name = os.path.split(os.path.abspath(out))
+    prefix = f".{name}"
+    removed = []
+    try:
+        entries = os.listdir(parent or ".")
+    except OSError:
+        return removed
+    for entry in entries:
+        rest = entry[len(prefix):]
+        if not entry.startswith(prefix) or not rest.startswith(_TEMPORARY_KINDS):
+            continue
+        path = os.path.join(parent, entry)
+        if os.path.isdir(path) and not os.path.islink(path) and _owner_gone(path):
+            remove_tree(path)
+            removed.append(path)
+    return removed
+
+
+def _drain_zarr(timeout: float = 10.0) -> None:
+    """Wait for zarr's pending asynchronous writes (after an interruption they go on in zarr's IO thread)."""
+    try:
+        from zarr.core.sync import _get_loop
+    except ImportError:  # pragma: no cover - a zarr without the sync loop
+        return
+
+    async def settle() -> None:
+        current = asyncio.current_task()
+        pending = [t for t in asyncio.all_tasks() if t is not current]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
+
+    try:
+        loop = _get_loop()
+        if loop.is_running():
+            asyncio.run_coroutine_threadsafe(settle(), loop).result(timeout + 1.0)
+    except Exception:  # nothing pending, or the loop is gone: nothing to wait for
+        pass
+
+
+def remove_tree(path: str) -> None:
+    """Remove a temporary directory for good, also while zarr may still be writing into it after an interrupt."""
+    _drain_zarr()
+    for _ in range(20):
+        shutil.rmtree(path, ignore_errors=True, onerror=None)
+        if not os.path.lexists(path):
+            time.sleep(0.01)
+            if not os.path.lexists(path):
+                return
+        time.sleep(0.05)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _mode(path: str) -> int:  # for tests and diagnostics
+    return stat.S_IMODE(os.lstat(path).st_mode)

@@ -1,0 +1,146 @@
+"""The corpus of malformed inputs (``bad_inputs_corpus``) through the command line.
+
+For every case: exit code 2, one error line naming the file and the record (line, partition, row), no traceback,
+nothing left beside the output, and, where a ledger is involved, no reservation. Damaged stores go through
+``dppca-dask pca`` on a real LocalCluster (the preflight refuses them before any noise is drawn) and through
+``dppca-dask info --check``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+from bad_inputs_corpus import CHECK_ONLY_CASES, INGEST_CASES, STORE_CASES, Case, native_store
+
+from dppca_dask.cli import main
+
+
+def listing(directory: Path) -> dict[str, float]:
+    """Every path under ``directory`` with its modification time (what a failed command must leave unchanged)."""
+    out = {}
+    for root, dirs, files in os.walk(directory):
+        for name in dirs + files:
+            path = os.path.join(root, name)
+            out[os.path.relpath(path, directory)] = os.lstat(path).st_mtime_ns
+    return out
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_clean_error(code: int, out: str, err: str, pattern: str) -> None:
+    assert code == 2, (code, out, err)
+    assert "Traceback" not in err and "Traceback" not in out
+    assert len(err.strip().splitlines()) == 1, err
+    assert re.search(pattern, err), f"{pattern!r} not in {err!r}"
+
+
+@pytest.mark.parametrize("case", INGEST_CASES, ids=lambda c: c.name)
+def test_ingest_refuses(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "out").mkdir(exist_ok=True)
+    argv, pattern = case.make(tmp_path)
+    before = listing(tmp_path / "out")
+    code, out, err = run_cli(capsys, argv)
+    assert_clean_error(code, out, err, pattern)
+    assert listing(tmp_path / "out") == before  # no store, no .partial-*/.spill-*, nothing replaced
+
+
+@pytest.mark.parametrize("case", STORE_CASES, ids=lambda c: c.name)
+def test_pca_and_info_check_refuse_a_damaged_store(case: Case, tmp_path: Path, local_client,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    argv, pattern = case.make(tmp_path)
+    store = argv[0]
+    before = listing(tmp_path)
+    code, out, err = run_cli(capsys, ["pca", store, "--epsilon", "1", "--delta", "1e-6", "--n-iter", "2",
+                                      "--scheduler", local_client.scheduler.address, "--out",
+                                      str(tmp_path / "result")])
+    assert_clean_error(code, out, err, pattern)
+    assert listing(tmp_path) == before  # no result directory
+    code, out, err = run_cli(capsys, ["info", "--check", store])
+    assert_clean_error(code, out, err, pattern)
+
+
+@pytest.mark.parametrize("case", CHECK_ONLY_CASES, ids=lambda c: c.name)
+def test_info_check_reports_damage_that_a_run_tolerates(case: Case, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    argv, pattern = case.make(tmp_path)
+    assert run_cli(capsys, ["info", argv[0]])[0] == 0  # metadata alone cannot see it
+    code, out, err = run_cli(capsys, ["info", "--check", argv[0]])
+    assert_clean_error(code, out, err, pattern)
+
+
+def test_info_check_passes_an_intact_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, ["info", "--check", native_store(tmp_path)])
+    assert code == 0 and err == ""
+    assert "check:          ok: 4 partitions verified" in out
+
+
+def _job_spec(tmp_path: Path, store: str, ingest_source: str | None = None) -> Path:
+    lines = [
+        '[job]', 'name = "bad"',
+        '[data]', f'store = "{store}"',
+    ]
+    if ingest_source is not None:
+        lines += ['[data.ingest]', f'source = "{ingest_source}"']
+    lines += [
+        '[mechanism]', 'name = "adaptive-power"', 'n_iter = 2',
+        '[privacy]', 'epsilon = 0.5', 'delta = 1e-7',
+        '[budget]', f'ledger = "{tmp_path / "ledger.sqlite"}"', 'dataset = "ds"', 'total_epsilon = 1.0',
+        'total_delta = 1e-6',
+        '[output]', f'path = "{tmp_path / "out" / "{date}"}"',
+    ]
+    path = tmp_path / "job.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _reserved(tmp_path: Path) -> list[object]:
+    from dppca_dask.ledger import Ledger
+
+    ledger_path = tmp_path / "ledger.sqlite"
+    if not ledger_path.exists():
+        return []
+    ledger = Ledger(str(ledger_path))
+    return [e for e in [ledger.entry("ds", "bad@2026-01-01")] if e is not None]
+
+
+@pytest.mark.parametrize("case", [c for c in STORE_CASES if c.name in ("nan-in-data-chunk", "decreasing-indptr",
+                                                                       "anndata-nan")], ids=lambda c: c.name)
+def test_a_job_on_a_damaged_store_reserves_nothing(case: Case, tmp_path: Path, local_client,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    argv, pattern = case.make(tmp_path)
+    spec = _job_spec(tmp_path, argv[0])
+    code, out, err = run_cli(capsys, ["run", str(spec), "--date", "2026-01-01", "--scheduler",
+                                      local_client.scheduler.address])
+    assert_clean_error(code, out, err, pattern)
+    assert _reserved(tmp_path) == []
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_job_whose_ingest_target_is_not_a_store_deletes_nothing(tmp_path: Path, local_client,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "a.svm").write_text("1 1:0.5\n")
+    (source / "keep.txt").write_text("raw data")
+    # A one-character slip: the store path names the source's own directory.
+    spec = _job_spec(tmp_path, str(source), ingest_source=str(source / "a.svm"))
+    before = listing(source)
+    code, out, err = run_cli(capsys, ["run", str(spec), "--date", "2026-01-01", "--scheduler",
+                                      local_client.scheduler.address])
+    assert_clean_error(code, out, err, r"src' is a directory that is not a dppca_dask store")
+    assert listing(source) == before
+    assert _reserved(tmp_path) == []
+
+
+def test_the_corpus_covers_every_input_class() -> None:
+    issues = {c.issue for c in INGEST_CASES + STORE_CASES + CHECK_ONLY_CASES}
+    assert issues == {"8.1", "8.4", "9.1", "9.2", "9.4", "9.9"}
+    names = [c.name for c in INGEST_CASES + STORE_CASES + CHECK_ONLY_CASES]
+    assert len(names) == len(set(names))
