@@ -121,6 +121,7 @@ def write_low_coherence(
             dtype=dtype,
             rows_per_partition=rows_per_partition,
             overwrite=overwrite,
+            schema="declared",  # the width is the generator's public parameter
             source={"kind": "generated", "generator": "low_coherence", **spec.__dict__},
         ) as writer:
             for block in low_coherence_blocks(spec, rows_per_block=min(rows_per_partition or 50_000, 50_000)):

@@ -153,20 +153,8 @@ def _makedirs(path: str) -> None:
 
 
 def store_schema(store: Any) -> str:
-    """``"declared"`` or ``"inferred"``: whether the store's shape was declared at ingest or read off the data.
-
-    Uses ``MatrixStore.schema`` when the storage layer has it; otherwise reads the store's root group attribute
-    ``schema`` (absent means inferred).
-    """
-    value = getattr(store, "schema", None)
-    if value is None:
-        import zarr
-
-        try:
-            value = zarr.open_group(store.path, mode="r").attrs.get("schema")
-        except Exception:  # an unreadable group: the store was opened, so treat the schema as not declared
-            value = None
-    return "declared" if value == "declared" else "inferred"
+    """``"declared"`` or ``"inferred"``: whether the store's shape was declared at ingest or read off the data."""
+    return "declared" if store.schema == "declared" else "inferred"
 
 
 def store_id(store: Any) -> str:

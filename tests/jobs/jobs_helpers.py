@@ -55,12 +55,13 @@ def init_ledger(doc: dict[str, dict[str, Any]], relation: str | None = None) -> 
                         total_delta=budget.get("total_delta", 1e-6), neighbouring=relation)
 
 
-def declare_schema(store: str | Path, value: str = "declared") -> None:
-    """Mark a store's shape as declared at ingest (the root group attribute "schema"), or remove the mark."""
+def declare_schema(store: str | Path, value: str | None = "declared") -> None:
+    """Mark a store's width as declared at ingest, or (``None``) as inferred from the data, in its metadata."""
     import zarr
 
+    from dppca_dask.storage import _format
+
     group = zarr.open_group(str(store), mode="r+")
-    if value is None:
-        group.attrs.pop("schema", None)
-    else:
-        group.attrs["schema"] = value
+    meta = dict(group.attrs[_format.ATTR_KEY])
+    meta["schema"] = "inferred" if value is None else value
+    group.attrs[_format.ATTR_KEY] = meta
