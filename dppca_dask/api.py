@@ -8,6 +8,7 @@ privacy report.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import inspect
 import logging
@@ -31,7 +32,7 @@ from dppca_dask.algorithms.analyze_gauss import (
 from dppca_dask.algorithms.exact import exact_run
 from dppca_dask.algorithms.private_power import DEFAULT_PRIVATE_POWER_N_ITER
 from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source, connect, run_algorithm
-from dppca_dask.coordinator.sources import PartitionSource
+from dppca_dask.coordinator.sources import PartitionSource, schema_caveats
 from dppca_dask.errors import InvalidParameterError, NotPrivateWarning
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.results import PCAResult
@@ -658,6 +659,7 @@ def pca(
     )
     source = as_source(data)
     plan = _plan(params, source.n_cols)
+    caveats = schema_caveats(source) if plan.private else ()
     t_calibrated = time.perf_counter()
     if not isinstance(timings, (bool, np.bool_)):
         raise InvalidParameterError(f"timings must be True or False; got {timings!r}")
@@ -701,6 +703,8 @@ def pca(
     finished = time.perf_counter()
     events = tuple(getattr(output, "events", ()))
     report = _report(params, plan, events, noise)
+    if caveats:
+        report = dataclasses.replace(report, caveats=caveats)
     thresholds = getattr(output, "thresholds", None)
     extras: dict[str, Any] = {}
     if params.mechanism == "exact":

@@ -21,6 +21,7 @@ __all__ = [
     "LedgerError",
     "MechanismFailedError",
     "MissingExtraError",
+    "InferredSchemaWarning",
     "NotPrivateWarning",
     "ReleaseError",
     "StoreCorruptError",
@@ -161,6 +162,10 @@ class MissingExtraError(DppcaError, ImportError):
 
 class NotPrivateWarning(UserWarning):
     """The result is not differentially private (a fixed seed, or a non-private baseline mechanism)."""
+
+
+class InferredSchemaWarning(UserWarning):
+    """The input's shape was read off the data, so releasing it (every output's length does) is not covered."""
 
 
 __all__ += ["ClusterLostError", "TaskFailedError"]

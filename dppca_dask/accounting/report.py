@@ -70,6 +70,8 @@ class PrivacyReport:
     """False for seeded runs and non-private baselines: the figures then describe the noise, not a guarantee."""
     group_privacy: Mapping[str, Any] | None = None
     """For add/remove relations: the replace-one guarantee by group privacy (two add/remove steps)."""
+    caveats: tuple[str, ...] = ()
+    """What the guarantee does not cover for this release (public text), e.g. a shape inferred from the data."""
     meets_target: bool = field(init=False)
     """Whether ``epsilon ≤ target_epsilon``."""
 
@@ -78,6 +80,7 @@ class PrivacyReport:
         object.__setattr__(self, "events", tuple(dict(e) for e in self.events))
         if self.group_privacy is not None:
             object.__setattr__(self, "group_privacy", dict(self.group_privacy))
+        object.__setattr__(self, "caveats", tuple(str(c) for c in self.caveats))
         object.__setattr__(self, "meets_target", bool(self.epsilon <= self.target_epsilon))
 
     def to_dict(self) -> dict[str, Any]:
@@ -94,14 +97,17 @@ class PrivacyReport:
             "events": [dict(e) for e in self.events],
             "private": self.private,
             "group_privacy": None if self.group_privacy is None else dict(self.group_privacy),
+            "caveats": list(self.caveats),
         }
         return _json_number(out)  # type: ignore[no-any-return]
 
     def summary(self) -> str:
         """One line: ``(ε, δ)-DP for <relation> (accountant)``, or that it is not private."""
         if not self.private:
-            return f"not differentially private (noise equivalent to ({self.epsilon:.4g}, {self.delta:.3g}))"
-        return f"({self.epsilon:.4g}, {self.delta:.3g})-DP for {self.neighbouring} ({self.accountant})"
+            line = f"not differentially private (noise equivalent to ({self.epsilon:.4g}, {self.delta:.3g}))"
+        else:
+            line = f"({self.epsilon:.4g}, {self.delta:.3g})-DP for {self.neighbouring} ({self.accountant})"
+        return line + "".join(f"; {caveat}" for caveat in self.caveats)
 
 
 def group_events(

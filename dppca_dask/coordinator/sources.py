@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,10 +16,10 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from dppca_dask.errors import InvalidInputError, InvalidParameterError
+from dppca_dask.errors import InferredSchemaWarning, InvalidInputError, InvalidParameterError
 from dppca_dask.storage import MatrixStore, open_matrix, row_norms_of, validate_csr_block, validate_dense_block
 
-__all__ = ["PartitionData", "PartitionSource", "as_source"]
+__all__ = ["INFERRED_SCHEMA_CAVEAT", "PartitionData", "PartitionSource", "as_source", "schema_caveats"]
 
 #: Rows per partition when in-memory data is split for the workers.
 _IN_MEMORY_TARGET_BYTES = 32 * 2**20
@@ -98,7 +99,8 @@ def as_source(data: Any) -> PartitionSource:
             n_partitions=store.n_partitions,
             nbytes=int(nbytes),
             loaders=tuple((load_store_partition, (store, p.index)) for p in store.partitions),
-            description={"kind": "store", "fingerprint": store.fingerprint, "format_version": store.format_version},
+            description={"kind": "store", "fingerprint": store.fingerprint, "format_version": store.format_version,
+                         "schema": store.schema},
             store=store,
         )
     try:
@@ -188,3 +190,26 @@ def _load_dask_block(index: int, block: Any, n_cols: int) -> PartitionData:
     else:
         block = validate_dense_block(block, n_cols=n_cols, partition=index, source="dask array")
     return make_partition(index, block)
+
+
+#: The report's caveat for a store whose shape was inferred from the data.
+INFERRED_SCHEMA_CAVEAT = "shape inferred from the data: not covered"
+
+
+def schema_caveats(source: PartitionSource) -> tuple[str, ...]:
+    """Caveats of a release from ``source``: a store whose width was inferred from the data (not declared at
+    ingest) reveals it through every output's length, which the guarantee does not cover (DESIGN.md, invariant 9).
+
+    Warns with :class:`~dppca_dask.errors.InferredSchemaWarning` and returns the caveat for the privacy report;
+    in-memory inputs are the caller's own arrays, whose shape the caller vouches for (no caveat).
+    """
+    if source.store is None or source.store.schema == "declared":
+        return ()
+    warnings.warn(
+        "the store's number of columns was inferred from the data at ingest, and every release reveals it, which "
+        "the privacy guarantee does not cover; re-ingest with `dppca-dask ingest SRC --out STORE --n-features D` "
+        "(for Parquet, `--column-ids FILE`) to declare it as public input",
+        InferredSchemaWarning,
+        stacklevel=3,
+    )
+    return (INFERRED_SCHEMA_CAVEAT,)

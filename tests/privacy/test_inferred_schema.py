@@ -1,0 +1,53 @@
+"""Invariant 9: the schema is public input. A release from a store whose width was inferred from the data warns
+and says in its privacy report that the shape is not covered; a declared width gives a plain report."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dppca_dask import ingest, pca
+from dppca_dask.cli import main
+from dppca_dask.coordinator.sources import INFERRED_SCHEMA_CAVEAT
+from dppca_dask.errors import InferredSchemaWarning
+from dppca_dask.mechanisms.testing import AuditingNoiseSource
+
+
+@pytest.fixture
+def stores(tmp_path: Path, rng: np.random.Generator) -> tuple[str, str]:
+    matrix = sp.random(400, 12, density=0.3, random_state=rng, format="csr")
+    sp.save_npz(tmp_path / "m.npz", matrix)
+    inferred = str(tmp_path / "inferred.zarr")
+    declared = str(tmp_path / "declared.zarr")
+    ingest(str(tmp_path / "m.npz"), inferred, progress=False)
+    ingest(str(tmp_path / "m.npz"), declared, n_features=12, progress=False)
+    return inferred, declared
+
+
+def test_an_inferred_width_warns_and_is_a_caveat_of_the_report(stores: tuple[str, str], seed: int) -> None:
+    inferred, declared = stores
+    with pytest.warns(InferredSchemaWarning, match="--n-features"):
+        result = pca(inferred, epsilon=1.0, delta=1e-6, n_iter=1, client="local", noise=AuditingNoiseSource(seed),
+                     progress=False)
+    assert result.privacy.caveats == (INFERRED_SCHEMA_CAVEAT,)
+    assert INFERRED_SCHEMA_CAVEAT in result.privacy.summary()
+    assert result.to_dict()["privacy"]["caveats"] == [INFERRED_SCHEMA_CAVEAT]
+    assert result.provenance["input"]["schema"] == "inferred"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InferredSchemaWarning)
+        plain = pca(declared, epsilon=1.0, delta=1e-6, n_iter=1, client="local", noise=AuditingNoiseSource(seed),
+                    progress=False)
+    assert plain.privacy.caveats == () and "not covered" not in plain.privacy.summary()
+
+
+def test_the_pca_command_states_the_caveat(stores: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    inferred, _ = stores
+    with pytest.warns(InferredSchemaWarning, match="--n-features"):
+        assert main(["pca", inferred, "--epsilon", "1", "--delta", "1e-6", "--n-iter", "1", "--scheduler", "local",
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["privacy"]["caveats"] == [INFERRED_SCHEMA_CAVEAT]
