@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from dppca_dask.coordinator.guard import guarded, unwrap
 from dppca_dask.coordinator.sources import PartitionData, PartitionSource, as_source
 from dppca_dask.errors import InvalidInputError, InvalidParameterError
 
@@ -114,13 +115,13 @@ def preflight(source: Any, executor_or_coordinator: Any = None) -> int:
             f"got {type(target).__name__}"
         )
     token = uuid.uuid4().hex[:8]
-    futures = [
-        client.submit(check_partition, item, key=f"dppca-preflight-{token}-{i}", retries=retries)
+    futures = [  # guarded: a failing check comes back as a value without data (no worker log of its arguments)
+        client.submit(guarded(check_partition), item, key=f"dppca-preflight-{token}-{i}", retries=retries)
         for i, item in enumerate(items)
     ]
     try:
         for future in futures:  # in partition order: the first bad partition is the one reported
-            future.result()
+            unwrap(future.result())
     finally:
         for future in futures:
             future.release()

@@ -82,10 +82,17 @@ def test_info_check_passes_an_intact_store(tmp_path: Path, capsys: pytest.Captur
 
 
 def _job_spec(tmp_path: Path, store: str, ingest_source: str | None = None) -> Path:
+    """A job on ``store`` with its ledger created (a run never creates one) and the store's width declared."""
+    from dppca_dask.ledger import Ledger
+    from dppca_dask.storage import open_matrix
+
+    Ledger.create(tmp_path / "ledger.sqlite").init_dataset("ds", total_epsilon=1.0, total_delta=1e-6)
     lines = [
         '[job]', 'name = "bad"',
         '[data]', f'store = "{store}"',
     ]
+    if ingest_source is None:  # damage is in the chunks: the metadata still opens
+        lines.append(f"n_features = {open_matrix(store).n_cols}")
     if ingest_source is not None:
         lines += ['[data.ingest]', f'source = "{ingest_source}"']
     lines += [
