@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The sample data: LIBSVM's w8a when it is present beside the project; otherwise the demo generates data.
 DATA ?= ../shared/data/w8a.svm
+# Its public number of columns (w8a: 300 keyword features), declared at ingest.
+N_FEATURES ?= 300
 DEMO_DIR ?= build/demo
 PYTEST_ARGS ?=
 
@@ -27,7 +29,7 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed-demo
 
 demo: $(VENV)/.installed-demo
-	$(BIN)/dppca-dask demo --data $(DATA) --workdir $(DEMO_DIR)
+	$(BIN)/dppca-dask demo --data $(DATA) --n-features $(N_FEATURES) --workdir $(DEMO_DIR)
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -25,6 +25,9 @@ def register(subparsers: Any) -> None:
         description="Ingest sample data and compute a differentially private top component on a LocalCluster.",
     )
     p.add_argument("--data", default=None, help="a LIBSVM file to use (default: generate data)")
+    p.add_argument("--n-features", type=int, default=None,
+                   help="the public number of columns of --data (declared at ingest; otherwise inferred from the "
+                        "data, which the privacy report then states is not covered)")
     p.add_argument("--workdir", default="build/demo", help="where the sample store is written")
     p.add_argument("--epsilon", type=float, default=1.0)
     p.add_argument("--delta", type=float, default=1e-6)
@@ -43,7 +46,7 @@ def _sample_store(args: argparse.Namespace) -> Any:
         path = os.path.join(args.workdir, "sample.zarr")
         print(f"ingesting {args.data} -> {path}")
         # Several partitions even for a small sample, so the demo exercises the partitioned path.
-        return ingest(args.data, path, rows_per_partition=10_000, overwrite=True)
+        return ingest(args.data, path, rows_per_partition=10_000, overwrite=True, n_features=args.n_features)
     if args.data:
         print(f"{args.data} not found; generating a low-coherence sample instead")
     path = os.path.join(args.workdir, "generated.zarr")

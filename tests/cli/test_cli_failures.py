@@ -53,7 +53,7 @@ def store(tmp_path: Path, seed: int) -> Path:
         for _ in range(300)
     ))
     out = tmp_path / "small.zarr"
-    assert main(["-q", "ingest", str(src), "--out", str(out)]) == 0
+    assert main(["-q", "ingest", str(src), "--out", str(out), "--n-features", "12"]) == 0
     return out
 
 
