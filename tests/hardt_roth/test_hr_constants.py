@@ -168,10 +168,10 @@ def test_relations_name_their_bounds() -> None:
 @pytest.mark.parametrize(
     ("r", "p", "epsilon", "delta", "rho1_paper", "rho1_standard", "rho2", "rr_paper", "rr_standard"),
     [  # spec §7.1
-        (2, 2, 1.0, 1e-6, 47.032, 130.614, 366.750, 3.7468, 5.2988),
-        (10, 11, 1.0, 1e-6, 112.815, 313.304, 879.723, 3.7468, 5.2988),
-        (5, 6, 0.5, 1e-5, 150.048, 384.344, 1077.807, 6.8516, 9.6896),
-        (2, 2, 1.0, 1e-3, 36.439, 75.197, 209.885, 2.6704, 3.7765),
+        (2, 2, 1.0, 1e-6, 47.032, 130.614, 366.750, 3.7468, 4.2247),
+        (10, 11, 1.0, 1e-6, 112.815, 313.304, 879.723, 3.7468, 4.2247),
+        (5, 6, 0.5, 1e-5, 150.048, 384.344, 1077.807, 6.8516, 7.0318),
+        (2, 2, 1.0, 1e-3, 36.439, 75.197, 209.885, 2.6704, 2.5747),
     ],
 )
 def test_seed003_golden_constants(
@@ -179,7 +179,7 @@ def test_seed003_golden_constants(
     rr_paper: float, rr_standard: float,
 ) -> None:
     # ρ₁ paper = (4/ε)·sqrt(2k·ln(8k/δ)); standard = (2/ε)·sqrt(2k·ln(8k/δ))·sqrt(2·ln(5/δ));
-    # ρ₂ = (4/ε)·sqrt(8k·ln(8k/δ)·ln(4/δ)); σ_RR = sqrt(ln(1.25/δ))/ε (paper) or sqrt(2·ln(1.25/δ))/ε.
+    # ρ₂ = (4/ε)·sqrt(8k·ln(8k/δ)·ln(4/δ)); σ_RR = sqrt(ln(1.25/δ))/ε (paper) or the analytic Gaussian (standard).
     paper = calibrate_private_low_rank(epsilon=epsilon, delta=delta, rank=r, oversampling=p, calibration="paper")
     standard = calibrate_private_low_rank(epsilon=epsilon, delta=delta, rank=r, oversampling=p)
     assert paper.range_rho == pytest.approx(rho1_paper, rel=1e-4)
@@ -271,3 +271,19 @@ def test_seed003_calibration_rejects_bad_parameters() -> None:
         prf_sensitivity(0, 1e-6)
     with pytest.raises(InvalidParameterError, match="delta"):
         prf_sensitivity(4, 0.0)
+
+
+@pytest.mark.parametrize(("epsilon", "delta"), [(1.0, 1e-6), (0.1, 1e-6), (0.5, 1e-5), (4.0, 1e-9)])
+def test_randomized_response_is_the_analytic_gaussian_and_reports_its_target(epsilon: float, delta: float) -> None:
+    from dp_accounting.pld import accountant, common
+
+    sigma = rr_sigma(epsilon, delta)
+    reference = accountant.get_smallest_gaussian_noise(common.DifferentialPrivacyParameters(epsilon, delta), 1, 1.0)
+    assert sigma == pytest.approx(reference, rel=1e-6)
+    assert gaussian_delta(sigma, epsilon) <= delta
+    assert sigma < classic_gaussian_multiplier(epsilon, delta)
+    reported = epsilon_for([dp_event.GaussianDpEvent(sigma)], delta=delta)
+    assert epsilon * 0.99 <= reported <= epsilon
+    if (epsilon, delta) == (1.0, 1e-6):  # the classic formula's 5.2988 reported about 0.80
+        assert sigma == pytest.approx(4.2247, rel=1e-4)
+        assert epsilon_for([dp_event.GaussianDpEvent(5.2988)], delta=delta) < 0.85
