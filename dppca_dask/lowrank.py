@@ -299,8 +299,8 @@ def lowrank(
 
     Notes
     -----
-    Validation happens before anything is read. Private-low-rank runs at (ε/2, δ/2) per step (range finder,
-    projection) and reports the PLD composition of the DpEvents emitted; randomized response is one Gaussian
+    Validation happens before anything is read. Private-low-rank calibrates its two steps (range finder,
+    projection) together to (ε, δ) by the PLD accountant; randomized response is one analytic Gaussian
     mechanism; private power composes its rounds and values exactly (see each algorithm's Notes).
     """
     from dppca_dask.accounting import build_report

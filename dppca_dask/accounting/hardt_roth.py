@@ -53,6 +53,7 @@ __all__ = [
     "ppi_noise_std",
     "ppi_sigma",
     "pproj_rho",
+    "prf_chi2_sensitivity",
     "prf_rho",
     "prf_sensitivity",
     "rank_k_split",
@@ -480,9 +481,10 @@ def rr_sigma(epsilon: float, delta: float, *, calibration: str = "standard") -> 
 class PrivateLowRankCalibration:
     """Noise of private find-and-project (Hardt & Roth 2012, Fig. 4) for a target (ε, δ).
 
-    Neighbouring relation: one row changes by a vector of L2 norm at most s (``row_change_bound``). The range
-    finder runs at (ε/2, δ/2) and the projection at (ε/2, δ/2) (Lemma 6.1); all noise scales below are per unit
-    of s.
+    Neighbouring relation: one row changes by a vector of L2 norm at most s (``row_change_bound``). Under
+    ``"paper"`` the range finder runs at (ε/2, δ/2) and the projection at (ε/2, δ/2) (Lemma 6.1); under
+    ``"standard"`` both are calibrated together to (ε, δ) by the PLD accountant (:func:`calibrate_private_low_rank`).
+    All noise scales below are per unit of s.
     """
 
     epsilon: float
@@ -495,13 +497,14 @@ class PrivateLowRankCalibration:
     projection: str
     """``"paper"`` (Fig. 3, per-row noise ``α_i·ρ₂``) or ``"tight"`` (spec §3.7, one Gaussian on ``WᵀA``)."""
     range_sensitivity: float
-    """``sqrt(2k·ln(8k/δ))``: bound on ``‖eᵀΩ‖`` except with probability δ/4 (Lemma 4.1 at δ/2)."""
+    """Bound on ``‖eᵀΩ‖/‖e‖`` except with probability δ/4: the exact χ²_k quantile (standard) or Lemma 4.1's
+    ``sqrt(2k·ln(8k/δ))`` (paper)."""
     range_rho: float
     """ρ₁: std of the range finder's noise ``N₁`` per unit of s."""
     projection_rho: float | None
-    """ρ₂ of Fig. 3 at (ε/2, δ/2) (paper projection), else None."""
+    """ρ₂ of Fig. 3 (paper projection), else None."""
     projection_multiplier: float | None
-    """σ/Δ of the tight projection at (ε/2, δ/2), else None."""
+    """σ/Δ of the tight projection, else None."""
 
     @property
     def width(self) -> int:
@@ -555,6 +558,34 @@ class PrivateLowRankCalibration:
         }
 
 
+def prf_chi2_sensitivity(width: int, failure: float) -> float:
+    """The exact bound on ``‖eᵀΩ‖/‖e‖`` that holds except with probability ``failure``: ``sqrt(χ²_k quantile)``.
+
+    ``eᵀΩ`` is ``N(0, ‖e‖²·I_k)`` for a secret standard Gaussian Ω (d×k) independent of the data, so
+    ``‖eᵀΩ‖²/‖e‖²`` is χ² with k degrees of freedom; k = 4 at failure 2.5e-7 gives 6.03 where Lemma 4.1's union
+    bound ``sqrt(2k·ln(4k/δ'))`` (at δ' = δ/2) gives 11.76.
+    """
+    from scipy import stats
+
+    _count("width", width)
+    if not 0.0 < failure < 1.0:
+        raise InvalidParameterError(f"failure must be in (0, 1); got {failure}")
+    return math.sqrt(float(stats.chi2.isf(failure, width)))
+
+
+@functools.lru_cache(maxsize=256)
+def _standard_low_rank_multiplier(epsilon: float, delta: float, failure: float) -> float:
+    """Multiplier m of each of the two Gaussian steps (range finder, projection) that, with the range finder's
+    failure probability, meets (ε, δ) by the PLD accountant (to within 0.5% of ε)."""
+
+    def events(multiplier: float) -> list[dp_event.DpEvent]:
+        return [dp_event.GaussianDpEvent(multiplier), EpsilonDeltaDpEvent(0.0, failure),
+                dp_event.GaussianDpEvent(multiplier)]
+
+    start = calibrate_gaussian(epsilon=epsilon, delta=delta - failure) * math.sqrt(2.0)
+    return _calibrate_to_target(events, start, epsilon, delta)
+
+
 def calibrate_private_low_rank(
     *,
     epsilon: float,
@@ -564,9 +595,19 @@ def calibrate_private_low_rank(
     calibration: str = "standard",
     projection: str = "paper",
 ) -> PrivateLowRankCalibration:
-    """Constants of PFP for a target (ε, δ) (spec §3.6 table): ρ₁ = prf_rho(ε/2, δ/2), ρ₂ = pproj_rho(ε/2, δ/2).
+    """Constants of PFP for a target (ε, δ).
 
-    ε = 1, δ = 1e-6, r = p = 2 give ρ₁ = 47.032 (paper) or 130.614 (standard) and ρ₂ = 366.750 (spec §7.1).
+    ``"paper"`` (spec §3.6 table): ρ₁ = prf_rho(ε/2, δ/2), ρ₂ = pproj_rho(ε/2, δ/2), the range finder's
+    sensitivity by Lemma 4.1's union bound; ε = 1, δ = 1e-6, r = p = 2 give ρ₁ = 47.032 and ρ₂ = 366.750
+    (spec §7.1). It does not meet the target.
+
+    ``"standard"`` (default): the range finder's sensitivity is the exact χ² quantile
+    (:func:`prf_chi2_sensitivity`, failure δ/4 over Ω), and both steps get the same Gaussian multiplier m, the
+    smallest for which the PLD accountant puts the run's events (two Gaussians of multiplier m and
+    ``EpsilonDeltaDpEvent(0, δ/4)``) at ≤ (ε, δ), to within 0.5% of ε. The paper projection then has
+    ``ρ₂ = m·sqrt(k)`` (k Gaussians of multiplier ρ₂ compose to one of ``ρ₂/sqrt(k)``), the tight projection
+    multiplier m. (The earlier constants, per-step (ε/2, δ/2) with the union bound and the projection's per-row
+    advanced composition, reported ε = 0.361 at a target of 1.)
     """
     epsilon, delta = _target(epsilon, delta)
     _count("rank", rank)
@@ -576,6 +617,25 @@ def calibrate_private_low_rank(
         raise InvalidParameterError(f"projection must be 'paper' or 'tight'; got {projection!r}")
     width = rank + oversampling
     half_eps, half_delta = epsilon / 2.0, delta / 2.0
+    if calibration == "paper":
+        return PrivateLowRankCalibration(
+            epsilon=epsilon,
+            delta=delta,
+            rank=rank,
+            oversampling=oversampling,
+            calibration=calibration,
+            projection=projection,
+            range_sensitivity=prf_sensitivity(width, half_delta),
+            range_rho=prf_rho(half_eps, half_delta, width, calibration=calibration),
+            projection_rho=pproj_rho(half_eps, half_delta, width) if projection == "paper" else None,
+            projection_multiplier=(
+                tight_projection_multiplier(half_eps, half_delta, calibration=calibration) if projection == "tight"
+                else None
+            ),
+        )
+    failure = delta / 4.0
+    sensitivity = prf_chi2_sensitivity(width, failure)
+    multiplier = _standard_low_rank_multiplier(epsilon, delta, failure)
     return PrivateLowRankCalibration(
         epsilon=epsilon,
         delta=delta,
@@ -583,13 +643,10 @@ def calibrate_private_low_rank(
         oversampling=oversampling,
         calibration=calibration,
         projection=projection,
-        range_sensitivity=prf_sensitivity(width, half_delta),
-        range_rho=prf_rho(half_eps, half_delta, width, calibration=calibration),
-        projection_rho=pproj_rho(half_eps, half_delta, width) if projection == "paper" else None,
-        projection_multiplier=(
-            tight_projection_multiplier(half_eps, half_delta, calibration=calibration) if projection == "tight"
-            else None
-        ),
+        range_sensitivity=sensitivity,
+        range_rho=sensitivity * multiplier,
+        projection_rho=multiplier * math.sqrt(width) if projection == "paper" else None,
+        projection_multiplier=multiplier if projection == "tight" else None,
     )
 
 
