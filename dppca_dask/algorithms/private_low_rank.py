@@ -109,7 +109,8 @@ def private_low_rank_run(
     -----
     Privacy contract: one row changes by a vector e with ``‖e‖ ≤ s``. Range finder (Lemma 4.1): Y changes in one
     row by ``eᵀΩ``, whose norm is at most ``s·c_RF`` except with probability δ/4 over the secret Ω (``c_RF`` the
-    exact χ²_k quantile under ``"standard"``, Lemma 4.1's ``sqrt(2k·ln(8k/δ))`` under ``"paper"``); the release ``Y + N(0, (s·ρ₁)²)`` is then the Gaussian mechanism of multiplier
+    exact χ²_k quantile under ``"standard"``, Lemma 4.1's ``sqrt(2k·ln(8k/δ))`` under ``"paper"``); the release
+    ``Y + N(0, (s·ρ₁)²)`` is then the Gaussian mechanism of multiplier
     ``ρ₁/c_RF`` (``GaussianDpEvent``) with an extra δ/4 (``EpsilonDeltaDpEvent(0, δ/4)``). Projection
     (Lemma 4.6): row i of ``W'ᵀE`` is ``W'_{ji}·eᵀ`` of norm ≤ ``s·α_i``, so k Gaussians of multiplier ρ₂, i.e.
     ``GaussianDpEvent(ρ₂/sqrt(k))``; the tight variant's ``W'ᵀE = W'_(j)ᵀeᵀ`` has Frobenius norm

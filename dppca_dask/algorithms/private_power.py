@@ -53,6 +53,7 @@ __all__ = [
     "PrivatePowerState",
     "coherence_ladder",
     "default_ladder_start",
+    "planned_private_power",
     "private_power_run",
 ]
 
@@ -250,15 +251,12 @@ def private_power_run(
             raise InvalidInputError("the store has no rows; nothing to analyse")
         dimension = n_rows + n_cols
 
-    if c_doubling:
-        ladder = coherence_ladder(default_ladder_start(dimension) if coherence is None else coherence, dimension)
-    else:
-        ladder = (float(dimension) if coherence is None else min(float(coherence), float(dimension)),)
-    n_values = n_components if release_values else n_components - 1
-    cal = calibrate_private_power(
-        epsilon=epsilon, delta=delta, n_iter=int(n_iter), n_components=int(n_components), n_runs=len(ladder),
-        n_values=n_values, embedding=not symmetric, calibration=calibration, value_share=value_share,
+    ladder, cal = _ladder_and_calibration(
+        dimension, epsilon=epsilon, delta=delta, n_iter=int(n_iter), n_components=int(n_components),
+        symmetric=symmetric, coherence=coherence, c_doubling=c_doubling, calibration=calibration,
+        release_values=release_values, value_share=value_share,
     )
+    n_values = cal.n_values
     factor = cal.embedding_factor
 
     def product(x: np.ndarray) -> Any:
@@ -368,6 +366,57 @@ def private_power_run(
         n_releases=released,
         n_passes=passes,
     )
+
+
+def _ladder_and_calibration(
+    dimension: int, *, epsilon: float, delta: float, n_iter: int, n_components: int, symmetric: bool,
+    coherence: float | None, c_doubling: bool, calibration: str, release_values: bool, value_share: float,
+) -> tuple[tuple[float, ...], PrivatePowerCalibration]:
+    if c_doubling:
+        ladder = coherence_ladder(default_ladder_start(dimension) if coherence is None else coherence, dimension)
+    else:
+        ladder = (float(dimension) if coherence is None else min(float(coherence), float(dimension)),)
+    cal = calibrate_private_power(
+        epsilon=epsilon, delta=delta, n_iter=n_iter, n_components=n_components, n_runs=len(ladder),
+        n_values=n_components if release_values else n_components - 1, embedding=not symmetric,
+        calibration=calibration, value_share=value_share,
+    )
+    return ladder, cal
+
+
+def planned_private_power(
+    *,
+    n_rows: int,
+    n_cols: int,
+    epsilon: float,
+    delta: float,
+    n_iter: int = DEFAULT_PRIVATE_POWER_N_ITER,
+    n_components: int = 1,
+    symmetric: bool = False,
+    coherence: float | None = None,
+    c_doubling: bool = False,
+    calibration: str = "standard",
+    release_values: bool = False,
+    value_share: float = DEFAULT_VALUE_SHARE,
+) -> PrivatePowerCalibration:
+    """The calibration a complete run on an n_rows×d store uses, from public parameters and the public shape.
+
+    Its :meth:`~dppca_dask.accounting.hardt_roth.PrivatePowerCalibration.events` are exactly the events the run
+    emits (every rung of the ladder, every value), under either calibration, whatever the data; a ledger reserves
+    them before the run.
+    """
+    if symmetric and n_rows != n_cols:
+        raise InvalidInputError(
+            f"symmetric=True needs a square store; got {n_rows} rows x {n_cols} columns; pass symmetric=False "
+            "to use the embedding [[0, A], [A^T, 0]] of an asymmetric matrix"
+        )
+    dimension = int(n_cols) if symmetric else int(n_rows) + int(n_cols)
+    _, cal = _ladder_and_calibration(
+        dimension, epsilon=epsilon, delta=delta, n_iter=n_iter, n_components=n_components, symmetric=symmetric,
+        coherence=coherence, c_doubling=c_doubling, calibration=calibration, release_values=release_values,
+        value_share=value_share,
+    )
+    return cal
 
 
 def _deflate(product: np.ndarray, x: np.ndarray, vectors: list[np.ndarray], values: list[float]) -> np.ndarray:
