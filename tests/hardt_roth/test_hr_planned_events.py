@@ -127,3 +127,18 @@ def test_plan_checks_the_public_shape_and_unknown_parameters() -> None:
         plan_lowrank(0, 90, rank=1, epsilon=1.0, delta=1e-6)
     assert isinstance(plan_lowrank(100, 90, rank=1, epsilon=1.0, delta=1e-6).events, tuple)
     assert np.isfinite(plan_lowrank(100, 90, rank=1, epsilon=100.0, delta=1e-30).calibration["range_rho"])
+
+
+@pytest.mark.parametrize("options", [{"symmetric": True, "n_components": 2}, {"symmetric": True, "c_doubling": True},
+                                     {"coherence": 60.0}])
+def test_pca_private_power_plan_states_the_emitted_events(options: dict[str, Any], seed: int) -> None:
+    from dppca_dask import pca
+    from dppca_dask.api import plan_release
+
+    matrix = incoherent_psd(60, [40.0, 15.0], seed=6).matrix
+    plan = plan_release(60, mechanism="private-power", epsilon=1.0, delta=1e-6, n_iter=6, **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = pca(matrix, mechanism="private-power", epsilon=1.0, delta=1e-6, n_iter=6, seed=seed, **options)
+    planned = build_report(plan.events, target_epsilon=1.0, target_delta=1e-6, neighbouring=plan.neighbouring)
+    assert result.privacy.events == planned.events
