@@ -106,7 +106,7 @@ def _lowrank_neighbouring(parameters: dict[str, Any]) -> str:
     return row_change_relation(float(change))
 
 
-def _plan(spec: JobSpec, n_cols: int) -> tuple[str, tuple[Any, ...]]:
+def _plan(spec: JobSpec, n_cols: int, n_rows: int | None = None) -> tuple[str, tuple[Any, ...]]:
     """(neighbouring relation, DpEvents to reserve) from public parameters and the store's width."""
     from dppca_dask.accounting import EpsilonDeltaDpEvent
     from dppca_dask.api import plan_release
@@ -115,6 +115,12 @@ def _plan(spec: JobSpec, n_cols: int) -> tuple[str, tuple[Any, ...]]:
         plan = plan_release(n_cols, mechanism=spec.mechanism, epsilon=spec.epsilon, delta=spec.delta,
                             **dict(spec.parameters))
         return plan.neighbouring, plan.events
+    if n_rows is not None:  # the exact events a complete low-rank run emits (every parameter validated first)
+        from dppca_dask.lowrank import plan_lowrank
+
+        plan_lr = plan_lowrank(n_rows, n_cols, epsilon=spec.epsilon, delta=spec.delta, mechanism=spec.mechanism,
+                               **dict(spec.parameters))
+        return plan_lr.neighbouring, plan_lr.events
     # Low-rank mechanisms run at their calibrated (epsilon, delta) (standard calibration, which jobs always use).
     return _lowrank_neighbouring(dict(spec.parameters)), (EpsilonDeltaDpEvent(spec.epsilon, spec.delta),)
 
@@ -276,7 +282,7 @@ def _run_job(spec: JobSpec, *, date: str, client: Any, noise: Any, progress: boo
     if spec.data.ingest is not None and not resuming:
         _refresh_store(spec)
     store = open_matrix(spec.data.store)
-    neighbouring, events = _plan(spec, store.n_cols)
+    neighbouring, events = _plan(spec, store.n_cols, store.n_rows)
     security = _security(spec)
     resume = None
     if resuming:

@@ -142,3 +142,21 @@ def test_pca_private_power_plan_states_the_emitted_events(options: dict[str, Any
         result = pca(matrix, mechanism="private-power", epsilon=1.0, delta=1e-6, n_iter=6, seed=seed, **options)
     planned = build_report(plan.events, target_epsilon=1.0, target_delta=1e-6, neighbouring=plan.neighbouring)
     assert result.privacy.events == planned.events
+
+
+def test_job_runner_reserves_the_planned_lowrank_events() -> None:
+    from types import SimpleNamespace
+
+    from dppca_dask.accounting import EpsilonDeltaDpEvent
+    from dppca_dask.jobs.runner import _plan
+
+    spec = SimpleNamespace(kind="lowrank", mechanism="private-low-rank", epsilon=0.3, delta=1e-7,
+                           parameters={"rank": 2, "row_norm_bound": 2.0})
+    neighbouring, events = _plan(spec, 50, 400)  # type: ignore[arg-type]
+    plan = plan_lowrank(400, 50, rank=2, epsilon=0.3, delta=1e-7, row_norm_bound=2.0)
+    assert neighbouring == plan.neighbouring and events == plan.events
+    assert not any(isinstance(e, EpsilonDeltaDpEvent) and e.epsilon > 0 for e in events)  # no worst-case event
+    bad = SimpleNamespace(kind="lowrank", mechanism="private-low-rank", epsilon=0.3, delta=1e-7,
+                          parameters={"rank": 60})
+    with pytest.raises(InvalidParameterError, match="rank \\+ oversampling = 62"):
+        _plan(bad, 50, 400)  # type: ignore[arg-type]
