@@ -35,7 +35,7 @@ from dppca_dask.accounting.calibration import calibrate_gaussian
 from dppca_dask.accounting.composition import epsilon_for, gaussian_delta
 from dppca_dask.accounting.events import EpsilonDeltaDpEvent
 from dppca_dask.accounting.report import ENTRY_CHANGE, ROW_CHANGE
-from dppca_dask.errors import CalibrationError, InvalidParameterError
+from dppca_dask.errors import InvalidParameterError
 
 __all__ = [
     "CALIBRATIONS",
