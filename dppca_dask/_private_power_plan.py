@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dppca_dask.accounting.hardt_roth import entry_relation
-from dppca_dask.algorithms.private_power import private_power_run
+from dppca_dask.algorithms.private_power import planned_private_power, private_power_run
 from dppca_dask.errors import InvalidParameterError
 
 __all__ = ["PRIVATE_POWER", "plan_private_power"]
@@ -44,6 +44,8 @@ def plan_private_power(params: Any, n_cols: int) -> Any:
         "n_iter": params.n_iter,
     }
     paper_figure = None
+    planned_events = None
+    cal = None
     if not params.c_doubling:
         cal = calibrate_private_power(
             epsilon=params.epsilon, delta=params.delta, n_iter=params.n_iter, n_components=params.n_components,
@@ -53,6 +55,16 @@ def plan_private_power(params: Any, n_cols: int) -> Any:
                            value_epsilon=cal.value_epsilon)
         if params.calibration == "paper":  # the paper's own statement about the paper's noise
             paper_figure = cal.paper_figure()
+    elif params.symmetric:  # the ladder's length depends on N = n_cols only
+        cal = planned_private_power(
+            n_rows=n_cols, n_cols=n_cols, epsilon=params.epsilon, delta=params.delta, n_iter=params.n_iter,
+            n_components=params.n_components, symmetric=True, coherence=params.coherence, c_doubling=True,
+            calibration=params.calibration,
+        )
+    if cal is not None:
+        # Exactly the events a complete run emits (every rung, every value), under either calibration; with
+        # C-doubling on the embedding the ladder depends on n_rows, which the planner is not given.
+        planned_events = tuple(cal.events())
 
     def make_run(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
         if resume is not None:
@@ -78,4 +90,5 @@ def plan_private_power(params: Any, n_cols: int) -> Any:
         calibration,
         paper_figure,
         params.n_iter * params.n_components,
+        planned_events=planned_events,
     )

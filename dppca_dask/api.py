@@ -251,8 +251,15 @@ def _validate_private_power(
             f"entry_bound, and clips nothing); got row_norm_bound={row_norm_bound}"
         )
     bound = _check_positive("entry_bound", entry_bound)
+    if not 1e-100 <= bound <= 1e100:
+        raise InvalidParameterError(
+            f"entry_bound must be in [1e-100, 1e+100] (noise scales are proportional to it); got {bound:g}; "
+            "rescale the data instead"
+        )
     if coherence is not None:
         coherence = _check_positive("coherence", coherence)
+        if coherence > 1e100:
+            raise InvalidParameterError(f"coherence must be <= 1e+100 (C = N is the worst case); got {coherence:g}")
         if coherence < 1.0:
             raise InvalidParameterError(f"coherence must be >= 1 (the coherence of any matrix is >= 1); got {coherence}")
     for name, flag in (("c_doubling", c_doubling), ("symmetric", symmetric)):

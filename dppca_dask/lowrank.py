@@ -36,7 +36,7 @@ import zarr
 from dppca_dask import __version__
 from dppca_dask.errors import InvalidParameterError, StoreNotFoundError
 
-__all__ = ["LOWRANK_MECHANISMS", "LowRankResult", "load_lowrank", "lowrank"]
+__all__ = ["LOWRANK_MECHANISMS", "LowRankPlan", "LowRankResult", "load_lowrank", "lowrank", "plan_lowrank"]
 
 #: Mechanisms of :func:`lowrank`.
 LOWRANK_MECHANISMS = ("private-low-rank", "randomized-response", "private-power")
@@ -203,9 +203,11 @@ def _positive(name: str, value: Any, *, allow_inf: bool = False) -> float:
     return out
 
 
-def _integer(name: str, value: Any, minimum: int) -> int:
+def _integer(name: str, value: Any, minimum: int, *, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise InvalidParameterError(f"{name} must be an integer >= {minimum}; got {value!r}")
+    if maximum is not None and value > maximum:
+        raise InvalidParameterError(f"{name} must be an integer <= {maximum}; got {value!r}")
     return int(value)
 
 
@@ -299,132 +301,47 @@ def lowrank(
 
     Notes
     -----
-    Validation happens before anything is read. Private-low-rank runs at (ε/2, δ/2) per step (range finder,
-    projection) and reports the PLD composition of the DpEvents emitted; randomized response is one Gaussian
+    Validation happens before anything is read. Private-low-rank calibrates its two steps (range finder,
+    projection) together to (ε, δ) by the PLD accountant; randomized response is one analytic Gaussian
     mechanism; private power composes its rounds and values exactly (see each algorithm's Notes).
     """
     from dppca_dask.accounting import build_report
-    from dppca_dask.accounting.hardt_roth import (
-        calibrate_private_low_rank,
-        entry_relation,
-        row_change_relation,
-    )
-    from dppca_dask.algorithms.private_power import DEFAULT_PRIVATE_POWER_N_ITER
-    from dppca_dask.algorithms.randomized_response import DEFAULT_MAX_DENSE_BYTES, dense_bytes_needed
     from dppca_dask.api import _execute, _noise_source, _versions
     from dppca_dask.coordinator import as_source
 
     started_wall = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.perf_counter()
     # -- public parameters, before the data is touched -----------------------------------------------------
-    if mechanism not in LOWRANK_MECHANISMS:
-        raise InvalidParameterError(f"mechanism must be one of {', '.join(LOWRANK_MECHANISMS)}; got {mechanism!r}")
-    given = {
-        "oversampling": oversampling != 2, "projection": projection != "paper", "prune_alpha": prune_alpha != 1.0,
-        "left_factor": left_factor != "orthonormal", "truncate": bool(truncate),
-        "max_dense_bytes": max_dense_bytes is not None, "entry_bound": entry_bound != 1.0,
-        "coherence": coherence is not None, "c_doubling": bool(c_doubling), "n_iter": n_iter is not None,
-        "symmetric": bool(symmetric), "signed_values": bool(signed_values), "row_norm_bound": row_norm_bound != 1.0,
-        "row_change_bound": row_change_bound is not None,
-    }
-    allowed = set(_SPECIFIC[mechanism]) | (set(_ROW_PARAMETERS) if mechanism != "private-power" else set())
-    wrong = [name for name, is_set in given.items() if is_set and name not in allowed]
-    if wrong:
-        raise InvalidParameterError(f"{', '.join(wrong)} do not apply to mechanism={mechanism!r}")
-    epsilon = _positive("epsilon", epsilon)
-    delta = float(delta)
-    if not 0.0 < delta < 1.0:
-        raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
-    rank = _integer("rank", rank, 1)
-    if calibration not in ("standard", "paper"):
-        raise InvalidParameterError(f"calibration must be 'standard' or 'paper'; got {calibration!r}")
+    parameters, neighbouring = _validate(
+        rank=rank, epsilon=epsilon, delta=delta, mechanism=mechanism, oversampling=oversampling,
+        calibration=calibration, projection=projection, prune_alpha=prune_alpha, left_factor=left_factor,
+        truncate=truncate, row_norm_bound=row_norm_bound, row_change_bound=row_change_bound,
+        max_dense_bytes=max_dense_bytes, entry_bound=entry_bound, coherence=coherence, c_doubling=c_doubling,
+        n_iter=n_iter, symmetric=symmetric, signed_values=signed_values,
+    )
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
         raise InvalidParameterError(f"seed must be an integer or None; got {seed!r}")
     if noise is not None and seed is not None:
         raise InvalidParameterError(
             "give either seed or noise, not both; a seeded NoiseSource is NoiseSource.from_seed"
         )
-
-    parameters: dict[str, Any] = {"mechanism": mechanism, "epsilon": epsilon, "delta": delta, "rank": rank,
-                                  "calibration": calibration}
-    if mechanism == "private-power":
-        entry_bound = _positive("entry_bound", entry_bound)
-        if coherence is not None:
-            coherence = _positive("coherence", coherence)
-        iters = DEFAULT_PRIVATE_POWER_N_ITER if n_iter is None else _integer("n_iter", n_iter, 1)
-        if rank > 1 and not symmetric:
-            raise InvalidParameterError(
-                f"mechanism='private-power' with rank={rank} needs symmetric=True (a symmetric PSD store); use "
-                "mechanism='private-low-rank' for an asymmetric store"
-            )
-        parameters.update(entry_bound=entry_bound, coherence=coherence, c_doubling=bool(c_doubling),
-                          n_iter=iters, symmetric=bool(symmetric), signed_values=bool(signed_values))
-        neighbouring = entry_relation(entry_bound)
-    else:
-        clip = _positive("row_norm_bound", row_norm_bound, allow_inf=True)
-        if row_change_bound is None:
-            if math.isinf(clip):
-                raise InvalidParameterError(
-                    "row_norm_bound=inf leaves rows unbounded; give row_change_bound (the L2 change of one row the "
-                    "guarantee covers) or a finite row_norm_bound"
-                )
-            change = clip
-        else:
-            change = _positive("row_change_bound", row_change_bound)
-        parameters.update(row_norm_bound=clip, row_change_bound=change)
-        neighbouring = row_change_relation(change)
-        if mechanism == "private-low-rank":
-            oversampling = _integer("oversampling", oversampling, 0)
-            prune_alpha = _positive("prune_alpha", prune_alpha)
-            if left_factor not in ("orthonormal", "pruned"):
-                raise InvalidParameterError(f"left_factor must be 'orthonormal' or 'pruned'; got {left_factor!r}")
-            if projection not in ("paper", "tight"):
-                raise InvalidParameterError(f"projection must be 'paper' or 'tight'; got {projection!r}")
-            parameters.update(oversampling=oversampling, projection=projection, prune_alpha=prune_alpha,
-                              left_factor=left_factor, truncate=bool(truncate))
-        else:
-            limit = DEFAULT_MAX_DENSE_BYTES if max_dense_bytes is None else _integer("max_dense_bytes",
-                                                                                     max_dense_bytes, 1)
-            parameters.update(max_dense_bytes=limit)
+    epsilon, delta, rank = parameters["epsilon"], parameters["delta"], parameters["rank"]
+    symmetric = parameters.get("symmetric", False)
 
     source = as_source(data)
-    n_rows, n_cols = source.n_rows, source.n_cols
+    planned = _plan_shape(parameters, neighbouring, int(source.n_rows), int(source.n_cols))
+    calibration_info = dict(planned.calibration)
     paper_figure = None
-    calibration_info: dict[str, Any] = {}
-    if mechanism == "private-low-rank":
-        width = rank + oversampling
-        if width > min(n_rows, n_cols):
-            raise InvalidParameterError(
-                f"rank + oversampling = {width} must be <= min(n_rows, n_cols) = {min(n_rows, n_cols)}; lower them"
+    if mechanism == "private-low-rank" and calibration == "paper":
+        report = build_report(planned.events, target_epsilon=epsilon, target_delta=delta, neighbouring=neighbouring)
+        if not report.meets_target:
+            warnings.warn(
+                f"calibration='paper' uses Hardt-Roth 2012's printed constants, which do not meet "
+                f"(epsilon={epsilon:g}, delta={delta:g}) (the range finder's noise lacks a sqrt(ln(1/delta)) "
+                f"factor); this run is ({report.epsilon:.4g}, {delta:g})-DP, as its privacy report states",
+                UserWarning, stacklevel=2,
             )
-        cal = calibrate_private_low_rank(epsilon=epsilon, delta=delta, rank=rank, oversampling=oversampling,
-                                         calibration=calibration, projection=projection)
-        calibration_info = cal.to_dict()
-        if calibration == "paper":
-            planned = build_report(cal.events(), target_epsilon=epsilon, target_delta=delta, neighbouring=neighbouring)
-            if not planned.meets_target:
-                warnings.warn(
-                    f"calibration='paper' uses Hardt-Roth 2012's printed constants, which do not meet "
-                    f"(epsilon={epsilon:g}, delta={delta:g}) (the range finder's noise lacks a sqrt(ln(1/delta)) "
-                    f"factor); this run is ({planned.epsilon:.4g}, {delta:g})-DP, as its privacy report states",
-                    UserWarning, stacklevel=2,
-                )
-    elif mechanism == "randomized-response":
-        if rank > min(n_rows, n_cols):
-            raise InvalidParameterError(f"rank must be <= min(n_rows, n_cols) = {min(n_rows, n_cols)}; got {rank}")
-        need = dense_bytes_needed(n_rows, n_cols)
-        if need > parameters["max_dense_bytes"]:
-            raise InvalidParameterError(
-                f"randomized-response densifies the {n_rows}x{n_cols} matrix at the coordinator and would need about "
-                f"{need / 2**30:.2f} GiB ({need} bytes), more than max_dense_bytes={parameters['max_dense_bytes']}; "
-                "use mechanism='private-low-rank', or raise max_dense_bytes if the coordinator has the memory"
-            )
-        from dppca_dask.accounting.hardt_roth import rr_sigma
-
-        calibration_info = {"sigma": rr_sigma(epsilon, delta, calibration=calibration), "calibration": calibration}
-    else:
-        if rank > n_cols:
-            raise InvalidParameterError(f"rank must be <= the number of columns ({n_cols}); got {rank}")
+    n_cols = int(source.n_cols)
 
     if noise is None:
         noise = _noise_source(seed)  # a seed warns NotPrivateWarning here
@@ -473,6 +390,190 @@ def lowrank(
     timings = {"total": finished - t0, "calibration": t_calibrated - t0, "run": finished - t_calibrated}
     return LowRankResult(left=left, right=right, mechanism=mechanism, privacy=report, provenance=provenance,
                          timings=timings, extras=extras)
+
+
+#: Bounds on public parameters (issue: absurd values must fail before anything is read, not deep in calibration).
+MAX_EPSILON = 100.0
+MIN_DELTA = 1e-30
+MAX_RANK = 100_000
+MAX_N_ITER = 10_000
+MAX_BOUND = 1e100
+
+
+def _bounded(name: str, value: Any, *, allow_inf: bool = False) -> float:
+    out = _positive(name, value, allow_inf=allow_inf)
+    if math.isfinite(out) and not 1.0 / MAX_BOUND <= out <= MAX_BOUND:
+        raise InvalidParameterError(
+            f"{name} must be in [{1.0 / MAX_BOUND:g}, {MAX_BOUND:g}] (noise scales are proportional to it); got "
+            f"{out:g}; rescale the data instead"
+        )
+    return out
+
+
+def _validate(
+    *, rank: Any, epsilon: Any, delta: Any, mechanism: str, oversampling: Any, calibration: str, projection: str,
+    prune_alpha: Any, left_factor: str, truncate: bool, row_norm_bound: Any, row_change_bound: Any,
+    max_dense_bytes: Any, entry_bound: Any, coherence: Any, c_doubling: bool, n_iter: Any, symmetric: bool,
+    signed_values: bool,
+) -> tuple[dict[str, Any], str]:
+    """Every public parameter of :func:`lowrank` checked, without the data: (parameters, neighbouring relation)."""
+    from dppca_dask.accounting.hardt_roth import entry_relation, row_change_relation
+    from dppca_dask.algorithms.private_power import DEFAULT_PRIVATE_POWER_N_ITER
+    from dppca_dask.algorithms.randomized_response import DEFAULT_MAX_DENSE_BYTES
+
+    if mechanism not in LOWRANK_MECHANISMS:
+        raise InvalidParameterError(f"mechanism must be one of {', '.join(LOWRANK_MECHANISMS)}; got {mechanism!r}")
+    given = {
+        "oversampling": oversampling != 2, "projection": projection != "paper", "prune_alpha": prune_alpha != 1.0,
+        "left_factor": left_factor != "orthonormal", "truncate": bool(truncate),
+        "max_dense_bytes": max_dense_bytes is not None, "entry_bound": entry_bound != 1.0,
+        "coherence": coherence is not None, "c_doubling": bool(c_doubling), "n_iter": n_iter is not None,
+        "symmetric": bool(symmetric), "signed_values": bool(signed_values), "row_norm_bound": row_norm_bound != 1.0,
+        "row_change_bound": row_change_bound is not None,
+    }
+    allowed = set(_SPECIFIC[mechanism]) | (set(_ROW_PARAMETERS) if mechanism != "private-power" else set())
+    wrong = [name for name, is_set in given.items() if is_set and name not in allowed]
+    if wrong:
+        raise InvalidParameterError(f"{', '.join(wrong)} do not apply to mechanism={mechanism!r}")
+    epsilon = _positive("epsilon", epsilon)
+    if epsilon > MAX_EPSILON:
+        raise InvalidParameterError(
+            f"epsilon must be <= {MAX_EPSILON:g} (a larger epsilon protects nothing); got {epsilon:g}"
+        )
+    try:
+        delta = float(delta)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"delta must be a number; got {delta!r}") from None
+    if not MIN_DELTA <= delta < 1.0:
+        raise InvalidParameterError(
+            f"delta must be in [{MIN_DELTA:g}, 1); got {delta}; pass e.g. delta=1e-6 (or below 1/n_rows)"
+        )
+    rank = _integer("rank", rank, 1, maximum=MAX_RANK)
+    if calibration not in ("standard", "paper"):
+        raise InvalidParameterError(f"calibration must be 'standard' or 'paper'; got {calibration!r}")
+    parameters: dict[str, Any] = {"mechanism": mechanism, "epsilon": epsilon, "delta": delta, "rank": rank,
+                                  "calibration": calibration}
+    if mechanism == "private-power":
+        entry_bound = _bounded("entry_bound", entry_bound)
+        if coherence is not None:
+            coherence = _bounded("coherence", coherence)
+        iters = DEFAULT_PRIVATE_POWER_N_ITER if n_iter is None else _integer("n_iter", n_iter, 1, maximum=MAX_N_ITER)
+        if rank > 1 and not symmetric:
+            raise InvalidParameterError(
+                f"mechanism='private-power' with rank={rank} needs symmetric=True (a symmetric PSD store); use "
+                "mechanism='private-low-rank' for an asymmetric store"
+            )
+        parameters.update(entry_bound=entry_bound, coherence=coherence, c_doubling=bool(c_doubling),
+                          n_iter=iters, symmetric=bool(symmetric), signed_values=bool(signed_values))
+        neighbouring = entry_relation(entry_bound)
+    else:
+        clip = _bounded("row_norm_bound", row_norm_bound, allow_inf=True)
+        if row_change_bound is None:
+            if math.isinf(clip):
+                raise InvalidParameterError(
+                    "row_norm_bound=inf leaves rows unbounded; give row_change_bound (the L2 change of one row the "
+                    "guarantee covers) or a finite row_norm_bound"
+                )
+            change = clip
+        else:
+            change = _bounded("row_change_bound", row_change_bound)
+        parameters.update(row_norm_bound=clip, row_change_bound=change)
+        neighbouring = row_change_relation(change)
+        if mechanism == "private-low-rank":
+            oversampling = _integer("oversampling", oversampling, 0, maximum=MAX_RANK)
+            prune_alpha = _positive("prune_alpha", prune_alpha)
+            if left_factor not in ("orthonormal", "pruned"):
+                raise InvalidParameterError(f"left_factor must be 'orthonormal' or 'pruned'; got {left_factor!r}")
+            if projection not in ("paper", "tight"):
+                raise InvalidParameterError(f"projection must be 'paper' or 'tight'; got {projection!r}")
+            parameters.update(oversampling=oversampling, projection=projection, prune_alpha=prune_alpha,
+                              left_factor=left_factor, truncate=bool(truncate))
+        else:
+            limit = DEFAULT_MAX_DENSE_BYTES if max_dense_bytes is None else _integer("max_dense_bytes",
+                                                                                     max_dense_bytes, 1)
+            parameters.update(max_dense_bytes=limit)
+    return parameters, neighbouring
+
+
+@dataclass(frozen=True)
+class LowRankPlan:
+    """What a complete :func:`lowrank` run on a store of a given (public) shape releases, known before the run."""
+
+    mechanism: str
+    neighbouring: str
+    """The relation the guarantee is stated for."""
+    events: tuple[Any, ...]
+    """The DpEvents a complete run emits (the same accounting as the run's report): a ledger reserves these."""
+    parameters: Mapping[str, Any]
+    calibration: Mapping[str, Any]
+    """Public calibrated constants."""
+
+
+def _plan_shape(p: Mapping[str, Any], neighbouring: str, n_rows: int, n_cols: int) -> LowRankPlan:
+    from dp_accounting import dp_event
+
+    from dppca_dask.accounting.hardt_roth import calibrate_private_low_rank, rr_sigma
+    from dppca_dask.algorithms.private_power import planned_private_power
+    from dppca_dask.algorithms.randomized_response import dense_bytes_needed
+
+    mechanism, epsilon, delta, rank, calibration = p["mechanism"], p["epsilon"], p["delta"], p["rank"], p["calibration"]
+    if mechanism == "private-low-rank":
+        width = rank + p["oversampling"]
+        if width > min(n_rows, n_cols):
+            raise InvalidParameterError(
+                f"rank + oversampling = {width} must be <= min(n_rows, n_cols) = {min(n_rows, n_cols)}; lower them"
+            )
+        cal = calibrate_private_low_rank(epsilon=epsilon, delta=delta, rank=rank, oversampling=p["oversampling"],
+                                         calibration=calibration, projection=p["projection"])
+        calibration_info = cal.to_dict()
+        events = list(cal.events())
+    elif mechanism == "randomized-response":
+        if rank > min(n_rows, n_cols):
+            raise InvalidParameterError(f"rank must be <= min(n_rows, n_cols) = {min(n_rows, n_cols)}; got {rank}")
+        need = dense_bytes_needed(n_rows, n_cols)
+        if need > p["max_dense_bytes"]:
+            raise InvalidParameterError(
+                f"randomized-response densifies the {n_rows}x{n_cols} matrix at the coordinator and would need about "
+                f"{need / 2**30:.2f} GiB ({need} bytes), more than max_dense_bytes={p['max_dense_bytes']}; "
+                "use mechanism='private-low-rank', or raise max_dense_bytes if the coordinator has the memory"
+            )
+        sigma = rr_sigma(epsilon, delta, calibration=calibration)
+        calibration_info = {"sigma": sigma, "calibration": calibration}
+        events = [dp_event.GaussianDpEvent(sigma)]
+    else:
+        if rank > n_cols:
+            raise InvalidParameterError(f"rank must be <= the number of columns ({n_cols}); got {rank}")
+        pp = planned_private_power(
+            n_rows=n_rows, n_cols=n_cols, epsilon=epsilon, delta=delta, n_iter=p["n_iter"], n_components=rank,
+            symmetric=p["symmetric"], coherence=p["coherence"], c_doubling=p["c_doubling"], calibration=calibration,
+            release_values=True,
+        )
+        calibration_info = pp.to_dict()
+        events = list(pp.events())
+    return LowRankPlan(mechanism=mechanism, neighbouring=neighbouring, events=tuple(events), parameters=dict(p),
+                       calibration=calibration_info)
+
+
+def plan_lowrank(
+    n_rows: int, n_cols: int, *, rank: int, epsilon: float, delta: float, **parameters: Any
+) -> LowRankPlan:
+    """Plan a :func:`lowrank` run on an n_rows×n_cols store from public parameters only (nothing is read).
+
+    Validates every parameter exactly as :func:`lowrank` does (the same errors) and returns the relation and the
+    DpEvents a complete run emits, under either calibration; the job runner reserves these before the run.
+    ``parameters`` are :func:`lowrank`'s keyword arguments (``mechanism``, ``oversampling``, ...).
+    """
+    defaults: dict[str, Any] = {
+        "mechanism": "private-low-rank", "oversampling": 2, "calibration": "standard", "projection": "paper",
+        "prune_alpha": 1.0, "left_factor": "orthonormal", "truncate": False, "row_norm_bound": 1.0,
+        "row_change_bound": None, "max_dense_bytes": None, "entry_bound": 1.0, "coherence": None,
+        "c_doubling": False, "n_iter": None, "symmetric": False, "signed_values": False,
+    }
+    unknown = sorted(set(parameters) - set(defaults))
+    if unknown:
+        raise InvalidParameterError(f"unknown lowrank parameters: {', '.join(unknown)}")
+    params, neighbouring = _validate(rank=rank, epsilon=epsilon, delta=delta, **{**defaults, **parameters})
+    return _plan_shape(params, neighbouring, _integer("n_rows", n_rows, 1), _integer("n_cols", n_cols, 1))
 
 
 def _make_run(mechanism: str, p: Mapping[str, Any], n_cols: int, noise: Any) -> Any:

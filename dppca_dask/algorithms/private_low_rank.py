@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from dp_accounting import dp_event
 
 from dppca_dask.accounting.events import EpsilonDeltaDpEvent
 from dppca_dask.accounting.hardt_roth import PrivateLowRankCalibration, calibrate_private_low_rank
@@ -85,7 +86,7 @@ def private_low_rank_run(
     rank, oversampling
         r and p; the sketch width k = r + p must not exceed ``min(n_rows, d)``.
     epsilon, delta
-        Total budget (each of the two steps gets half, Lemma 6.1).
+        Total budget (the two steps are calibrated together by the PLD accountant; half each under "paper", Lemma 6.1).
     row_norm_bound
         Rows are clipped to this L2 norm (``None`` or ``inf``: not clipped).
     row_change_bound
@@ -107,8 +108,9 @@ def private_low_rank_run(
     Notes
     -----
     Privacy contract: one row changes by a vector e with ``‖e‖ ≤ s``. Range finder (Lemma 4.1): Y changes in one
-    row by ``eᵀΩ``, whose norm is at most ``s·c_RF`` with ``c_RF = sqrt(2k·ln(8k/δ))`` except with probability
-    δ/4 over the secret Ω; the release ``Y + N(0, (s·ρ₁)²)`` is then the Gaussian mechanism of multiplier
+    row by ``eᵀΩ``, whose norm is at most ``s·c_RF`` except with probability δ/4 over the secret Ω (``c_RF`` the
+    exact χ²_k quantile under ``"standard"``, Lemma 4.1's ``sqrt(2k·ln(8k/δ))`` under ``"paper"``); the release
+    ``Y + N(0, (s·ρ₁)²)`` is then the Gaussian mechanism of multiplier
     ``ρ₁/c_RF`` (``GaussianDpEvent``) with an extra δ/4 (``EpsilonDeltaDpEvent(0, δ/4)``). Projection
     (Lemma 4.6): row i of ``W'ᵀE`` is ``W'_{ji}·eᵀ`` of norm ≤ ``s·α_i``, so k Gaussians of multiplier ρ₂, i.e.
     ``GaussianDpEvent(ρ₂/sqrt(k))``; the tight variant's ``W'ᵀE = W'_(j)ᵀeᵀ`` has Frobenius norm
@@ -178,8 +180,10 @@ def private_low_rank_run(
                 noise=noise,
                 release="private-low-rank/projection/gaussian",
             )
-        else:  # every entry pruned: W'ᵀA' = 0 whatever the data, nothing to release
-            right, projection_event = np.zeros_like(exact), None
+        else:  # every entry pruned: W'ᵀA' = 0 whatever the data, nothing to release; the planned event is still
+            # reported, so that the events never depend on the pruning (over-reporting is always safe)
+            right = np.zeros_like(exact)
+            projection_event = dp_event.GaussianDpEvent(float(cal.projection_multiplier))  # type: ignore[arg-type]
     else:
         scale = np.where(alphas > 0, alphas, 1.0)
         # Row i scaled by 1/α_i has sensitivity s; together the k rows have s·sqrt(k). Noise std s·ρ₂ per entry,
@@ -197,9 +201,7 @@ def private_low_rank_run(
     if truncate:
         left, right = truncate_factors(left, right, int(rank), orthonormal_left=left_factor == "orthonormal"
                                        or prune_alpha >= 1.0)
-    events: list[Any] = [range_event, EpsilonDeltaDpEvent(0.0, cal.range_failure)]
-    if projection_event is not None:
-        events.append(projection_event)
+    events: list[Any] = [range_event, EpsilonDeltaDpEvent(0.0, cal.range_failure), projection_event]
     return PrivateLowRankOutput(
         left=np.asarray(left),
         right=np.asarray(right),

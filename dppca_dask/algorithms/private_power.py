@@ -9,9 +9,12 @@ C-doubling wrapper, Remark 4.5).
 
 Orientation (seed 000 spec §0.7, §1.2):
 
-- ``symmetric=True``: the store itself is the symmetric N×N matrix B (a graph's adjacency matrix, a Gram or
-  covariance matrix stored as data); N = n_rows = n_cols. Symmetry is checked before anything is released (a
-  random bilinear probe, one pass). Rank k > 1 deflates ``B_i = B_{i-1} − σ̂_i·v_i v_iᵀ`` and returns
+- ``symmetric=True``: the store is a square N×N matrix A meant to be symmetric (a graph's adjacency matrix, a
+  Gram or covariance matrix stored as data); N = n_rows = n_cols. PPI runs on its symmetrisation
+  ``B = (A + Aᵀ)/2`` (both products in the same pass), which is A itself when A is symmetric. Symmetry is never
+  checked: a check that refuses an asymmetric store would release, unaccounted, whether a neighbour of a
+  symmetric store is symmetric. One entry of A changing by at most b moves two entries of B by b/2 (or one
+  diagonal entry by b), so ``‖(B − B')x‖ ≤ b·‖x‖_∞`` as for a symmetric A itself. Rank k > 1 deflates ``B_i = B_{i-1} − σ̂_i·v_i v_iᵀ`` and returns
   ``B_k = Σ σ̂_i v_i v_iᵀ``, never the residual; deflation by a positive σ̂ is right only for **positive
   semidefinite** B (spec §1.4, erratum 4), which the caller asserts (``signed_values`` releases Rayleigh
   quotients instead, for indefinite B). The guarantee is about entries of the *stored* matrix: when that matrix
@@ -53,15 +56,12 @@ __all__ = [
     "PrivatePowerState",
     "coherence_ladder",
     "default_ladder_start",
+    "planned_private_power",
     "private_power_run",
 ]
 
 #: Default rounds T per PPI call (the paper's ``4·ln σ₁`` depends on the data; T must be public).
 DEFAULT_PRIVATE_POWER_N_ITER = 20
-#: Public seed of the symmetry probe (a check of the input, not part of any release).
-_PROBE_SEED = 0x5EED0000
-#: Relative tolerance of the symmetry probe.
-SYMMETRY_RTOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -135,10 +135,6 @@ def _unit_or_zero(x: np.ndarray) -> np.ndarray:
     return x / norm if norm > 0 else x
 
 
-def _probe(n: int) -> np.ndarray:
-    return np.random.default_rng(_PROBE_SEED).standard_normal((n, 4))
-
-
 def private_power_run(
     *,
     n_cols: int,
@@ -170,7 +166,8 @@ def private_power_run(
     n_components
         k; more than 1 needs ``symmetric=True`` (and a PSD store).
     symmetric
-        The store is the symmetric matrix itself (else the embedding of an asymmetric store).
+        The store is a square matrix A and PPI runs on ``(A + Aᵀ)/2`` (A itself when symmetric; never checked,
+        see the module docstring); else on the embedding of the store.
     coherence
         The public coherence bound C, clamped to N. ``None``: N (the worst case; the check cannot fail). With
         ``c_doubling`` it is the first rung (default :func:`default_ladder_start`).
@@ -198,7 +195,8 @@ def private_power_run(
     (:func:`~dppca_dask.accounting.hardt_roth.entry_relation`).
     Round t of a call is the Gaussian mechanism on ``B_{i-1}x_{t-1}`` (Fig. 2, line 3(c)), whose L2 sensitivity
     is at most ``f·b·‖x_{t-1}‖_∞ ≤ f·b·sqrt(C/N)`` once the check of line 3(a) has passed (f = sqrt(2) for the
-    embedding, 1 otherwise; deflation subtracts released values only), with std ``σ·b·sqrt(C/N)``:
+    embedding, 1 for the symmetrisation ``(A + Aᵀ)/2``, where one entry change of A moves ``B·x`` by
+    ``(b/2)·sqrt(x_i² + x_j²) ≤ b·‖x‖_∞``; deflation subtracts released values only), with std ``σ·b·sqrt(C/N)``:
     ``GaussianDpEvent(σ/f)``. A value σ̂_i = ``‖B_{i-1}v_i‖ + Lap(b/ε_v)`` (Fig. 3, line 3(b)) has sensitivity
     ``b·‖v_i‖_∞ ≤ b`` (the Rayleigh quotient ``b·‖v_i‖²_∞ ≤ b``): ``LaplaceDpEvent(1/ε_v)``. On the embedding the
     value is ``ûᵀAv̂`` of the normalised blocks (sensitivity ``b·‖û‖_∞‖v̂‖_∞ ≤ b``): ``‖Bx‖`` would lose the
@@ -227,51 +225,42 @@ def private_power_run(
 
     # -- the public structure of the input, before any release --------------------------------------------
     passes = 0
+    counts: RowSlices = yield RowCounts()  # the public shape: rows per partition
+    passes += 1
+    offsets = row_offsets(counts)
+    n_rows = int(offsets[-1])
+    if n_rows < 1:
+        raise InvalidInputError("the store has no rows; nothing to analyse")
     if symmetric:
-        probe = _probe(n_cols)
-        probe_agg: RowSlices = yield RowProduct(x=probe)
-        passes += 1
-        offsets = row_offsets(probe_agg)
-        n_rows = int(offsets[-1])
         if n_rows != n_cols:
             raise InvalidInputError(
                 f"symmetric=True needs a square store; got {n_rows} rows x {n_cols} columns; pass symmetric=False "
                 "to use the embedding [[0, A], [A^T, 0]] of an asymmetric matrix"
             )
-        _check_symmetric(probe, assemble(probe_agg))
-        del probe, probe_agg
         dimension = n_cols
     else:
-        counts: RowSlices = yield RowCounts()
-        passes += 1
-        offsets = row_offsets(counts)
-        n_rows = int(offsets[-1])
-        if n_rows < 1:
-            raise InvalidInputError("the store has no rows; nothing to analyse")
         dimension = n_rows + n_cols
 
-    if c_doubling:
-        ladder = coherence_ladder(default_ladder_start(dimension) if coherence is None else coherence, dimension)
-    else:
-        ladder = (float(dimension) if coherence is None else min(float(coherence), float(dimension)),)
-    n_values = n_components if release_values else n_components - 1
-    cal = calibrate_private_power(
-        epsilon=epsilon, delta=delta, n_iter=int(n_iter), n_components=int(n_components), n_runs=len(ladder),
-        n_values=n_values, embedding=not symmetric, calibration=calibration, value_share=value_share,
+    ladder, cal = _ladder_and_calibration(
+        dimension, epsilon=epsilon, delta=delta, n_iter=int(n_iter), n_components=int(n_components),
+        symmetric=symmetric, coherence=coherence, c_doubling=c_doubling, calibration=calibration,
+        release_values=release_values, value_share=value_share,
     )
+    n_values = cal.n_values
     factor = cal.embedding_factor
 
     def product(x: np.ndarray) -> Any:
-        if symmetric:
-            return RowProduct(x=x)
         x_rows = {i: x[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)}
+        if symmetric:  # A x as row slices and Aᵀ x as the sum, in one pass
+            return EmbeddedProduct(x_cols=x, x_rows=x_rows)
         return EmbeddedProduct(x_cols=x[n_rows:], x_rows=x_rows)
 
     def as_vector(agg: RowSlices) -> np.ndarray:
-        if symmetric:
-            return assemble(agg)
         total = agg.total if agg.total is not None else np.zeros(n_cols)
-        return np.concatenate([assemble(agg) if agg.parts else np.zeros(0), total])
+        rows = assemble(agg) if agg.parts else np.zeros(0)
+        if symmetric:
+            return 0.5 * (rows + total)  # B x = (A x + Aᵀ x)/2
+        return np.concatenate([rows, total])
 
     events: list[Any] = []
     vectors: list[np.ndarray] = []
@@ -329,8 +318,8 @@ def private_power_run(
         v = x  # the final unit iterate (for the embedding, split into u and v below)
         if i < n_values:  # Fig. 3, line 3(b)
             if symmetric:
-                aggregate = yield RowProduct(x=v)
-                deflated = _deflate(assemble(aggregate), v, vectors, values)  # B_{i-1} v
+                aggregate = yield product(v)
+                deflated = _deflate(as_vector(aggregate), v, vectors, values)  # B_{i-1} v
                 value = float(v @ deflated) if signed_values else float(np.linalg.norm(deflated))
             else:
                 u_hat, v_hat = _unit_or_zero(x[:n_rows]), _unit_or_zero(x[n_rows:])
@@ -370,23 +359,60 @@ def private_power_run(
     )
 
 
+def _ladder_and_calibration(
+    dimension: int, *, epsilon: float, delta: float, n_iter: int, n_components: int, symmetric: bool,
+    coherence: float | None, c_doubling: bool, calibration: str, release_values: bool, value_share: float,
+) -> tuple[tuple[float, ...], PrivatePowerCalibration]:
+    if c_doubling:
+        ladder = coherence_ladder(default_ladder_start(dimension) if coherence is None else coherence, dimension)
+    else:
+        ladder = (float(dimension) if coherence is None else min(float(coherence), float(dimension)),)
+    cal = calibrate_private_power(
+        epsilon=epsilon, delta=delta, n_iter=n_iter, n_components=n_components, n_runs=len(ladder),
+        n_values=n_components if release_values else n_components - 1, embedding=not symmetric,
+        calibration=calibration, value_share=value_share,
+    )
+    return ladder, cal
+
+
+def planned_private_power(
+    *,
+    n_rows: int,
+    n_cols: int,
+    epsilon: float,
+    delta: float,
+    n_iter: int = DEFAULT_PRIVATE_POWER_N_ITER,
+    n_components: int = 1,
+    symmetric: bool = False,
+    coherence: float | None = None,
+    c_doubling: bool = False,
+    calibration: str = "standard",
+    release_values: bool = False,
+    value_share: float = DEFAULT_VALUE_SHARE,
+) -> PrivatePowerCalibration:
+    """The calibration a complete run on an n_rows×d store uses, from public parameters and the public shape.
+
+    Its :meth:`~dppca_dask.accounting.hardt_roth.PrivatePowerCalibration.events` are exactly the events the run
+    emits (every rung of the ladder, every value), under either calibration, whatever the data; a ledger reserves
+    them before the run.
+    """
+    if symmetric and n_rows != n_cols:
+        raise InvalidInputError(
+            f"symmetric=True needs a square store; got {n_rows} rows x {n_cols} columns; pass symmetric=False "
+            "to use the embedding [[0, A], [A^T, 0]] of an asymmetric matrix"
+        )
+    dimension = int(n_cols) if symmetric else int(n_rows) + int(n_cols)
+    _, cal = _ladder_and_calibration(
+        dimension, epsilon=epsilon, delta=delta, n_iter=n_iter, n_components=n_components, symmetric=symmetric,
+        coherence=coherence, c_doubling=c_doubling, calibration=calibration, release_values=release_values,
+        value_share=value_share,
+    )
+    return cal
+
+
 def _deflate(product: np.ndarray, x: np.ndarray, vectors: list[np.ndarray], values: list[float]) -> np.ndarray:
     """``B_{i-1}x = Bx − Σ_j σ̂_j v_j (v_jᵀx)`` with the released ``(σ̂_j, v_j)`` (kept implicit, spec §5)."""
     out = np.array(product, dtype=np.float64, copy=True)
     for v, value in zip(vectors, values):
         out -= value * float(v @ x) * v
     return out
-
-
-def _check_symmetric(probe: np.ndarray, product: np.ndarray) -> None:
-    """Raise unless ``xᵀAy = yᵀAx`` for the probe's random pairs (before any release; input validation)."""
-    x, y = probe[:, :2], probe[:, 2:]
-    ax, ay = product[:, :2], product[:, 2:]
-    lhs = x.T @ ay
-    rhs = (y.T @ ax).T
-    scale = float(np.linalg.norm(ax) * np.linalg.norm(y) + np.linalg.norm(ay) * np.linalg.norm(x))
-    if float(np.max(np.abs(lhs - rhs))) > SYMMETRY_RTOL * scale + np.finfo(float).tiny:
-        raise InvalidInputError(
-            "symmetric=True but the store is not a symmetric matrix (a random bilinear probe x^T A y differs from "
-            "y^T A x); store a symmetric matrix, or pass symmetric=False to use the embedding [[0, A], [A^T, 0]]"
-        )

@@ -51,7 +51,8 @@ def register(subparsers: Any) -> None:
     pp.add_argument("--coherence", type=float, default=None, help="public coherence bound C")
     pp.add_argument("--c-doubling", action="store_true", help="search C by doubling (budget split)")
     pp.add_argument("--n-iter", type=int, default=None, help="rounds per component (default 20)")
-    pp.add_argument("--symmetric", action="store_true", help="the store is a symmetric PSD matrix")
+    pp.add_argument("--symmetric", action="store_true",
+                    help="the store is a square (PSD) matrix A; runs on (A + A^T)/2, A itself when symmetric")
     pp.add_argument("--signed-values", action="store_true",
                     help="release Rayleigh quotients (private sign estimate; indefinite symmetric stores)")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")

@@ -38,7 +38,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--c-doubling", action="store_true",
                    help="private-power: try C, 2C, 4C, ..., N and keep the first run that passes (budget split)")
     p.add_argument("--symmetric", action="store_true",
-                   help="private-power: the store is a symmetric (PSD for more than one component) matrix")
+                   help="private-power: the store is a square matrix A (PSD for more than one component); runs on "
+                        "(A + A^T)/2, A itself when symmetric")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
                    help="keep partitions in worker memory (default: when they fit)")

@@ -164,3 +164,30 @@ def test_cli_public_failures_and_refusals(stores: dict[str, str], tmp_path: Path
                  "--delta", "1e-6", "--scheduler", "local"])
     assert code == 2
     assert "apply only to mechanism='private-power'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["lowrank", "{tall}", "--rank", "2", "--epsilon", "1e308", "--delta", "1e-6"], "epsilon must be <= 100"),
+        (["lowrank", "{tall}", "--rank", "2", "--epsilon", "1", "--delta", "1e-320"], "delta must be in"),
+        (["lowrank", "{tall}", "--rank", "1000000000", "--epsilon", "1", "--delta", "1e-6"], "rank must be"),
+        (["lowrank", "{tall}", "--rank", "2", "--epsilon", "1", "--delta", "1e-6", "--row-norm-bound", "1e300"],
+         "row_norm_bound must be in"),
+        (["lowrank", "{tall}", "--rank", "1", "--mechanism", "private-power", "--epsilon", "1", "--delta", "1e-6",
+          "--entry-bound", "1e300"], "entry_bound must be in"),
+        (["lowrank", "{tall}", "--rank", "1", "--mechanism", "private-power", "--epsilon", "1", "--delta", "1e-6",
+          "--n-iter", "1000000"], "n_iter must be an integer <= 10000"),
+        (["pca", "{tall}", "--mechanism", "private-power", "--epsilon", "1", "--delta", "1e-6",
+          "--entry-bound", "1e300"], "entry_bound must be in"),
+    ],
+)
+def test_cli_parameter_abuse_exits_2_before_reading(stores: dict[str, str], tmp_path: Path, argv: list[str],
+                                                    message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = [a.format(**stores) for a in argv] + ["--scheduler", "local"]
+    if args[0] == "lowrank":
+        args += ["--out", str(tmp_path / "out")]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,221 @@
+"""Neighbouring-datasets tests of the Hardt–Roth mechanisms and randomized response (issue 8, "the lasting part").
+
+Each mechanism runs on worst-case neighbours for its relation, in-process and through a real LocalCluster. The
+first neighbour's run draws ordinary seeded noise and records it; the second neighbour's run is *coupled*: each
+release's noise is chosen so that its noisy output equals the first run's (``noise_b = exact_a + noise_a −
+exact_b``), while every draw still consumes the same generator values (secret Ω and start vectors are the same).
+Both runs then pass through the same public states, which is the structure of the adaptive-composition proof, so
+each release's pre-noise value must move by at most the sensitivity its mechanism passed to the noise. The tests
+also check that noise std = multiplier × sensitivity with the multipliers of the run's planned DpEvents, and that
+both neighbours made the same releases and passes and return the same result fields.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from dp_accounting import dp_event
+from privacy_harness import assert_within_sensitivity
+
+from dppca_dask import write_matrix
+from dppca_dask.accounting import flatten_events
+from dppca_dask.datasets import incoherent_psd
+from dppca_dask.lowrank import lowrank, plan_lowrank
+from dppca_dask.mechanisms.noise import Shape
+from dppca_dask.mechanisms.testing import AuditingNoiseSource
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+class _Recording(AuditingNoiseSource):
+    """An auditing source that also keeps every audited release's noise."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.noise: list[Any] = []
+        self._pending = False
+
+    def audit(self, **kwargs: Any) -> None:
+        super().audit(**kwargs)
+        self._pending = True
+
+    def _take(self, value: Any) -> Any:
+        if self._pending:
+            self._pending = False
+            self.noise.append(np.array(value, dtype=np.float64, copy=True))
+        return value
+
+    def _laplace(self, scale: float, size: Shape) -> Any:
+        return self._take(super()._laplace(scale, size))
+
+    def _gaussian(self, std: float, size: Shape) -> Any:
+        return self._take(super()._gaussian(std, size))
+
+
+class _Coupled(AuditingNoiseSource):
+    """Noise that makes every audited release equal the reference run's noisy output (same generator draws)."""
+
+    def __init__(self, seed: int, reference: _Recording) -> None:
+        super().__init__(seed)
+        self._reference = reference
+        self._pending = False
+
+    def audit(self, **kwargs: Any) -> None:
+        super().audit(**kwargs)
+        self._pending = True
+
+    def _couple(self, drawn: Any) -> Any:
+        if not self._pending:
+            return drawn  # a secret, data-independent draw (Ω, a start vector): the generator's own value
+        self._pending = False
+        k = len(self.records) - 1
+        target = self._reference.records[k].exact + self._reference.noise[k]
+        out = target - self.records[k].exact
+        return float(out) if np.ndim(drawn) == 0 else out
+
+    def _laplace(self, scale: float, size: Shape) -> Any:
+        return self._couple(super()._laplace(scale, size))
+
+    def _gaussian(self, std: float, size: Shape) -> Any:
+        return self._couple(super()._gaussian(std, size))
+
+
+def _multipliers(events: Sequence[Any]) -> tuple[set[float], set[float]]:
+    gaussian, laplace = set(), set()
+    for leaf, _count in flatten_events(list(events)):
+        if isinstance(leaf, dp_event.GaussianDpEvent):
+            gaussian.add(float(leaf.noise_multiplier))
+        elif isinstance(leaf, dp_event.LaplaceDpEvent):
+            laplace.add(float(leaf.noise_multiplier))
+    return gaussian, laplace
+
+
+def _check_pair(a: Any, b: Any, noise_a: _Recording, noise_b: _Coupled, plan: Any) -> list[float]:
+    assert noise_a.records, "no release was audited"
+    ratios = assert_within_sensitivity(noise_a.records, noise_b.records)
+    gaussian, laplace = _multipliers(plan.events)
+    for record in noise_a.records:  # noise std = multiplier × sensitivity, multipliers of the planned events
+        ratio = float(record.scale) / record.sensitivity
+        pool = gaussian if record.kind == "gaussian" else laplace
+        assert any(math.isclose(ratio, m, rel_tol=1e-9) for m in pool), (record.release, ratio, pool)
+    # the same passes, result fields and report on both neighbours; the coupled outputs agree
+    assert a.extras.keys() == b.extras.keys() and a.extras["n_passes"] == b.extras["n_passes"]
+    assert a.privacy.to_dict() == b.privacy.to_dict()
+    assert a.provenance["calibration"] == b.provenance["calibration"]
+    assert a.left.shape == b.left.shape and a.right.shape == b.right.shape
+    np.testing.assert_allclose(a.left @ a.right, b.left @ b.right, rtol=1e-6, atol=1e-6)
+    return ratios
+
+
+def _pair(base: np.ndarray, neighbour: np.ndarray, seed: int, client: Any, tmp: Path, **kwargs: Any) -> list[float]:
+    data: list[Any] = [base, neighbour]
+    if client is not None:
+        data = [str(write_matrix(tmp / f"{i}.zarr", m, rows_per_partition=17).path) for i, m in enumerate(data)]
+    noise_a = _Recording(seed)
+    noise_b = _Coupled(seed, noise_a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = lowrank(data[0], noise=noise_a, client=client, **kwargs)
+        b = lowrank(data[1], noise=noise_b, client=client, **kwargs)
+    plan = plan_lowrank(*base.shape, **kwargs)
+    return _check_pair(a, b, noise_a, noise_b, plan)
+
+
+@pytest.fixture(params=["in-process", "local-cluster"])
+def client(request: pytest.FixtureRequest) -> Any:
+    return request.getfixturevalue("local_client") if request.param == "local-cluster" else None
+
+
+def _row_neighbours(bound: float) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(11)
+    base = rng.standard_normal((60, 25)) * 0.1
+    base[:, :2] += rng.standard_normal((60, 2))  # a rank-2 signal
+    norms = np.linalg.norm(base, axis=1, keepdims=True)
+    base = base / np.maximum(norms / bound, 1.0)  # rows within the clipping bound
+    base[7] *= bound / np.linalg.norm(base[7])  # a row exactly on the bound
+    neighbour = base.copy()
+    neighbour[7] = 0.0  # the row changes by a vector of L2 norm exactly row_norm_bound
+    return base, neighbour
+
+
+@pytest.mark.parametrize("options", [{}, {"projection": "tight"}])
+def test_private_low_rank_row_change_at_the_bound(options: dict[str, Any], client: Any, seed: int,
+                                                  tmp_path: Path) -> None:
+    base, neighbour = _row_neighbours(2.0)
+    ratios = _pair(base, neighbour, seed, client, tmp_path, rank=2, epsilon=1.0, delta=1e-6,
+                   row_norm_bound=2.0, **options)
+    # The range finder's bound on ‖eᵀΩ‖ fails with probability δ/4 = 2.5e-7 over Ω (the assertion's false-failure
+    # rate); the projection's holds always. The worst case is reached by neither exactly, but it is not vacuous:
+    assert len(ratios) == 2 and max(ratios) > 0.05
+
+
+def test_randomized_response_row_change_at_the_bound(client: Any, seed: int, tmp_path: Path) -> None:
+    base, neighbour = _row_neighbours(1.5)
+    ratios = _pair(base, neighbour, seed, client, tmp_path, rank=2, epsilon=1.0, delta=1e-6,
+                   mechanism="randomized-response", row_norm_bound=1.5)
+    assert ratios == [pytest.approx(1.0, rel=1e-9)]  # a row change at the bound is the worst case exactly
+
+
+def _psd() -> tuple[np.ndarray, int, int]:
+    matrix = incoherent_psd(48, [30.0, 12.0], seed=12).matrix
+    top = np.linalg.eigh(matrix)[1][:, -1]
+    order = np.argsort(-np.abs(top))
+    return matrix, int(order[0]), int(order[1])
+
+
+@pytest.mark.parametrize("options", [{}, {"c_doubling": True, "n_iter": 5}])
+def test_private_power_asymmetric_neighbour_of_a_symmetric_store(options: dict[str, Any], client: Any, seed: int,
+                                                                 tmp_path: Path) -> None:
+    # issue 8.3: one entry of a symmetric store changes (at the largest coordinates of the top eigenvector), so the
+    # neighbour is not symmetric; the run must neither fail nor take another path, and stay within sensitivity
+    matrix, i, j = _psd()
+    neighbour = matrix.copy()
+    neighbour[i, j] += 1.0
+    kwargs = {"n_iter": 6, **options}
+    ratios = _pair(matrix, neighbour, seed, client, tmp_path, rank=2, epsilon=1.0, delta=1e-6,
+                   mechanism="private-power", symmetric=True, **kwargs)
+    assert max(ratios) > 0.1
+
+
+def test_private_power_diagonal_entry_and_the_embedding(seed: int, tmp_path: Path) -> None:
+    matrix, i, _ = _psd()
+    neighbour = matrix.copy()
+    neighbour[i, i] -= 1.0  # a diagonal entry: B·x moves by |x_i| ≤ sqrt(C/N)
+    _pair(matrix, neighbour, seed, None, tmp_path, rank=2, epsilon=1.0, delta=1e-6, mechanism="private-power",
+          symmetric=True, n_iter=6)
+    # the embedding of an asymmetric store: one entry is two entries of [[0, A], [Aᵀ, 0]] (sensitivity sqrt(2)·b)
+    rect = matrix[:, :30].copy()
+    changed = rect.copy()
+    changed[i, 3] += 2.0
+    ratios = _pair(rect, changed, seed, None, tmp_path, rank=1, epsilon=1.0, delta=1e-6, mechanism="private-power",
+                   entry_bound=2.0, n_iter=6)
+    assert max(ratios) > 0.05
+
+
+def test_symmetric_pair_is_a_group_of_two_entries(seed: int, tmp_path: Path) -> None:
+    # both (i, j) and (j, i) change by b: two neighbours apart under the entry relation; every release moves by at
+    # most sqrt(2) sensitivities ((b/2)·2·sqrt(x_i² + x_j²) ≤ sqrt(2)·b·‖x‖_∞), within group privacy's 2
+    matrix, i, j = _psd()
+    neighbour = matrix.copy()
+    neighbour[i, j] += 1.0
+    neighbour[j, i] += 1.0
+    noise_a = _Recording(seed)
+    noise_b = _Coupled(seed, noise_a)
+    kwargs: dict[str, Any] = {"rank": 1, "epsilon": 1.0, "delta": 1e-6, "mechanism": "private-power",
+                              "symmetric": True, "n_iter": 6}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lowrank(matrix, noise=noise_a, **kwargs)
+        lowrank(neighbour, noise=noise_b, **kwargs)
+    assert noise_a.records
+    for a, b in zip(noise_a.records, noise_b.records, strict=True):
+        assert (a.release, a.kind) == (b.release, b.kind)
+        moved = float(np.linalg.norm(np.ravel(a.exact - b.exact)))
+        # the released value ‖Bv‖ moves by at most 2·b·‖v‖_∞ under two entry changes
+        assert moved <= (math.sqrt(2.0) if a.kind == "gaussian" else 2.0) * a.sensitivity * (1 + 1e-9)
