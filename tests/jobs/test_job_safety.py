@@ -85,7 +85,7 @@ def test_a_dataset_key_refuses_another_store_unless_told(tmp_path: Path, small_s
 
 @pytest.mark.parametrize("mechanism, parameters, message", [
     ("private-low-rank", {"rank": 2, "projection": "magic"}, "projection must be 'paper' or 'tight'"),
-    ("private-low-rank", {"rank": 299, "oversampling": 2}, "rank \\+ oversampling = 301 must be at most"),
+    ("private-low-rank", {"rank": 299, "oversampling": 2}, "rank \\+ oversampling = 301 must be <= min"),
     ("private-low-rank", {"rank": 2, "prune_alpha": -1.0}, "prune_alpha must be finite and > 0"),
     ("randomized-response", {"rank": 2, "max_dense_bytes": 1000}, "more than max_dense_bytes=1000"),
     ("private-low-rank", {"rank": 2, "row_norm_bound": float("inf")}, "row_norm_bound=inf leaves rows unbounded"),
