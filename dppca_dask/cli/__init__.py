@@ -50,27 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+from dppca_dask.coordinator.guard import OneLineLogFilter as _OneLine  # noqa: E402
+from dppca_dask.coordinator.guard import one_line_logs  # noqa: E402
+
 #: Loggers of the libraries under us: silent under ``-q``, warnings otherwise, everything with ``-vvv``.
 _LIBRARY_LOGGERS = ("distributed", "dask", "tornado", "asyncio", "bokeh")
-
-
-class _OneLine(logging.Filter):
-    """Log records of one line: no traceback (it may show values of the data), first line of the message only;
-    a record with nothing left (distributed logs bare tracebacks) is dropped."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info is None and record.exc_text is None and record.stack_info is None:
-            message = record.getMessage()
-            if "\n" not in message:
-                return True
-        else:
-            message = record.getMessage()
-        first = message.strip().split("\n", 1)[0].rstrip()
-        if not first:
-            return False
-        record.msg, record.args = first, ()
-        record.exc_info = record.exc_text = record.stack_info = None
-        return True
 
 
 def _configure_logging(verbose: int, quiet: bool, debug: bool = False) -> None:
@@ -89,14 +73,7 @@ def _configure_logging(verbose: int, quiet: bool, debug: bool = False) -> None:
     if debug:
         return
     # Without --debug no handler prints a traceback: the root's and those distributed installs on its loggers.
-    loggers = [logging.getLogger()] + [
-        logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
-        if name.split(".", 1)[0] in _LIBRARY_LOGGERS
-    ]
-    for logger in loggers:
-        for handler in getattr(logger, "handlers", []):
-            if not any(isinstance(f, _OneLine) for f in handler.filters):
-                handler.addFilter(_OneLine())
+    one_line_logs(_LIBRARY_LOGGERS)
 
 
 def _format_warning(message: object, category: type, filename: str, lineno: int, line: str | None = None) -> str:

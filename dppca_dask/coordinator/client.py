@@ -321,6 +321,10 @@ def connect(
             silence_logs=worker_log_level,
         )
     with cluster, Client(cluster) as local, _translate_loss("embedded LocalCluster"):
+        from dppca_dask.coordinator.guard import one_line_log_plugins
+
+        for plugin in one_line_log_plugins():  # its workers share this terminal: their logs one line each
+            local.register_plugin(plugin)
         yield local
 
 

@@ -19,6 +19,7 @@ The driver wraps each task function it submits with :func:`guarded` and passes t
 
 from __future__ import annotations
 
+import logging
 import os
 import traceback
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from typing import Any
 
 from dppca_dask.errors import DppcaError, TaskFailedError
 
-__all__ = ["TaskFailure", "guarded", "unwrap"]
+__all__ = ["OneLineLogFilter", "TaskFailure", "guarded", "one_line_logs", "unwrap"]
 
 #: At most this many code locations of a worker traceback are kept (the innermost ones).
 MAX_FRAMES = 12
@@ -114,3 +115,55 @@ def unwrap(value: Any) -> Any:
     if isinstance(value, TaskFailure):
         raise value.to_exception() from None
     return value
+
+
+class OneLineLogFilter(logging.Filter):
+    """Log records of one line: no traceback (it may show values of the data), first line of the message only;
+    a record with nothing left (distributed logs bare tracebacks) is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info is None and record.exc_text is None and record.stack_info is None:
+            message = record.getMessage()
+            if "\n" not in message:
+                return True
+        else:
+            message = record.getMessage()
+        first = message.strip().split("\n", 1)[0].rstrip()
+        if not first:
+            return False
+        record.msg, record.args = first, ()
+        record.exc_info = record.exc_text = record.stack_info = None
+        return True
+
+
+def one_line_logs(prefixes: tuple[str, ...] = ("distributed", "dask", "tornado", "asyncio", "bokeh")) -> None:
+    """Add :class:`OneLineLogFilter` to every handler of the root logger and of the loggers under ``prefixes`` in
+    this process (the command line's process, or a worker's or nanny's through :func:`one_line_log_plugins`)."""
+    loggers = [logging.getLogger()] + [
+        logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
+        if name.split(".", 1)[0] in prefixes
+    ]
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", []):
+            if not any(isinstance(f, OneLineLogFilter) for f in handler.filters):
+                handler.addFilter(OneLineLogFilter())
+
+
+def one_line_log_plugins() -> tuple[object, ...]:
+    """Worker and nanny plugins that make the logs of a cluster's own processes one line each (no traceback):
+    the embedded LocalCluster's workers share the terminal, and a worker's traceback may show data values."""
+    from distributed.diagnostics.plugin import NannyPlugin, WorkerPlugin
+
+    class OneLineWorkerLogs(WorkerPlugin):
+        name = "dppca-one-line-logs"
+
+        def setup(self, worker: object) -> None:
+            one_line_logs()
+
+    class OneLineNannyLogs(NannyPlugin):
+        name = "dppca-one-line-logs-nanny"
+
+        def setup(self, nanny: object) -> None:
+            one_line_logs()
+
+    return OneLineWorkerLogs(), OneLineNannyLogs()

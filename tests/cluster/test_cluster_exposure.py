@@ -123,9 +123,17 @@ def test_embedded_local_cluster_listens_on_loopback_only(tmp_path: Path) -> None
         import psutil
         from dppca_dask.coordinator import connect
 
+        def traceback_filters():
+            import logging
+            from dppca_dask.coordinator.guard import OneLineLogFilter
+            return sum(any(isinstance(f, OneLineLogFilter) for f in h.filters)
+                       for h in logging.getLogger("distributed").handlers)
+
         if __name__ == "__main__":
             with connect(None, n_workers=2) as client:
                 assert client.submit(sum, [1, 2]).result() == 3
+                # its workers print to this terminal: their log handlers drop tracebacks (they may show data)
+                assert all(n >= 1 for n in client.run(traceback_filters).values())
                 procs = [psutil.Process()] + psutil.Process().children(recursive=True)
                 listening = [(c.laddr.ip, c.laddr.port) for p in procs for c in p.net_connections(kind="inet")
                              if c.status == psutil.CONN_LISTEN]
