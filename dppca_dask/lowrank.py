@@ -68,8 +68,8 @@ def _json_safe(value: Any) -> Any:
 class LowRankResult:
     """A private low-rank approximation ``B = left @ right`` and its privacy report.
 
-    Everything is safe to publish under ``privacy`` (when ``privacy.private`` is true) except ``timings``
-    (operational metadata outside the guarantee, as for :class:`~dppca_dask.results.PCAResult`).
+    Everything is safe to publish under ``privacy`` (when ``privacy.private`` is true) except ``timings``, empty
+    unless asked for (operational metadata outside the guarantee, as for :class:`~dppca_dask.results.PCAResult`).
     """
 
     left: np.ndarray
@@ -127,7 +127,7 @@ class LowRankResult:
             "private": self.private,
             "privacy": report,
             "provenance": dict(self.provenance),
-            "timings": dict(self.timings),
+            **({"timings": dict(self.timings)} if self.timings else {}),
             "extras": dict(self.extras),
         }
         if include_factors:
@@ -245,6 +245,7 @@ def lowrank(
     seed: int | None = None,
     persist: bool | None = None,
     noise: Any = None,
+    timings: bool = False,
 ) -> LowRankResult:
     """A differentially private low-rank approximation of a row-partitioned matrix, kept factored.
 
@@ -292,6 +293,8 @@ def lowrank(
         (spec §1.4; beyond the paper). On an asymmetric store the value is always the signed ``ûᵀAv̂``.
     client, seed, persist, noise
         As in :func:`dppca_dask.pca`; a ``seed`` (or a non-private ``noise``) makes the result not private.
+    timings
+        Return wall-clock timings (they depend on the data and are not covered by the guarantee); default no.
 
     Returns
     -------
@@ -308,6 +311,7 @@ def lowrank(
     from dppca_dask.accounting import build_report
     from dppca_dask.api import _execute, _noise_source, _versions
     from dppca_dask.coordinator import as_source
+    from dppca_dask.coordinator.sources import schema_caveats
 
     started_wall = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.perf_counter()
@@ -328,8 +332,11 @@ def lowrank(
     epsilon, delta, rank = parameters["epsilon"], parameters["delta"], parameters["rank"]
     symmetric = parameters.get("symmetric", False)
 
+    if not isinstance(timings, (bool, np.bool_)):
+        raise InvalidParameterError(f"timings must be True or False; got {timings!r}")
     source = as_source(data)
     planned = _plan_shape(parameters, neighbouring, int(source.n_rows), int(source.n_cols))
+    caveats = schema_caveats(source)
     calibration_info = dict(planned.calibration)
     paper_figure = None
     if mechanism == "private-low-rank" and calibration == "paper":
@@ -376,6 +383,8 @@ def lowrank(
                           private=bool(noise.private), paper_figure=paper_figure)
     if mechanism != "private-power" and parameters["row_change_bound"] == parameters["row_norm_bound"]:
         report = _with_replace_one(report, events, delta)
+    if caveats:
+        report = dataclasses.replace(report, caveats=caveats)
     provenance = {
         "mechanism": mechanism,
         "private": report.private,
@@ -383,13 +392,18 @@ def lowrank(
         "calibration": calibration_info,
         "input": dict(source.description),
         "seeded": seed is not None or not noise.private,
+        "noise_sampler": noise.sampler,
         "package": {"dppca_dask": __version__, **_versions()},
         "started": started_wall.isoformat(timespec="seconds"),
         "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    timings = {"total": finished - t0, "calibration": t_calibrated - t0, "run": finished - t_calibrated}
+    timing_values: dict[str, Any] = {}
+    if timings:
+        timing_values = {"total": finished - t0, "calibration": t_calibrated - t0, "run": finished - t_calibrated,
+                         "note": "wall-clock seconds; they depend on the data and are NOT covered by the privacy "
+                                 "guarantee"}
     return LowRankResult(left=left, right=right, mechanism=mechanism, privacy=report, provenance=provenance,
-                         timings=timings, extras=extras)
+                         timings=timing_values, extras=extras)
 
 
 #: Bounds on public parameters (issue: absurd values must fail before anything is read, not deep in calibration).

@@ -60,6 +60,8 @@ def register(subparsers: Any) -> None:
                    help="keep partitions in worker memory (default: when they fit)")
     p.add_argument("--seed", type=int, default=None, help="reproducible run; the result is then NOT private")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--timings", action="store_true",
+                   help="include wall-clock timings (they depend on the data: NOT covered by the privacy guarantee)")
     p.set_defaults(handler=run)
 
 
@@ -106,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         client=args.scheduler,
         seed=args.seed,
         persist=args.persist,
+        timings=args.timings,
         **options,
     )
     result.save(args.out)

@@ -51,3 +51,19 @@ def test_the_pca_command_states_the_caveat(stores: tuple[str, str], capsys: pyte
         assert main(["pca", inferred, "--epsilon", "1", "--delta", "1e-6", "--n-iter", "1", "--scheduler", "local",
                      "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["privacy"]["caveats"] == [INFERRED_SCHEMA_CAVEAT]
+
+
+def test_lowrank_states_the_caveat_and_keeps_timings_out_unless_asked(stores: tuple[str, str], seed: int) -> None:
+    from dppca_dask import lowrank
+
+    inferred, declared = stores
+    with pytest.warns(InferredSchemaWarning):
+        result = lowrank(inferred, rank=1, epsilon=1.0, delta=1e-6, client="local", noise=AuditingNoiseSource(seed))
+    assert result.privacy.caveats == (INFERRED_SCHEMA_CAVEAT,)
+    assert "timings" not in result.to_dict() and result.provenance["noise_sampler"] == "float"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InferredSchemaWarning)
+        timed = lowrank(declared, rank=1, epsilon=1.0, delta=1e-6, client="local", noise=AuditingNoiseSource(seed),
+                        timings=True)
+    assert timed.privacy.caveats == ()
+    assert "NOT covered by the privacy guarantee" in timed.to_dict()["timings"]["note"]
