@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from dppca_dask.errors import InvalidParameterError, MissingExtraError
+from dppca_dask.mechanisms.noise import shape_of
 
 __all__ = [
     "LATTICE_BITS",
@@ -126,17 +127,9 @@ def _import_opendp() -> Any:
         return _opendp
 
 
-def _shape(size: Any) -> tuple[int, ...]:
-    if size is None:
-        return ()
-    if isinstance(size, (int, np.integer)):
-        return (int(size),)
-    return tuple(int(s) for s in size)
-
-
 def _draw(kind: str, scale: float, size: Any, k: int) -> Any:
     dp = _import_opendp()
-    shape = _shape(size)
+    shape = shape_of(size)
     n = math.prod(shape)
     if n == 0:
         return np.zeros(shape)

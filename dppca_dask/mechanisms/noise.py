@@ -58,6 +58,15 @@ Shape = int | tuple[int, ...] | None
 
 _ENTROPY_BITS = 256
 
+
+def shape_of(size: Shape) -> tuple[int, ...]:
+    """The array shape a sampler's ``size`` argument asks for (``()`` for one float)."""
+    if size is None:
+        return ()
+    if isinstance(size, (int, np.integer)):
+        return (int(size),)
+    return tuple(int(s) for s in size)
+
 #: The samplers a source can use (see the module docstring).
 SAMPLERS = ("hardened", "float")
 

@@ -16,17 +16,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from dppca_dask.errors import ReleaseError
-from dppca_dask.mechanisms.noise import NoiseSource, Shape
+from dppca_dask.mechanisms.noise import NoiseSource, Shape, shape_of
 
 __all__ = ["AuditRecord", "AuditingNoiseSource", "ScriptedNoiseSource", "ZeroNoiseSource"]
-
-
-def _shape(size: Shape) -> tuple[int, ...]:
-    if size is None:
-        return ()
-    if isinstance(size, (int, np.integer)):
-        return (int(size),)
-    return tuple(int(s) for s in size)
 
 
 def _as_drawn(values: np.ndarray, size: Shape) -> Any:
@@ -44,10 +36,10 @@ class ZeroNoiseSource(NoiseSource):
         super().__init__(np.random.default_rng(0), private=False, description="zero-noise (test)")
 
     def _laplace(self, scale: float, size: Shape) -> Any:
-        return _as_drawn(np.zeros(_shape(size)), size)
+        return _as_drawn(np.zeros(shape_of(size)), size)
 
     def _gaussian(self, std: float, size: Shape) -> Any:
-        return _as_drawn(np.zeros(_shape(size)), size)
+        return _as_drawn(np.zeros(shape_of(size)), size)
 
 
 class ScriptedNoiseSource(NoiseSource):
@@ -79,9 +71,9 @@ class ScriptedNoiseSource(NoiseSource):
         if not self._draws:
             raise ReleaseError("the scripted noise source has no values left; script one value per draw")
         values = self._draws.popleft()
-        if values.shape != _shape(size):
+        if values.shape != shape_of(size):
             raise ReleaseError(
-                f"scripted noise of shape {values.shape} does not match the draw of shape {_shape(size)}; "
+                f"scripted noise of shape {values.shape} does not match the draw of shape {shape_of(size)}; "
                 "script values in the order and shapes the mechanism draws them"
             )
         return _as_drawn(values.copy(), size)
