@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from dppca_dask.api import DEFAULT_N_ITER, DPPCA, mechanisms, pca  # noqa: E402
+from dppca_dask.api import DEFAULT_N_ITER, mechanisms, pca  # noqa: E402
 from dppca_dask.ingest import ingest  # noqa: E402
 from dppca_dask.lowrank import LowRankResult, load_lowrank, lowrank  # noqa: E402
 from dppca_dask.results import PCAResult, load_result  # noqa: E402
@@ -31,3 +31,16 @@ __all__ = [
     "pca",
     "write_matrix",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # DPPCA needs scikit-learn (the ``sklearn`` extra): imported on first use, so ``import dppca_dask`` does not.
+    if name == "DPPCA":
+        from dppca_dask.estimator import DPPCA
+
+        return DPPCA
+    if name == "pp":
+        import importlib
+
+        return importlib.import_module("dppca_dask.pp")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

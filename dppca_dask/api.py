@@ -1,4 +1,4 @@
-"""The public entry points: :func:`pca` and the scikit-learn-style :class:`DPPCA` estimator.
+"""The public entry points: :func:`pca` (the scikit-learn estimator :class:`DPPCA` is in :mod:`dppca_dask.estimator`).
 
 ``pca`` validates every parameter and the input's metadata before anything else happens, calibrates the noise to
 the requested total (ε, δ) from public parameters only, then runs the mechanism on a Dask cluster (an embedded
@@ -805,81 +805,10 @@ def _progress(total: int, mechanism: str, enabled: bool | None) -> Any:
     return progress_bar(total=total, desc=mechanism, unit="iter", enabled=enabled)
 
 
-class DPPCA:
-    """Differentially private PCA with the scikit-learn vocabulary; a thin wrapper around :func:`pca`.
+def __getattr__(name: str) -> Any:
+    # The estimator lives in dppca_dask.estimator (it needs scikit-learn, an optional dependency).
+    if name == "DPPCA":
+        from dppca_dask.estimator import DPPCA
 
-    Parameters are those of :func:`pca`. After ``fit``: ``components_`` (k×d), ``result_`` (the
-    :class:`PCAResult`), ``privacy_`` (its report), ``n_features_in_``. ``transform(X)`` projects rows onto the
-    components (``X @ components_.T``); it is a public function of the released components applied to whatever
-    data you give it.
-    """
-
-    def __init__(
-        self,
-        n_components: int = 1,
-        *,
-        epsilon: float = 1.0,
-        delta: float = 1e-6,
-        n_iter: int | None = None,
-        row_norm_bound: float = 1.0,
-        mechanism: str = "adaptive-power",
-        client: Any = None,
-        seed: int | None = None,
-        persist: bool | None = None,
-        svt_share: float = DEFAULT_SVT_SHARE,
-    ) -> None:
-        self.n_components = n_components
-        self.epsilon = epsilon
-        self.delta = delta
-        self.n_iter = n_iter
-        self.row_norm_bound = row_norm_bound
-        self.mechanism = mechanism
-        self.client = client
-        self.seed = seed
-        self.persist = persist
-        self.svt_share = svt_share
-
-    _PARAMS = ("n_components", "epsilon", "delta", "n_iter", "row_norm_bound", "mechanism", "client", "seed",
-               "persist", "svt_share")
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self._PARAMS}
-
-    def set_params(self, **params: Any) -> DPPCA:
-        for name, value in params.items():
-            if name not in self._PARAMS:
-                raise InvalidParameterError(f"unknown parameter {name!r}; valid: {', '.join(self._PARAMS)}")
-            setattr(self, name, value)
-        return self
-
-    def fit(self, X: Any, y: Any = None) -> DPPCA:
-        result = pca(
-            X,
-            epsilon=self.epsilon,
-            delta=self.delta,
-            n_components=self.n_components,
-            n_iter=self.n_iter,
-            row_norm_bound=self.row_norm_bound,
-            mechanism=self.mechanism,
-            client=self.client,
-            seed=self.seed,
-            persist=self.persist,
-            svt_share=self.svt_share,
-        )
-        self.result_ = result
-        self.components_ = result.components
-        self.privacy_ = result.privacy
-        self.n_features_in_ = int(result.components.shape[1])
-        return self
-
-    def transform(self, X: Any) -> np.ndarray:
-        if not hasattr(self, "components_"):
-            raise InvalidParameterError("this DPPCA instance is not fitted yet; call fit(X) first")
-        if X.shape[1] != self.n_features_in_:
-            raise InvalidParameterError(
-                f"X has {X.shape[1]} features; the model was fitted with {self.n_features_in_}"
-            )
-        return np.asarray(X @ self.components_.T)
-
-    def fit_transform(self, X: Any, y: Any = None) -> np.ndarray:
-        return self.fit(X).transform(X)
+        return DPPCA
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

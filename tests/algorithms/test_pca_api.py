@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from dppca_dask import DPPCA, load_result, pca
 from dppca_dask.algorithms.adaptive_power import AdaptivePowerState
 from dppca_dask.cli import main
-from dppca_dask.errors import InvalidParameterError, NotPrivateWarning, ReleaseError, StoreNotFoundError
+from dppca_dask.errors import InvalidInputError, InvalidParameterError, NotPrivateWarning, ReleaseError, StoreNotFoundError
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.mechanisms import NoiseSource
 from dppca_dask.mechanisms.testing import AuditingNoiseSource
@@ -106,16 +106,18 @@ def test_unseeded_runs_are_private_and_differ(small) -> None:
 
 
 def test_estimator(small) -> None:
-    model = DPPCA(2, epsilon=1.0, delta=1e-6, client="local", seed=1)
-    assert model.get_params()["n_components"] == 2
-    with pytest.raises(InvalidParameterError, match="not fitted"):
+    from sklearn.exceptions import NotFittedError
+
+    model = DPPCA(2, epsilon=1.0, delta=1e-6, seed=1)
+    assert model.get_params()["n_components"] == 2 and "client" not in model.get_params()
+    with pytest.raises(NotFittedError, match="not fitted yet"):
         model.transform(small)
     with pytest.warns(NotPrivateWarning):
-        projected = model.fit_transform(small)
+        projected = model.fit_transform(small, client="local")
     assert projected.shape == (2_000, 2) and model.components_.shape == (2, 40)
-    with pytest.raises(InvalidParameterError, match="unknown parameter"):
+    with pytest.raises(ValueError, match="Invalid parameter 'alpha'"):
         model.set_params(alpha=1)
-    with pytest.raises(InvalidParameterError, match="features"):
+    with pytest.raises(InvalidInputError, match="X has 10 features, but DPPCA is expecting 40 features"):
         model.transform(small[:, :10])
 
 
