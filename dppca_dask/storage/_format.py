@@ -6,8 +6,16 @@ A store is a zarr v3 group::
       X/                      the matrix in AnnData's on-disk encoding:
         data, indices, indptr   csr_matrix (encoding-type "csr_matrix", encoding-version "0.1.0", shape), or
       X                       a dense 2-D array (encoding-type "array", encoding-version "0.2.0")
-      row_norms               float64, one L2 norm per row, computed at ingest
-      obs_ids, var_ids        optional id maps (warehouse ids of rows and columns, in matrix order)
+      obs/                    AnnData's obs dataframe (encoding-type "dataframe"): one entry per row
+        row_norms               float64, one L2 norm per row, computed at ingest (a column of obs)
+        obs_ids                 optional id map (warehouse ids of the rows, in matrix order): obs's index, or
+        _index                  the row numbers as strings (AnnData's default index) when there is no id map
+      var/                    AnnData's var dataframe: var_ids (ids of the columns) as its index, else _index
+
+Everything at the root is an element AnnData knows (``X``, ``obs``, ``var``), so ``anndata.read_zarr(STORE)`` opens
+a store (row norms appear as ``obs["row_norms"]``, the id maps as ``obs_names`` and ``var_names``). Stores written
+before this layout keep ``row_norms``, ``obs_ids`` and ``var_ids`` at the root; readers look for each array at its
+current path, then at the old one (:func:`locate`), and appends keep an old store's layout.
 
 The ``dppca_dask`` attribute of the root group is the single source of truth: ``format_version``, ``layout``,
 ``n_rows``, ``n_cols``, ``nnz``, ``dtype``, the partition table (row range, nnz range and optional timestamp of each
@@ -22,6 +30,10 @@ checking one element per chunk instead of silently reading it as zeros.
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+import zarr
 import zarr.codecs
 
 #: Version of the layout above. Readers refuse other versions.
@@ -51,3 +63,64 @@ DENSE_ENCODING = {"encoding-type": "array", "encoding-version": "0.2.0"}
 def compressors() -> list[zarr.codecs.BloscCodec]:
     """Blosc lz4 with byte shuffle: the fastest codec to write and read in our measurements."""
     return [zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")]
+
+
+DATAFRAME_ENCODING = {"encoding-type": "dataframe", "encoding-version": "0.2.0"}
+STRING_ENCODING = {"encoding-type": "string-array", "encoding-version": "0.2.0"}
+#: Paths of the per-row and per-column arrays, and where stores written before the AnnData-compatible layout kept
+#: them.
+ROW_NORMS = "obs/row_norms"
+ID_MAPS = {"obs_ids": "obs/obs_ids", "var_ids": "var/var_ids"}
+LEGACY_PATHS = {"obs/row_norms": "row_norms", "obs/obs_ids": "obs_ids", "var/var_ids": "var_ids"}
+#: Name of AnnData's default index array (row or column numbers as strings).
+DEFAULT_INDEX = "_index"
+#: Entries of a default index written at a time.
+INDEX_CHUNK = 2**20
+
+
+def locate(group: zarr.Group, path: str) -> str | None:
+    """Where the array of ``path`` (e.g. :data:`ROW_NORMS`) is in ``group``: its path, its old path, or None."""
+    for candidate in (path, LEGACY_PATHS.get(path)):
+        if candidate is not None and candidate in group:
+            return candidate
+    return None
+
+
+def array_encoding(dtype: Any) -> dict[str, str]:
+    """AnnData's encoding attributes of a 1-D array of ``dtype``."""
+    return dict(STRING_ENCODING) if np.dtype(dtype).kind in "OUT" else dict(DENSE_ENCODING)
+
+
+def write_annotations(group: zarr.Group, n_rows: int, n_cols: int) -> None:
+    """Write (or extend after an append) the ``obs`` and ``var`` dataframes that make the store an AnnData store.
+
+    Each dataframe's index is its id map when the map has one entry per row (column), else a default index of
+    row (column) numbers, extended to ``n_rows`` here. A store in the old layout (arrays at the root) is left
+    as it is.
+    """
+    if "row_norms" in group and "obs" not in group:  # old layout: keep it readable as it was
+        return
+    for axis, n, ids in (("obs", n_rows, "obs_ids"), ("var", n_cols, "var_ids")):
+        frame = group[axis] if axis in group else group.create_group(axis)
+        index = ids if ids in frame and frame[ids].shape == (n,) else DEFAULT_INDEX
+        if index == DEFAULT_INDEX:
+            _extend_default_index(frame, n)
+        columns = ["row_norms"] if axis == "obs" and "row_norms" in frame else []
+        frame.attrs.update({**DATAFRAME_ENCODING, "_index": index, "column-order": columns})
+
+
+def _extend_default_index(frame: zarr.Group, n: int) -> None:
+    if DEFAULT_INDEX in frame:
+        array = frame[DEFAULT_INDEX]
+        start = int(array.shape[0])
+        if start > n:  # an interrupted append left it longer than the committed rows
+            array.resize((n,))
+            return
+        array.resize((n,))
+    else:
+        array = frame.create_array(DEFAULT_INDEX, shape=(n,), dtype=str, chunks=(max(min(n, INDEX_CHUNK), 1),),
+                                   attributes=dict(STRING_ENCODING))
+        start = 0
+    for lo in range(start, n, INDEX_CHUNK):
+        hi = min(lo + INDEX_CHUNK, n)
+        array[lo:hi] = np.arange(lo, hi).astype(str)

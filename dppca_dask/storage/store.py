@@ -179,7 +179,8 @@ class MatrixStore:
         part = self._partition(index)
         if self.has_row_norms:
             try:
-                norms = np.asarray(_open(self.path, "row_norms", self.fingerprint)[part.row_start : part.row_stop])
+                key = _format.locate(zarr.open_group(self.path, mode="r"), _format.ROW_NORMS) or _format.ROW_NORMS
+                norms = np.asarray(_open(self.path, key, self.fingerprint)[part.row_start : part.row_stop])
             except Exception as exc:
                 raise StoreCorruptError(
                     f"cannot read the row norms of partition {part.index} of store '{self.path}': {exc}; "
@@ -526,7 +527,7 @@ def _open_native(path: str, group: zarr.Group, meta: Any) -> MatrixStore:
             format_version=int(version),
             store_id=str(meta["store_id"]),
             generation=int(meta.get("generation", 0)),
-            has_row_norms="row_norms" in group,
+            has_row_norms=_format.locate(group, _format.ROW_NORMS) is not None,
             schema=meta.get("schema", "inferred"),
             metadata=json.loads(json.dumps(dict(meta))),
         )

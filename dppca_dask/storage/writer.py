@@ -224,13 +224,19 @@ class StoreWriter:
         self._check_open()
         assert self._group is not None
         arr = np.asarray(values)
+        parent, key = self._group, name
+        if name in _format.ID_MAPS:  # the index of AnnData's obs or var dataframe (see _format)
+            axis, key = _format.ID_MAPS[name].split("/")
+            parent = self._group.require_group(axis)
+        encoding = _format.array_encoding(arr.dtype)
         if arr.dtype.kind in "OU":
             arr = arr.astype(str)
-            out = self._group.create_array(name, shape=arr.shape, dtype=str, chunks=(max(min(arr.size, 2**20), 1),))
+            out = parent.create_array(key, shape=arr.shape, dtype=str, chunks=(max(min(arr.size, 2**20), 1),),
+                                      attributes=encoding)
         else:
-            out = self._group.create_array(
-                name, shape=arr.shape, dtype=arr.dtype, chunks=(max(min(arr.size, 2**20), 1),),
-                compressors=_format.compressors(),
+            out = parent.create_array(
+                key, shape=arr.shape, dtype=arr.dtype, chunks=(max(min(arr.size, 2**20), 1),),
+                compressors=_format.compressors(), attributes=encoding,
             )
         if arr.size:
             out[:] = arr
@@ -246,6 +252,7 @@ class StoreWriter:
         shape = [self._n_rows, self.n_cols]
         if self.layout == "csr":
             group["X"].attrs.update({**_format.CSR_ENCODING, "shape": shape})
+        _format.write_annotations(group, self._n_rows, self.n_cols)
         meta = {
             "format_version": _format.FORMAT_VERSION,
             "layout": self.layout,
@@ -381,9 +388,9 @@ class StoreWriter:
                 "X", shape=(0, self.n_cols), dtype=self.dtype, chunks=(row_chunk, self.n_cols), fill_value=np.nan,
                 compressors=_format.compressors(), attributes=dict(_format.DENSE_ENCODING),
             )
-        self._arrays["row_norms"] = group.create_array(
+        self._arrays["row_norms"] = group.require_group("obs").create_array(
             "row_norms", shape=(0,), dtype=np.float64, chunks=(row_chunk,), fill_value=np.nan,
-            compressors=_format.compressors(),
+            compressors=_format.compressors(), attributes=dict(_format.DENSE_ENCODING),
         )
         self._row_chunk = row_chunk
         return rpp
@@ -517,7 +524,7 @@ def _open_for_append(store: MatrixStore) -> dict[str, zarr.Array]:
     arrays: dict[str, zarr.Array] = {n: group[f"X/{n}"] for n in names}  # type: ignore[misc]
     if store.layout == "dense":
         arrays["X"] = group["X"]  # type: ignore[assignment]
-    arrays["row_norms"] = group["row_norms"]  # type: ignore[assignment]
+    arrays["row_norms"] = group[_format.locate(group, _format.ROW_NORMS) or _format.ROW_NORMS]  # type: ignore[assignment]
     return arrays
 
 
@@ -545,6 +552,7 @@ def _commit_metadata(store: MatrixStore, partitions: Sequence[Partition], n_rows
     group = zarr.open_group(store.path, mode="r+")
     if store.layout == "csr":
         group["X"].attrs.update({"shape": [n_rows, store.n_cols]})
+    _format.write_annotations(group, n_rows, store.n_cols)
     meta = dict(group.attrs[_format.ATTR_KEY])  # type: ignore[arg-type]
     meta.update(
         {

@@ -275,10 +275,10 @@ def _duplicate_entries(path: str) -> None:
 CHECK_ONLY_CASES: list[Case] = [
     _store_case("stale-row-norms", "8.1", _damaged(lambda p: _edit(p, "X/data", 4, 50.0)),
                 r"partition 1 of store '.*store\.zarr' is damaged: the stored row norm of row 2 does not match"),
-    _store_case("zeroed-row-norms", "9.9", _damaged(lambda p: _edit(p, "row_norms", 3, 0.0)),
+    _store_case("zeroed-row-norms", "9.9", _damaged(lambda p: _edit(p, "obs/row_norms", 3, 0.0)),
                 r"partition 1 of store '.*store\.zarr' is damaged: the stored row norm of row 3 does not match"),
     _store_case("deleted-row-norms-chunk", "9.9",
-                _damaged(lambda p: os.remove(os.path.join(p, "row_norms", "c", "1"))),
+                _damaged(lambda p: os.remove(os.path.join(p, "obs", "row_norms", "c", "1"))),
                 r"stored row norm of row 2 \(partition 1\) in store '.*store\.zarr' is missing"),
     _store_case("duplicate-entries-in-a-store", "8.1", _damaged(_duplicate_entries),
                 r"partition 0 of store '.*store\.zarr' is damaged: its column indices are unsorted or repeated"),

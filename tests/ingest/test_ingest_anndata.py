@@ -59,7 +59,7 @@ def test_anndata_zarr_store_opens_directly_and_ingests(tmp_path: Path, matrix: s
     assert store.format_version == 1 and store.partitions[1].nnz == 0
     assert_store_equals(store, matrix)
     group = zarr.open_group(store.path, mode="r")
-    assert group["obs_ids"][0] == "cell-0" and group["var_ids"][8] == "gene-8"
+    assert group["obs/obs_ids"][0] == "cell-0" and group["var/var_ids"][8] == "gene-8"
     assert store.metadata["id_maps"] == {"obs_ids": "obs index", "var_ids": "var index"}
 
 
@@ -92,7 +92,7 @@ def test_h5ad(tmp_path: Path, matrix: sp.csr_array, kind: str) -> None:
     make_adata(x).write_h5ad(tmp_path / "a.h5ad")  # type: ignore[attr-defined]
     store = ingest(tmp_path / "a.h5ad", tmp_path / "s.zarr", rows_per_partition=RPP)
     assert_store_equals(store, matrix)
-    assert zarr.open_group(store.path, mode="r")["obs_ids"][59] == "cell-59"
+    assert zarr.open_group(store.path, mode="r")["obs/obs_ids"][59] == "cell-59"
 
 
 def test_nan_in_anndata_names_partition_and_row(tmp_path: Path, matrix: sp.csr_array) -> None:

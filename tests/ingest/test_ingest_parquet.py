@@ -57,8 +57,8 @@ def test_shuffled_sparse_int_and_string_ids_over_files(tmp_path: Path, matrix: s
     assert store.n_partitions == 6 and store.partitions[1].nnz == 10  # rows 10-19: explicit zeros only
     assert_store_equals(store, matrix.astype(dtype), dtype=dtype)
     group = zarr.open_group(store.path, mode="r")
-    np.testing.assert_array_equal(group["obs_ids"][:], row_ids)
-    assert list(group["var_ids"][:]) == list(col_ids)
+    np.testing.assert_array_equal(group["obs/obs_ids"][:], row_ids)
+    assert list(group["var/var_ids"][:]) == list(col_ids)
     assert store.metadata["id_maps"] == {"obs_ids": {"column": "row_id", "type": "int64"},
                                          "var_ids": {"column": "col_id", "type": "string"}}
 
@@ -68,8 +68,8 @@ def test_ids_are_sorted_not_in_order_of_appearance(tmp_path: Path) -> None:
     pq.write_table(table, tmp_path / "t.parquet")
     store = ingest(tmp_path / "t.parquet", tmp_path / "s.zarr")
     group = zarr.open_group(store.path, mode="r")
-    assert list(group["obs_ids"][:]) == ["u10", "u2", "u9"]  # string order
-    np.testing.assert_array_equal(group["var_ids"][:], [7, 30])
+    assert list(group["obs/obs_ids"][:]) == ["u10", "u2", "u9"]  # string order
+    np.testing.assert_array_equal(group["var/var_ids"][:], [7, 30])
     np.testing.assert_array_equal(store.to_scipy().toarray(), [[2, 0], [0, 3], [0, 1]])
 
 

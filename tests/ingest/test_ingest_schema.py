@@ -66,7 +66,7 @@ def test_parquet_column_universe(tmp_path: Path) -> None:
     assert (store.schema, store.n_cols) == ("declared", 4)  # column 8 and 5 exist though unused
     dense = store.to_scipy().toarray()
     np.testing.assert_array_equal(dense, [[0, 1, 0, 2], [0, 3, 0, 0]])
-    np.testing.assert_array_equal(zarr.open_group(store.path, mode="r")["var_ids"][:], [5, 7, 8, 9])
+    np.testing.assert_array_equal(zarr.open_group(store.path, mode="r")["var/var_ids"][:], [5, 7, 8, 9])
     with pytest.raises(InvalidInputError, match=r"column id 9 of column 'col_id' .* is not among the declared"):
         ingest(tmp_path / "t.parquet", tmp_path / "c.zarr", column_ids=[5, 7])
     with pytest.raises(InvalidParameterError, match=r"declare the column ids instead"):

@@ -111,7 +111,7 @@ def test_crash_after_writing_chunks(tmp_path: Path, sparse: sp.csr_array, small_
     extra = sparse[20:23] if layout == "csr" else sparse[20:23].toarray()
     grown = append_partition(store.path, extra)
     np.testing.assert_array_equal(grown.to_scipy().toarray(), np.vstack([before, sparse[20:23].toarray()]))
-    assert zarr.open_group(store.path, mode="r")["row_norms"].shape == (43,)
+    assert zarr.open_group(store.path, mode="r")["obs/row_norms"].shape == (43,)
 
 
 def test_concurrent_appends_take_a_lock(tmp_path: Path, sparse: sp.csr_array) -> None:

@@ -88,7 +88,7 @@ def test_deleted_chunk_names_the_partition(tmp_path: Path, sparse: sp.csr_array,
 
 def test_deleted_row_norm_chunk(tmp_path: Path, sparse: sp.csr_array) -> None:
     store = write_matrix(tmp_path / "s.zarr", sparse, rows_per_partition=10)
-    os.remove(tmp_path / "s.zarr" / "row_norms" / "c" / "3")
+    os.remove(tmp_path / "s.zarr" / "obs" / "row_norms" / "c" / "3")
     with pytest.raises(StoreCorruptError, match=r"row norm of row 30 \(partition 3\) .* is missing") as info:
         open_matrix(store.path).read_row_norms(3)
     assert (info.value.partition, info.value.row) == (3, 30)
@@ -102,14 +102,14 @@ def test_deleted_dense_chunk(tmp_path: Path, sparse: sp.csr_array) -> None:
     assert info.value.row == 10
 
 
-@pytest.mark.parametrize("chunk", ["X/data/c/1", "X/indptr/c/0", "row_norms/c/0"])
+@pytest.mark.parametrize("chunk", ["X/data/c/1", "X/indptr/c/0", "obs/row_norms/c/0"])
 def test_garbage_chunk(tmp_path: Path, sparse: sp.csr_array, small_chunks: int, rng: np.random.Generator,
                        chunk: str) -> None:
     store = write_matrix(tmp_path / "s.zarr", sparse, rows_per_partition=10)
     (tmp_path / "s.zarr" / chunk).write_bytes(rng.bytes(100))
     reopened = open_matrix(store.path)
     with pytest.raises(StoreCorruptError, match=r"partition 0 .*(damaged|re-ingest)") as info:
-        reopened.read_row_norms(0) if chunk.startswith("row_norms") else reopened.read_partition(0)
+        reopened.read_row_norms(0) if chunk.startswith("obs/row_norms") else reopened.read_partition(0)
     assert info.value.partition == 0
 
 

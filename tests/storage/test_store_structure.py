@@ -115,7 +115,7 @@ def test_reads_are_canonical_and_norms_come_from_the_values(tmp_path: Path) -> N
     store = write_matrix(tmp_path / "s.zarr", sp.csr_array(np.array([[1.0, 2.0], [3.0, 0.0]])))
     group = zarr.open_group(store.path, mode="r+")
     group["X/indices"][1] = 0  # row 0 now holds two entries in column 0
-    group["row_norms"][1] = np.inf
+    group["obs/row_norms"][1] = np.inf
     block = open_matrix(store.path).read_partition(0)
     assert block.has_canonical_format
     np.testing.assert_array_equal(block.toarray(), [[3.0, 0.0], [3.0, 0.0]])

@@ -67,8 +67,8 @@ def test_auxiliary_arrays_and_attributes(tmp_path: Path, sparse: sp.csr_array) -
         writer.set_attribute("id_maps", {"obs_ids": "rows"})
         store = writer.commit()
     group = zarr.open_group(store.path, mode="r")
-    assert group["obs_ids"][39] == "r39"
-    np.testing.assert_array_equal(group["var_ids"][:], np.arange(6) * 10)
+    assert group["obs/obs_ids"][39] == "r39"
+    np.testing.assert_array_equal(group["var/var_ids"][:], np.arange(6) * 10)
     assert store.metadata["id_maps"] == {"obs_ids": "rows"}
 
 
