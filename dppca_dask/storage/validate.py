@@ -177,17 +177,20 @@ def safe_row_norms(block: Any) -> np.ndarray:
                 return np.zeros(n_rows)
             data = np.asarray(csr.data, dtype=np.float64)
             counts = np.diff(csr.indptr)
-            starts = np.minimum(csr.indptr[:-1], csr.nnz - 1)
-            sums = np.add.reduceat(np.square(data), starts)
-            sums[counts == 0] = 0.0
+            # reduceat over the starts of the non-empty rows only: they increase strictly and the last segment runs
+            # to the end of data (a clamped start of a trailing empty row would cut the last row short).
+            filled = counts > 0
+            starts = csr.indptr[:-1][filled]
+            sums = np.zeros(n_rows)
+            sums[filled] = np.add.reduceat(np.square(data), starts)
             if np.isfinite(sums).all():
                 return np.sqrt(sums)
-            top = np.maximum.reduceat(np.abs(data), starts)
-            top[counts == 0] = 0.0
+            top = np.zeros(n_rows)
+            top[filled] = np.maximum.reduceat(np.abs(data), starts)
             owner = np.repeat(np.arange(n_rows), counts)
             scale = np.where(top > 0, top, 1.0)
-            scaled = np.add.reduceat(np.square(data / scale[owner]), starts)
-            scaled[counts == 0] = 0.0
+            scaled = np.zeros(n_rows)
+            scaled[filled] = np.add.reduceat(np.square(data / scale[owner]), starts)
             return top * np.sqrt(scaled)
         arr = np.asarray(block, dtype=np.float64)
         sums = np.einsum("ij,ij->i", arr, arr)

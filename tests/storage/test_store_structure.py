@@ -109,6 +109,10 @@ def test_canonical_csr_and_safe_norms() -> None:
     np.testing.assert_allclose(safe_row_norms(np.array([[3e200, 4e200], [0.0, 0.0]])), [5e200, 0])
     assert safe_row_norms(np.array([[1.5e308, 1.5e308, 1.5e308]]))[0] == np.inf
     np.testing.assert_array_equal(safe_row_norms(sp.csr_array((3, 2))), [0, 0, 0])
+    # The last non-empty row followed by empty rows keeps all its entries (its norm is not cut short).
+    tail = sp.csr_array(np.array([[3.0, 4.0], [0, 0], [6.0, 8.0], [0, 0], [0, 0]]))
+    np.testing.assert_allclose(safe_row_norms(tail), [5, 0, 10, 0, 0])
+    np.testing.assert_allclose(safe_row_norms(sp.csr_array(np.array([[0, 0], [3e200, 4e200], [0, 0]]))), [0, 5e200, 0])
 
 
 def test_reads_are_canonical_and_norms_come_from_the_values(tmp_path: Path) -> None:
