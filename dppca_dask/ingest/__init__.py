@@ -142,6 +142,7 @@ def ingest(
     column_ids: Any = None,
     max_memory: int | str | None = None,
     max_disk: int | str | None = None,
+    layer: str | None = None,
 ) -> MatrixStore:
     """Ingest a matrix into a new store at ``out`` and open it.
 
@@ -181,6 +182,8 @@ def ingest(
         parquet only: the universe of column ids, declared as public input (a text file with one id per line, or a
         sequence): column ``j`` of the store is the ``j``-th smallest id, whether or not the table uses it, and a
         table id outside the universe is an error. The schema is then ``"declared"``.
+    layer
+        AnnData only: ingest ``layers/<layer>`` instead of ``X``.
     max_memory, max_disk
         Size sanity (bytes, or a size such as ``"64GiB"``): the declared shape is refused, before anything is
         written, when an analysis of it would need more working memory than ``max_memory`` (default: the machine's
@@ -212,7 +215,7 @@ def ingest(
                        on_duplicate=on_duplicate, overwrite=overwrite, progress=progress, zero_based=zero_based,
                        n_features=n_features, store_labels=store_labels, row_column=row_column,
                        col_column=col_column, value_column=value_column, column_ids=column_ids,
-                       max_memory=max_memory, max_disk=max_disk)
+                       max_memory=max_memory, max_disk=max_disk, layer=layer)
 
 
 @contextlib.contextmanager
@@ -259,6 +262,7 @@ def _ingest(
     column_ids: Any,
     max_memory: int | str | None,
     max_disk: int | str | None,
+    layer: str | None = None,
 ) -> MatrixStore:
     in_memory = sp.issparse(src) or isinstance(src, np.ndarray)
     if format is not None and format not in FORMATS:
@@ -287,6 +291,7 @@ def _ingest(
         svmlight={"zero_based": zero_based is not False, "store_labels": store_labels is not False},
         parquet={"row_column": row_column != "row_id", "col_column": col_column != "col_id",
                  "value_column": value_column != "value", "column_ids": column_ids is not None},
+        anndata={"layer": layer is not None},
     )
     if kind == "parquet" and n_features is not None and column_ids is None:
         raise InvalidParameterError(
@@ -312,7 +317,7 @@ def _ingest(
     if kind == "anndata":
         from dppca_dask.ingest.adata import ingest_anndata
 
-        return ingest_anndata(source, options)
+        return ingest_anndata(source, options, layer=layer)
     if kind == "parquet":
         from dppca_dask.ingest.parquet import ingest_parquet
 

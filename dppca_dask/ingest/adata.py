@@ -9,7 +9,9 @@ indexes) are stored as the id maps ``obs_ids`` and ``var_ids``. Memory behaviour
   spill files beside the output, then each partition's rows are assembled; memory stays bounded whatever the size
   of ``X`` (disk: 16 bytes per entry, removed afterwards).
 
-The id maps are held in memory (one string per row and per column).
+The id maps are held in memory (one string per row and per column). ``layer=`` reads ``layers/NAME`` instead of
+``X``. :func:`anndata_dask` opens ``X`` (or a layer) of an ``.h5ad`` file or AnnData ``.zarr`` store as a lazy Dask
+array of row blocks, each read and checked on the worker that uses it, for analyses without an ingest.
 """
 
 from __future__ import annotations
@@ -24,13 +26,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from dppca_dask.errors import InvalidInputError
+from dppca_dask.errors import InvalidInputError, InvalidParameterError
 from dppca_dask.ingest._common import IngestOptions, MissingExtraError, partition_rows, require_file, spill_directory
 from dppca_dask.ingest._spill import RowBuckets
 from dppca_dask.storage import MatrixStore, StoreWriter
 from dppca_dask.storage.validate import check_csr_arrays
 
-__all__ = ["import_anndata", "ingest_anndata"]
+__all__ = ["anndata_dask", "import_anndata", "ingest_anndata"]
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +54,9 @@ def import_anndata() -> Any:
     return anndata
 
 
-def ingest_anndata(path: str | os.PathLike[str], options: IngestOptions) -> MatrixStore:
-    """Ingest ``X`` of an AnnData ``.zarr`` store or ``.h5ad`` file into a new store (CSR, or dense for dense X).
+def ingest_anndata(path: str | os.PathLike[str], options: IngestOptions, *, layer: str | None = None) -> MatrixStore:
+    """Ingest ``X`` (or ``layers/<layer>``) of an AnnData ``.zarr`` store or ``.h5ad`` file into a new store (CSR,
+    or dense for dense X).
 
     Raises
     ------
@@ -66,11 +69,9 @@ def ingest_anndata(path: str | os.PathLike[str], options: IngestOptions) -> Matr
     path = require_file(path)
     start = time.perf_counter()
     with _open_root(path) as root:
-        if "X" not in root:
-            raise InvalidInputError(f"AnnData file '{path}' has no 'X' matrix; nothing to ingest", source=path)
-        x = root["X"]
+        x = _element(root, path, layer)
         encoding = _attr(x, "encoding-type")
-        source = {"kind": "anndata", "path": path, "encoding": encoding}
+        source = {"kind": "anndata", "path": path, "encoding": encoding, **({"layer": layer} if layer else {})}
         ids = {name: _names(anndata, root, key) for name, key in (("obs_ids", "obs"), ("var_ids", "var"))}
         if encoding in ("csr_matrix", "csc_matrix"):
             matrix = anndata.io.sparse_dataset(x)
@@ -89,6 +90,108 @@ def ingest_anndata(path: str | os.PathLike[str], options: IngestOptions) -> Matr
     log.info("ingested %s: %d x %d, %d entries, %d partitions in %.1f s", path, store.n_rows, store.n_cols,
              store.nnz, store.n_partitions, time.perf_counter() - start)
     return store
+
+
+def _element(root: Any, path: str, layer: str | None) -> Any:
+    """``X``, or ``layers/<layer>`` when a layer is named."""
+    if layer is None:
+        if "X" not in root:
+            raise InvalidInputError(f"AnnData file '{path}' has no 'X' matrix; nothing to read", source=path)
+        return root["X"]
+    if not isinstance(layer, str) or not layer or "/" in layer:
+        raise InvalidParameterError(f"layer must be the name of a layer (a non-empty string without '/'); "
+                                    f"got {layer!r}")
+    layers = sorted(root["layers"].keys()) if "layers" in root else []
+    if layer not in layers:
+        raise InvalidInputError(f"AnnData file '{path}' has no layer {layer!r}; its layers: "
+                                f"{', '.join(layers) or 'none'}; pass one of them or layer=None for X", source=path)
+    return root["layers"][layer]
+
+
+def anndata_dask(path: str | os.PathLike[str], *, layer: str | None = None,
+                 rows_per_block: int | None = None) -> Any:
+    """``X`` (or ``layers/<layer>``) of an AnnData ``.h5ad`` file or ``.zarr`` store as a lazy Dask array.
+
+    Each block of rows is read when computed, by the task that needs it (the file is reopened there, so workers
+    must see the same path), and checked as :func:`ingest_anndata` checks it (monotone row pointers inside the
+    stored entries, indices inside the width, sorted and unique) before scipy builds it; NaN and infinite values
+    are refused by the analysis that reads the block. Blocks of a ``csr_matrix`` are ``scipy.sparse.csr_array``
+    of about :data:`BLOCK_NNZ` entries; dense blocks are about :data:`BLOCK_BYTES`. A ``csc_matrix`` has no cheap
+    row blocks: ingest it (``dppca-dask ingest``), which handles it in bounded memory.
+
+    Raises
+    ------
+    MissingExtraError
+        ``anndata`` is not installed.
+    InvalidParameterError
+        ``layer`` or ``rows_per_block`` is invalid.
+    InvalidInputError
+        Not an AnnData file, no such layer, an unsupported encoding, a malformed sparse structure.
+    """
+    import dask
+    import dask.array as da
+
+    import_anndata()
+    path = require_file(path)
+    if rows_per_block is not None and (isinstance(rows_per_block, bool) or not isinstance(rows_per_block, int)
+                                       or rows_per_block < 1):
+        raise InvalidParameterError(f"rows_per_block must be a positive integer or None; got {rows_per_block!r}")
+    with _open_root(path) as root:
+        x = _element(root, path, layer)
+        encoding = _attr(x, "encoding-type")
+        if encoding == "csr_matrix":
+            n_rows, n_cols = (int(v) for v in x.attrs["shape"])
+            nnz = _check_pointers(x, n_rows, path, "row")
+            dtype = np.dtype(x["data"].dtype)
+            step = rows_per_block or min(max(BLOCK_NNZ * n_rows // max(nnz, 1), 1), 2**20)
+            sparse = True
+        elif encoding == "csc_matrix":
+            raise InvalidInputError(
+                f"'{_name(layer)}' in '{path}' is a csc_matrix (column-compressed), which has no cheap row blocks; "
+                f"ingest it first: `dppca-dask ingest {path} --out STORE`" + (f" (layer {layer!r})" if layer else ""),
+                source=path,
+            )
+        elif _is_array(x) and len(x.shape) == 2:
+            n_rows, n_cols = (int(v) for v in x.shape)
+            dtype = np.dtype(x.dtype)
+            step = rows_per_block or max(BLOCK_BYTES // max(n_cols * dtype.itemsize, 1), 1)
+            nnz, sparse = 0, False
+        else:
+            raise InvalidInputError(
+                f"'{_name(layer)}' in '{path}' has encoding-type {encoding!r}; supported: csr_matrix or a dense "
+                "2-D array",
+                source=path,
+            )
+    if dtype.kind not in "fiub":
+        raise InvalidInputError(f"'{_name(layer)}' in '{path}' has dtype {dtype}; expected numbers", source=path)
+    out_dtype = dtype if dtype.kind == "f" else np.dtype(np.float64)
+    meta = sp.csr_array((0, n_cols), dtype=out_dtype) if sparse else np.empty((0, n_cols), dtype=out_dtype)
+    blocks = [
+        da.from_delayed(dask.delayed(_read_block, pure=True)(path, layer, r0, min(r0 + step, n_rows), nnz, n_cols,
+                                                             sparse),
+                        shape=(min(r0 + step, n_rows) - r0, n_cols), dtype=out_dtype, meta=meta)
+        for r0 in range(0, n_rows, step)
+    ]
+    if not blocks:
+        return da.zeros((0, n_cols), dtype=out_dtype)
+    return da.concatenate(blocks, axis=0)
+
+
+def _name(layer: str | None) -> str:
+    return "X" if layer is None else f"layers/{layer}"
+
+
+def _read_block(path: str, layer: str | None, r0: int, r1: int, nnz: int, n_cols: int, sparse: bool) -> Any:
+    """Rows ``r0:r1`` of ``X`` or a layer, read from the file and checked (runs where the block is needed)."""
+    with _open_root(path) as root:
+        x = _element(root, path, layer)
+        if sparse:
+            block: Any = _read_compressed(x, r0, r1, nnz=nnz, n_minor=n_cols, path=path, axis="row")
+        else:
+            block = np.asarray(x[r0:r1])
+    if block.dtype.kind != "f":
+        block = block.astype(np.float64)
+    return block
 
 
 @contextlib.contextmanager

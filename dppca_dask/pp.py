@@ -1,0 +1,213 @@
+"""Scanpy-style preprocessing: :func:`pca` fills an AnnData object as ``scanpy.pp.pca`` does, privately.
+
+``dppca_dask.pp.pca(adata, n_components=10, epsilon=1.0, delta=1e-6)`` writes ``adata.obsm["X_pca"]`` (the rows
+projected onto the released components), ``adata.varm["PCs"]`` (the components, one column each) and
+``adata.uns["pca"]`` (the parameters, the privacy report, and the released variance and variance ratio when the
+mechanism releases them), so scanpy's plotting and neighbour functions read them as their own. Needs the
+``anndata`` extra.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dppca_dask.errors import InvalidParameterError
+
+__all__ = ["pca"]
+
+
+def pca(
+    adata: Any,
+    n_components: int = 1,
+    *,
+    epsilon: float,
+    delta: float,
+    layer: str | None = None,
+    key_added: str | None = None,
+    copy: bool = False,
+    mechanism: str = "adaptive-power",
+    n_iter: int | None = None,
+    row_norm_bound: float = 1.0,
+    seed: int | None = None,
+    client: Any = None,
+    progress: bool | None = None,
+) -> Any:
+    """Differentially private PCA of an AnnData object, stored where ``scanpy.pp.pca`` stores its results.
+
+    Parameters
+    ----------
+    adata
+        An ``AnnData`` object (in memory, or backed: ``anndata.read_h5ad(path, backed="r")``, whose ``X`` is read
+        in row blocks from its file), or the path of an ``.h5ad`` file or of a ``.zarr`` AnnData store (a
+        dppca_dask store is one); a path is opened without loading ``X`` and the filled ``AnnData`` (with its
+        ``obs`` and ``var``, without ``X``) is returned.
+    n_components
+        Number of components k (scanpy's ``n_comps``).
+    epsilon, delta
+        Total privacy budget of this release (required: a release is a decision about the budget).
+    layer
+        Use ``adata.layers[layer]`` (``layers/<layer>`` in a file) instead of ``X``.
+    key_added
+        Store the results in ``obsm[key_added]``, ``varm[key_added]`` and ``uns[key_added]`` instead of
+        ``"X_pca"``, ``"PCs"`` and ``"pca"`` (as scanpy does).
+    copy
+        Return a filled copy instead of filling ``adata`` in place (in-memory ``AnnData`` only).
+    mechanism, n_iter, row_norm_bound, seed, client, progress
+        As in :func:`dppca_dask.pca`; :class:`~dppca_dask.estimator.DPPCA` gives every other parameter.
+
+    Returns
+    -------
+    AnnData or None
+        The filled copy when ``copy=True``, the opened ``AnnData`` when ``adata`` is a path, else ``None``.
+
+    Notes
+    -----
+    Privacy: one release under (``epsilon``, ``delta``), each row (cell) one individual, with the privacy contract
+    of the mechanism (see :func:`dppca_dask.pca`); ``uns[...]["privacy"]`` is its report. The data are not centred
+    (``params["zero_center"]`` is false) unless the mechanism releases a mean. ``obsm["X_pca"]`` is the public
+    projection applied to the private rows: as private as the rows themselves, do not publish it.
+    """
+    anndata = _import_anndata()
+    from dppca_dask.estimator import DPPCA
+
+    if not isinstance(copy, (bool, np.bool_)):
+        raise InvalidParameterError(f"copy must be True or False; got {copy!r}")
+    if key_added is not None and (not isinstance(key_added, str) or not key_added):
+        raise InvalidParameterError(f"key_added must be a non-empty string or None; got {key_added!r}")
+    if layer is not None and (not isinstance(layer, str) or not layer):
+        raise InvalidParameterError(f"layer must be a non-empty string or None; got {layer!r}")
+    opened = isinstance(adata, (str, os.PathLike))
+    if opened:
+        if copy:
+            raise InvalidParameterError("copy=True applies to an AnnData object; a path is opened and the filled "
+                                        "AnnData returned anyway: drop copy=True")
+        adata, data = _open_path(anndata, os.fspath(adata), layer)
+    else:
+        if not isinstance(adata, anndata.AnnData):
+            raise InvalidParameterError(f"adata must be an AnnData object or the path of an .h5ad or .zarr file; "
+                                        f"got {type(adata).__name__}")
+        if copy:
+            if adata.isbacked:
+                raise InvalidParameterError("copy=True needs an in-memory AnnData; this one is backed by "
+                                            f"'{adata.filename}': use copy=False (results are kept in memory)")
+            adata = adata.copy()
+        data = _matrix(adata, layer)
+    model = DPPCA(n_components, epsilon=epsilon, delta=delta, mechanism=mechanism, n_iter=n_iter,
+                  row_norm_bound=row_norm_bound, seed=seed, progress=progress)
+    model.fit(data, client=client)
+    projected = model.transform(data)
+    if hasattr(projected, "compute"):  # a store or a dask array: computed here, one pass over the rows
+        projected = projected.compute()
+    obsm_key, varm_key, uns_key = (key_added, key_added, key_added) if key_added else ("X_pca", "PCs", "pca")
+    adata.obsm[obsm_key] = np.asarray(projected, dtype=np.float64)
+    adata.varm[varm_key] = np.ascontiguousarray(model.components_.T)
+    adata.uns[uns_key] = _uns_entry(model, layer=layer, key_added=key_added)
+    if opened or copy:
+        return adata
+    return None
+
+
+def _import_anndata() -> Any:
+    from dppca_dask.ingest.adata import import_anndata
+
+    return import_anndata()
+
+
+def _matrix(adata: Any, layer: str | None) -> Any:
+    """The matrix to analyse: in memory as it is, or for a backed ``X`` a lazy Dask array read from the file."""
+    if layer is not None:
+        if layer not in adata.layers:
+            names = ", ".join(sorted(adata.layers.keys())) or "none"
+            raise InvalidParameterError(f"adata has no layer {layer!r}; its layers: {names}; pass one of them or "
+                                        "layer=None for X")
+        return adata.layers[layer]
+    if adata.isbacked:
+        from dppca_dask.ingest.adata import anndata_dask
+
+        return anndata_dask(adata.filename)
+    if adata.X is None:
+        raise InvalidParameterError("adata.X is None; pass layer= to analyse a layer")
+    return adata.X
+
+
+def _open_path(anndata: Any, path: str, layer: str | None) -> tuple[Any, Any]:
+    """Open an ``.h5ad`` file (backed) or a ``.zarr`` store without loading ``X``; return it and the matrix."""
+    from dppca_dask.ingest._common import require_file
+    from dppca_dask.ingest.adata import anndata_dask
+
+    path = require_file(path)
+    if not os.path.isdir(path):
+        adata = anndata.read_h5ad(path, backed="r")
+        return adata, anndata_dask(path, layer=layer)
+    import zarr
+
+    group = zarr.open_group(path, mode="r")
+    frames = {axis: anndata.io.read_elem(group[axis]) for axis in ("obs", "var") if axis in group}
+    data: Any = None
+    if layer is None:
+        from dppca_dask.storage import open_matrix
+
+        try:  # a dppca_dask store or an AnnData store with a CSR or dense X: its own row partitions
+            data = open_matrix(path)
+        except Exception:  # noqa: BLE001 - anything else (e.g. CSC): read row blocks, which names the problem
+            data = None
+    if data is None:
+        data = anndata_dask(path, layer=layer)
+    n_rows, n_cols = (int(v) for v in data.shape)
+    obs = frames.get("obs")
+    var = frames.get("var")
+    adata = anndata.AnnData(obs=obs if obs is not None and len(obs) == n_rows else None,
+                            var=var if var is not None and len(var) == n_cols else None,
+                            shape=None if obs is not None and var is not None else (n_rows, n_cols))
+    return adata, data
+
+
+def _uns_entry(model: Any, *, layer: str | None, key_added: str | None) -> dict[str, Any]:
+    """``uns["pca"]`` as scanpy lays it out (``params``, ``variance``, ``variance_ratio``) plus the privacy report."""
+    entry: dict[str, Any] = {
+        "params": {
+            "zero_center": hasattr(model, "mean_"),
+            "use_highly_variable": False,
+            "mask_var": "None",
+            "layer": "None" if layer is None else layer,
+            "n_comps": int(model.n_components_),
+            "mechanism": model.mechanism,
+            "epsilon": float(model.epsilon),
+            "delta": float(model.delta),
+            "row_norm_bound": float(model.row_norm_bound),
+            **({"key_added": key_added} if key_added else {}),
+        },
+        "privacy": _storable(model.privacy_report_.to_dict() if hasattr(model.privacy_report_, "to_dict")
+                             else dict(model.privacy_report_)),
+    }
+    if hasattr(model, "explained_variance_"):
+        entry["variance"] = np.asarray(model.explained_variance_, dtype=np.float64)
+    if hasattr(model, "explained_variance_ratio_"):
+        entry["variance_ratio"] = np.asarray(model.explained_variance_ratio_, dtype=np.float64)
+    return entry
+
+
+def _storable(value: Any) -> Any:
+    """A value AnnData can write to ``.h5ad`` and ``.zarr`` (no ``None``, no mixed lists, no infinite JSON)."""
+    if isinstance(value, Mapping):
+        return {str(k): _storable(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        items = [_storable(v) for v in value if v is not None]
+        if items and all(isinstance(v, (bool, np.bool_)) for v in items):
+            return np.asarray(items, dtype=bool)
+        if items and all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+                         for v in items):
+            return np.asarray(items, dtype=np.float64)
+        if all(isinstance(v, str) for v in items):
+            return np.asarray(items, dtype=object) if items else np.asarray([], dtype=np.float64)
+        return {str(i): v for i, v in enumerate(items)}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return "nan"
+    return value
