@@ -52,8 +52,38 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def format_result(result: Any, *, top: int = 8) -> str:
-    """Human-readable summary: the privacy statement, each component's largest coordinates, the thresholds."""
+def feature_labels(store: Any) -> tuple[list[str] | None, str | None]:
+    """Column labels from the store's ``var_ids`` when they are public, and a note when they are withheld.
+
+    The ids are public only with a declared schema (``ingest --n-features`` or ``--column-ids``): ids found in the
+    data (the columns a Parquet table happens to use, say) are not covered by the privacy guarantee, so they label
+    nothing that is released.
+    """
+    import zarr
+
+    from dppca_dask.storage import MatrixStore, open_matrix
+    from dppca_dask.storage import _format
+
+    if not isinstance(store, MatrixStore):
+        try:
+            store = open_matrix(store)
+        except Exception:  # noqa: BLE001 - pca itself reported any problem with the store
+            return None, None
+    if store.format_version is None:
+        return None, None
+    group = zarr.open_group(store.path, mode="r")
+    key = _format.locate(group, _format.ID_MAPS["var_ids"])
+    if key is None:
+        return None, None
+    if store.schema != "declared":
+        return None, ("column labels (var_ids) withheld: the store's columns were inferred from the data; declare "
+                      "them at ingest (--n-features, or --column-ids for Parquet) to label components")
+    return [str(v) for v in np.asarray(group[key][:]).tolist()], None
+
+
+def format_result(result: Any, *, top: int = 8, labels: list[str] | None = None) -> str:
+    """Human-readable summary: the privacy statement, each component's largest coordinates (labelled with the
+    store's public column ids when given), the thresholds."""
     report = result.privacy
     lines = [f"mechanism: {result.mechanism}"]
     if result.private:
@@ -74,7 +104,7 @@ def format_result(result: Any, *, top: int = 8) -> str:
         lines.append("privacy: NOT differentially private (baseline or seeded run)")
     for i, comp in enumerate(np.asarray(result.components)):
         order = np.argsort(-np.abs(comp))[:top]
-        coords = ", ".join(f"[{j}] {comp[j]:+.4f}" for j in order)
+        coords = ", ".join(f"[{j if labels is None else labels[j]}] {comp[j]:+.4f}" for j in order)
         lines.append(f"component {i}: largest coordinates {coords}")
     if result.thresholds is not None:
         for i, row in enumerate(np.asarray(result.thresholds)):
@@ -117,14 +147,19 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.out:
         result.save(args.out)
+    labels, note = feature_labels(args.store)
     if args.json:
         out = result.to_dict()
+        if labels is not None:
+            out["feature_names"] = labels  # column j of every component is feature_names[j]
         if args.out:
             out["output"] = args.out
         json.dump(out, sys.stdout)
         sys.stdout.write("\n")
     else:
-        print(format_result(result))
+        print(format_result(result, labels=labels))
+        if note:
+            print(note)
         if args.timings and result.timings:
             print(f"timings (not covered by the privacy guarantee): total {result.timings['total']:.2f} s")
         if args.out:
