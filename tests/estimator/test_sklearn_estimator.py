@@ -205,3 +205,16 @@ def test_released_statistics_are_mapped_when_present(rows, in_process, monkeypat
     monkeypatch.setattr(api, "pca", real)
     model.fit(rows)  # a release without them removes the previous ones
     assert [name for name in released if hasattr(model, f"{name}_")] == []
+
+
+def test_grid_search_with_a_scorer_of_ones_own(rows, in_process) -> None:
+    from sklearn.model_selection import GridSearchCV
+
+    def reconstruction(estimator, X, y=None):
+        return -float(np.linalg.norm(X - estimator.inverse_transform(estimator.transform(X))))
+
+    search = GridSearchCV(DPPCA(mechanism="analyze-gauss", epsilon=50.0), {"n_components": [1, 5]},
+                          scoring=reconstruction, cv=2)
+    search.fit(rows)  # 2 settings × 2 folds + the refit: 5 releases, each spending (ε, δ) on the private rows
+    assert search.best_params_ == {"n_components": 5} and search.best_estimator_.n_components_ == 5
+    assert len(search.cv_results_["params"]) == 2
