@@ -91,8 +91,9 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
 
     ``client`` (and ``noise``, ``on_release``, ``resume``) are arguments of ``fit``, not hyperparameters: they say
     where one run executes. Without a client, ``fit`` uses the ``dppca_dask.client`` entry of ``dask.config`` if
-    set (e.g. ``dask.config.set({"dppca_dask.client": "local"})`` for in-process runs), else what :func:`pca`
-    does with ``client=None``.
+    set (e.g. ``dask.config.set({"dppca_dask.client": "local"})`` for in-process runs), else the active
+    ``distributed.Client`` (the one made last, or set with ``client.as_current()``), else what :func:`pca` does
+    with ``client=None``.
     """
 
     def __init__(
@@ -181,9 +182,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
 
         data = self._check_fit_input(X)
         if client is None:
-            import dask
-
-            client = dask.config.get("dppca_dask.client", None)
+            client = _default_client()
         result = pca(
             data,
             epsilon=self.epsilon,
@@ -337,6 +336,23 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
         out = np.asarray(checked @ self.components_, dtype=np.float64)
         mean = getattr(self, "mean_", None)
         return out if mean is None else out + mean
+
+
+def _default_client() -> Any:
+    """The ``dppca_dask.client`` entry of ``dask.config``, else the active ``distributed.Client``, else None."""
+    import dask
+
+    configured = dask.config.get("dppca_dask.client", None)
+    if configured is not None:
+        return configured
+    try:
+        from distributed import default_client
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        return None
+    try:
+        return default_client()
+    except ValueError:  # no client is active
+        return None
 
 
 def _project_block(block: Any, components: np.ndarray, mean: np.ndarray | None) -> np.ndarray:

@@ -25,7 +25,7 @@ from dppca_dask.estimator import DPPCA, FIT_ARGUMENTS, expected_failed_checks  #
 @pytest.fixture
 def in_process():
     """Fits without a client run in this process (no cluster): fast enough for scikit-learn's ~45 checks."""
-    with dask.config.set({"dppca_dask.client": "local"}):
+    with dask.config.set({"dppca_dask.client": "local", "scheduler": "sync"}):  # also lazy results: no cluster
         yield
 
 
@@ -218,3 +218,22 @@ def test_grid_search_with_a_scorer_of_ones_own(rows, in_process) -> None:
     search.fit(rows)  # 2 settings × 2 folds + the refit: 5 releases, each spending (ε, δ) on the private rows
     assert search.best_params_ == {"n_components": 5} and search.best_estimator_.n_components_ == 5
     assert len(search.cv_results_["params"]) == 2
+
+
+def test_fit_uses_the_configured_then_the_active_client(local_client, rows, monkeypatch) -> None:
+    import dppca_dask.api as api
+
+    seen = []
+    real = api.pca
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["client"])
+        return real(*args, **{**kwargs, "client": "local"})
+
+    monkeypatch.setattr(api, "pca", spy)
+    model = DPPCA(mechanism="analyze-gauss")
+    model.fit(rows)
+    with dask.config.set({"dppca_dask.client": "local"}):
+        model.fit(rows)
+    model.fit(rows, client="tcp://127.0.0.1:1")
+    assert seen[0] is local_client and seen[1:] == ["local", "tcp://127.0.0.1:1"]

@@ -13,6 +13,7 @@ import zarr
 from ingest_helpers import RPP
 
 import dask
+import dask.array as da
 from dppca_dask import ingest, open_matrix
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, NotPrivateWarning
 from dppca_dask.storage import append_partition
@@ -25,7 +26,7 @@ from dppca_dask.ingest.adata import anndata_dask  # noqa: E402
 
 @pytest.fixture
 def in_process():
-    with dask.config.set({"dppca_dask.client": "local"}):
+    with dask.config.set({"dppca_dask.client": "local", "scheduler": "sync"}):  # also lazy results: no cluster
         yield
 
 
@@ -149,6 +150,11 @@ def test_pp_pca_fills_obsm_varm_uns_like_scanpy(matrix: sp.csr_array, in_process
     params = adata.uns["pca"]["params"]
     assert params["n_comps"] == 3 and params["mechanism"] == "exact" and params["zero_center"] is False
     assert adata.uns["pca"]["privacy"]["private"] is False
+    lazy = anndata.AnnData(X=da.from_array(matrix.toarray(), chunks=(25, 9)))  # e.g. read with a dask X
+    with pytest.warns(NotPrivateWarning):
+        pp.pca(lazy, 3, epsilon=1.0, delta=1e-6, mechanism="exact")
+    np.testing.assert_allclose(np.abs(lazy.varm["PCs"].T @ pcs), np.eye(3), atol=1e-9)
+    np.testing.assert_allclose(lazy.obsm["X_pca"], matrix.toarray() @ lazy.varm["PCs"], atol=1e-12)
 
 
 def test_pp_pca_private_layer_key_added_copy_and_h5ad_round_trip(tmp_path: Path, matrix: sp.csr_array,
