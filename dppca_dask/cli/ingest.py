@@ -55,6 +55,8 @@ def register(subparsers: Any) -> None:
     pq.add_argument("--column-ids", default=None, metavar="FILE",
                     help="the universe of column ids, one per line, declared as public input (schema 'declared'); "
                     "default: the distinct ids of the table (schema 'inferred')")
+    ad = p.add_argument_group("AnnData input (.h5ad, .zarr)")
+    ad.add_argument("--layer", default=None, metavar="NAME", help="ingest layers/NAME instead of X")
     p.set_defaults(handler=run)
 
 
@@ -80,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
         column_ids=args.column_ids,
         max_memory=args.max_memory,
         max_disk=args.max_disk,
+        layer=args.layer,
     )
     seconds = time.perf_counter() - start
     info = store.info()

@@ -93,6 +93,10 @@ def test_ingest_a_layer(tmp_path: Path, matrix: sp.csr_array) -> None:
     with pytest.raises(InvalidParameterError, match="layer applies only to anndata input; the input is npy"):
         ingest(tmp_path / "m.npy", tmp_path / "t.zarr", layer="dense")
     assert not os.path.exists(tmp_path / "t.zarr")
+    from dppca_dask.cli import main
+
+    assert main(["ingest", str(tmp_path / "a.h5ad"), "--out", str(tmp_path / "c.zarr"), "--layer", "dense"]) == 0
+    np.testing.assert_array_equal(open_matrix(tmp_path / "c.zarr").to_scipy().toarray(), matrix.toarray() * 2.0)
 
 
 @pytest.mark.parametrize("suffix", [".h5ad", ".zarr"])
