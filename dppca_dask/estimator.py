@@ -17,7 +17,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from dppca_dask.errors import InvalidInputError, InvalidParameterError
+from dppca_dask.errors import InvalidInputError
 
 __all__ = ["DPPCA", "expected_failed_checks"]
 
@@ -218,9 +218,6 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
         self.n_components_ = int(self.components_.shape[0])
         self.privacy_report_ = result.privacy
         self.privacy_ = result.privacy
-        if self.components_.shape[1] != self.n_features_in_:  # pragma: no cover - pca releases d columns
-            raise InvalidInputError(f"released components have {self.components_.shape[1]} columns; the input "
-                                    f"has {self.n_features_in_}")
         for name in ("mean", "explained_variance", "explained_variance_ratio", "singular_values"):
             value = getattr(result, name, None)
             if value is not None:
