@@ -79,6 +79,9 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
 
     Notes
     -----
+    Unlike :class:`sklearn.decomposition.PCA`, the data are not centred unless the mechanism releases a mean
+    (``mean_``): the components are the top right singular vectors of the rows clipped to ``row_norm_bound``.
+
     Privacy: each ``fit`` is one release that spends its whole (ε, δ) on ``X``. ``transform`` and
     ``inverse_transform`` are public functions of the released components applied to the data you pass; they
     spend nothing, but their output about private rows is as private as those rows.
