@@ -99,17 +99,45 @@ def pca(
         data = _matrix(adata, layer)
     model = DPPCA(n_components, epsilon=epsilon, delta=delta, mechanism=mechanism, n_iter=n_iter,
                   row_norm_bound=row_norm_bound, seed=seed, progress=progress)
+    read_from_file = _is_dask(data) and (opened or bool(adata.isbacked))
     model.fit(data, client=client)
+    caveats: tuple[str, ...] = ()
+    if read_from_file and model.privacy_report_.private:
+        caveats = _file_shape_caveat()
     projected = model.transform(data)
     if hasattr(projected, "compute"):  # a store or a dask array: computed here, one pass over the rows
         projected = projected.compute()
     obsm_key, varm_key, uns_key = (key_added, key_added, key_added) if key_added else ("X_pca", "PCs", "pca")
     adata.obsm[obsm_key] = np.asarray(projected, dtype=np.float64)
     adata.varm[varm_key] = np.ascontiguousarray(model.components_.T)
-    adata.uns[uns_key] = _uns_entry(model, layer=layer, key_added=key_added)
+    adata.uns[uns_key] = _uns_entry(model, layer=layer, key_added=key_added, caveats=caveats)
     if opened or copy:
         return adata
     return None
+
+
+def _is_dask(data: Any) -> bool:
+    import dask.array as da
+
+    return isinstance(data, da.Array)
+
+
+def _file_shape_caveat() -> tuple[str, ...]:
+    """A file's X (or layer) read directly has the shape of the data, as an ingested store without a declared
+    schema: every output's length reveals it, which the guarantee does not cover (DESIGN.md, invariant 9)."""
+    import warnings
+
+    from dppca_dask.coordinator.sources import INFERRED_SCHEMA_CAVEAT
+    from dppca_dask.errors import InferredSchemaWarning
+
+    warnings.warn(
+        "the number of columns was read from the AnnData file, and every release reveals it, which the privacy "
+        "guarantee does not cover; ingest with `dppca-dask ingest FILE --out STORE --n-features D` to declare it as "
+        "public input",
+        InferredSchemaWarning,
+        stacklevel=3,
+    )
+    return (INFERRED_SCHEMA_CAVEAT,)
 
 
 def _import_anndata() -> Any:
@@ -167,7 +195,8 @@ def _open_path(anndata: Any, path: str, layer: str | None) -> tuple[Any, Any]:
     return adata, data
 
 
-def _uns_entry(model: Any, *, layer: str | None, key_added: str | None) -> dict[str, Any]:
+def _uns_entry(model: Any, *, layer: str | None, key_added: str | None,
+               caveats: tuple[str, ...] = ()) -> dict[str, Any]:
     """``uns["pca"]`` as scanpy lays it out (``params``, ``variance``, ``variance_ratio``) plus the privacy report."""
     entry: dict[str, Any] = {
         "params": {
@@ -185,6 +214,10 @@ def _uns_entry(model: Any, *, layer: str | None, key_added: str | None) -> dict[
         "privacy": _storable(model.privacy_report_.to_dict() if hasattr(model.privacy_report_, "to_dict")
                              else dict(model.privacy_report_)),
     }
+    if caveats:
+        known = entry["privacy"].get("caveats")
+        entry["privacy"]["caveats"] = np.asarray(
+            [*([] if known is None or not len(known) else list(known)), *caveats], dtype=object)
     if hasattr(model, "explained_variance_"):
         entry["variance"] = np.asarray(model.explained_variance_, dtype=np.float64)
     if hasattr(model, "explained_variance_ratio_"):

@@ -15,7 +15,7 @@ from ingest_helpers import RPP
 import dask
 import dask.array as da
 from dppca_dask import ingest, open_matrix
-from dppca_dask.errors import InvalidInputError, InvalidParameterError, NotPrivateWarning
+from dppca_dask.errors import InferredSchemaWarning, InvalidInputError, InvalidParameterError, NotPrivateWarning
 from dppca_dask.storage import append_partition
 
 anndata = pytest.importorskip("anndata")
@@ -187,6 +187,10 @@ def test_pp_pca_backed_h5ad_zarr_and_store_paths(tmp_path: Path, matrix: sp.csr_
         pp.pca(backed, 2, epsilon=1.0, delta=1e-6, mechanism="exact")
     reference = backed.varm["PCs"]
     np.testing.assert_allclose(backed.obsm["X_pca"], matrix.toarray() @ reference, atol=1e-12)
+    with pytest.warns(InferredSchemaWarning, match="read from the AnnData file"):
+        private = pp.pca(tmp_path / "a.h5ad", 1, epsilon=1.0, delta=1e-6, mechanism="analyze-gauss")
+    assert list(private.uns["pca"]["privacy"]["caveats"]) == ["shape inferred from the data: not covered"]
+    private.write_h5ad(tmp_path / "private.h5ad")
     for path in (tmp_path / "a.h5ad", tmp_path / "a.zarr", tmp_path / "s.zarr"):
         with pytest.warns(NotPrivateWarning):
             opened = pp.pca(path, 2, epsilon=1.0, delta=1e-6, mechanism="exact")
