@@ -1,0 +1,140 @@
+"""Kernels of the tensor power method (seed 002): exact contractions, no noise, no Dask.
+
+Explicit symmetric tensors (small d, numpy), the low-rank deflation part ``D = Σ_j λ_j v_j^{⊗3}``, and the
+contractions of moment tensors computed from one partition of rows without forming d² or d³ numbers (spec §4):
+
+- the raw third moment ``Σ_ℓ x_ℓ^{⊗3}``: batched over the L columns of ``U`` with ``P = XU``,
+  ``T(I,u,u) = Xᵀ(P∘P)`` and ``T(u,u,u) = Σ P∘³`` (sums; the caller divides by n where n is public);
+- the third moment of a document's *distinct word positions* (the U-statistic of the single-topic / LDA method of
+  moments, Anandkumar et al. 2014): for counts ``c`` with ``ℓ = Σc ≥ 3`` the tensor
+  ``(c^{⊗3} − Σ_sym c_i c_j e_i⊗e_i⊗e_j + 2 Σ_i c_i e_i^{⊗3}) / (ℓ(ℓ−1)(ℓ−2))`` is a probability tensor over
+  ordered triples of distinct positions; its contraction with ``(I, v, v)`` is
+  ``(c s² − 2 (c∘v) s − c (cᵀv∘²) + 2 c∘v∘²) / (ℓ(ℓ−1)(ℓ−2))`` with ``s = cᵀv``;
+- the second moment of distinct pairs: ``(ccᵀ − diag c) / (ℓ(ℓ−1))`` times a d×k matrix ``Y``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from dppca_dask.kernels.power import clip_factors
+
+__all__ = [
+    "count_violation",
+    "deflation_scalar",
+    "deflation_vector",
+    "dense_scalar",
+    "dense_vector",
+    "moment_partial",
+    "pair_partial",
+    "topic_partial",
+]
+
+
+def dense_vector(tensor: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``T(I,u,u)`` for each column of ``u`` (d or d×L): ``einsum('ijk,jl,kl->il')``."""
+    if u.ndim == 1:
+        return np.einsum("ijk,j,k->i", tensor, u, u)
+    return np.einsum("ijk,jl,kl->il", tensor, u, u)
+
+
+def dense_scalar(tensor: np.ndarray, u: np.ndarray) -> Any:
+    """``T(u,u,u)`` for each column of ``u`` (d or d×L)."""
+    if u.ndim == 1:
+        return float(u @ dense_vector(tensor, u))
+    return np.einsum("il,il->l", u, dense_vector(tensor, u))
+
+
+def deflation_vector(weights: np.ndarray, vectors: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``D(I,u,u) = V (λ ∘ (Vᵀu)∘²)`` for ``D = Σ_j λ_j v_j^{⊗3}`` (``vectors`` d×j), for each column of ``u``."""
+    if vectors.shape[1] == 0:
+        return np.zeros_like(u, dtype=np.float64)
+    xi = vectors.T @ u
+    return vectors @ (weights[:, None] * xi * xi) if u.ndim == 2 else vectors @ (weights * xi * xi)
+
+
+def deflation_scalar(weights: np.ndarray, vectors: np.ndarray, u: np.ndarray) -> Any:
+    """``D(u,u,u) = Σ_j λ_j (v_jᵀu)³`` for each column of ``u``."""
+    if vectors.shape[1] == 0:
+        return np.zeros(u.shape[1]) if u.ndim == 2 else 0.0
+    xi = vectors.T @ u
+    return weights @ (xi**3)
+
+
+def moment_partial(
+    block: Any, norms: np.ndarray, u: np.ndarray, *, row_norm_bound: float = np.inf
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(Σ_ℓ (x_ℓᵀu)² x_ℓ, Σ_ℓ (x_ℓᵀu)³)`` for each column of ``u`` (d×L), rows clipped to ``row_norm_bound``.
+
+    Memory: the n×L product ``P`` and the d×L result, never d² (``P = XU``, ``Xᵀ(P∘P)``).
+    """
+    factors = clip_factors(norms, row_norm_bound)
+    p = np.asarray(block @ u, dtype=np.float64) * factors[:, None]
+    square = p * p
+    vector = np.asarray(block.T @ (square * factors[:, None]), dtype=np.float64)
+    return vector, (square * p).sum(axis=0)
+
+
+def _lengths(block: Any) -> np.ndarray:
+    return np.asarray(block.sum(axis=1), dtype=np.float64).ravel()
+
+
+def _weights(lengths: np.ndarray, order: int) -> np.ndarray:
+    """``1/(ℓ(ℓ−1)…(ℓ−order+1))`` for documents with ``ℓ ≥ order``, 0 for shorter ones."""
+    out = np.zeros_like(lengths)
+    ok = lengths >= order
+    denominator = np.ones(int(ok.sum()))
+    for j in range(order):
+        denominator *= lengths[ok] - j
+    out[ok] = 1.0 / denominator
+    return out
+
+
+def topic_partial(block: Any, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sums over documents of the distinct-triples tensor contracted with ``(I, v, v)`` and ``(v, v, v)``.
+
+    ``block`` holds word counts (documents × words); ``v`` is d×L. Returns the d×L vector sums and the L scalar
+    sums; documents shorter than three words contribute nothing. Each document's contribution is the contraction
+    of a probability tensor, so ``‖W ᵀ·‖`` of it is at most ``max_i ‖Wᵀe_i‖ · max_j (e_jᵀWu)²`` for ``v = Wu``.
+    """
+    w = _weights(_lengths(block), 3)
+    s = np.asarray(block @ v, dtype=np.float64)  # n×L, cᵀv
+    q = np.asarray(block @ (v * v), dtype=np.float64)  # n×L, cᵀv∘²
+    r = np.asarray(block @ (v * v * v), dtype=np.float64)  # n×L, cᵀv∘³
+    ct = block.T
+    weighted_lengths = np.asarray(ct @ w, dtype=np.float64)  # Σ w c (d)
+    vector = (
+        np.asarray(ct @ (w[:, None] * s * s), dtype=np.float64)
+        - 2.0 * np.asarray(ct @ (w[:, None] * s), dtype=np.float64) * v
+        - np.asarray(ct @ (w[:, None] * q), dtype=np.float64)
+        + 2.0 * weighted_lengths[:, None] * v * v
+    )
+    scalar = (w[:, None] * (s**3 - 3.0 * s * q + 2.0 * r)).sum(axis=0)
+    return vector, scalar
+
+
+def pair_partial(block: Any, y: np.ndarray) -> np.ndarray:
+    """``Σ_docs (ccᵀ − diag c)/(ℓ(ℓ−1)) · Y`` for ``Y`` d×k; documents shorter than two words contribute nothing.
+
+    Each document's matrix is a probability matrix over ordered pairs of distinct positions (Frobenius norm ≤ 1),
+    so its product with an orthonormal ``Y`` has Frobenius norm ≤ 1.
+    """
+    w = _weights(_lengths(block), 2)
+    cy = np.asarray(block @ y, dtype=np.float64)
+    ct = block.T
+    return np.asarray(ct @ (w[:, None] * cy), dtype=np.float64) - np.asarray(ct @ w, dtype=np.float64)[:, None] * y
+
+
+def count_violation(block: Any) -> int:
+    """Index of the first row with a negative or non-integer count, or -1 (word counts must be whole ≥ 0)."""
+    values = block.data if sp.issparse(block) else np.asarray(block).ravel()
+    bad = (values < 0) | (values != np.round(values))
+    if not bad.any():
+        return -1
+    if sp.issparse(block):
+        position = int(np.argmax(bad))
+        return int(np.searchsorted(block.indptr, position, side="right") - 1)
+    return int(np.argmax(bad) // np.asarray(block).shape[1])

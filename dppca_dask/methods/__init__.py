@@ -1,0 +1,1 @@
+"""Mechanism families of dppca_dask, one home each."""
