@@ -28,6 +28,7 @@ __all__ = [
     "deflation_vector",
     "dense_scalar",
     "dense_vector",
+    "first_partial",
     "moment_partial",
     "pair_partial",
     "topic_partial",
@@ -116,16 +117,29 @@ def topic_partial(block: Any, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return vector, scalar
 
 
-def pair_partial(block: Any, y: np.ndarray) -> np.ndarray:
-    """``Σ_docs (ccᵀ − diag c)/(ℓ(ℓ−1)) · Y`` for ``Y`` d×k; documents shorter than two words contribute nothing.
+def pair_partial(block: Any, y: np.ndarray, *, min_length: int = 2) -> np.ndarray:
+    """``Σ_docs (ccᵀ − diag c)/(ℓ(ℓ−1)) · Y`` for ``Y`` d×k over documents of at least ``min_length`` (≥ 2) words.
 
     Each document's matrix is a probability matrix over ordered pairs of distinct positions (Frobenius norm ≤ 1),
     so its product with an orthonormal ``Y`` has Frobenius norm ≤ 1.
     """
-    w = _weights(_lengths(block), 2)
+    lengths = _lengths(block)
+    w = _weights(lengths, 2) * (lengths >= min_length)
     cy = np.asarray(block @ y, dtype=np.float64)
     ct = block.T
     return np.asarray(ct @ (w[:, None] * cy), dtype=np.float64) - np.asarray(ct @ w, dtype=np.float64)[:, None] * y
+
+
+def first_partial(block: Any, *, min_length: int = 3) -> np.ndarray:
+    """``(Σ c/ℓ, count)`` over documents of at least ``min_length`` words: d + 1 numbers.
+
+    Each document adds a probability vector (L2 norm ≤ 1) and 1 to the count, so the whole moves by at most √2.
+    """
+    lengths = _lengths(block)
+    keep = lengths >= max(min_length, 1)
+    inverse = np.zeros_like(lengths)
+    inverse[keep] = 1.0 / lengths[keep]
+    return np.append(np.asarray(block.T @ inverse, dtype=np.float64), float(keep.sum()))
 
 
 def count_violation(block: Any) -> int:

@@ -10,4 +10,15 @@ from dppca_dask.methods.tensor.power import (
     tensor_power_method,
 )
 
-__all__ = ["TensorPowerResult", "moment_power_method", "online_power_method", "tensor_power_method"]
+from dppca_dask.methods.tensor.private import private_tensor_power_method
+from dppca_dask.methods.tensor.topics import TopicResult, topics
+
+__all__ = [
+    "TensorPowerResult",
+    "TopicResult",
+    "moment_power_method",
+    "online_power_method",
+    "private_tensor_power_method",
+    "tensor_power_method",
+    "topics",
+]

@@ -14,7 +14,7 @@ import numpy as np
 from dppca_dask.coordinator.driver import StepPlan, _load, register_request
 from dppca_dask.kernels import tensor as K
 
-__all__ = ["CountCheck", "MomentStep", "PairStep", "TopicStep"]
+__all__ = ["CountCheck", "FirstMoment", "MomentStep", "PairStep", "TopicStep"]
 
 
 @dataclass(frozen=True)
@@ -28,16 +28,25 @@ class MomentStep:
 
 @dataclass(frozen=True)
 class TopicStep:
-    """Distinct-triples moment of word counts contracted with ``(I, v, v)`` and ``(v, v, v)``, ``v`` d×L."""
+    """Distinct-triples moment of word counts contracted with ``(I, v, v)`` and ``(v, v, v)``, ``v`` d×L.
+
+    With ``with_pairs``, also the distinct-pairs moment times ``v`` (for LDA's α₀ correction), same documents.
+    """
 
     v: np.ndarray
+    with_pairs: bool = False
 
 
 @dataclass(frozen=True)
 class PairStep:
-    """Distinct-pairs moment of word counts times ``y`` (d×k)."""
+    """Distinct-pairs moment of word counts times ``y`` (d×k), over documents of at least three words."""
 
     y: np.ndarray
+
+
+@dataclass(frozen=True)
+class FirstMoment:
+    """``(Σ c/ℓ, number of documents)`` over documents of at least three words (d + 1 numbers)."""
 
 
 @dataclass(frozen=True)
@@ -51,12 +60,20 @@ def _moment_task(item: Any, u: np.ndarray, *, row_norm_bound: float) -> tuple[np
     return vector, scalar, np.float64(part.block.shape[0])  # the partition's rows: public store metadata
 
 
-def _topic_task(item: Any, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return K.topic_partial(_load(item).block, v)
+def _topic_task(item: Any, v: np.ndarray, *, with_pairs: bool) -> tuple[np.ndarray, ...]:
+    block = _load(item).block
+    vector, scalar = K.topic_partial(block, v)
+    if with_pairs:
+        return vector, scalar, K.pair_partial(block, v, min_length=3)
+    return vector, scalar
 
 
 def _pair_task(item: Any, y: np.ndarray) -> np.ndarray:
-    return K.pair_partial(_load(item).block, y)
+    return K.pair_partial(_load(item).block, y, min_length=3)
+
+
+def _first_task(item: Any) -> np.ndarray:
+    return K.first_partial(_load(item).block, min_length=3)
 
 
 def _check_task(item: Any) -> dict[int, int]:
@@ -94,8 +111,10 @@ register_request(
 )
 register_request(
     TopicStep,
-    lambda r: StepPlan(_topic_task, {}, r.v, _sum_pairs,
-                       empty=lambda d: (np.zeros((d, r.v.shape[1])), np.zeros(r.v.shape[1]))),
+    lambda r: StepPlan(_topic_task, {"with_pairs": r.with_pairs}, r.v, _sum_pairs,
+                       empty=lambda d: (np.zeros((d, r.v.shape[1])), np.zeros(r.v.shape[1]))
+                       + ((np.zeros((d, r.v.shape[1])),) if r.with_pairs else ())),
 )
+register_request(FirstMoment, lambda r: StepPlan(_first_task, {}, None, _sum, empty=lambda d: np.zeros(d + 1)))
 register_request(PairStep, lambda r: StepPlan(_pair_task, {}, r.y, _sum, empty=lambda d: np.zeros((d, r.y.shape[1]))))
 register_request(CountCheck, lambda r: StepPlan(_check_task, {}, None, _merge_dicts, empty=lambda d: {}))
