@@ -13,7 +13,13 @@ __all__ = ["format_topics", "register"]
 
 
 def register(subparsers: Any) -> None:
-    from dppca_dask.methods.tensor.topics import DEFAULT_PCA_ITER, DEFAULT_RESTARTS, DEFAULT_TENSOR_ITER
+    from dppca_dask.methods.tensor.topics import (
+        DEFAULT_PAIR_BOUND,
+        DEFAULT_PCA_ITER,
+        DEFAULT_PCA_SHARE,
+        DEFAULT_RESTARTS,
+        DEFAULT_TENSOR_ITER,
+    )
 
     p = subparsers.add_parser(
         "topics",
@@ -33,7 +39,10 @@ def register(subparsers: Any) -> None:
                    help=f"power iterations R per restart (default {DEFAULT_TENSOR_ITER})")
     p.add_argument("--pca-iter", type=int, default=DEFAULT_PCA_ITER,
                    help=f"subspace iterations of the private whitening (default {DEFAULT_PCA_ITER})")
-    p.add_argument("--pca-share", type=float, default=0.5, help="share of the budget for whitening (default 0.5)")
+    p.add_argument("--pca-share", type=float, default=DEFAULT_PCA_SHARE,
+                   help=f"share of the budget for whitening (default {DEFAULT_PCA_SHARE})")
+    p.add_argument("--pair-bound", type=float, default=DEFAULT_PAIR_BOUND,
+                   help=f"public clipping bound of each document's second-moment product (default {DEFAULT_PAIR_BOUND})")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
                    help="keep partitions in worker memory (default: when they fit)")
@@ -65,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     result = topics(
         args.store, n_topics=args.n_topics, epsilon=args.epsilon, delta=args.delta, alpha0=args.alpha0,
         n_restarts=args.n_restarts, n_iter=args.n_iter, pca_iter=args.pca_iter, pca_share=args.pca_share,
+        pair_bound=args.pair_bound,
         client=args.scheduler, persist=args.persist, seed=args.seed,
     )
     if args.out:

@@ -32,6 +32,7 @@ __all__ = [
     "moment_partial",
     "pair_partial",
     "topic_partial",
+    "whitened_topic_partial",
 ]
 
 
@@ -117,15 +118,55 @@ def topic_partial(block: Any, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return vector, scalar
 
 
-def pair_partial(block: Any, y: np.ndarray, *, min_length: int = 2) -> np.ndarray:
-    """``Σ_docs (ccᵀ − diag c)/(ℓ(ℓ−1)) · Y`` for ``Y`` d×k over documents of at least ``min_length`` (≥ 2) words.
+def whitened_topic_partial(
+    block: Any, v: np.ndarray, whiten: np.ndarray, clip: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Like :func:`topic_partial` but in the whitened space: ``Σ_docs f_doc · Wᵀ P3_doc(I, v, v)`` (k×L), each
+    document's k-vector scaled by ``f = min(1, clip_τ/‖·‖)`` (per column τ), and the scalars with the same factors.
+
+    Per document and column: ``Wᵀ(c s² − 2 (c∘v) s − c q + 2 c∘v∘²)/(ℓ(ℓ−1)(ℓ−2))`` from ``CW``, ``C(W∘v)`` and
+    ``C(W∘v∘²)`` (n×k each), never a d×d matrix.
+    """
+    w = _weights(_lengths(block), 3)
+    s = np.asarray(block @ v, dtype=np.float64)
+    q = np.asarray(block @ (v * v), dtype=np.float64)
+    r = np.asarray(block @ (v * v * v), dtype=np.float64)
+    cw = np.asarray(block @ whiten, dtype=np.float64)  # n×k
+    n_cols = v.shape[1]
+    vector = np.zeros((whiten.shape[1], n_cols))
+    scalar = np.zeros(n_cols)
+    for tau in range(n_cols):
+        cwv = np.asarray(block @ (whiten * v[:, tau, None]), dtype=np.float64)
+        cwv2 = np.asarray(block @ (whiten * (v[:, tau, None] ** 2)), dtype=np.float64)
+        st, qt = s[:, tau], q[:, tau]
+        g = w[:, None] * (cw * (st * st - qt)[:, None] - 2.0 * cwv * st[:, None] + 2.0 * cwv2)
+        norms = np.linalg.norm(g, axis=1)
+        factor = np.where(norms > clip[tau], clip[tau] / np.where(norms > 0, norms, 1.0), 1.0)
+        vector[:, tau] = (factor[:, None] * g).sum(axis=0)
+        scalar[tau] = (factor * w * (st**3 - 3.0 * st * qt + 2.0 * r[:, tau])).sum()
+    return vector, scalar
+
+
+def pair_partial(block: Any, y: np.ndarray, *, min_length: int = 2, clip: float | None = None) -> np.ndarray:
+    """``Σ_docs f·(ccᵀ − diag c)/(ℓ(ℓ−1)) · Y`` for ``Y`` d×k over documents of at least ``min_length`` (≥ 2) words.
 
     Each document's matrix is a probability matrix over ordered pairs of distinct positions (Frobenius norm ≤ 1),
-    so its product with an orthonormal ``Y`` has Frobenius norm ≤ 1.
+    so its product with an orthonormal ``Y`` has Frobenius norm ≤ 1. With ``clip``, each document's product is
+    scaled by ``f = min(1, clip/‖P2_doc Y‖_F)`` so that it has Frobenius norm at most ``clip``.
     """
     lengths = _lengths(block)
     w = _weights(lengths, 2) * (lengths >= min_length)
     cy = np.asarray(block @ y, dtype=np.float64)
+    if clip is not None:
+        # ‖c(cᵀY) − c∘Y‖_F² = ‖c‖²‖cᵀY‖² − 2 Σ_i c_i² Y_i·(cᵀY) + Σ_i c_i² ‖Y_i‖²
+        squared = block.multiply(block) if sp.issparse(block) else np.asarray(block) ** 2
+        c2y = np.asarray(squared @ y, dtype=np.float64)
+        c_norm2 = np.asarray(squared.sum(axis=1), dtype=np.float64).ravel()
+        frob2 = (c_norm2 * (cy * cy).sum(axis=1) - 2.0 * (c2y * cy).sum(axis=1)
+                 + np.asarray(squared @ (y * y).sum(axis=1), dtype=np.float64).ravel())
+        norms = w * np.sqrt(np.maximum(frob2, 0.0))
+        with np.errstate(divide="ignore"):
+            w = w * np.where(norms > clip, clip / np.where(norms > 0, norms, 1.0), 1.0)
     ct = block.T
     return np.asarray(ct @ (w[:, None] * cy), dtype=np.float64) - np.asarray(ct @ w, dtype=np.float64)[:, None] * y
 

@@ -35,7 +35,8 @@ def test_method_of_moments_recovers_planted_topics(alpha0, seed):
 
 
 def test_private_recovery_at_large_epsilon(planted, seed):
-    r = dppca_dask.topics(planted.counts, n_topics=3, epsilon=1e4, delta=1e-6, client="local",
+    r = dppca_dask.topics(planted.counts, n_topics=3, epsilon=1e4, delta=1e-6, client="local", pair_bound=1.0,
+                          tensor_clip=1.0,
                           noise=AuditingNoiseSource(seed))
     assert np.median(total_variation(r.topics, planted.topics)) < 0.1
     assert r.privacy.epsilon <= 1e4 and r.privacy.neighbouring == "add/remove one row"

@@ -35,13 +35,18 @@ class TopicStep:
 
     v: np.ndarray
     with_pairs: bool = False
+    whiten: np.ndarray | None = None
+    """With ``clip``: return ``Σ f·Wᵀ P3_doc(I,v,v)`` (k×L), each document clipped per column to ``clip``."""
+    clip: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
 class PairStep:
-    """Distinct-pairs moment of word counts times ``y`` (d×k), over documents of at least three words."""
+    """Distinct-pairs moment of word counts times ``y`` (d×k), over documents of at least three words, each
+    document's product clipped to Frobenius norm ``clip`` (None: no clipping)."""
 
     y: np.ndarray
+    clip: float | None = None
 
 
 @dataclass(frozen=True)
@@ -60,16 +65,19 @@ def _moment_task(item: Any, u: np.ndarray, *, row_norm_bound: float) -> tuple[np
     return vector, scalar, np.float64(part.block.shape[0])  # the partition's rows: public store metadata
 
 
-def _topic_task(item: Any, v: np.ndarray, *, with_pairs: bool) -> tuple[np.ndarray, ...]:
+def _topic_task(item: Any, payload: tuple[Any, ...], *, with_pairs: bool) -> tuple[np.ndarray, ...]:
     block = _load(item).block
+    v, whiten, clip = payload
+    if clip is not None:
+        return K.whitened_topic_partial(block, v, whiten, clip)
     vector, scalar = K.topic_partial(block, v)
     if with_pairs:
         return vector, scalar, K.pair_partial(block, v, min_length=3)
     return vector, scalar
 
 
-def _pair_task(item: Any, y: np.ndarray) -> np.ndarray:
-    return K.pair_partial(_load(item).block, y, min_length=3)
+def _pair_task(item: Any, y: np.ndarray, *, clip: float | None) -> np.ndarray:
+    return K.pair_partial(_load(item).block, y, min_length=3, clip=clip)
 
 
 def _first_task(item: Any) -> np.ndarray:
@@ -111,10 +119,12 @@ register_request(
 )
 register_request(
     TopicStep,
-    lambda r: StepPlan(_topic_task, {"with_pairs": r.with_pairs}, r.v, _sum_pairs,
-                       empty=lambda d: (np.zeros((d, r.v.shape[1])), np.zeros(r.v.shape[1]))
+    lambda r: StepPlan(_topic_task, {"with_pairs": r.with_pairs}, (r.v, r.whiten, r.clip), _sum_pairs,
+                       empty=lambda d: (np.zeros((d if r.clip is None else r.whiten.shape[1], r.v.shape[1])),
+                                        np.zeros(r.v.shape[1]))
                        + ((np.zeros((d, r.v.shape[1])),) if r.with_pairs else ())),
 )
 register_request(FirstMoment, lambda r: StepPlan(_first_task, {}, None, _sum, empty=lambda d: np.zeros(d + 1)))
-register_request(PairStep, lambda r: StepPlan(_pair_task, {}, r.y, _sum, empty=lambda d: np.zeros((d, r.y.shape[1]))))
+register_request(PairStep, lambda r: StepPlan(_pair_task, {"clip": r.clip}, r.y, _sum,
+                                              empty=lambda d: np.zeros((d, r.y.shape[1]))))
 register_request(CountCheck, lambda r: StepPlan(_check_task, {}, None, _merge_dicts, empty=lambda d: {}))

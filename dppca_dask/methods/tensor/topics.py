@@ -11,8 +11,9 @@ document's distinct word positions: ``P2_doc = (ccᵀ − diag c)/(ℓ(ℓ−1))
 Steps (each a pass over the data through the coordinator, one Gaussian release per step):
 
 1. ``alpha0 > 0`` only: release ``(Σ c/ℓ, N)`` (sensitivity √2), giving M̂1 and N̂.
-2. Private whitening: noisy subspace iteration on ``S2 = Σ P2_doc`` (``S2·Y`` released with sensitivity 1 for
-   an orthonormal Y, since ‖P2_doc‖_F ≤ 1), then ``YᵀS2Y`` (sensitivity 1); W = V diag(σ)^{-1/2} from its
+2. Private whitening: noisy subspace iteration on ``S2 = Σ P2_doc`` (``S2·Y`` released with each document's
+   product clipped to the public Frobenius bound ``pair_bound`` ≤ 1, which is then its sensitivity: ‖P2_doc‖_F ≤ 1
+   and Y is orthonormal), then ``YᵀS2Y`` (same clipped products, same sensitivity); W = V diag(σ)^{-1/2} from its
    eigenpairs (the α₀ correction subtracts released terms).
 3. The private tensor power method on the whitened third moment ``M3(W,W,W)``, each contraction computed from rows
    (``v = W u``, never d² or d³ numbers). With ``r_j = Wᵀe_j``, one document moves ``Wᵀ P3_doc(I,v,v)`` by at
@@ -50,9 +51,12 @@ __all__ = ["DOCUMENT", "TopicResult", "TopicsCalibration", "calibrate_topics", "
 DOCUMENT = "add/remove one row"
 
 #: Defaults of the tensor part (k topics: K = k·L·(R+1) releases).
-DEFAULT_RESTARTS = 5
-DEFAULT_TENSOR_ITER = 8
-DEFAULT_PCA_ITER = 6
+DEFAULT_RESTARTS = 3
+DEFAULT_TENSOR_ITER = 6
+DEFAULT_PCA_ITER = 5
+DEFAULT_PCA_SHARE = 0.3
+DEFAULT_PAIR_BOUND = 0.05
+DEFAULT_TENSOR_CLIP = 0.25
 
 
 @dataclass(frozen=True)
@@ -166,7 +170,8 @@ def _orthonormal(z: np.ndarray) -> np.ndarray:
 
 def _topic_run(
     *, dim: int, n_topics: int, n_restarts: int, n_iter: int, pca_iter: int, alpha0: float,
-    noise: Any, plan: TopicsCalibration | None, rng: np.random.Generator,
+    noise: Any, plan: TopicsCalibration | None, rng: np.random.Generator, pair_bound: float = 1.0,
+    tensor_clip: float = 1.0,
 ) -> Generator[Any, Any, dict[str, Any]]:
     """The algorithm: yields requests, returns the released topics (``noise=None``: exact method of moments)."""
     from dppca_dask.mechanisms import gaussian_mechanism
@@ -191,6 +196,8 @@ def _topic_run(
         return np.asarray(noisy)
 
     m_a = plan.whitening_multiplier if plan is not None else 1.0
+    clip = pair_bound if noise is not None else None  # the exact method of moments clips nothing
+    sensitivity = min(pair_bound, 1.0)
     scale = 1.0  # documents counted: divides the sums when α₀ > 0 (moments as means)
     mean1 = np.zeros(dim)
     a = alpha0 / (alpha0 + 1.0)
@@ -203,10 +210,10 @@ def _topic_run(
         else rng.standard_normal((dim, n_topics))
     y = _orthonormal(start)
     for t in range(pca_iter):
-        z = release(f"topics/whitening/iter-{t}", (yield PairStep(y)), 1.0, m_a)
+        z = release(f"topics/whitening/iter-{t}", (yield PairStep(y, clip)), sensitivity, m_a)
         y = _orthonormal(z / scale - a * np.outer(mean1, mean1 @ y))
-    product = yield PairStep(y)
-    small = release("topics/whitening/eigenvalues", y.T @ product, 1.0, m_a)
+    product = yield PairStep(y, clip)
+    small = release("topics/whitening/eigenvalues", y.T @ product, sensitivity, m_a)
     small = (small + small.T) / 2 / scale - a * np.outer(y.T @ mean1, y.T @ mean1)
     sigma, q = np.linalg.eigh(small)
     sigma, q = sigma[::-1], q[:, ::-1]
@@ -221,11 +228,16 @@ def _topic_run(
     b = alpha0 / (alpha0 + 2.0)
     c = 2.0 * alpha0**2 / ((alpha0 + 1.0) * (alpha0 + 2.0))
 
-    def vector_sensitivity(u: np.ndarray) -> np.ndarray:
+    def worst_vector(u: np.ndarray) -> np.ndarray:
         proj = np.abs(whiten @ u)  # |r_jᵀu|
         big = proj.max(axis=0)
         m1v = np.abs(mean1 @ (whiten @ u))
         return max_row * big**2 + b * (2.0 * m1v * max_row * big + big**2 * np.linalg.norm(wm1))
+
+    clip_tensor = noise is not None and alpha0 == 0 and tensor_clip < 1.0
+
+    def vector_sensitivity(u: np.ndarray) -> np.ndarray:
+        return tensor_clip * worst_vector(u) if clip_tensor else worst_vector(u)
 
     def scalar_sensitivity(u: np.ndarray) -> np.ndarray:
         big = np.abs(whiten @ u).max(axis=0)
@@ -233,9 +245,13 @@ def _topic_run(
         return big**3 + 3.0 * b * m1v * big**2
 
     def query(u: np.ndarray, i: int, t: int) -> Any:
+        if clip_tensor:
+            return TopicStep(whiten @ u, whiten=whiten, clip=vector_sensitivity(u))
         return TopicStep(whiten @ u, with_pairs=alpha0 > 0)
 
     def answer(agg: Any, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if clip_tensor:  # already whitened and clipped per document
+            return np.asarray(agg[0], dtype=np.float64), np.asarray(agg[1], dtype=np.float64)
         v = whiten @ u
         vector = whiten.T @ agg[0]
         scalar = np.asarray(agg[1], dtype=np.float64)
@@ -298,7 +314,9 @@ def topics(
     n_restarts: int = DEFAULT_RESTARTS,
     n_iter: int = DEFAULT_TENSOR_ITER,
     pca_iter: int = DEFAULT_PCA_ITER,
-    pca_share: float = 0.5,
+    pca_share: float = DEFAULT_PCA_SHARE,
+    pair_bound: float = DEFAULT_PAIR_BOUND,
+    tensor_clip: float = DEFAULT_TENSOR_CLIP,
     private: bool = True,
     client: Any = None,
     persist: bool | None = None,
@@ -323,6 +341,14 @@ def topics(
         Subspace iterations of the private whitening.
     pca_share
         Share of the budget (in 1/m², i.e. zCDP ρ) spent on whitening.
+    pair_bound
+        Public clipping bound (in (0, 1]) of each document's second-moment product ``‖P2_doc Y‖_F`` in the private
+        whitening; 1 clips nothing. A document of ℓ distinct words has ``‖P2_doc‖_F ≈ 1/ℓ``, so the default
+        0.05 binds only for short or repetitive documents (a bias on those, not a privacy cost).
+    tensor_clip
+        Public fraction κ in (0, 1] (single-topic model only): each document's whitened contribution
+        ``‖Wᵀ P3_doc(I,v,v)‖`` is clipped to κ times its worst case ``max_i‖r_i‖·max_j (r_jᵀu)²`` (a function of
+        released values), which is then the sensitivity; 1 clips nothing.
     private
         False: the exact (non-private) method of moments, the reference of the benchmarks.
     client
@@ -358,6 +384,10 @@ def topics(
     source = as_source(data)
     dim = source.n_cols
     _check_params(n_topics, n_restarts, n_iter, pca_iter, pca_share, alpha0, dim)
+    if not (isinstance(pair_bound, (int, float)) and 0 < float(pair_bound) <= 1):
+        raise InvalidParameterError(f"pair_bound must be in (0, 1]; got {pair_bound!r}; e.g. 0.05")
+    if not (isinstance(tensor_clip, (int, float)) and 0 < float(tensor_clip) <= 1):
+        raise InvalidParameterError(f"tensor_clip must be in (0, 1]; got {tensor_clip!r}; e.g. 0.25")
     if source.n_rows < n_topics:
         raise InvalidInputError(
             f"the corpus has {source.n_rows} documents, fewer than n_topics={n_topics}; use more documents or fewer "
@@ -382,7 +412,8 @@ def topics(
         noise = None
     rng = np.random.default_rng(seed)
     run = _topic_run(dim=dim, n_topics=n_topics, n_restarts=n_restarts, n_iter=n_iter, pca_iter=pca_iter,
-                     alpha0=float(alpha0), noise=noise, plan=plan, rng=rng)
+                     alpha0=float(alpha0), noise=noise, plan=plan, rng=rng, pair_bound=float(pair_bound),
+                     tensor_clip=float(tensor_clip))
     out = run_on_source(source, client, run, persist)
     report = None
     if private:
@@ -396,7 +427,8 @@ def topics(
         "method": "method of moments (Anandkumar et al. 2014) with the private tensor power method (Wang & "
                   "Anandkumar 2016, Alg. 3); one document as the privacy unit is an extension beyond the paper",
         "parameters": {"n_topics": n_topics, "n_restarts": n_restarts, "n_iter": n_iter, "pca_iter": pca_iter,
-                       "pca_share": pca_share, "alpha0": alpha0},
+                       "pca_share": pca_share, "pair_bound": pair_bound, "tensor_clip": tensor_clip,
+                       "alpha0": alpha0},
         "calibration": plan.to_dict() if plan is not None else None,
         "input": dict(source.description),
         "seeded": seed is not None or (noise is not None and not noise.private),

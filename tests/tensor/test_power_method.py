@@ -251,3 +251,24 @@ def test_bad_input():
         tensor_power_method(np.zeros((3, 3, 3)), n_components=1, deflation="both")
     with pytest.raises(InvalidParameterError, match="partitions_per_step"):
         online_power_method(np.zeros((4, 3)), n_components=1, partitions_per_step=0)
+
+
+def test_pair_clipping_matches_per_document_brute_force(rng):
+    n, d, k, clip = 30, 6, 2, 0.2
+    counts = rng.integers(0, 3, size=(n, d)).astype(float)
+    counts[0] = [5, 0, 0, 0, 0, 0]  # one repeated word: ‖P2_doc‖_F = 1, clipped
+    y, _ = np.linalg.qr(rng.standard_normal((d, k)))
+    expected = np.zeros((d, k))
+    clipped = 0
+    for c in counts:
+        ell = c.sum()
+        if ell < 3:
+            continue
+        product = (np.outer(c, c) - np.diag(c)) @ y / (ell * (ell - 1))
+        norm = np.linalg.norm(product)
+        clipped += norm > clip
+        expected += product * min(1.0, clip / norm) if norm > 0 else product
+    assert clipped >= 1
+    got = K.pair_partial(sp.csr_array(counts), y, min_length=3, clip=clip)
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(K.pair_partial(counts, y, min_length=3, clip=clip), expected, rtol=1e-10, atol=1e-12)
