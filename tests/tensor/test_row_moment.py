@@ -53,7 +53,9 @@ def test_recovery_and_report(filtering, seed):
     x, v = planted_rows(np.random.default_rng(seed), n=2000)
     r = private_moment_power_method(x, n_components=1, epsilon=50.0, delta=1e-6, filtering=filtering, n_iter=3,
                                     noise=AuditingNoiseSource(seed))
-    assert abs(r.components[0] @ v) > 0.95  # 2000 rows: the empirical moment itself is off by a few percent
+    # 2000 rows: the empirical moment itself is off by a few percent; adaptive filtering also drops the rows of
+    # largest score, which here are the planted spikes carrying the signal (a bias, where the mechanism loses)
+    assert abs(r.components[0] @ v) > (0.95 if filtering == "fixed" else 0.85)
     assert r.privacy.epsilon <= 50.0 and r.privacy.neighbouring == "add/remove one row"
     assert r.thresholds.shape == (1, 4)
     if filtering == "fixed":
