@@ -272,3 +272,27 @@ def test_pair_clipping_matches_per_document_brute_force(rng):
     got = K.pair_partial(sp.csr_array(counts), y, min_length=3, clip=clip)
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(K.pair_partial(counts, y, min_length=3, clip=clip), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_whitened_topic_contraction_clips_each_document(rng):
+    n, d, k, L = 25, 7, 3, 2
+    counts = rng.integers(0, 3, size=(n, d)).astype(float)
+    counts[0] = [6, 0, 0, 0, 0, 0, 0]
+    w = rng.standard_normal((d, k))
+    v = w @ rng.standard_normal((k, L))
+    block = sp.csr_array(counts)
+    vector, scalar = K.topic_partial(block, v)
+    full_vec, full_sca = K.whitened_topic_partial(block, v, w, np.full(L, np.inf))
+    np.testing.assert_allclose(full_vec, w.T @ vector, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(full_sca, scalar, rtol=1e-10, atol=1e-12)
+    clip = np.array([0.5, 2.0])
+    expected_vec, expected_sca = np.zeros((k, L)), np.zeros(L)
+    for c in counts:  # document by document
+        vec_doc, sca_doc = K.topic_partial(sp.csr_array(c[None, :]), v)
+        g = w.T @ vec_doc
+        f = np.minimum(1.0, clip / np.maximum(np.linalg.norm(g, axis=0), 1e-300))
+        expected_vec += g * f
+        expected_sca += sca_doc * f
+    got_vec, got_sca = K.whitened_topic_partial(block, v, w, clip)
+    np.testing.assert_allclose(got_vec, expected_vec, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(got_sca, expected_sca, rtol=1e-10, atol=1e-12)

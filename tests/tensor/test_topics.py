@@ -67,6 +67,10 @@ def test_bad_input(planted):
         dppca_dask.topics(x, n_topics=2, epsilon=1, delta=1e-6, pca_share=1.0, client="local")
     with pytest.raises(InvalidParameterError, match="alpha0"):
         dppca_dask.topics(x, n_topics=2, epsilon=1, delta=1e-6, alpha0=-1.0, client="local")
+    with pytest.raises(InvalidParameterError, match="pair_bound"):
+        dppca_dask.topics(x, n_topics=2, epsilon=1, delta=1e-6, pair_bound=0.0, client="local")
+    with pytest.raises(InvalidParameterError, match="tensor_clip"):
+        dppca_dask.topics(x, n_topics=2, epsilon=1, delta=1e-6, tensor_clip=1.5, client="local")
     with pytest.raises(InvalidParameterError, match="pca_iter"):
         dppca_dask.topics(x, n_topics=2, epsilon=1, delta=1e-6, pca_iter=0, client="local")
     with pytest.raises(InvalidParameterError, match="epsilon and delta"):
