@@ -296,3 +296,15 @@ def test_whitened_topic_contraction_clips_each_document(rng):
     got_vec, got_sca = K.whitened_topic_partial(block, v, w, clip)
     np.testing.assert_allclose(got_vec, expected_vec, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(got_sca, expected_sca, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_moment_store_on_a_cluster_matches_in_process(rng, seed, local_client, tmp_path):
+    import dppca_dask
+
+    x = rng.standard_normal((600, 5))
+    store = dppca_dask.write_matrix(tmp_path / "rows.zarr", x, rows_per_partition=200)
+    a = moment_power_method(store, n_components=2, n_restarts=3, n_iter=3, seed=seed, client=local_client)
+    b = moment_power_method(x, n_components=2, n_restarts=3, n_iter=3, seed=seed, client="local")
+    np.testing.assert_allclose(a.components, b.components, atol=1e-9)
+    assert a.n_queries == 2 * 4  # one pass per iteration, the L restarts together
