@@ -14,7 +14,6 @@ __all__ = ["format_topics", "register"]
 
 def register(subparsers: Any) -> None:
     from dppca_dask.methods.tensor.topics import (
-        DEFAULT_PAIR_BOUND,
         DEFAULT_PCA_ITER,
         DEFAULT_PCA_SHARE,
         DEFAULT_RESTARTS,
@@ -41,8 +40,8 @@ def register(subparsers: Any) -> None:
                    help=f"subspace iterations of the private whitening (default {DEFAULT_PCA_ITER})")
     p.add_argument("--pca-share", type=float, default=DEFAULT_PCA_SHARE,
                    help=f"share of the budget for whitening (default {DEFAULT_PCA_SHARE})")
-    p.add_argument("--pair-bound", type=float, default=DEFAULT_PAIR_BOUND,
-                   help=f"public clipping bound of each document's second-moment product (default {DEFAULT_PAIR_BOUND})")
+    p.add_argument("--pair-bound", type=float, default=None,
+                   help="public clipping bound of each document's second-moment product (default: min(1, 3.5/sqrt(d)))")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
                    help="keep partitions in worker memory (default: when they fit)")

@@ -55,7 +55,8 @@ DEFAULT_RESTARTS = 3
 DEFAULT_TENSOR_ITER = 6
 DEFAULT_PCA_ITER = 5
 DEFAULT_PCA_SHARE = 0.3
-DEFAULT_PAIR_BOUND = 0.2
+#: ``pair_bound`` when not given: ``min(1, DEFAULT_PAIR_BOUND_SCALE/√d)`` (d, the number of columns, is public).
+DEFAULT_PAIR_BOUND_SCALE = 3.5
 DEFAULT_TENSOR_CLIP = 0.25
 
 
@@ -315,7 +316,7 @@ def topics(
     n_iter: int = DEFAULT_TENSOR_ITER,
     pca_iter: int = DEFAULT_PCA_ITER,
     pca_share: float = DEFAULT_PCA_SHARE,
-    pair_bound: float = DEFAULT_PAIR_BOUND,
+    pair_bound: float | None = None,
     tensor_clip: float = DEFAULT_TENSOR_CLIP,
     private: bool = True,
     client: Any = None,
@@ -343,10 +344,12 @@ def topics(
         Share of the budget (in 1/m², i.e. zCDP ρ) spent on whitening.
     pair_bound
         Public clipping bound (in (0, 1]) of each document's second-moment product ``‖P2_doc Y‖_F`` in the private
-        whitening; 1 clips nothing. A document of ℓ distinct words has ``‖P2_doc‖_F ≈ 1/ℓ``, so the default
-        0.2 binds only for short or repetitive documents (a bias on those, not a privacy cost). On generated
-        corpora of 50-word documents (``benchmarks/bench_tensor.py``), 0.05 left a bias of median TV ≈ 0.2
-        at any ε, 1 needed ε ≈ 64 for TV ≈ 0.03, 0.2 reached TV ≈ 0.05 at ε = 4.
+        whitening; 1 clips nothing. A document of ℓ distinct words has ``‖P2_doc‖_F ≈ 1/ℓ``; clipping binds on
+        short or repetitive documents (a bias, not a privacy cost), while the whitening noise grows with
+        ``pair_bound·√d``. None: ``min(1, 3.5/√d)``, a public rule tuned on generated corpora of 50-word
+        documents (``benchmarks/bench_tensor.py``): at d = 500, 0.05 left a bias of median TV ≈ 0.2 at any ε
+        and 0.2 reached TV ≈ 0.05 at ε = 4; at d = 5,000 and ε = 2, 0.05 gave TV ≈ 0.25 and 0.1 or 0.2 failed
+        (TV ≈ 1).
     tensor_clip
         Public fraction κ in (0, 1] (single-topic model only): each document's whitened contribution
         ``‖Wᵀ P3_doc(I,v,v)‖`` is clipped to κ times its worst case ``max_i‖r_i‖·max_j (r_jᵀu)²`` (a function of
@@ -386,6 +389,8 @@ def topics(
     source = as_source(data)
     dim = source.n_cols
     _check_params(n_topics, n_restarts, n_iter, pca_iter, pca_share, alpha0, dim)
+    if pair_bound is None:
+        pair_bound = min(1.0, DEFAULT_PAIR_BOUND_SCALE / math.sqrt(dim))
     if not (isinstance(pair_bound, (int, float)) and 0 < float(pair_bound) <= 1):
         raise InvalidParameterError(f"pair_bound must be in (0, 1]; got {pair_bound!r}; e.g. 0.2")
     if not (isinstance(tensor_clip, (int, float)) and 0 < float(tensor_clip) <= 1):
