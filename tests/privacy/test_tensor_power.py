@@ -124,7 +124,7 @@ def test_document_neighbours(seed, alpha0, extra):
     rb = topics(x2, noise=b, **kw)
     ratios = assert_within_sensitivity(a.records, b.records)
     plan = calibrate_topics(epsilon=2.0, delta=1e-6, n_topics=3, n_restarts=2, n_iter=3, pca_iter=2,
-                            pca_share=0.3, alpha0=alpha0)
+                            pca_share=0.5, alpha0=alpha0)
     assert len(a.records) == plan.n_whitening + plan.n_tensor
     if extra == "two-words":
         assert max(ratios) == 0.0

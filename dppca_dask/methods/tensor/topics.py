@@ -54,7 +54,7 @@ DOCUMENT = "add/remove one row"
 DEFAULT_RESTARTS = 3
 DEFAULT_TENSOR_ITER = 6
 DEFAULT_PCA_ITER = 5
-DEFAULT_PCA_SHARE = 0.3
+DEFAULT_PCA_SHARE = 0.5
 #: ``pair_bound`` when not given: ``min(1, DEFAULT_PAIR_BOUND_SCALE/√d)`` (d, the number of columns, is public).
 DEFAULT_PAIR_BOUND_SCALE = 3.5
 DEFAULT_TENSOR_CLIP = 0.25
