@@ -118,3 +118,24 @@ def test_cli_topics(tmp_path, planted, capsys, local_client):
     main(["topics", str(store), "--n-topics", "2", "--epsilon", "1000", "--delta", "1e-6", "--n-restarts", "1",
           "--n-iter", "1", "--pca-iter", "1", "--scheduler", local_client.scheduler.address])
     assert "topic 1 (weight" in capsys.readouterr().out
+
+
+def test_registry_entry_plans_the_events_a_run_emits(planted, seed):
+    from dppca_dask.accounting import epsilon_for
+    from dppca_dask.methods import get_mechanism
+
+    mechanism = get_mechanism("topics", "topics")
+    plan = mechanism.plan({"n_topics": 3, "epsilon": 1.0, "delta": 1e-6}, n_rows=None, n_cols=40)
+    assert plan.neighbouring == "add/remove one row"
+    assert epsilon_for(list(plan.planned_events), delta=1e-6) <= 1.0
+    r = dppca_dask.topics(planted.counts, n_topics=3, epsilon=1.0, delta=1e-6, client="local",
+                          noise=AuditingNoiseSource(seed))
+    assert r.privacy.epsilon == pytest.approx(epsilon_for(list(plan.planned_events), delta=1e-6), rel=1e-9)
+    with pytest.raises(InvalidParameterError, match="unknown topics parameters"):
+        mechanism.validate({"n_topics": 3, "epsilon": 1.0, "delta": 1e-6, "rank": 2})
+    with pytest.raises(InvalidParameterError, match="n_topics"):
+        mechanism.validate({"epsilon": 1.0, "delta": 1e-6})
+    with pytest.raises(InvalidParameterError, match="needs delta"):
+        mechanism.validate({"n_topics": 2, "epsilon": 1.0})
+    with pytest.raises(InvalidParameterError, match="exceeds the dimension"):
+        mechanism.plan({"n_topics": 41, "epsilon": 1.0, "delta": 1e-6}, n_rows=None, n_cols=40)
