@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 from dppca_dask.api import DEFAULT_N_ITER, mechanisms, pca  # noqa: E402
 from dppca_dask.ingest import ingest  # noqa: E402
 from dppca_dask.lowrank import LowRankResult, load_lowrank, lowrank  # noqa: E402
+from dppca_dask.methods.tensor.topics import topics  # noqa: E402
 from dppca_dask.results import PCAResult, load_result  # noqa: E402
 from dppca_dask.storage import MatrixStore, append_partition, open_matrix, write_matrix  # noqa: E402
 
@@ -29,6 +30,7 @@ __all__ = [
     "mechanisms",
     "open_matrix",
     "pca",
+    "topics",
     "write_matrix",
 ]
 

@@ -28,3 +28,6 @@ register(exact.MECHANISM)
 register(_hr_private_power.MECHANISM)
 for _mechanism in _hr_lowrank.MECHANISMS:
     register(_mechanism)
+from dppca_dask.methods.tensor import mechanism as _tensor  # noqa: E402
+
+register(_tensor.MECHANISM)

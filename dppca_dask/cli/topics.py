@@ -1,0 +1,91 @@
+"""``dppca-dask topics STORE``: differentially private topics of a document-word count store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+__all__ = ["format_topics", "register"]
+
+
+def register(subparsers: Any) -> None:
+    from dppca_dask.methods.tensor.topics import (
+        DEFAULT_PCA_ITER,
+        DEFAULT_PCA_SHARE,
+        DEFAULT_RESTARTS,
+        DEFAULT_TENSOR_ITER,
+    )
+
+    p = subparsers.add_parser(
+        "topics",
+        help="differentially private topic model of a document-word count store",
+        description="Fit topics by the method of moments with the private tensor power method (one document is the "
+                    "privacy unit: add/remove one row).",
+    )
+    p.add_argument("store", help="a dppca_dask store (or AnnData zarr) of word counts, one document per row")
+    p.add_argument("--n-topics", type=int, required=True, help="number of topics K (at most the number of columns)")
+    p.add_argument("--epsilon", type=float, required=True, help="total privacy budget epsilon")
+    p.add_argument("--delta", type=float, required=True, help="total privacy budget delta")
+    p.add_argument("--alpha0", type=float, default=0.0,
+                   help="LDA's Dirichlet concentration sum(alpha); 0 (default): the single-topic model")
+    p.add_argument("--n-restarts", type=int, default=DEFAULT_RESTARTS,
+                   help=f"restarts L of the tensor power method (default {DEFAULT_RESTARTS})")
+    p.add_argument("--n-iter", type=int, default=DEFAULT_TENSOR_ITER,
+                   help=f"power iterations R per restart (default {DEFAULT_TENSOR_ITER})")
+    p.add_argument("--pca-iter", type=int, default=DEFAULT_PCA_ITER,
+                   help=f"subspace iterations of the private whitening (default {DEFAULT_PCA_ITER})")
+    p.add_argument("--pca-share", type=float, default=DEFAULT_PCA_SHARE,
+                   help=f"share of the budget for whitening (default {DEFAULT_PCA_SHARE})")
+    p.add_argument("--pair-bound", type=float, default=None,
+                   help="public clipping bound of each document's second-moment product (default: min(1, 3.5/sqrt(d)))")
+    p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
+    p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep partitions in worker memory (default: when they fit)")
+    p.add_argument("--seed", type=int, default=None, help="reproducible run; the result is then NOT private")
+    p.add_argument("--out", default=None, help="directory to write result.json and topics.npy")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=run)
+
+
+def format_topics(result: Any, *, top: int = 8) -> str:
+    """The privacy statement, then each topic's weight and its most probable columns."""
+    report = result.privacy
+    lines = ["mechanism: topics"]
+    if result.private:
+        lines.append(f"privacy: ({report.epsilon:.4g}, {report.delta:.3g})-differentially private for neighbours "
+                     f"differing by {report.neighbouring} (accountant: {report.accountant})")
+    else:
+        lines.append("privacy: NOT differentially private (seeded run)")
+    for h, (weight, row) in enumerate(zip(result.weights, np.asarray(result.topics))):
+        order = np.argsort(-row)[:top]
+        words = ", ".join(f"[{j}] {row[j]:.4f}" for j in order)
+        lines.append(f"topic {h} (weight {weight:.3f}): {words}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dppca_dask.methods.tensor.topics import topics
+
+    result = topics(
+        args.store, n_topics=args.n_topics, epsilon=args.epsilon, delta=args.delta, alpha0=args.alpha0,
+        n_restarts=args.n_restarts, n_iter=args.n_iter, pca_iter=args.pca_iter, pca_share=args.pca_share,
+        pair_bound=args.pair_bound,
+        client=args.scheduler, persist=args.persist, seed=args.seed,
+    )
+    if args.out:
+        result.save(args.out)
+    if args.json:
+        out = result.to_dict()
+        if args.out:
+            out["output"] = args.out
+        json.dump(out, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        print(format_topics(result))
+        if args.out:
+            print(f"written to {args.out}")
+    return 0

@@ -1,0 +1,195 @@
+"""Kernels of the tensor power method (seed 002): exact contractions, no noise, no Dask.
+
+Explicit symmetric tensors (small d, numpy), the low-rank deflation part ``D = Σ_j λ_j v_j^{⊗3}``, and the
+contractions of moment tensors computed from one partition of rows without forming d² or d³ numbers (spec §4):
+
+- the raw third moment ``Σ_ℓ x_ℓ^{⊗3}``: batched over the L columns of ``U`` with ``P = XU``,
+  ``T(I,u,u) = Xᵀ(P∘P)`` and ``T(u,u,u) = Σ P∘³`` (sums; the caller divides by n where n is public);
+- the third moment of a document's *distinct word positions* (the U-statistic of the single-topic / LDA method of
+  moments, Anandkumar et al. 2014): for counts ``c`` with ``ℓ = Σc ≥ 3`` the tensor
+  ``(c^{⊗3} − Σ_sym c_i c_j e_i⊗e_i⊗e_j + 2 Σ_i c_i e_i^{⊗3}) / (ℓ(ℓ−1)(ℓ−2))`` is a probability tensor over
+  ordered triples of distinct positions; its contraction with ``(I, v, v)`` is
+  ``(c s² − 2 (c∘v) s − c (cᵀv∘²) + 2 c∘v∘²) / (ℓ(ℓ−1)(ℓ−2))`` with ``s = cᵀv``;
+- the second moment of distinct pairs: ``(ccᵀ − diag c) / (ℓ(ℓ−1))`` times a d×k matrix ``Y``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from dppca_dask.kernels.power import clip_factors
+
+__all__ = [
+    "count_violation",
+    "deflation_scalar",
+    "deflation_vector",
+    "dense_scalar",
+    "dense_vector",
+    "first_partial",
+    "moment_partial",
+    "pair_partial",
+    "topic_partial",
+    "whitened_topic_partial",
+]
+
+
+def dense_vector(tensor: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``T(I,u,u)`` for each column of ``u`` (d or d×L): ``einsum('ijk,jl,kl->il')``."""
+    if u.ndim == 1:
+        return np.einsum("ijk,j,k->i", tensor, u, u)
+    return np.einsum("ijk,jl,kl->il", tensor, u, u)
+
+
+def dense_scalar(tensor: np.ndarray, u: np.ndarray) -> Any:
+    """``T(u,u,u)`` for each column of ``u`` (d or d×L)."""
+    if u.ndim == 1:
+        return float(u @ dense_vector(tensor, u))
+    return np.einsum("il,il->l", u, dense_vector(tensor, u))
+
+
+def deflation_vector(weights: np.ndarray, vectors: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """``D(I,u,u) = V (λ ∘ (Vᵀu)∘²)`` for ``D = Σ_j λ_j v_j^{⊗3}`` (``vectors`` d×j), for each column of ``u``."""
+    if vectors.shape[1] == 0:
+        return np.zeros_like(u, dtype=np.float64)
+    xi = vectors.T @ u
+    return vectors @ (weights[:, None] * xi * xi) if u.ndim == 2 else vectors @ (weights * xi * xi)
+
+
+def deflation_scalar(weights: np.ndarray, vectors: np.ndarray, u: np.ndarray) -> Any:
+    """``D(u,u,u) = Σ_j λ_j (v_jᵀu)³`` for each column of ``u``."""
+    if vectors.shape[1] == 0:
+        return np.zeros(u.shape[1]) if u.ndim == 2 else 0.0
+    xi = vectors.T @ u
+    return weights @ (xi**3)
+
+
+def moment_partial(
+    block: Any, norms: np.ndarray, u: np.ndarray, *, row_norm_bound: float = np.inf
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(Σ_ℓ (x_ℓᵀu)² x_ℓ, Σ_ℓ (x_ℓᵀu)³)`` for each column of ``u`` (d×L), rows clipped to ``row_norm_bound``.
+
+    Memory: the n×L product ``P`` and the d×L result, never d² (``P = XU``, ``Xᵀ(P∘P)``).
+    """
+    factors = clip_factors(norms, row_norm_bound)
+    p = np.asarray(block @ u, dtype=np.float64) * factors[:, None]
+    square = p * p
+    vector = np.asarray(block.T @ (square * factors[:, None]), dtype=np.float64)
+    return vector, (square * p).sum(axis=0)
+
+
+def _lengths(block: Any) -> np.ndarray:
+    return np.asarray(block.sum(axis=1), dtype=np.float64).ravel()
+
+
+def _weights(lengths: np.ndarray, order: int) -> np.ndarray:
+    """``1/(ℓ(ℓ−1)…(ℓ−order+1))`` for documents with ``ℓ ≥ order``, 0 for shorter ones."""
+    out = np.zeros_like(lengths)
+    ok = lengths >= order
+    denominator = np.ones(int(ok.sum()))
+    for j in range(order):
+        denominator *= lengths[ok] - j
+    out[ok] = 1.0 / denominator
+    return out
+
+
+def topic_partial(block: Any, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sums over documents of the distinct-triples tensor contracted with ``(I, v, v)`` and ``(v, v, v)``.
+
+    ``block`` holds word counts (documents × words); ``v`` is d×L. Returns the d×L vector sums and the L scalar
+    sums; documents shorter than three words contribute nothing. Each document's contribution is the contraction
+    of a probability tensor, so ``‖W ᵀ·‖`` of it is at most ``max_i ‖Wᵀe_i‖ · max_j (e_jᵀWu)²`` for ``v = Wu``.
+    """
+    w = _weights(_lengths(block), 3)
+    s = np.asarray(block @ v, dtype=np.float64)  # n×L, cᵀv
+    q = np.asarray(block @ (v * v), dtype=np.float64)  # n×L, cᵀv∘²
+    r = np.asarray(block @ (v * v * v), dtype=np.float64)  # n×L, cᵀv∘³
+    ct = block.T
+    weighted_lengths = np.asarray(ct @ w, dtype=np.float64)  # Σ w c (d)
+    vector = (
+        np.asarray(ct @ (w[:, None] * s * s), dtype=np.float64)
+        - 2.0 * np.asarray(ct @ (w[:, None] * s), dtype=np.float64) * v
+        - np.asarray(ct @ (w[:, None] * q), dtype=np.float64)
+        + 2.0 * weighted_lengths[:, None] * v * v
+    )
+    scalar = (w[:, None] * (s**3 - 3.0 * s * q + 2.0 * r)).sum(axis=0)
+    return vector, scalar
+
+
+def whitened_topic_partial(
+    block: Any, v: np.ndarray, whiten: np.ndarray, clip: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Like :func:`topic_partial` but in the whitened space: ``Σ_docs f_doc · Wᵀ P3_doc(I, v, v)`` (k×L), each
+    document's k-vector scaled by ``f = min(1, clip_τ/‖·‖)`` (per column τ), and the scalars with the same factors.
+
+    Per document and column: ``Wᵀ(c s² − 2 (c∘v) s − c q + 2 c∘v∘²)/(ℓ(ℓ−1)(ℓ−2))`` from ``CW``, ``C(W∘v)`` and
+    ``C(W∘v∘²)`` (n×k each), never a d×d matrix.
+    """
+    w = _weights(_lengths(block), 3)
+    s = np.asarray(block @ v, dtype=np.float64)
+    q = np.asarray(block @ (v * v), dtype=np.float64)
+    r = np.asarray(block @ (v * v * v), dtype=np.float64)
+    cw = np.asarray(block @ whiten, dtype=np.float64)  # n×k
+    n_cols = v.shape[1]
+    vector = np.zeros((whiten.shape[1], n_cols))
+    scalar = np.zeros(n_cols)
+    for tau in range(n_cols):
+        cwv = np.asarray(block @ (whiten * v[:, tau, None]), dtype=np.float64)
+        cwv2 = np.asarray(block @ (whiten * (v[:, tau, None] ** 2)), dtype=np.float64)
+        st, qt = s[:, tau], q[:, tau]
+        g = w[:, None] * (cw * (st * st - qt)[:, None] - 2.0 * cwv * st[:, None] + 2.0 * cwv2)
+        norms = np.linalg.norm(g, axis=1)
+        factor = np.where(norms > clip[tau], clip[tau] / np.where(norms > 0, norms, 1.0), 1.0)
+        vector[:, tau] = (factor[:, None] * g).sum(axis=0)
+        scalar[tau] = (factor * w * (st**3 - 3.0 * st * qt + 2.0 * r[:, tau])).sum()
+    return vector, scalar
+
+
+def pair_partial(block: Any, y: np.ndarray, *, min_length: int = 2, clip: float | None = None) -> np.ndarray:
+    """``Σ_docs f·(ccᵀ − diag c)/(ℓ(ℓ−1)) · Y`` for ``Y`` d×k over documents of at least ``min_length`` (≥ 2) words.
+
+    Each document's matrix is a probability matrix over ordered pairs of distinct positions (Frobenius norm ≤ 1),
+    so its product with an orthonormal ``Y`` has Frobenius norm ≤ 1. With ``clip``, each document's product is
+    scaled by ``f = min(1, clip/‖P2_doc Y‖_F)`` so that it has Frobenius norm at most ``clip``.
+    """
+    lengths = _lengths(block)
+    w = _weights(lengths, 2) * (lengths >= min_length)
+    cy = np.asarray(block @ y, dtype=np.float64)
+    if clip is not None:
+        # ‖c(cᵀY) − c∘Y‖_F² = ‖c‖²‖cᵀY‖² − 2 Σ_i c_i² Y_i·(cᵀY) + Σ_i c_i² ‖Y_i‖²
+        squared = block.multiply(block) if sp.issparse(block) else np.asarray(block) ** 2
+        c2y = np.asarray(squared @ y, dtype=np.float64)
+        c_norm2 = np.asarray(squared.sum(axis=1), dtype=np.float64).ravel()
+        frob2 = (c_norm2 * (cy * cy).sum(axis=1) - 2.0 * (c2y * cy).sum(axis=1)
+                 + np.asarray(squared @ (y * y).sum(axis=1), dtype=np.float64).ravel())
+        norms = w * np.sqrt(np.maximum(frob2, 0.0))
+        with np.errstate(divide="ignore"):
+            w = w * np.where(norms > clip, clip / np.where(norms > 0, norms, 1.0), 1.0)
+    ct = block.T
+    return np.asarray(ct @ (w[:, None] * cy), dtype=np.float64) - np.asarray(ct @ w, dtype=np.float64)[:, None] * y
+
+
+def first_partial(block: Any, *, min_length: int = 3) -> np.ndarray:
+    """``(Σ c/ℓ, count)`` over documents of at least ``min_length`` words: d + 1 numbers.
+
+    Each document adds a probability vector (L2 norm ≤ 1) and 1 to the count, so the whole moves by at most √2.
+    """
+    lengths = _lengths(block)
+    keep = lengths >= max(min_length, 1)
+    inverse = np.zeros_like(lengths)
+    inverse[keep] = 1.0 / lengths[keep]
+    return np.append(np.asarray(block.T @ inverse, dtype=np.float64), float(keep.sum()))
+
+
+def count_violation(block: Any) -> int:
+    """Index of the first row with a negative or non-integer count, or -1 (word counts must be whole ≥ 0)."""
+    values = block.data if sp.issparse(block) else np.asarray(block).ravel()
+    bad = (values < 0) | (values != np.round(values))
+    if not bad.any():
+        return -1
+    if sp.issparse(block):
+        position = int(np.argmax(bad))
+        return int(np.searchsorted(block.indptr, position, side="right") - 1)
+    return int(np.argmax(bad) // np.asarray(block).shape[1])
