@@ -13,6 +13,7 @@ import numpy as np
 import zarr
 
 from dppca_dask.errors import StoreNotFoundError
+from dppca_dask.signs import flip_signs
 
 __all__ = ["PCAResult", "load_result"]
 
@@ -50,7 +51,7 @@ class PCAResult:
     """
 
     components: np.ndarray
-    """k×d array; row i is the i-th component (a unit vector). Signs are arbitrary."""
+    """k×d array; row i is the i-th component (a unit vector), its largest-magnitude coordinate positive."""
     mechanism: str
     """Name of the mechanism that produced it (``"adaptive-power"``, ``"analyze-gauss"``, ``"exact"``, ...)."""
     privacy: Any
@@ -66,7 +67,7 @@ class PCAResult:
     """Mechanism-specific outputs (e.g. eigenvalues of the non-private baseline)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "components", _frozen(self.components))
+        object.__setattr__(self, "components", _frozen(flip_signs(self.components)))
         object.__setattr__(self, "thresholds", _frozen(self.thresholds))
 
     @property
