@@ -1,0 +1,367 @@
+"""Block adaptive private power iteration: k components in one block, optionally centred, with explained variance.
+
+The sequential version (:mod:`dppca_dask.algorithms.adaptive_power`) computes k components by k runs of T
+iterations each, so it pays k·T pairs of releases. This version carries one orthonormal d×k iterate ``X`` and pays
+T pairs whatever k:
+
+1. (``center="private"``) one Gaussian release of ``(Σ a'/c, n)`` gives the mean ``μ`` of the rows clipped to c
+   (:func:`~dppca_dask.mechanisms.centred.private_mean`), projected onto the ball of radius c (post-processing:
+   the true mean of rows of norm ≤ c lies in it); a user-given mean is public and used as is;
+2. a random start ``X₀`` (pure noise, orthonormalised);
+3. for t = 1..T: each row is clipped to c (``a' = min(1, c/‖a‖)·a``) and centred (``ã = a' − μ``, computed
+   implicitly: the partition stays sparse), and scored ``s(a) = ‖ã‖·‖X ᵀã‖₂``; an AboveThreshold step on the
+   counts of rows whose score exceeds each public grid value θ_j picks θ; one Gaussian release of
+   ``Y = Σ_{s ≤ θ} ã(ãᵀX) + N(0, (m·θ)²)`` (every entry of the d×k matrix); ``X = qr(Y)``;
+4. the components are the left singular vectors of the last release ``Y`` (ordered by its singular values: a
+   post-processing of released values that orders the subspace);
+5. (optional) one Gaussian release of ``(Σ(ãᵀv_j)², Σ‖ã‖², n)`` gives the explained variance, the singular
+   values and the ratios against the private total variance
+   (:func:`~dppca_dask.mechanisms.centred.private_variances`).
+
+Without centring, ``ã = a'`` and a block of k = 1 is the sequential version's iteration.
+
+Sensitivity of step 3 (add/remove one row b, with ``X`` and ``μ`` fixed: they are released or public). The rows of
+the other individuals do not move: the centre is a released value, not a function of the current dataset, so
+their centred rows and scores are identical on both neighbours. The released matrix therefore moves by b's
+contribution alone: zero if b is filtered (``s(b) > θ``), else ``b̃(b̃ᵀX)``, whose Frobenius norm is
+``‖b̃‖·‖X ᵀb̃‖₂ = s(b) ≤ θ`` (the Frobenius norm of an outer product ``uvᵀ`` is ``‖u‖·‖v‖``). So the L2
+sensitivity of the d·k released entries is θ, and one Gaussian mechanism with std ``m·θ`` is ``GaussianDpEvent(m)``
+— the same event as one release of the sequential version. The AboveThreshold step is that of the sequential
+version (counts of filtered rows, monotone, sensitivity 1) with the same second-pass accounting
+(:func:`~dppca_dask.algorithms.adaptive_power.pass_row_budget`).
+
+Centring changes the range of the scores, not the argument: a centred row has norm ``‖a' − μ‖ ≤ ‖a'‖ + ‖μ‖ ≤
+c + r`` with the public radius ``r`` (``r = c`` for the private mean, projected onto the ball of radius c;
+``r = ‖μ‖`` for a given mean; 0 without centring), so scores lie in ``[0, (c + r)²]`` and the public grid must
+start at ``(c + r)²`` or above (checked before any release), and the variance release has sensitivity scaled by
+``(c + r)²``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dppca_dask.algorithms.adaptive_power import DEFAULT_PASS_DELTA, pass_row_budget
+from dppca_dask.algorithms.requests import AlgorithmRun
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.kernels import ThresholdGrid
+from dppca_dask.kernels import block as B
+from dppca_dask.mechanisms import NoiseSource, above_threshold, gaussian_mechanism, svt_scales
+from dppca_dask.mechanisms.centred import ExplainedVariance, private_mean, private_variances
+
+__all__ = [
+    "BlockFilteredSum",
+    "BlockPowerOutput",
+    "BlockPowerState",
+    "BlockPowerStep",
+    "CentredGramMatrix",
+    "MeanStep",
+    "VarianceStep",
+    "block_power_run",
+    "block_release_key",
+    "centred_bound",
+    "ordered_basis",
+]
+
+
+def block_release_key(iteration: int, what: str) -> str:
+    """The unique key of one noisy release of a block run."""
+    return f"block/iter-{iteration}/{what}"
+
+
+# ------------------------------------------------------------------------------------------------ requests
+@dataclass(frozen=True)
+class BlockPowerStep:
+    """One-pass block aggregate (:func:`dppca_dask.kernels.block.block_partial`) for the d×k iterate ``x``."""
+
+    x: np.ndarray
+    row_norm_bound: float
+    grid: ThresholdGrid
+    top_m: int
+    mean: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class BlockFilteredSum:
+    """Exact ``Σ ã'(ã'ᵀX)`` over the rows of bin in ``(cuts[p], index]`` of each partition in ``cuts``."""
+
+    x: np.ndarray
+    row_norm_bound: float
+    grid: ThresholdGrid
+    index: int
+    cuts: Mapping[int, int]
+    mean: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class MeanStep:
+    """``Σ a'`` over rows clipped to ``row_norm_bound`` and the row count (the private mean's exact inputs)."""
+
+    row_norm_bound: float
+
+
+@dataclass(frozen=True)
+class VarianceStep:
+    """``Σ(ã'ᵀv_j)²``, ``Σ‖ã'‖²`` and the row count for the released components ``components`` (k×d)."""
+
+    components: np.ndarray
+    row_norm_bound: float
+    mean: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class CentredGramMatrix:
+    """Dense ``Σ ã'ã'ᵀ`` (d×d) of the rows centred at ``mean`` and clipped to ``row_norm_bound``."""
+
+    row_norm_bound: float
+    mean: np.ndarray | None = None
+
+
+def _register_requests() -> None:
+    from dppca_dask.coordinator.driver import StepPlan, _load, _sum, register_request
+
+    def block_task(item: Any, x: np.ndarray, *, row_norm_bound: float, grid: ThresholdGrid, top_m: int,
+                   mean: np.ndarray | None) -> B.BlockPartial:
+        part = _load(item)
+        return B.block_partial(part.block, part.norms, x, partition=part.index, row_norm_bound=row_norm_bound,
+                               grid=grid, top_m=top_m, mean=mean)
+
+    def filtered_task(item: Any, x: np.ndarray, *, row_norm_bound: float, grid: ThresholdGrid, index: int,
+                      cuts: Mapping[int, int], mean: np.ndarray | None) -> np.ndarray:
+        part = _load(item)
+        return B.block_filtered_sum(part.block, part.norms, x, row_norm_bound=row_norm_bound, grid=grid,
+                                    index=index, above=cuts[part.index], mean=mean)
+
+    def mean_task(item: Any, *, row_norm_bound: float) -> B.MeanPartial:
+        part = _load(item)
+        return B.mean_partial(part.block, part.norms, row_norm_bound=row_norm_bound)
+
+    def variance_task(item: Any, components: np.ndarray, *, row_norm_bound: float,
+                      mean: np.ndarray | None) -> B.VariancePartial:
+        part = _load(item)
+        return B.variance_partial(part.block, part.norms, components, row_norm_bound=row_norm_bound, mean=mean)
+
+    def gram_task(item: Any, *, row_norm_bound: float, mean: np.ndarray | None) -> np.ndarray:
+        part = _load(item)
+        return B.centred_gram_matrix(part.block, part.norms, row_norm_bound=row_norm_bound, mean=mean)
+
+    def empty_block(grid: ThresholdGrid, k: int) -> Callable[[int], B.BlockPartial]:
+        import scipy.sparse as sp
+
+        return lambda d: B.BlockPartial(np.zeros(grid.n_bins, dtype=np.int64), np.zeros((d, k)),
+                                        sp.csr_array((grid.n_points, k * d)), np.zeros((grid.n_points, k)), 0.0, {})
+
+    # every partition gets the whole top_m (never a share): all filtered rows may sit in one partition
+    register_request(BlockPowerStep, lambda r: StepPlan(
+        block_task, {"row_norm_bound": r.row_norm_bound, "grid": r.grid, "top_m": r.top_m, "mean": r.mean}, r.x,
+        B.merge_block_partials, empty=empty_block(r.grid, r.x.shape[1])))
+    register_request(BlockFilteredSum, lambda r: StepPlan(
+        filtered_task, {"row_norm_bound": r.row_norm_bound, "grid": r.grid, "index": r.index,
+                        "cuts": dict(r.cuts), "mean": r.mean}, r.x, _sum, partitions=sorted(r.cuts),
+        empty=lambda d, k=r.x.shape[1]: np.zeros((d, k))))
+    register_request(MeanStep, lambda r: StepPlan(
+        mean_task, {"row_norm_bound": r.row_norm_bound}, None, B.merge_mean_partials,
+        empty=lambda d: B.MeanPartial(np.zeros(d), 0)))
+    register_request(VarianceStep, lambda r: StepPlan(
+        variance_task, {"row_norm_bound": r.row_norm_bound, "mean": r.mean}, r.components,
+        B.merge_variance_partials, empty=lambda d, k=r.components.shape[0]: B.VariancePartial(np.zeros(k), 0.0, 0)))
+    register_request(CentredGramMatrix, lambda r: StepPlan(
+        gram_task, {"row_norm_bound": r.row_norm_bound, "mean": r.mean}, None, _sum,
+        empty=lambda d: np.zeros((d, d))))
+
+
+_register_requests()
+
+
+# ------------------------------------------------------------------------------------------------ the run
+@dataclass(frozen=True)
+class BlockPowerState:
+    """Released values after each release (all differentially private or public): for progress and logs."""
+
+    iteration: int
+    """Iterations released (both steps)."""
+    x: np.ndarray
+    """The current released orthonormal iterate (d×k)."""
+    thresholds: tuple[tuple[float, ...], ...] = ()
+    """Released θ (one tuple: the block has one threshold per iteration)."""
+    pending_index: int | None = None
+    """The released threshold index of iteration ``iteration`` before its Gaussian step; None otherwise."""
+    mean: np.ndarray | None = None
+    """The released (or given) centre."""
+
+
+@dataclass(frozen=True)
+class BlockPowerOutput:
+    """What a block run releases."""
+
+    components: np.ndarray
+    """k×d orthonormal rows, ordered by the singular values of the last release."""
+    thresholds: np.ndarray
+    """1×T released thresholds."""
+    mean: np.ndarray | None = None
+    """The released (or given) centre; None without centring."""
+    mean_count: float | None = None
+    """The released row count of the private mean."""
+    variance: ExplainedVariance | None = None
+    events: tuple[Any, ...] = field(default=())
+
+
+def _orthonormal(y: np.ndarray) -> np.ndarray:
+    peak = float(np.max(np.abs(y))) if y.size else 0.0
+    if not math.isfinite(peak) or peak == 0.0:
+        raise InvalidParameterError(
+            f"the iterate is not a finite non-zero matrix (largest entry {peak}); this cannot happen with Gaussian "
+            "noise and finite data: check the data for non-finite values"
+        )
+    q, r = np.linalg.qr(y / peak)
+    return q * np.where(np.diag(r) < 0, -1.0, 1.0)[None, :]  # a unique QR: R's diagonal non-negative
+
+
+def centred_bound(row_norm_bound: float, center: str | np.ndarray | None) -> float:
+    """``c + r``: the public bound on a centred row's norm (``r = c`` for the private mean, ``‖μ‖`` for a given one)."""
+    if center is None:
+        return float(row_norm_bound)
+    if isinstance(center, str):
+        return 2.0 * float(row_norm_bound)
+    return float(row_norm_bound) + float(np.linalg.norm(np.asarray(center, dtype=np.float64)))
+
+
+def ordered_basis(y: np.ndarray) -> np.ndarray:
+    """Left singular vectors of ``y`` (d×k), ordered by singular value, as k×d rows."""
+    peak = float(np.max(np.abs(y)))
+    u, _s, _vt = np.linalg.svd(y / peak, full_matrices=False)
+    return u.T
+
+
+def block_power_run(
+    *,
+    n_cols: int,
+    n_iter: int,
+    n_components: int,
+    row_norm_bound: float,
+    epsilon_svt: float,
+    noise_multiplier: float,
+    cutoff: float,
+    grid: ThresholdGrid,
+    noise: NoiseSource,
+    svt_form: str = "monotone",
+    pass_delta: float = DEFAULT_PASS_DELTA,
+    top_m: int | None = None,
+    center: str | np.ndarray | None = None,
+    mean_multiplier: float | None = None,
+    variance_multiplier: float | None = None,
+    on_release: Callable[[BlockPowerState, tuple[Any, ...]], None] | None = None,
+) -> AlgorithmRun[BlockPowerOutput]:
+    """Block adaptive power iteration as a generator of requests (see the module docstring).
+
+    Parameters are those of :func:`~dppca_dask.algorithms.adaptive_power.adaptive_power_run` (with T releases
+    instead of k·T), and:
+
+    center
+        None (no centring), ``"private"`` (a released mean of the rows clipped to c, from one Gaussian release
+        with multiplier ``mean_multiplier``) or a public mean (length d) used as is.
+    mean_multiplier
+        Noise multiplier of the private mean's release (required with ``center="private"``).
+    variance_multiplier
+        Noise multiplier of the explained variance's release; None: no variance is released.
+
+    Notes
+    -----
+    Privacy contract: add/remove one row. Events, in order: the mean's ``GaussianDpEvent(mean_multiplier)`` (when
+    private), then per iteration ``EpsilonDeltaDpEvent(ε_svt, (1 + e^ε_svt)·δ_pass/T)`` and ``GaussianDpEvent(m)``
+    (sensitivity θ: see the module docstring), then the variance's ``GaussianDpEvent(variance_multiplier)``. The
+    passes, task names and log lines depend on the data only through released values and the δ_pass event.
+    """
+    from dppca_dask.accounting import svt_step_delta
+    from dppca_dask.accounting.events import EpsilonDeltaDpEvent
+
+    if isinstance(n_iter, bool) or not isinstance(n_iter, (int, np.integer)) or n_iter < 1:
+        raise InvalidParameterError(f"n_iter must be an integer >= 1; got {n_iter!r}")
+    if not 1 <= n_components <= n_cols:
+        raise InvalidParameterError(f"n_components must be in [1, {n_cols}]; got {n_components}")
+    mean: np.ndarray | None = None
+    if isinstance(center, str):
+        if center != "private":
+            raise InvalidParameterError(f"center must be None, 'private' or a mean vector; got {center!r}")
+        if mean_multiplier is None:
+            raise InvalidParameterError("center='private' needs mean_multiplier (the mean's noise multiplier)")
+    elif center is not None:
+        mean = np.array(center, dtype=np.float64)
+        if mean.shape != (n_cols,) or not np.all(np.isfinite(mean)):
+            raise InvalidParameterError(
+                f"a given mean must be a finite vector of length {n_cols}; got shape {mean.shape}"
+            )
+    bound = centred_bound(row_norm_bound, center)
+    if grid.top < bound * bound * (1.0 - 1e-12):
+        raise InvalidParameterError(
+            f"the grid's top {grid.top:g} is below (c + r)² = {bound * bound:g} for the centred rows' bound "
+            f"(c = {row_norm_bound:g}, r = {bound - row_norm_bound:g}); build the grid with "
+            "ThresholdGrid.for_bound(centred_bound(c, center))"
+        )
+    rho_scale, nu_scale = svt_scales(epsilon_svt, form=svt_form)
+    n_points = grid.n_points
+    budget = pass_row_budget(cutoff=cutoff, threshold_scale=rho_scale, query_scale=nu_scale, n_queries=n_points,
+                             n_releases=n_iter, pass_delta=pass_delta)
+    top_m = budget if top_m is None else max(int(top_m), budget)
+    svt_step = EpsilonDeltaDpEvent(float(epsilon_svt), svt_step_delta(epsilon_svt, pass_delta, n_iter))
+    events: list[Any] = []
+    thresholds: list[float] = []
+    mean_count: float | None = None
+
+    def emit(state: BlockPowerState) -> None:
+        if on_release is not None:
+            on_release(state, tuple(events))
+
+    if isinstance(center, str):
+        totals = yield MeanStep(row_norm_bound=row_norm_bound)
+        assert mean_multiplier is not None
+        mean, mean_count, mean_event = private_mean(totals.total, totals.count, row_norm_bound=row_norm_bound,
+                                                    noise_multiplier=mean_multiplier, noise=noise, release="mean")
+        del totals
+        events.append(mean_event)
+        length = float(np.linalg.norm(mean))
+        if length > row_norm_bound:  # post-processing: the true mean of rows of norm <= c has norm <= c
+            mean = mean * (row_norm_bound / length)
+    with noise.release("block/init", data_independent=True):  # the start is pure noise
+        start = noise.gaussian(1.0, size=(n_cols, n_components))
+    x = _orthonormal(np.asarray(start, dtype=np.float64).reshape(n_cols, n_components))
+    noisy = x
+    for t in range(n_iter):
+        aggregate = yield BlockPowerStep(x=x, row_norm_bound=row_norm_bound, grid=grid, top_m=top_m, mean=mean)
+        filtered_counts = np.cumsum(aggregate.histogram[:n_points])
+        svt = above_threshold(filtered_counts[::-1], cutoff=cutoff, epsilon=epsilon_svt, noise=noise,
+                              release=block_release_key(t, "svt"), form=svt_form, threshold_scale=rho_scale,
+                              query_scale=nu_scale)
+        index = 0 if svt.index is None else n_points - 1 - svt.index  # no answer: θ = c², nothing filtered
+        events.append(svt_step)
+        emit(BlockPowerState(iteration=t, x=x, thresholds=(tuple(thresholds),), pending_index=index, mean=mean))
+        theta = float(grid.thetas[index])
+        filtered, incomplete = B.select_block_filtered(aggregate, index, mean)
+        product = aggregate.full_sum - filtered
+        del aggregate, filtered
+        if incomplete:  # only on the δ_pass event
+            product = product - (yield BlockFilteredSum(x=x, row_norm_bound=row_norm_bound, grid=grid, index=index,
+                                                        cuts=incomplete, mean=mean))
+        noisy, gauss_event = gaussian_mechanism(product, l2_sensitivity=theta, noise_multiplier=noise_multiplier,
+                                                noise=noise, release=block_release_key(t, "gaussian"))
+        del product
+        events.append(gauss_event)
+        x = _orthonormal(noisy)
+        thresholds.append(theta)
+        emit(BlockPowerState(iteration=t + 1, x=x, thresholds=(tuple(thresholds),), mean=mean))
+    components = ordered_basis(noisy)
+    variance = None
+    if variance_multiplier is not None:
+        totals = yield VarianceStep(components=components, row_norm_bound=row_norm_bound, mean=mean)
+        variance, variance_event = private_variances(
+            totals.projected, totals.total, totals.count, row_norm_bound=bound,
+            noise_multiplier=variance_multiplier, noise=noise, release="explained-variance")
+        del totals
+        events.append(variance_event)
+    return BlockPowerOutput(components=components, thresholds=np.asarray([thresholds], dtype=np.float64),
+                            mean=mean, mean_count=mean_count, variance=variance, events=tuple(events))
