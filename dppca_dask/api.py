@@ -24,6 +24,7 @@ import numpy as np
 from dppca_dask import __version__
 from dppca_dask._private_power_plan import PRIVATE_POWER, plan_private_power
 from dppca_dask.algorithms.adaptive_power import adaptive_power_run, pass_row_budget, release_key
+from dppca_dask.algorithms.block_power import BLOCK_POWER, plan_block_power
 from dppca_dask.algorithms.analyze_gauss import (
     DEFAULT_MAX_DENSE_DIM,
     analyze_gauss_run,
@@ -498,6 +499,7 @@ register_mechanism("adaptive-power", _plan_adaptive_power)
 register_mechanism("analyze-gauss", _plan_analyze_gauss)
 register_mechanism("exact", _plan_exact)
 register_mechanism(PRIVATE_POWER, plan_private_power)
+register_mechanism(BLOCK_POWER, plan_block_power)
 _DEFAULT_N_ITERS[PRIVATE_POWER] = DEFAULT_PRIVATE_POWER_N_ITER
 
 

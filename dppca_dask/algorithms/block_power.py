@@ -365,3 +365,117 @@ def block_power_run(
         events.append(variance_event)
     return BlockPowerOutput(components=components, thresholds=np.asarray([thresholds], dtype=np.float64),
                             mean=mean, mean_count=mean_count, variance=variance, events=tuple(events))
+
+
+# ------------------------------------------------------------------------------------------------ the planner
+#: Public share of the user's (ε, δ) given to the private mean's release (``center="private"``).
+DEFAULT_MEAN_SHARE = 0.1
+#: Public share of the user's (ε, δ) given to the explained variance's release.
+DEFAULT_VARIANCE_SHARE = 0.05
+#: The mechanism's name in the registry.
+BLOCK_POWER = "adaptive-power-block"
+
+
+def plan_block_power(
+    params: Any,
+    n_cols: int,
+    *,
+    center: str | np.ndarray | None = None,
+    explained_variance: bool = True,
+    mean_share: float = DEFAULT_MEAN_SHARE,
+    variance_share: float = DEFAULT_VARIANCE_SHARE,
+) -> Any:
+    """Calibrate a block run from public parameters only (a :class:`~dppca_dask.api.MechanismPlan`).
+
+    The user's total (ε, δ) is split by public shares: ``mean_share`` for the private mean (when
+    ``center="private"``), ``variance_share`` for the explained variance (when asked), the rest for the T
+    iterations, calibrated exactly as a sequential run of one component (the same T pairs of events). The parts
+    compose by basic composition to at most the total, and the report composes the emitted events with the PLD
+    accountant (at or below the total).
+    """
+    import dataclasses
+
+    from dp_accounting import GaussianDpEvent
+
+    from dppca_dask import accounting
+    from dppca_dask.api import MechanismPlan, _plan_adaptive_power
+
+    uses_mean = isinstance(center, str)
+    used = (mean_share if uses_mean else 0.0) + (variance_share if explained_variance else 0.0)
+    if not 0.0 <= used < 1.0:
+        raise InvalidParameterError(
+            f"the mean and variance shares must leave budget for the iterations; got {used:g} of the total"
+        )
+    power_params = dataclasses.replace(params, mechanism="adaptive-power", n_components=1,
+                                       epsilon=params.epsilon * (1.0 - used), delta=params.delta * (1.0 - used))
+    base = _plan_adaptive_power(power_params, n_cols)
+    cal = dict(base.calibration)
+    bound = centred_bound(params.row_norm_bound, center)
+    grid = ThresholdGrid.for_bound(bound, per_octave=params.grid_per_octave, octaves=params.grid_octaves)
+    mean_multiplier = (accounting.calibrate_gaussian(epsilon=params.epsilon * mean_share,
+                                                     delta=params.delta * mean_share) if uses_mean else None)
+    variance_multiplier = (accounting.calibrate_gaussian(epsilon=params.epsilon * variance_share,
+                                                         delta=params.delta * variance_share)
+                           if explained_variance else None)
+    pass_delta = cal["delta_split"]["pass_probability"]
+    top_m = pass_row_budget(cutoff=cal["cutoff"], threshold_scale=cal["svt_threshold_scale"],
+                            query_scale=cal["svt_query_scale"], n_queries=grid.n_points, n_releases=params.n_iter,
+                            pass_delta=pass_delta)
+
+    def make_run(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
+        if resume is not None:
+            raise InvalidParameterError(
+                f"mechanism={BLOCK_POWER!r} does not resume an interrupted run (its T releases are few); run it again"
+            )
+        return block_power_run(
+            n_cols=n_cols, n_iter=params.n_iter, n_components=params.n_components,
+            row_norm_bound=params.row_norm_bound, epsilon_svt=cal["epsilon_svt"],
+            noise_multiplier=cal["noise_multiplier"], cutoff=cal["cutoff"], grid=grid, noise=noise,
+            svt_form=cal["svt_form"], pass_delta=pass_delta, top_m=top_m, center=center,
+            mean_multiplier=mean_multiplier, variance_multiplier=variance_multiplier, on_release=on_release,
+        )
+
+    planned: list[Any] = []
+    if mean_multiplier is not None:
+        planned.append(GaussianDpEvent(mean_multiplier))
+    planned.extend(base.planned_events or ())
+    if variance_multiplier is not None:
+        planned.append(GaussianDpEvent(variance_multiplier))
+    assert base.replace_one is not None
+    power_replace, power_method = base.replace_one
+
+    def replace_one(events: tuple[Any, ...]) -> list[Any]:
+        # replacing one row: the mean's scaled sum moves by <= 2, its count by 0 (sensitivity 2 instead of √2);
+        # the variance's entries by <= √3 as under add/remove (two non-negative vectors of L1 norm <= 1 differ by
+        # <= √2 in L2, the total by <= 1, the count by 0); the iterations as in the sequential version
+        flat = list(events)
+        head: list[Any] = []
+        tail: list[Any] = []
+        if mean_multiplier is not None and flat:
+            head = [GaussianDpEvent(flat.pop(0).noise_multiplier / math.sqrt(2.0))]
+        if variance_multiplier is not None and flat and len(flat) % 2 == 1:
+            tail = [flat.pop()]
+        return head + power_replace(tuple(flat)) + tail
+
+    calibration = {
+        **cal,
+        "grid": grid.to_json(),
+        "top_m": top_m,
+        "centred_bound": bound,
+        "center": "private" if uses_mean else ("given" if center is not None else "none"),
+        "shares": {"mean": mean_share if uses_mean else 0.0,
+                   "explained_variance": variance_share if explained_variance else 0.0,
+                   "iterations": 1.0 - used},
+        "mean_noise_multiplier": mean_multiplier,
+        "variance_noise_multiplier": variance_multiplier,
+    }
+    return MechanismPlan(
+        make_run,
+        base.neighbouring,
+        calibration,
+        base.paper_figure,
+        params.n_iter,
+        planned_events=tuple(planned),
+        replace_one=(replace_one, power_method + "; the private mean's sensitivity doubles from sqrt(2) to 2 "
+                     "(noise multiplier divided by sqrt(2)); the explained variance's stays sqrt(3)"),
+    )
