@@ -60,7 +60,9 @@ __all__ = [
     "BlockPowerState",
     "BlockPowerStep",
     "CentredGramMatrix",
+    "AutoBound",
     "MeanStep",
+    "NormCounts",
     "VarianceStep",
     "block_power_run",
     "block_release_key",
@@ -106,6 +108,23 @@ class MeanStep:
 
 
 @dataclass(frozen=True)
+class NormCounts:
+    """Rows of norm ≤ each public candidate bound (ascending), and the number of rows."""
+
+    candidates: np.ndarray
+
+
+@dataclass(frozen=True)
+class AutoBound:
+    """``row_norm_bound="auto"``: a private quantile of row norms on a public grid, from its own ε."""
+
+    grid: Any
+    """The public :class:`~dppca_dask.mechanisms.quantile.NormGrid`."""
+    quantile: float
+    epsilon: float
+
+
+@dataclass(frozen=True)
 class VarianceStep:
     """``Σ(ã'ᵀv_j)²``, ``Σ‖ã'‖²`` and the row count for the released components ``components`` (k×d)."""
 
@@ -146,6 +165,9 @@ def _register_requests() -> None:
         part = _load(item)
         return B.variance_partial(part.block, part.norms, components, row_norm_bound=row_norm_bound, mean=mean)
 
+    def norms_task(item: Any, *, candidates: np.ndarray) -> B.NormCountsPartial:
+        return B.norm_counts(_load(item).norms, candidates)
+
     def gram_task(item: Any, *, row_norm_bound: float, mean: np.ndarray | None) -> np.ndarray:
         part = _load(item)
         return B.centred_gram_matrix(part.block, part.norms, row_norm_bound=row_norm_bound, mean=mean)
@@ -170,6 +192,9 @@ def _register_requests() -> None:
     register_request(VarianceStep, lambda r: StepPlan(
         variance_task, {"row_norm_bound": r.row_norm_bound, "mean": r.mean}, r.components,
         B.merge_variance_partials, empty=lambda d, k=r.components.shape[0]: B.VariancePartial(np.zeros(k), 0.0, 0)))
+    register_request(NormCounts, lambda r: StepPlan(
+        norms_task, {"candidates": r.candidates}, None, B.merge_norm_counts,
+        empty=lambda d, j=r.candidates.shape[0]: B.NormCountsPartial(np.zeros(j, dtype=np.int64), 0)))
     register_request(CentredGramMatrix, lambda r: StepPlan(
         gram_task, {"row_norm_bound": r.row_norm_bound, "mean": r.mean}, None, _sum,
         empty=lambda d: np.zeros((d, d))))
@@ -209,6 +234,8 @@ class BlockPowerOutput:
     """The released row count of the private mean."""
     variance: ExplainedVariance | None = None
     events: tuple[Any, ...] = field(default=())
+    row_norm_bound: float | None = None
+    """The bound c used (the released one with ``row_norm_bound="auto"``)."""
 
 
 def _orthonormal(y: np.ndarray) -> np.ndarray:
@@ -243,7 +270,7 @@ def block_power_run(
     n_cols: int,
     n_iter: int,
     n_components: int,
-    row_norm_bound: float,
+    row_norm_bound: float | AutoBound,
     epsilon_svt: float,
     noise_multiplier: float,
     cutoff: float,
@@ -262,6 +289,10 @@ def block_power_run(
     Parameters are those of :func:`~dppca_dask.algorithms.adaptive_power.adaptive_power_run` (with T releases
     instead of k·T), and:
 
+    row_norm_bound
+        The public bound c, or an :class:`AutoBound`: c is then released first by a private quantile of the row
+        norms (:func:`~dppca_dask.mechanisms.quantile.private_quantile`), and ``grid`` is rebuilt for it (its
+        resolution kept: a public function of the released c).
     center
         None (no centring), ``"private"`` (a released mean of the rows clipped to c, from one Gaussian release
         with multiplier ``mean_multiplier``) or a public mean (length d) used as is.
@@ -272,8 +303,8 @@ def block_power_run(
 
     Notes
     -----
-    Privacy contract: add/remove one row. Events, in order: the mean's ``GaussianDpEvent(mean_multiplier)`` (when
-    private), then per iteration ``EpsilonDeltaDpEvent(ε_svt, (1 + e^ε_svt)·δ_pass/T)`` and ``GaussianDpEvent(m)``
+    Privacy contract: add/remove one row. Events, in order: the quantile's ``EpsilonDeltaDpEvent(ε_q, 0)`` (with
+    ``AutoBound``), the mean's ``GaussianDpEvent(mean_multiplier)`` (when private), then per iteration ``EpsilonDeltaDpEvent(ε_svt, (1 + e^ε_svt)·δ_pass/T)`` and ``GaussianDpEvent(m)``
     (sensitivity θ: see the module docstring), then the variance's ``GaussianDpEvent(variance_multiplier)``. The
     passes, task names and log lines depend on the data only through released values and the δ_pass event.
     """
@@ -296,6 +327,12 @@ def block_power_run(
             raise InvalidParameterError(
                 f"a given mean must be a finite vector of length {n_cols}; got shape {mean.shape}"
             )
+    auto = row_norm_bound if isinstance(row_norm_bound, AutoBound) else None
+    if auto is not None:
+        row_norm_bound = float(auto.grid.values[-1])  # validated below as the largest candidate; replaced by the release
+        grid = ThresholdGrid.for_bound(centred_bound(row_norm_bound, center), per_octave=grid.per_octave,
+                                       octaves=(grid.n_points - 1) // grid.per_octave)
+    assert not isinstance(row_norm_bound, AutoBound)
     bound = centred_bound(row_norm_bound, center)
     if grid.top < bound * bound * (1.0 - 1e-12):
         raise InvalidParameterError(
@@ -317,6 +354,16 @@ def block_power_run(
         if on_release is not None:
             on_release(state, tuple(events))
 
+    if auto is not None:
+        from dppca_dask.mechanisms.quantile import private_quantile
+
+        counted = yield NormCounts(candidates=auto.grid.values)
+        row_norm_bound, quantile_event = private_quantile(
+            counted.counts, counted.count, grid=auto.grid, quantile=auto.quantile, epsilon=auto.epsilon, noise=noise)
+        del counted
+        events.append(quantile_event)
+        bound = centred_bound(row_norm_bound, center)
+        grid = ThresholdGrid.for_bound(bound, per_octave=grid.per_octave, octaves=(grid.n_points - 1) // grid.per_octave)
     if isinstance(center, str):
         totals = yield MeanStep(row_norm_bound=row_norm_bound)
         assert mean_multiplier is not None
@@ -364,7 +411,8 @@ def block_power_run(
         del totals
         events.append(variance_event)
     return BlockPowerOutput(components=components, thresholds=np.asarray([thresholds], dtype=np.float64),
-                            mean=mean, mean_count=mean_count, variance=variance, events=tuple(events))
+                            mean=mean, mean_count=mean_count, variance=variance, events=tuple(events),
+                            row_norm_bound=float(row_norm_bound))
 
 
 # ------------------------------------------------------------------------------------------------ the planner
@@ -372,6 +420,10 @@ def block_power_run(
 DEFAULT_MEAN_SHARE = 0.1
 #: Public share of the user's (ε, δ) given to the explained variance's release.
 DEFAULT_VARIANCE_SHARE = 0.05
+#: Public share of the user's ε (no δ) given to the private row-norm quantile (``row_norm_bound="auto"``).
+DEFAULT_QUANTILE_SHARE = 0.05
+#: The quantile of row norms that ``row_norm_bound="auto"`` aims at: about 10% of the rows are clipped.
+DEFAULT_NORM_QUANTILE = 0.9
 #: The mechanism's name in the registry.
 BLOCK_POWER = "adaptive-power-block"
 
@@ -384,6 +436,10 @@ def plan_block_power(
     explained_variance: bool = True,
     mean_share: float = DEFAULT_MEAN_SHARE,
     variance_share: float = DEFAULT_VARIANCE_SHARE,
+    auto_bound: bool = False,
+    quantile: float = DEFAULT_NORM_QUANTILE,
+    quantile_share: float = DEFAULT_QUANTILE_SHARE,
+    norm_grid: Any = None,
 ) -> Any:
     """Calibrate a block run from public parameters only (a :class:`~dppca_dask.api.MechanismPlan`).
 
@@ -391,7 +447,10 @@ def plan_block_power(
     ``center="private"``), ``variance_share`` for the explained variance (when asked), the rest for the T
     iterations, calibrated exactly as a sequential run of one component (the same T pairs of events). The parts
     compose by basic composition to at most the total, and the report composes the emitted events with the PLD
-    accountant (at or below the total).
+    accountant (at or below the total). With ``auto_bound``, ``quantile_share`` of ε (no δ) releases the bound
+    c as the ``quantile`` of row norms on the public ``norm_grid`` (default
+    :class:`~dppca_dask.mechanisms.quantile.NormGrid`: 2^-10 to 2^20, four points per octave), and
+    ``params.row_norm_bound`` is not used.
     """
     import dataclasses
 
@@ -400,17 +459,26 @@ def plan_block_power(
     from dppca_dask import accounting
     from dppca_dask.api import MechanismPlan, _plan_adaptive_power
 
+    from dppca_dask.mechanisms.quantile import NormGrid
+
     uses_mean = isinstance(center, str)
     used = (mean_share if uses_mean else 0.0) + (variance_share if explained_variance else 0.0)
-    if not 0.0 <= used < 1.0:
+    used_epsilon = used + (quantile_share if auto_bound else 0.0)
+    if not (0.0 <= used and used_epsilon < 1.0):
         raise InvalidParameterError(
-            f"the mean and variance shares must leave budget for the iterations; got {used:g} of the total"
+            f"the mean, variance and quantile shares must leave budget for the iterations; got {used_epsilon:g} of "
+            "the total"
         )
     power_params = dataclasses.replace(params, mechanism="adaptive-power", n_components=1,
-                                       epsilon=params.epsilon * (1.0 - used), delta=params.delta * (1.0 - used))
+                                       epsilon=params.epsilon * (1.0 - used_epsilon),
+                                       delta=params.delta * (1.0 - used))
+    auto = None
+    if auto_bound:
+        auto = AutoBound(grid=norm_grid if norm_grid is not None else NormGrid(), quantile=quantile,
+                         epsilon=params.epsilon * quantile_share)
     base = _plan_adaptive_power(power_params, n_cols)
     cal = dict(base.calibration)
-    bound = centred_bound(params.row_norm_bound, center)
+    bound = centred_bound(float(auto.grid.values[-1]) if auto is not None else params.row_norm_bound, center)
     grid = ThresholdGrid.for_bound(bound, per_octave=params.grid_per_octave, octaves=params.grid_octaves)
     mean_multiplier = (accounting.calibrate_gaussian(epsilon=params.epsilon * mean_share,
                                                      delta=params.delta * mean_share) if uses_mean else None)
@@ -429,13 +497,15 @@ def plan_block_power(
             )
         return block_power_run(
             n_cols=n_cols, n_iter=params.n_iter, n_components=params.n_components,
-            row_norm_bound=params.row_norm_bound, epsilon_svt=cal["epsilon_svt"],
+            row_norm_bound=auto if auto is not None else params.row_norm_bound, epsilon_svt=cal["epsilon_svt"],
             noise_multiplier=cal["noise_multiplier"], cutoff=cal["cutoff"], grid=grid, noise=noise,
             svt_form=cal["svt_form"], pass_delta=pass_delta, top_m=top_m, center=center,
             mean_multiplier=mean_multiplier, variance_multiplier=variance_multiplier, on_release=on_release,
         )
 
     planned: list[Any] = []
+    if auto is not None:
+        planned.append(accounting.EpsilonDeltaDpEvent(auto.epsilon, 0.0))
     if mean_multiplier is not None:
         planned.append(GaussianDpEvent(mean_multiplier))
     planned.extend(base.planned_events or ())
@@ -451,8 +521,12 @@ def plan_block_power(
         flat = list(events)
         head: list[Any] = []
         tail: list[Any] = []
+        if auto is not None and flat:  # replacing a row moves each utility by <= 100 instead of max(a, 100 - a)
+            first = flat.pop(0)
+            percent = round(quantile * 100)
+            head.append(accounting.EpsilonDeltaDpEvent(first.epsilon * 100.0 / max(percent, 100 - percent), 0.0))
         if mean_multiplier is not None and flat:
-            head = [GaussianDpEvent(flat.pop(0).noise_multiplier / math.sqrt(2.0))]
+            head.append(GaussianDpEvent(flat.pop(0).noise_multiplier / math.sqrt(2.0)))
         if variance_multiplier is not None and flat and len(flat) % 2 == 1:
             tail = [flat.pop()]
         return head + power_replace(tuple(flat)) + tail
@@ -461,12 +535,15 @@ def plan_block_power(
         **cal,
         "grid": grid.to_json(),
         "top_m": top_m,
-        "centred_bound": bound,
+        "centred_bound": None if auto is not None else bound,
         "center": "private" if uses_mean else ("given" if center is not None else "none"),
-        "shares": {"mean": mean_share if uses_mean else 0.0,
+        "shares": {"row_norm_quantile_epsilon": quantile_share if auto_bound else 0.0,
+                   "mean": mean_share if uses_mean else 0.0,
                    "explained_variance": variance_share if explained_variance else 0.0,
-                   "iterations": 1.0 - used},
+                   "iterations_epsilon": 1.0 - used_epsilon, "iterations_delta": 1.0 - used},
         "mean_noise_multiplier": mean_multiplier,
+        "row_norm_quantile": None if auto is None else {"quantile": quantile, "epsilon": auto.epsilon,
+                                                        "grid": auto.grid.to_json()},
         "variance_noise_multiplier": variance_multiplier,
     }
     return MechanismPlan(

@@ -32,6 +32,7 @@ from dppca_dask.kernels.power import clip_factors
 __all__ = [
     "BlockPartial",
     "MeanPartial",
+    "NormCountsPartial",
     "VariancePartial",
     "block_filtered_sum",
     "block_partial",
@@ -40,7 +41,9 @@ __all__ = [
     "mean_partial",
     "merge_block_partials",
     "merge_mean_partials",
+    "merge_norm_counts",
     "merge_variance_partials",
+    "norm_counts",
     "select_block_filtered",
     "variance_partial",
 ]
@@ -248,3 +251,22 @@ def centred_gram_matrix(block: Any, norms: np.ndarray, *, row_norm_bound: float,
         return gram
     s_clipped = np.asarray(block.T @ factors, dtype=np.float64).ravel()
     return gram - np.outer(mean, s_clipped) - np.outer(s_clipped, mean) + block.shape[0] * np.outer(mean, mean)
+
+
+@dataclass(frozen=True, slots=True)
+class NormCountsPartial:
+    """Rows of norm ≤ each public candidate bound, and the number of rows (the private quantile's exact inputs)."""
+
+    counts: np.ndarray
+    count: int
+
+
+def norm_counts(norms: np.ndarray, candidates: np.ndarray) -> NormCountsPartial:
+    """``#{rows with norm ≤ c_j}`` for each ascending candidate ``c_j`` (from the stored norms only)."""
+    bins = np.searchsorted(candidates, norms, side="left")  # first j with c_j >= norm
+    counts = np.cumsum(np.bincount(bins, minlength=candidates.shape[0] + 1)[: candidates.shape[0]])
+    return NormCountsPartial(counts.astype(np.int64), int(norms.shape[0]))
+
+
+def merge_norm_counts(*parts: NormCountsPartial) -> NormCountsPartial:
+    return NormCountsPartial(np.sum([p.counts for p in parts], axis=0), int(sum(p.count for p in parts)))
