@@ -556,3 +556,82 @@ def plan_block_power(
         replace_one=(replace_one, power_method + "; the private mean's sensitivity doubles from sqrt(2) to 2 "
                      "(noise multiplier divided by sqrt(2)); the explained variance's stays sqrt(3)"),
     )
+
+
+# ------------------------------------------------------------------------------------------------ pca() options
+@dataclass(frozen=True)
+class CentringOptions:
+    """``pca``'s analyst options, validated before any data is read: centring and a private row-norm bound."""
+
+    center: str | np.ndarray | None
+    """None, ``"private"`` or a public mean."""
+    auto_bound: bool
+    """``row_norm_bound="auto"``."""
+
+    @property
+    def active(self) -> bool:
+        return self.center is not None or self.auto_bound
+
+    def to_json(self) -> dict[str, Any]:
+        """Provenance: only the options that were given (a run without them keeps its old parameters)."""
+        out: dict[str, Any] = {}
+        if self.center is not None:
+            out["center"] = "private" if isinstance(self.center, str) else "given"
+        if self.auto_bound:
+            out["row_norm_bound"] = "auto"
+        return out
+
+
+#: Mechanisms of :func:`~dppca_dask.pca` that accept ``center`` and ``row_norm_bound="auto"``.
+CENTRING_MECHANISMS = ("adaptive-power", BLOCK_POWER, "analyze-gauss")
+
+
+def centring_options(mechanism: str, center: Any, row_norm_bound: Any) -> tuple[CentringOptions, Any]:
+    """Validate ``center`` and ``row_norm_bound`` (``"auto"`` or a number); return the options and the number to
+    validate as the bound (1.0 in place of ``"auto"``: the released bound replaces it)."""
+    auto = isinstance(row_norm_bound, str)
+    if auto and row_norm_bound != "auto":
+        raise InvalidParameterError(f"row_norm_bound must be a number or 'auto'; got {row_norm_bound!r}")
+    if center is None or center is False or (isinstance(center, str) and center == "none"):
+        centre: str | np.ndarray | None = None
+    elif center is True or (isinstance(center, str) and center == "private"):
+        centre = "private"
+    elif isinstance(center, str):
+        raise InvalidParameterError(
+            f"center must be False, True, 'private' or a public mean vector; got {center!r}")
+    else:
+        centre = np.array(center, dtype=np.float64)
+        if centre.ndim != 1 or not np.all(np.isfinite(centre)):
+            raise InvalidParameterError(
+                f"a given center must be a finite 1-D vector (a public mean); got shape {centre.shape}")
+    options = CentringOptions(centre, auto)
+    if options.active and mechanism not in CENTRING_MECHANISMS:
+        raise InvalidParameterError(
+            f"center and row_norm_bound='auto' apply to mechanism in {', '.join(CENTRING_MECHANISMS)}; got "
+            f"mechanism={mechanism!r}"
+        )
+    return options, (1.0 if auto else row_norm_bound)
+
+
+def plan_with_centring(params: Any, n_cols: int, options: CentringOptions) -> Any:
+    """The plan of a ``pca`` run with centring or an automatic bound: the block run for adaptive power (any k), the
+    centred Analyze Gauss run for Analyze Gauss; both release the explained variance."""
+    if isinstance(options.center, np.ndarray) and options.center.shape != (n_cols,):
+        raise InvalidParameterError(
+            f"a given center must have one entry per column ({n_cols}); got shape {options.center.shape}")
+    if params.mechanism == "analyze-gauss":
+        from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
+
+        return plan_centred_gauss(params, n_cols, center=options.center, auto_bound=options.auto_bound)
+    return plan_block_power(params, n_cols, center=options.center, auto_bound=options.auto_bound)
+
+
+def result_fields(output: Any) -> dict[str, Any]:
+    """The released statistics of a block or centred run, as :class:`~dppca_dask.results.PCAResult` fields."""
+    variance = getattr(output, "variance", None)
+    out: dict[str, Any] = {"mean": getattr(output, "mean", None)}
+    if variance is not None:
+        out.update(explained_variance=variance.explained_variance,
+                   explained_variance_ratio=variance.explained_variance_ratio,
+                   singular_values=variance.singular_values)
+    return out
