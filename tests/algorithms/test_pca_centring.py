@@ -84,3 +84,48 @@ def test_option_errors_before_any_draw(rows: np.ndarray, kwargs: dict, message: 
     with pytest.raises(InvalidParameterError, match=message):
         pca(rows, epsilon=1.0, delta=1e-6, client="local", noise=noise, progress=False, **kwargs)
     assert noise.records == [] and noise.released_keys == frozenset()
+
+
+def test_cli_centres_by_default_and_writes_a_scree_plot(rows: np.ndarray, tmp_path, capsys) -> None:
+    from dppca_dask.cli import main
+    from dppca_dask.ingest import ingest
+
+    store = tmp_path / "rows.zarr"
+    ingest(rows, str(store))
+    plot = tmp_path / "scree.png"
+    code = main(["pca", str(store), "--epsilon", "1", "--delta", "1e-6", "--n-components", "3", "--json",
+                 "--scheduler", "local", "--row-norm-bound", "auto", "--plot", str(plot)])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["mechanism"] == "adaptive-power-block" and len(out["explained_variance_ratio"]) == 3
+    assert out["provenance"]["parameters"]["center"] == "private" and len(out["mean"]) == 30
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["pca", str(store), "--epsilon", "1", "--delta", "1e-6", "--center", "none", "--json",
+                 "--scheduler", "local"]) == 0
+    plain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert plain["mechanism"] == "adaptive-power" and "explained_variance" not in plain
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--center", "none", "--plot", "x.png"], "--plot needs a released explained variance"),
+    (["--plot", "x.txt"], "--plot must name a .png file"),
+    (["--plot", "no/such/dir/x.png"], "does not exist; create it first"),
+])
+def test_cli_plot_errors_before_the_run(rows: np.ndarray, tmp_path, capsys, argv, message, monkeypatch) -> None:
+    from dppca_dask.cli import main
+    from dppca_dask.ingest import ingest
+
+    store = tmp_path / "rows.zarr"
+    ingest(rows[:200], str(store))
+    monkeypatch.chdir(tmp_path)
+    assert main(["pca", str(store), "--epsilon", "1", "--delta", "1e-6", "--scheduler", "local", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_row_norm_bound_must_be_a_number_or_auto(capsys) -> None:
+    from dppca_dask.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pca", "store.zarr", "--epsilon", "1", "--delta", "1e-6", "--row-norm-bound", "max"])
+    assert exit_info.value.code == 2
+    assert "must be a number or 'auto'; got 'max'" in capsys.readouterr().err
