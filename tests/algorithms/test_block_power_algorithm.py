@@ -90,6 +90,19 @@ def test_noise_off_equals_a_block_power_method(rng: np.random.Generator, k: int)
     assert out.thresholds.shape == (1, 6)  # the smallest θ that filters no row (cut-off below one row)
 
 
+def test_oversampled_noise_off_returns_the_top_k_of_a_wider_block(rng: np.random.Generator) -> None:
+    rows = _data(rng)
+    out = _run(sp.csr_array(rows), StartOnly(7), n_iter=4, n_components=1, epsilon_svt=1e6, cutoff=0.5,
+               oversample=2)
+    clipped = _clipped(rows, 1.0)
+    x = np.linalg.qr(np.random.default_rng(7).standard_normal((rows.shape[1], 3)))[0]
+    for _ in range(4):
+        y = clipped.T @ (clipped @ x)
+        x = np.linalg.qr(y)[0]
+    assert out.components.shape == (1, rows.shape[1])
+    assert 1 - float(out.components[0] @ ordered_basis(y)[0]) ** 2 < 1e-9
+
+
 def test_centred_noise_off_equals_scikit_learn_pca_on_the_clipped_rows(rng: np.random.Generator) -> None:
     rows = _data(rng, shift=0.4)
     clipped = _clipped(rows, 1.0)
@@ -163,6 +176,7 @@ def test_mean_and_variance_noise_scales_chi_square(seed: int) -> None:
     ({"center": np.zeros(3)}, r"a given mean must be a finite vector of length 30; got shape \(3,\)"),
     ({"center": np.full(30, np.nan)}, "a given mean must be a finite vector"),
     ({"n_iter": 0}, "n_iter must be an integer >= 1; got 0"),
+    ({"oversample": -1}, "oversample must be an integer >= 0; got -1"),
     ({"n_components": 31}, r"n_components must be in \[1, 30\]; got 31"),
 ])
 def test_invalid_arguments_fail_before_any_draw(kwargs: dict[str, Any], message: str) -> None:

@@ -1,6 +1,7 @@
 """Neighbouring datasets for block adaptive power iteration, in-process and through a LocalCluster.
 
-As for the sequential version (``test_adaptive_power.py``), the data is crafted around the first iterate X₀ (d×2),
+As for the sequential version (``test_adaptive_power.py``), the data is crafted around the first iterate X₀ (d×4:
+k = 2 and two extra columns),
 drawn first by the auditing source (``block/init``): ``H`` rows of score ≈ 0.77 (all in partition 0, filtered)
 and ``N_LOW`` rows of score ≈ 2^-10.1 (kept), so the AboveThreshold step answers grid index 40 (θ = 2^-10) on
 both neighbours. A row ``norm·(α·x + √(1−α²)·w)`` with ``x`` the first column of X₀ and ``w`` orthogonal to both
@@ -26,7 +27,7 @@ import pytest
 
 from dppca_dask import pca
 from dppca_dask.accounting import event_to_json, summarise_events
-from dppca_dask.algorithms.block_power import BLOCK_POWER, _orthonormal
+from dppca_dask.algorithms.block_power import BLOCK_POWER, DEFAULT_OVERSAMPLE, _orthonormal
 from dppca_dask.api import plan_release
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.mechanisms.testing import AuditingNoiseSource
@@ -34,6 +35,7 @@ from privacy_harness import assert_within_sensitivity
 
 D = 50
 K = 2
+WIDTH = K + DEFAULT_OVERSAMPLE  # the block carries k + p columns
 H = 300
 N_LOW = 5_500
 OTHER_PARTS = 15
@@ -46,7 +48,7 @@ PARAMS: dict[str, Any] = {"epsilon": 1.0, "delta": 1e-6, "beta": 1e-6, "progress
 
 
 def _x0(seed: int) -> np.ndarray:
-    return _orthonormal(np.random.default_rng(seed).normal(0.0, 1.0, (D, K)))  # the first draw of the source
+    return _orthonormal(np.random.default_rng(seed).normal(0.0, 1.0, (D, WIDTH)))  # the first draw of the source
 
 
 def _row(x0: np.ndarray, rng: np.random.Generator, norm: float, score: float) -> np.ndarray:
@@ -103,7 +105,7 @@ def test_pre_noise_values_move_within_the_sensitivity_in_process(seed: int, kind
     assert variance <= 1.0
     calibration = ra.provenance["calibration"]
     (_, gauss_record, variance_record) = a.records
-    assert gauss_record.sensitivity == THETA and gauss_record.exact.shape == (D, K)
+    assert gauss_record.sensitivity == THETA and gauss_record.exact.shape == (D, WIDTH)
     assert gauss_record.scale == pytest.approx(calibration["noise_multiplier"] * THETA, rel=1e-15)
     assert variance_record.sensitivity == pytest.approx(np.sqrt(3.0), rel=1e-15)
     assert variance_record.scale == pytest.approx(calibration["variance_noise_multiplier"] * np.sqrt(3.0), rel=1e-15)

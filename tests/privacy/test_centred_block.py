@@ -19,7 +19,7 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from dppca_dask.algorithms.block_power import BLOCK_POWER, _orthonormal, plan_block_power
+from dppca_dask.algorithms.block_power import BLOCK_POWER, DEFAULT_OVERSAMPLE, _orthonormal, plan_block_power
 from dppca_dask.api import validate_parameters
 from dppca_dask.coordinator import LocalExecutor, as_source, run_algorithm
 from dppca_dask.kernels import ThresholdGrid
@@ -27,6 +27,7 @@ from dppca_dask.mechanisms.testing import AuditingNoiseSource
 from privacy_harness import assert_within_sensitivity
 
 D, K, H, N_LOW = 40, 2, 300, 4_000
+WIDTH = K + DEFAULT_OVERSAMPLE
 RADIUS = 0.2
 BOUND = 1.0 + RADIUS
 GRID = ThresholdGrid.for_bound(BOUND)
@@ -54,7 +55,7 @@ def _centred_row(x0: np.ndarray, rng: np.random.Generator, norm: float, score: f
 
 
 def _dataset(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    x0 = _orthonormal(np.random.default_rng(seed).normal(0.0, 1.0, (D, K)))
+    x0 = _orthonormal(np.random.default_rng(seed).normal(0.0, 1.0, (D, WIDTH)))
     rng, mu = np.random.default_rng(seed + 1), _mean(seed)
     low_score = float(np.sqrt(GRID.thetas[INDEX] * GRID.thetas[INDEX + 1]))
     high = np.array([_centred_row(x0, rng, 0.7, 0.3) for _ in range(H)]) + mu
