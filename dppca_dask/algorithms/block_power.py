@@ -457,7 +457,7 @@ def plan_block_power(
     norm_grid: Any = None,
     oversample: int = DEFAULT_OVERSAMPLE,
 ) -> Any:
-    """Calibrate a block run from public parameters only (a :class:`~dppca_dask.api.MechanismPlan`).
+    """Calibrate a block run from public parameters only (a :class:`~dppca_dask.methods.MechanismPlan`).
 
     The user's total (ε, δ) is split by public shares: ``mean_share`` for the private mean (when
     ``center="private"``), ``variance_share`` for the explained variance (when asked), the rest for the T
@@ -473,7 +473,8 @@ def plan_block_power(
     from dp_accounting import GaussianDpEvent
 
     from dppca_dask import accounting
-    from dppca_dask.api import MechanismPlan, _plan_adaptive_power
+    from dppca_dask.methods._registry import MechanismPlan
+    from dppca_dask.methods.adaptive_power import _plan_adaptive_power
 
     from dppca_dask.mechanisms.quantile import NormGrid
 

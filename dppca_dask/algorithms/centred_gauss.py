@@ -142,7 +142,7 @@ def plan_centred_gauss(
     from dp_accounting import GaussianDpEvent
 
     from dppca_dask import accounting
-    from dppca_dask.api import MechanismPlan
+    from dppca_dask.methods._registry import MechanismPlan
     from dppca_dask.mechanisms.quantile import NormGrid
 
     check_dense_dim(n_cols, params.max_dense_dim, CENTRED_GAUSS)
