@@ -13,6 +13,13 @@ coherence regime at ε = 1 with the default T.
 
     python benchmarks/bench_utility.py --quick
     python benchmarks/bench_utility.py --iters 3 5 8 10 --repeats 5      # the sweep behind DEFAULT_N_ITER
+    python benchmarks/bench_utility.py --block --w8a PATH/w8a.svm           # block vs sequential, k = 2..20
+
+``--block`` compares the block version (``mechanism="adaptive-power-block"``: T releases of a d×k block) with the
+sequential one (``"adaptive-power"``: k runs of T releases) at equal (ε, δ), for k ∈ {2, 5, 10, 20}, on w8a (when
+given) and on a generated sparse matrix with a planted rank-20 spectrum. Error is the subspace error
+``1 − ‖V Uᵀ‖_F²/k`` (the mean sin² of the principal angles) against the exact top-k right singular vectors of the
+clipped matrix, median over repetitions; both spend the whole budget on the components.
 """
 
 from __future__ import annotations
@@ -120,6 +127,86 @@ def regime(name: str, spec: PlantedSpec, *, epsilons: list[float], iters: list[i
     return summary
 
 
+def subspace_error(estimate: np.ndarray, truth: np.ndarray) -> float:
+    """Mean sin² of the principal angles between the row spaces of two k×d orthonormal matrices."""
+    k = truth.shape[0]
+    return float(max(0.0, 1.0 - float(np.sum((estimate @ truth.T) ** 2)) / k))
+
+
+def planted_rank_matrix(n: int, d: int, rank: int, *, seed: int) -> Any:
+    """Sparse rows (about 30 entries each) plus a planted rank-``rank`` part with decaying strengths on 200 columns."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    noise = sp.random(n, d, density=30 / d, random_state=rng, format="csr", data_rvs=rng.standard_normal) * 0.15
+    support = rng.choice(d, size=200, replace=False)
+    basis = np.linalg.qr(rng.standard_normal((200, rank)))[0]
+    strengths = 0.9 * 0.85 ** np.arange(rank)
+    scores = rng.standard_normal((n, rank)) * strengths
+    planted = sp.csr_array((n, d))
+    dense = scores @ basis.T
+    dense[np.abs(dense) < 0.02] = 0.0
+    planted = sp.csr_array((dense.ravel()[np.flatnonzero(dense)],
+                            (np.repeat(np.arange(n), (dense != 0).sum(axis=1)), support[np.nonzero(dense)[1]])),
+                           shape=(n, d))
+    return sp.csr_array(noise + planted)
+
+
+def block_vs_sequential(name: str, matrix: Any, *, ks: list[int], epsilon: float, repeats: int, bound: float,
+                        n_iter: int) -> None:
+    from dppca_dask.algorithms.block_power import BLOCK_POWER, plan_block_power
+    from dppca_dask.api import _plan, validate_parameters
+    from dppca_dask.kernels.power import gram_matrix
+
+    norms = np.sqrt(np.asarray(matrix.multiply(matrix).sum(axis=1)).ravel())
+    gram = gram_matrix(matrix, norms, row_norm_bound=bound)
+    _values, vectors = top_eigenpairs(gram, max(ks))
+    executor = LocalExecutor(as_source(matrix))
+    print(f"\n## block vs sequential on {name}: n={matrix.shape[0]}, d={matrix.shape[1]}, nnz={matrix.nnz:,}, "
+          f"row_norm_bound={bound}, epsilon={epsilon}, delta={DELTA}, T={n_iter}, {repeats} runs; the whole budget "
+          "on the components (no explained variance, no centring)")
+    rows = []
+    for k in ks:
+        truth = vectors[:k]
+        row: dict[str, Any] = {"k": k}
+        for mechanism in ("adaptive-power", BLOCK_POWER):
+            params = validate_parameters(mechanism=mechanism, epsilon=epsilon, delta=DELTA, n_components=k,
+                                         n_iter=n_iter, row_norm_bound=bound, svt_share=SVT_SHARE, beta=0.05,
+                                         grid_per_octave=4, grid_octaves=24, calibration="standard",
+                                         max_dense_dim=4096)
+            plan = (plan_block_power(params, matrix.shape[1], explained_variance=False) if mechanism == BLOCK_POWER
+                    else _plan(params, matrix.shape[1]))
+            errors, seconds = [], []
+            for r in range(repeats):
+                t = time.perf_counter()
+                out = run_algorithm(executor, plan.make_run(_noise(1000 * k + r), None, None))
+                seconds.append(time.perf_counter() - t)
+                errors.append(subspace_error(out.components, truth))
+            label = "block" if mechanism == BLOCK_POWER else "sequential"
+            row[label] = _common.median(errors)
+            row[f"{label} s"] = _common.median(seconds)
+        row["sequential/block"] = row["sequential"] / row["block"] if row["block"] > 0 else float("inf")
+        rows.append(row)
+    print("median subspace error 1 - |V U^T|_F^2 / k")
+    print(_common.table(rows, ["k", "sequential", "block", "sequential/block", "sequential s", "block s"]))
+
+
+def block_main(args: argparse.Namespace) -> None:
+    ks = args.ks
+    repeats = args.repeats or 3
+    if args.w8a:
+        from sklearn.datasets import load_svmlight_file
+
+        import scipy.sparse as sp
+
+        features, _labels = load_svmlight_file(args.w8a, n_features=300)
+        block_vs_sequential("w8a", sp.csr_array(features, dtype=np.float64), ks=ks, epsilon=args.epsilons[0],
+                            repeats=repeats, bound=args.bound, n_iter=DEFAULT_N_ITER)
+    n = 20_000 if args.quick else 50_000
+    block_vs_sequential(f"a planted rank-20 sparse matrix", planted_rank_matrix(n, 500, 20, seed=5), ks=ks,
+                        epsilon=args.epsilons[0], repeats=repeats, bound=1.0, n_iter=DEFAULT_N_ITER)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller data, fewer runs (< 1 minute)")
@@ -128,7 +215,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--svt-share", type=float, default=None, help="share of the budget for the SVT steps")
     parser.add_argument("--low-only", action="store_true", help="only the low-coherence regime")
+    parser.add_argument("--block", action="store_true", help="block vs sequential for several k (see above)")
+    parser.add_argument("--ks", type=int, nargs="+", default=[2, 5, 10, 20])
+    parser.add_argument("--w8a", default=None, help="path of w8a.svm (LIBSVM) for --block")
+    parser.add_argument("--bound", type=float, default=4.0, help="row_norm_bound on w8a for --block (default 4)")
     args = parser.parse_args()
+    if args.block:
+        block_main(args)
+        return
     global SVT_SHARE
     if args.svt_share is not None:
         SVT_SHARE = args.svt_share

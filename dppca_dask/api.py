@@ -22,6 +22,12 @@ import numpy as np
 
 from dppca_dask import __version__
 from dppca_dask.algorithms.analyze_gauss import DEFAULT_MAX_DENSE_DIM
+from dppca_dask.algorithms.block_power import (
+    BLOCK_POWER,
+    centring_options,
+    plan_with_centring,
+    result_fields,
+)
 from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source, connect, run_algorithm
 from dppca_dask.coordinator.sources import PartitionSource, schema_caveats
 from dppca_dask.errors import InvalidParameterError, NotPrivateWarning
@@ -132,7 +138,7 @@ def pca(
     delta: float,
     n_components: int = 1,
     n_iter: int | None = None,
-    row_norm_bound: float = 1.0,
+    row_norm_bound: float | str = 1.0,
     mechanism: str = "adaptive-power",
     client: Any = None,
     seed: int | None = None,
@@ -152,6 +158,7 @@ def pca(
     c_doubling: bool = False,
     symmetric: bool = False,
     timings: bool = False,
+    center: Any = False,
 ) -> PCAResult:
     """Differentially private top principal directions (right singular vectors) of a row-partitioned matrix.
 
@@ -167,7 +174,16 @@ def pca(
     n_iter
         Iterations T per component (adaptive power; default :data:`DEFAULT_N_ITER`). Public and fixed in advance.
     row_norm_bound
-        Public L2 bound c; rows are scaled down to it (never dropped).
+        Public L2 bound c; rows are scaled down to it (never dropped). ``"auto"``: c is released first as the 90th
+        percentile of the row norms on a public log grid (report noisy max, 5% of ε), so about 10% of the rows are
+        clipped; no count of clipped rows is released.
+    center
+        ``False`` (default: components of the clipped, uncentred rows, as before), ``True`` or ``"private"`` (the
+        mean of the clipped rows is released from 10% of the budget and the rows are centred at it inside the
+        kernels: sparse partitions stay sparse), or a public mean vector used as is. With centring or
+        ``row_norm_bound="auto"``, adaptive power runs as one block of k components (T releases) and Analyze
+        Gauss on the centred Gram matrix; both release the explained variance from 5% of the budget
+        (``result.explained_variance``, ``explained_variance_ratio``, ``singular_values``, ``mean``).
     mechanism
         ``"adaptive-power"`` (default; seed 004), ``"analyze-gauss"`` (baseline), ``"private-power"`` (seed 000:
         entry-level privacy, see below) or ``"exact"`` (not private).
@@ -234,6 +250,7 @@ def pca(
     """
     started_wall = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.perf_counter()
+    centring, row_norm_bound = centring_options(mechanism, center, row_norm_bound)
     params = validate_parameters(
         mechanism=mechanism,
         epsilon=epsilon,
@@ -254,6 +271,8 @@ def pca(
     )
     source = as_source(data)
     plan = _plan(params, source.n_cols)
+    if centring.active:
+        plan = plan_with_centring(params, source.n_cols, centring)
     caveats = schema_caveats(source) if plan.private else ()
     t_calibrated = time.perf_counter()
     if not isinstance(timings, (bool, np.bool_)):
@@ -302,13 +321,15 @@ def pca(
         report = dataclasses.replace(report, caveats=caveats)
     thresholds = getattr(output, "thresholds", None)
     extras: dict[str, Any] = {}
+    if centring.auto_bound:
+        extras["row_norm_bound"] = float(output.row_norm_bound)  # released by the private quantile
     if params.mechanism == "exact":
         extras["eigenvalues"] = np.asarray(output.eigenvalues).tolist()
         extras["passes"] = output.n_passes
     provenance = {
         "mechanism": params.mechanism,
         "private": report.private,
-        "parameters": params.to_json(),
+        "parameters": {**params.to_json(), **centring.to_json()},
         "calibration": dict(plan.calibration),
         "input": dict(source.description),
         "seeded": seed is not None or (noise is not None and not noise.private),
@@ -327,12 +348,13 @@ def pca(
         }
     return PCAResult(
         components=output.components,
-        mechanism=params.mechanism,
+        mechanism=BLOCK_POWER if centring.active and params.mechanism == "adaptive-power" else params.mechanism,
         privacy=report,
         thresholds=thresholds,
         provenance=provenance,
         timings=timing_values,
         extras=extras,
+        **result_fields(output),
     )
 
 

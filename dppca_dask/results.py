@@ -13,6 +13,7 @@ import numpy as np
 import zarr
 
 from dppca_dask.errors import StoreNotFoundError
+from dppca_dask.signs import flip_signs
 
 __all__ = ["PCAResult", "load_result"]
 
@@ -50,7 +51,7 @@ class PCAResult:
     """
 
     components: np.ndarray
-    """k×d array; row i is the i-th component (a unit vector). Signs are arbitrary."""
+    """k×d array; row i is the i-th component (a unit vector), its largest-magnitude coordinate positive."""
     mechanism: str
     """Name of the mechanism that produced it (``"adaptive-power"``, ``"analyze-gauss"``, ``"exact"``, ...)."""
     privacy: Any
@@ -64,10 +65,20 @@ class PCAResult:
     not covered by the privacy guarantee (see above)."""
     extras: Mapping[str, Any] = field(default_factory=dict)
     """Mechanism-specific outputs (e.g. eigenvalues of the non-private baseline)."""
+    mean: np.ndarray | None = None
+    """The centre the components were computed around (released privately, or given); None without centring."""
+    explained_variance: np.ndarray | None = None
+    """Released variance along each component (scikit-learn's ``explained_variance_``); None when not released."""
+    explained_variance_ratio: np.ndarray | None = None
+    """Released share of the released total variance along each component."""
+    singular_values: np.ndarray | None = None
+    """Released ``sqrt(Σ(ãᵀv)²)`` per component (scikit-learn's ``singular_values_``)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "components", _frozen(self.components))
+        object.__setattr__(self, "components", _frozen(flip_signs(self.components)))
         object.__setattr__(self, "thresholds", _frozen(self.thresholds))
+        for name in ("mean", "explained_variance", "explained_variance_ratio", "singular_values"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
 
     @property
     def private(self) -> bool:
@@ -90,6 +101,10 @@ class PCAResult:
             **({"timings": dict(self.timings)} if self.timings else {}),
             "extras": dict(self.extras),
         }
+        for name in ("mean", "explained_variance", "explained_variance_ratio", "singular_values"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value.tolist()
         if include_components:
             out["components"] = self.components.tolist()
         return _json_safe(out)
@@ -145,4 +160,6 @@ def load_result(directory: str | os.PathLike[str]) -> PCAResult:
         provenance=meta.get("provenance", {}),
         timings=meta.get("timings", {}),
         extras=meta.get("extras", {}),
+        **{name: None if meta.get(name) is None else np.asarray(meta[name], dtype=np.float64)
+           for name in ("mean", "explained_variance", "explained_variance_ratio", "singular_values")},
     )

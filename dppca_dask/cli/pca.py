@@ -28,7 +28,15 @@ def register(subparsers: Any) -> None:
                    help=mechanism_help("pca"))
     p.add_argument("--n-components", type=int, default=1, help="number of components (default 1)")
     p.add_argument("--n-iter", type=int, default=None, help=f"iterations per component (default {DEFAULT_N_ITER})")
-    p.add_argument("--row-norm-bound", type=float, default=1.0, help="public L2 clipping bound of rows (default 1)")
+    p.add_argument("--row-norm-bound", type=_bound, default=1.0,
+                   help="public L2 clipping bound of rows (default 1), or 'auto': the 90th percentile of the row norms, "
+                        "released privately from 5%% of epsilon")
+    p.add_argument("--center", choices=("none", "private"), default=None,
+                   help="'private' (default for adaptive-power and analyze-gauss): centre the rows at their private "
+                        "mean (10%% of the budget) and release the explained variance (5%%); 'none': components of "
+                        "the uncentred rows")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="write a scree plot of the released explained variance ratio (needs matplotlib)")
     p.add_argument("--svt-share", type=float, default=DEFAULT_SVT_SHARE,
                    help=f"share of the budget for the SVT steps (default {DEFAULT_SVT_SHARE})")
     p.add_argument("--calibration", choices=("standard", "paper"), default="standard")
@@ -83,6 +91,65 @@ def feature_labels(store: Any) -> tuple[list[str] | None, str | None]:
     return [str(v) for v in np.asarray(group[key][:]).tolist()], None
 
 
+def _bound(text: str) -> float | str:
+    if text == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number or 'auto'; got {text!r}") from None
+
+
+def _center(args: argparse.Namespace) -> Any:
+    """The ``center`` of :func:`pca`: ``--center``, or private by default for the mechanisms that centre."""
+    from dppca_dask.algorithms.block_power import CENTRING_MECHANISMS
+
+    if args.center is None:
+        return "private" if args.mechanism in CENTRING_MECHANISMS else False
+    return args.center == "private"
+
+
+def _check_plot(path: str | None) -> None:
+    """Fail before any budget is spent: matplotlib is importable and the file's directory exists."""
+    import os
+
+    from dppca_dask.errors import InvalidParameterError
+
+    if path is None:
+        return
+    if not path.lower().endswith(".png"):
+        raise InvalidParameterError(f"--plot must name a .png file; got {path!r}")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise InvalidParameterError(f"--plot: the directory {directory!r} does not exist; create it first")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise InvalidParameterError("--plot needs matplotlib; install it (pip install matplotlib)") from None
+
+
+def write_scree_plot(result: Any, path: str) -> None:
+    """A scree plot of the released explained variance ratio (and its cumulative sum), written to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ratio = np.asarray(result.explained_variance_ratio, dtype=np.float64)
+    index = np.arange(1, ratio.shape[0] + 1)
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.bar(index, ratio, label="explained variance ratio")
+    ax.plot(index, np.cumsum(ratio), marker="o", color="black", label="cumulative")
+    ax.set_xlabel("component")
+    ax.set_ylabel("share of the total variance")
+    ax.set_xticks(index)
+    ax.set_title(f"{result.mechanism} (private release)" if result.private else f"{result.mechanism} (not private)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def format_result(result: Any, *, top: int = 8, labels: list[str] | None = None) -> str:
     """Human-readable summary: the privacy statement, each component's largest coordinates (labelled with the
     store's public column ids when given), the thresholds."""
@@ -108,9 +175,19 @@ def format_result(result: Any, *, top: int = 8, labels: list[str] | None = None)
         order = np.argsort(-np.abs(comp))[:top]
         coords = ", ".join(f"[{j if labels is None else labels[j]}] {comp[j]:+.4f}" for j in order)
         lines.append(f"component {i}: largest coordinates {coords}")
-    if result.thresholds is not None:
+    if result.thresholds is not None and np.asarray(result.thresholds).size:
+        label = "block" if np.asarray(result.thresholds).shape[0] == 1 and result.n_components > 1 else "component"
         for i, row in enumerate(np.asarray(result.thresholds)):
-            lines.append(f"component {i}: released thresholds " + " ".join(f"{t:.4g}" for t in row))
+            name = "block" if label == "block" else f"component {i}"
+            lines.append(f"{name}: released thresholds " + " ".join(f"{t:.4g}" for t in row))
+    if getattr(result, "explained_variance_ratio", None) is not None:
+        lines.append("explained variance ratio (released): " + " ".join(
+            f"{v:.4g}" for v in result.explained_variance_ratio))
+        lines.append("explained variance (released): " + " ".join(f"{v:.4g}" for v in result.explained_variance))
+    if getattr(result, "mean", None) is not None:
+        lines.append(f"centred at the {'released' if result.private else 'computed'} mean (in the JSON output)")
+    if "row_norm_bound" in (result.extras or {}):
+        lines.append(f"row norm bound (released): {result.extras['row_norm_bound']:.4g}")
     return "\n".join(lines)
 
 
@@ -131,6 +208,15 @@ def _private_power_options(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.api import pca
 
+    from dppca_dask.algorithms.block_power import BLOCK_POWER
+    from dppca_dask.errors import InvalidParameterError
+
+    _check_plot(args.plot)
+    center = _center(args)
+    if args.plot and not (center or args.row_norm_bound == "auto" or args.mechanism == BLOCK_POWER):
+        raise InvalidParameterError(
+            f"--plot needs a released explained variance, which mechanism {args.mechanism!r} without centring does "
+            "not release: use --center private (adaptive-power, analyze-gauss) or drop --plot")
     result = pca(
         args.store,
         epsilon=args.epsilon,
@@ -145,8 +231,11 @@ def run(args: argparse.Namespace) -> int:
         svt_share=args.svt_share,
         calibration=args.calibration,
         timings=args.timings,
+        center=center,
         **_private_power_options(args),
     )
+    if args.plot:
+        write_scree_plot(result, args.plot)
     if args.out:
         result.save(args.out)
     labels, note = feature_labels(args.store)
@@ -166,4 +255,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"timings (not covered by the privacy guarantee): total {result.timings['total']:.2f} s")
         if args.out:
             print(f"written to {args.out}")
+        if args.plot:
+            print(f"scree plot written to {args.plot}")
     return 0

@@ -23,6 +23,7 @@ from dppca_dask.methods.hardt_roth import lowrank as _hr_lowrank  # noqa: E402
 from dppca_dask.methods.hardt_roth import private_power as _hr_private_power  # noqa: E402
 
 register(adaptive_power.MECHANISM)
+register(adaptive_power.BLOCK_MECHANISM)
 register(analyze_gauss.MECHANISM)
 register(exact.MECHANISM)
 register(_hr_private_power.MECHANISM)

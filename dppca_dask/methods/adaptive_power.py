@@ -145,3 +145,19 @@ MECHANISM = Mechanism(
     neighbouring=ADD_REMOVE_ROW, private=True, validate=pca_validator("adaptive-power"),
     plan=pca_planner(_plan_adaptive_power),
 )
+
+
+def _plan_block(params: PCAParameters, n_cols: int) -> MechanismPlan:
+    from dppca_dask.algorithms.block_power import plan_block_power
+
+    return plan_block_power(params, n_cols)
+
+
+#: k components in one block of T releases (also what ``pca(center=...)`` and ``row_norm_bound="auto"`` run for
+#: adaptive power); releases the explained variance from 5% of the budget.
+BLOCK_MECHANISM = Mechanism(
+    name="adaptive-power-block", entry="pca",
+    summary="k components in one block of T noisy power steps (T releases, not k·T), with explained variance",
+    neighbouring=ADD_REMOVE_ROW, private=True, validate=pca_validator("adaptive-power-block"),
+    plan=pca_planner(_plan_block),
+)

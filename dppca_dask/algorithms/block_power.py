@@ -1,0 +1,656 @@
+"""Block adaptive private power iteration: k components in one block, optionally centred, with explained variance.
+
+The sequential version (:mod:`dppca_dask.algorithms.adaptive_power`) computes k components by k runs of T
+iterations each, so it pays k·T pairs of releases. This version carries one orthonormal d×k iterate ``X`` and pays
+T pairs whatever k:
+
+1. (``center="private"``) one Gaussian release of ``(Σ a'/c, n)`` gives the mean ``μ`` of the rows clipped to c
+   (:func:`~dppca_dask.mechanisms.centred.private_mean`), projected onto the ball of radius c (post-processing:
+   the true mean of rows of norm ≤ c lies in it); a user-given mean is public and used as is;
+2. a random start ``X₀`` (pure noise, orthonormalised);
+3. for t = 1..T: each row is clipped to c (``a' = min(1, c/‖a‖)·a``) and centred (``ã = a' − μ``, computed
+   implicitly: the partition stays sparse), and scored ``s(a) = ‖ã‖·‖X ᵀã‖₂``; an AboveThreshold step on the
+   counts of rows whose score exceeds each public grid value θ_j picks θ; one Gaussian release of
+   ``Y = Σ_{s ≤ θ} ã(ãᵀX) + N(0, (m·θ)²)`` (every entry of the d×k matrix); ``X = qr(Y)``;
+4. the components are the left singular vectors of the last release ``Y`` (ordered by its singular values: a
+   post-processing of released values that orders the subspace);
+5. (optional) one Gaussian release of ``(Σ(ãᵀv_j)², Σ‖ã‖², n)`` gives the explained variance, the singular
+   values and the ratios against the private total variance
+   (:func:`~dppca_dask.mechanisms.centred.private_variances`).
+
+Without centring, ``ã = a'`` and a block of k = 1 is the sequential version's iteration.
+
+Sensitivity of step 3 (add/remove one row b, with ``X`` and ``μ`` fixed: they are released or public). The rows of
+the other individuals do not move: the centre is a released value, not a function of the current dataset, so
+their centred rows and scores are identical on both neighbours. The released matrix therefore moves by b's
+contribution alone: zero if b is filtered (``s(b) > θ``), else ``b̃(b̃ᵀX)``, whose Frobenius norm is
+``‖b̃‖·‖X ᵀb̃‖₂ = s(b) ≤ θ`` (the Frobenius norm of an outer product ``uvᵀ`` is ``‖u‖·‖v‖``). So the L2
+sensitivity of the d·k released entries is θ, and one Gaussian mechanism with std ``m·θ`` is ``GaussianDpEvent(m)``
+— the same event as one release of the sequential version. The AboveThreshold step is that of the sequential
+version (counts of filtered rows, monotone, sensitivity 1) with the same second-pass accounting
+(:func:`~dppca_dask.algorithms.adaptive_power.pass_row_budget`).
+
+Centring changes the range of the scores, not the argument: a centred row has norm ``‖a' − μ‖ ≤ ‖a'‖ + ‖μ‖ ≤
+c + r`` with the public radius ``r`` (``r = c`` for the private mean, projected onto the ball of radius c;
+``r = ‖μ‖`` for a given mean; 0 without centring), so scores lie in ``[0, (c + r)²]`` and the public grid must
+start at ``(c + r)²`` or above (checked before any release), and the variance release has sensitivity scaled by
+``(c + r)²``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dppca_dask.algorithms.adaptive_power import DEFAULT_PASS_DELTA, pass_row_budget
+from dppca_dask.algorithms.requests import AlgorithmRun
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.kernels import ThresholdGrid
+from dppca_dask.kernels import block as B
+from dppca_dask.mechanisms import NoiseSource, above_threshold, gaussian_mechanism, svt_scales
+from dppca_dask.mechanisms.centred import ExplainedVariance, private_mean, private_variances
+
+__all__ = [
+    "BlockFilteredSum",
+    "BlockPowerOutput",
+    "BlockPowerState",
+    "BlockPowerStep",
+    "CentredGramMatrix",
+    "AutoBound",
+    "MeanStep",
+    "NormCounts",
+    "VarianceStep",
+    "block_power_run",
+    "block_release_key",
+    "centred_bound",
+    "ordered_basis",
+]
+
+
+def block_release_key(iteration: int, what: str) -> str:
+    """The unique key of one noisy release of a block run."""
+    return f"block/iter-{iteration}/{what}"
+
+
+# ------------------------------------------------------------------------------------------------ requests
+@dataclass(frozen=True)
+class BlockPowerStep:
+    """One-pass block aggregate (:func:`dppca_dask.kernels.block.block_partial`) for the d×k iterate ``x``."""
+
+    x: np.ndarray
+    row_norm_bound: float
+    grid: ThresholdGrid
+    top_m: int
+    mean: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class BlockFilteredSum:
+    """Exact ``Σ ã'(ã'ᵀX)`` over the rows of bin in ``(cuts[p], index]`` of each partition in ``cuts``."""
+
+    x: np.ndarray
+    row_norm_bound: float
+    grid: ThresholdGrid
+    index: int
+    cuts: Mapping[int, int]
+    mean: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class MeanStep:
+    """``Σ a'`` over rows clipped to ``row_norm_bound`` and the row count (the private mean's exact inputs)."""
+
+    row_norm_bound: float
+
+
+@dataclass(frozen=True)
+class NormCounts:
+    """Rows of norm ≤ each public candidate bound (ascending), and the number of rows."""
+
+    candidates: np.ndarray
+
+
+@dataclass(frozen=True)
+class AutoBound:
+    """``row_norm_bound="auto"``: a private quantile of row norms on a public grid, from its own ε."""
+
+    grid: Any
+    """The public :class:`~dppca_dask.mechanisms.quantile.NormGrid`."""
+    quantile: float
+    epsilon: float
+
+
+@dataclass(frozen=True)
+class VarianceStep:
+    """``Σ(ã'ᵀv_j)²``, ``Σ‖ã'‖²`` and the row count for the released components ``components`` (k×d)."""
+
+    components: np.ndarray
+    row_norm_bound: float
+    mean: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class CentredGramMatrix:
+    """Dense ``Σ ã'ã'ᵀ`` (d×d) of the rows centred at ``mean`` and clipped to ``row_norm_bound``."""
+
+    row_norm_bound: float
+    mean: np.ndarray | None = None
+
+
+def _register_requests() -> None:
+    from dppca_dask.coordinator.driver import StepPlan, _load, _sum, register_request
+
+    def block_task(item: Any, x: np.ndarray, *, row_norm_bound: float, grid: ThresholdGrid, top_m: int,
+                   mean: np.ndarray | None) -> B.BlockPartial:
+        part = _load(item)
+        return B.block_partial(part.block, part.norms, x, partition=part.index, row_norm_bound=row_norm_bound,
+                               grid=grid, top_m=top_m, mean=mean)
+
+    def filtered_task(item: Any, x: np.ndarray, *, row_norm_bound: float, grid: ThresholdGrid, index: int,
+                      cuts: Mapping[int, int], mean: np.ndarray | None) -> np.ndarray:
+        part = _load(item)
+        return B.block_filtered_sum(part.block, part.norms, x, row_norm_bound=row_norm_bound, grid=grid,
+                                    index=index, above=cuts[part.index], mean=mean)
+
+    def mean_task(item: Any, *, row_norm_bound: float) -> B.MeanPartial:
+        part = _load(item)
+        return B.mean_partial(part.block, part.norms, row_norm_bound=row_norm_bound)
+
+    def variance_task(item: Any, components: np.ndarray, *, row_norm_bound: float,
+                      mean: np.ndarray | None) -> B.VariancePartial:
+        part = _load(item)
+        return B.variance_partial(part.block, part.norms, components, row_norm_bound=row_norm_bound, mean=mean)
+
+    def norms_task(item: Any, *, candidates: np.ndarray) -> B.NormCountsPartial:
+        return B.norm_counts(_load(item).norms, candidates)
+
+    def gram_task(item: Any, *, row_norm_bound: float, mean: np.ndarray | None) -> np.ndarray:
+        part = _load(item)
+        return B.centred_gram_matrix(part.block, part.norms, row_norm_bound=row_norm_bound, mean=mean)
+
+    def empty_block(grid: ThresholdGrid, k: int) -> Callable[[int], B.BlockPartial]:
+        import scipy.sparse as sp
+
+        return lambda d: B.BlockPartial(np.zeros(grid.n_bins, dtype=np.int64), np.zeros((d, k)),
+                                        sp.csr_array((grid.n_points, k * d)), np.zeros((grid.n_points, k)), 0.0, {})
+
+    # every partition gets the whole top_m (never a share): all filtered rows may sit in one partition
+    register_request(BlockPowerStep, lambda r: StepPlan(
+        block_task, {"row_norm_bound": r.row_norm_bound, "grid": r.grid, "top_m": r.top_m, "mean": r.mean}, r.x,
+        B.merge_block_partials, empty=empty_block(r.grid, r.x.shape[1])))
+    register_request(BlockFilteredSum, lambda r: StepPlan(
+        filtered_task, {"row_norm_bound": r.row_norm_bound, "grid": r.grid, "index": r.index,
+                        "cuts": dict(r.cuts), "mean": r.mean}, r.x, _sum, partitions=sorted(r.cuts),
+        empty=lambda d, k=r.x.shape[1]: np.zeros((d, k))))
+    register_request(MeanStep, lambda r: StepPlan(
+        mean_task, {"row_norm_bound": r.row_norm_bound}, None, B.merge_mean_partials,
+        empty=lambda d: B.MeanPartial(np.zeros(d), 0)))
+    register_request(VarianceStep, lambda r: StepPlan(
+        variance_task, {"row_norm_bound": r.row_norm_bound, "mean": r.mean}, r.components,
+        B.merge_variance_partials, empty=lambda d, k=r.components.shape[0]: B.VariancePartial(np.zeros(k), 0.0, 0)))
+    register_request(NormCounts, lambda r: StepPlan(
+        norms_task, {"candidates": r.candidates}, None, B.merge_norm_counts,
+        empty=lambda d, j=r.candidates.shape[0]: B.NormCountsPartial(np.zeros(j, dtype=np.int64), 0)))
+    register_request(CentredGramMatrix, lambda r: StepPlan(
+        gram_task, {"row_norm_bound": r.row_norm_bound, "mean": r.mean}, None, _sum,
+        empty=lambda d: np.zeros((d, d))))
+
+
+_register_requests()
+
+
+# ------------------------------------------------------------------------------------------------ the run
+@dataclass(frozen=True)
+class BlockPowerState:
+    """Released values after each release (all differentially private or public): for progress and logs."""
+
+    iteration: int
+    """Iterations released (both steps)."""
+    x: np.ndarray
+    """The current released orthonormal iterate (d×k)."""
+    thresholds: tuple[tuple[float, ...], ...] = ()
+    """Released θ (one tuple: the block has one threshold per iteration)."""
+    pending_index: int | None = None
+    """The released threshold index of iteration ``iteration`` before its Gaussian step; None otherwise."""
+    mean: np.ndarray | None = None
+    """The released (or given) centre."""
+
+
+@dataclass(frozen=True)
+class BlockPowerOutput:
+    """What a block run releases."""
+
+    components: np.ndarray
+    """k×d orthonormal rows, ordered by the singular values of the last release."""
+    thresholds: np.ndarray
+    """1×T released thresholds."""
+    mean: np.ndarray | None = None
+    """The released (or given) centre; None without centring."""
+    mean_count: float | None = None
+    """The released row count of the private mean."""
+    variance: ExplainedVariance | None = None
+    events: tuple[Any, ...] = field(default=())
+    row_norm_bound: float | None = None
+    """The bound c used (the released one with ``row_norm_bound="auto"``)."""
+
+
+def _orthonormal(y: np.ndarray) -> np.ndarray:
+    peak = float(np.max(np.abs(y))) if y.size else 0.0
+    if not math.isfinite(peak) or peak == 0.0:
+        raise InvalidParameterError(
+            f"the iterate is not a finite non-zero matrix (largest entry {peak}); this cannot happen with Gaussian "
+            "noise and finite data: check the data for non-finite values"
+        )
+    q, r = np.linalg.qr(y / peak)
+    return q * np.where(np.diag(r) < 0, -1.0, 1.0)[None, :]  # a unique QR: R's diagonal non-negative
+
+
+def centred_bound(row_norm_bound: float, center: str | np.ndarray | None) -> float:
+    """``c + r``: the public bound on a centred row's norm (``r = c`` for the private mean, ``‖μ‖`` for a given one)."""
+    if center is None:
+        return float(row_norm_bound)
+    if isinstance(center, str):
+        return 2.0 * float(row_norm_bound)
+    return float(row_norm_bound) + float(np.linalg.norm(np.asarray(center, dtype=np.float64)))
+
+
+def ordered_basis(y: np.ndarray) -> np.ndarray:
+    """Left singular vectors of ``y`` (d×k), ordered by singular value, as k×d rows."""
+    peak = float(np.max(np.abs(y)))
+    u, _s, _vt = np.linalg.svd(y / peak, full_matrices=False)
+    return u.T
+
+
+def block_power_run(
+    *,
+    n_cols: int,
+    n_iter: int,
+    n_components: int,
+    row_norm_bound: float | AutoBound,
+    epsilon_svt: float,
+    noise_multiplier: float,
+    cutoff: float,
+    grid: ThresholdGrid,
+    noise: NoiseSource,
+    svt_form: str = "monotone",
+    pass_delta: float = DEFAULT_PASS_DELTA,
+    top_m: int | None = None,
+    center: str | np.ndarray | None = None,
+    mean_multiplier: float | None = None,
+    variance_multiplier: float | None = None,
+    on_release: Callable[[BlockPowerState, tuple[Any, ...]], None] | None = None,
+    oversample: int = 0,
+) -> AlgorithmRun[BlockPowerOutput]:
+    """Block adaptive power iteration as a generator of requests (see the module docstring).
+
+    Parameters are those of :func:`~dppca_dask.algorithms.adaptive_power.adaptive_power_run` (with T releases
+    instead of k·T), and:
+
+    row_norm_bound
+        The public bound c, or an :class:`AutoBound`: c is then released first by a private quantile of the row
+        norms (:func:`~dppca_dask.mechanisms.quantile.private_quantile`), and ``grid`` is rebuilt for it (its
+        resolution kept: a public function of the released c).
+    center
+        None (no centring), ``"private"`` (a released mean of the rows clipped to c, from one Gaussian release
+        with multiplier ``mean_multiplier``) or a public mean (length d) used as is.
+    mean_multiplier
+        Noise multiplier of the private mean's release (required with ``center="private"``).
+    variance_multiplier
+        Noise multiplier of the explained variance's release; None: no variance is released.
+    oversample
+        Extra columns p of the iterate (public): the block has width ``min(d, k + p)`` and the top k of the last
+        release are returned. The sensitivity is θ whatever the width, so the noise per entry does not grow with
+        p, while the top components converge at the rate of ``σ_{k+p+1}/σ_k`` instead of ``σ_{k+1}/σ_k``.
+
+    Notes
+    -----
+    Privacy contract: add/remove one row. Events, in order: the quantile's ``EpsilonDeltaDpEvent(ε_q, 0)`` (with
+    ``AutoBound``), the mean's ``GaussianDpEvent(mean_multiplier)`` (when private), then per iteration ``EpsilonDeltaDpEvent(ε_svt, (1 + e^ε_svt)·δ_pass/T)`` and ``GaussianDpEvent(m)``
+    (sensitivity θ: see the module docstring), then the variance's ``GaussianDpEvent(variance_multiplier)``. The
+    passes, task names and log lines depend on the data only through released values and the δ_pass event.
+    """
+    from dppca_dask.accounting import svt_step_delta
+    from dppca_dask.accounting.events import EpsilonDeltaDpEvent
+
+    if isinstance(n_iter, bool) or not isinstance(n_iter, (int, np.integer)) or n_iter < 1:
+        raise InvalidParameterError(f"n_iter must be an integer >= 1; got {n_iter!r}")
+    if not 1 <= n_components <= n_cols:
+        raise InvalidParameterError(f"n_components must be in [1, {n_cols}]; got {n_components}")
+    if isinstance(oversample, bool) or not isinstance(oversample, (int, np.integer)) or oversample < 0:
+        raise InvalidParameterError(f"oversample must be an integer >= 0; got {oversample!r}")
+    width = min(n_cols, n_components + int(oversample))
+    mean: np.ndarray | None = None
+    if isinstance(center, str):
+        if center != "private":
+            raise InvalidParameterError(f"center must be None, 'private' or a mean vector; got {center!r}")
+        if mean_multiplier is None:
+            raise InvalidParameterError("center='private' needs mean_multiplier (the mean's noise multiplier)")
+    elif center is not None:
+        mean = np.array(center, dtype=np.float64)
+        if mean.shape != (n_cols,) or not np.all(np.isfinite(mean)):
+            raise InvalidParameterError(
+                f"a given mean must be a finite vector of length {n_cols}; got shape {mean.shape}"
+            )
+    auto = row_norm_bound if isinstance(row_norm_bound, AutoBound) else None
+    if auto is not None:
+        row_norm_bound = float(auto.grid.values[-1])  # validated below as the largest candidate; replaced by the release
+        grid = ThresholdGrid.for_bound(centred_bound(row_norm_bound, center), per_octave=grid.per_octave,
+                                       octaves=(grid.n_points - 1) // grid.per_octave)
+    assert not isinstance(row_norm_bound, AutoBound)
+    bound = centred_bound(row_norm_bound, center)
+    if grid.top < bound * bound * (1.0 - 1e-12):
+        raise InvalidParameterError(
+            f"the grid's top {grid.top:g} is below (c + r)² = {bound * bound:g} for the centred rows' bound "
+            f"(c = {row_norm_bound:g}, r = {bound - row_norm_bound:g}); build the grid with "
+            "ThresholdGrid.for_bound(centred_bound(c, center))"
+        )
+    rho_scale, nu_scale = svt_scales(epsilon_svt, form=svt_form)
+    n_points = grid.n_points
+    budget = pass_row_budget(cutoff=cutoff, threshold_scale=rho_scale, query_scale=nu_scale, n_queries=n_points,
+                             n_releases=n_iter, pass_delta=pass_delta)
+    top_m = budget if top_m is None else max(int(top_m), budget)
+    svt_step = EpsilonDeltaDpEvent(float(epsilon_svt), svt_step_delta(epsilon_svt, pass_delta, n_iter))
+    events: list[Any] = []
+    thresholds: list[float] = []
+    mean_count: float | None = None
+
+    def emit(state: BlockPowerState) -> None:
+        if on_release is not None:
+            on_release(state, tuple(events))
+
+    if auto is not None:
+        from dppca_dask.mechanisms.quantile import private_quantile
+
+        counted = yield NormCounts(candidates=auto.grid.values)
+        row_norm_bound, quantile_event = private_quantile(
+            counted.counts, counted.count, grid=auto.grid, quantile=auto.quantile, epsilon=auto.epsilon, noise=noise)
+        del counted
+        events.append(quantile_event)
+        bound = centred_bound(row_norm_bound, center)
+        grid = ThresholdGrid.for_bound(bound, per_octave=grid.per_octave, octaves=(grid.n_points - 1) // grid.per_octave)
+    if isinstance(center, str):
+        totals = yield MeanStep(row_norm_bound=row_norm_bound)
+        assert mean_multiplier is not None
+        mean, mean_count, mean_event = private_mean(totals.total, totals.count, row_norm_bound=row_norm_bound,
+                                                    noise_multiplier=mean_multiplier, noise=noise, release="mean")
+        del totals
+        events.append(mean_event)
+        length = float(np.linalg.norm(mean))
+        if length > row_norm_bound:  # post-processing: the true mean of rows of norm <= c has norm <= c
+            mean = mean * (row_norm_bound / length)
+    with noise.release("block/init", data_independent=True):  # the start is pure noise
+        start = noise.gaussian(1.0, size=(n_cols, width))
+    x = _orthonormal(np.asarray(start, dtype=np.float64).reshape(n_cols, width))
+    noisy = x
+    for t in range(n_iter):
+        aggregate = yield BlockPowerStep(x=x, row_norm_bound=row_norm_bound, grid=grid, top_m=top_m, mean=mean)
+        filtered_counts = np.cumsum(aggregate.histogram[:n_points])
+        svt = above_threshold(filtered_counts[::-1], cutoff=cutoff, epsilon=epsilon_svt, noise=noise,
+                              release=block_release_key(t, "svt"), form=svt_form, threshold_scale=rho_scale,
+                              query_scale=nu_scale)
+        index = 0 if svt.index is None else n_points - 1 - svt.index  # no answer: θ = c², nothing filtered
+        events.append(svt_step)
+        emit(BlockPowerState(iteration=t, x=x, thresholds=(tuple(thresholds),), pending_index=index, mean=mean))
+        theta = float(grid.thetas[index])
+        filtered, incomplete = B.select_block_filtered(aggregate, index, mean)
+        product = aggregate.full_sum - filtered
+        del aggregate, filtered
+        if incomplete:  # only on the δ_pass event
+            product = product - (yield BlockFilteredSum(x=x, row_norm_bound=row_norm_bound, grid=grid, index=index,
+                                                        cuts=incomplete, mean=mean))
+        noisy, gauss_event = gaussian_mechanism(product, l2_sensitivity=theta, noise_multiplier=noise_multiplier,
+                                                noise=noise, release=block_release_key(t, "gaussian"))
+        del product
+        events.append(gauss_event)
+        x = _orthonormal(noisy)
+        thresholds.append(theta)
+        emit(BlockPowerState(iteration=t + 1, x=x, thresholds=(tuple(thresholds),), mean=mean))
+    components = ordered_basis(noisy)[:n_components]
+    variance = None
+    if variance_multiplier is not None:
+        totals = yield VarianceStep(components=components, row_norm_bound=row_norm_bound, mean=mean)
+        variance, variance_event = private_variances(
+            totals.projected, totals.total, totals.count, row_norm_bound=bound,
+            noise_multiplier=variance_multiplier, noise=noise, release="explained-variance")
+        del totals
+        events.append(variance_event)
+    return BlockPowerOutput(components=components, thresholds=np.asarray([thresholds], dtype=np.float64),
+                            mean=mean, mean_count=mean_count, variance=variance, events=tuple(events),
+                            row_norm_bound=float(row_norm_bound))
+
+
+# ------------------------------------------------------------------------------------------------ the planner
+#: Public share of the user's (ε, δ) given to the private mean's release (``center="private"``).
+DEFAULT_MEAN_SHARE = 0.1
+#: Public share of the user's (ε, δ) given to the explained variance's release.
+DEFAULT_VARIANCE_SHARE = 0.05
+#: Public share of the user's ε (no δ) given to the private row-norm quantile (``row_norm_bound="auto"``).
+DEFAULT_QUANTILE_SHARE = 0.05
+#: The quantile of row norms that ``row_norm_bound="auto"`` aims at: about 10% of the rows are clipped.
+DEFAULT_NORM_QUANTILE = 0.9
+#: Extra columns of the block (public): the top components then converge at the rate σ_{k+3}/σ_k. On w8a (centred,
+#: c = 1, ε = 1, k = 1, T = 5) the median sin² to scikit-learn's top component was 0.019 with 0, 0.0049 with 2,
+#: 0.0053 with 4 and 0.0054 with 9 extra columns; with them the block beat k sequential runs for k = 2, 5, 10, 20 on
+#: w8a and on a planted rank-20 matrix (benchmarks/bench_utility.py --block). With row_norm_bound="auto" on w8a
+#: (c ≈ 4.8, where the top direction already dominates) 2 extra columns cost accuracy at k = 1 (median sin² 0.018
+#: against 0.003 without), measured once: benchmarks/bench_centred.py.
+DEFAULT_OVERSAMPLE = 2
+#: The mechanism's name in the registry.
+BLOCK_POWER = "adaptive-power-block"
+
+
+def plan_block_power(
+    params: Any,
+    n_cols: int,
+    *,
+    center: str | np.ndarray | None = None,
+    explained_variance: bool = True,
+    mean_share: float = DEFAULT_MEAN_SHARE,
+    variance_share: float = DEFAULT_VARIANCE_SHARE,
+    auto_bound: bool = False,
+    quantile: float = DEFAULT_NORM_QUANTILE,
+    quantile_share: float = DEFAULT_QUANTILE_SHARE,
+    norm_grid: Any = None,
+    oversample: int = DEFAULT_OVERSAMPLE,
+) -> Any:
+    """Calibrate a block run from public parameters only (a :class:`~dppca_dask.methods.MechanismPlan`).
+
+    The user's total (ε, δ) is split by public shares: ``mean_share`` for the private mean (when
+    ``center="private"``), ``variance_share`` for the explained variance (when asked), the rest for the T
+    iterations, calibrated exactly as a sequential run of one component (the same T pairs of events). The parts
+    compose by basic composition to at most the total, and the report composes the emitted events with the PLD
+    accountant (at or below the total). With ``auto_bound``, ``quantile_share`` of ε (no δ) releases the bound
+    c as the ``quantile`` of row norms on the public ``norm_grid`` (default
+    :class:`~dppca_dask.mechanisms.quantile.NormGrid`: 2^-10 to 2^20, four points per octave), and
+    ``params.row_norm_bound`` is not used.
+    """
+    import dataclasses
+
+    from dp_accounting import GaussianDpEvent
+
+    from dppca_dask import accounting
+    from dppca_dask.methods._registry import MechanismPlan
+    from dppca_dask.methods.adaptive_power import _plan_adaptive_power
+
+    from dppca_dask.mechanisms.quantile import NormGrid
+
+    uses_mean = isinstance(center, str)
+    used = (mean_share if uses_mean else 0.0) + (variance_share if explained_variance else 0.0)
+    used_epsilon = used + (quantile_share if auto_bound else 0.0)
+    if not (0.0 <= used and used_epsilon < 1.0):
+        raise InvalidParameterError(
+            f"the mean, variance and quantile shares must leave budget for the iterations; got {used_epsilon:g} of "
+            "the total"
+        )
+    power_params = dataclasses.replace(params, mechanism="adaptive-power", n_components=1,
+                                       epsilon=params.epsilon * (1.0 - used_epsilon),
+                                       delta=params.delta * (1.0 - used))
+    auto = None
+    if auto_bound:
+        auto = AutoBound(grid=norm_grid if norm_grid is not None else NormGrid(), quantile=quantile,
+                         epsilon=params.epsilon * quantile_share)
+    base = _plan_adaptive_power(power_params, n_cols)
+    cal = dict(base.calibration)
+    bound = centred_bound(float(auto.grid.values[-1]) if auto is not None else params.row_norm_bound, center)
+    grid = ThresholdGrid.for_bound(bound, per_octave=params.grid_per_octave, octaves=params.grid_octaves)
+    mean_multiplier = (accounting.calibrate_gaussian(epsilon=params.epsilon * mean_share,
+                                                     delta=params.delta * mean_share) if uses_mean else None)
+    variance_multiplier = (accounting.calibrate_gaussian(epsilon=params.epsilon * variance_share,
+                                                         delta=params.delta * variance_share)
+                           if explained_variance else None)
+    pass_delta = cal["delta_split"]["pass_probability"]
+    top_m = pass_row_budget(cutoff=cal["cutoff"], threshold_scale=cal["svt_threshold_scale"],
+                            query_scale=cal["svt_query_scale"], n_queries=grid.n_points, n_releases=params.n_iter,
+                            pass_delta=pass_delta)
+
+    def make_run(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
+        if resume is not None:
+            raise InvalidParameterError(
+                f"mechanism={BLOCK_POWER!r} does not resume an interrupted run (its T releases are few); run it again"
+            )
+        return block_power_run(
+            n_cols=n_cols, n_iter=params.n_iter, n_components=params.n_components,
+            row_norm_bound=auto if auto is not None else params.row_norm_bound, epsilon_svt=cal["epsilon_svt"],
+            noise_multiplier=cal["noise_multiplier"], cutoff=cal["cutoff"], grid=grid, noise=noise,
+            svt_form=cal["svt_form"], pass_delta=pass_delta, top_m=top_m, center=center,
+            mean_multiplier=mean_multiplier, variance_multiplier=variance_multiplier, on_release=on_release,
+            oversample=oversample,
+        )
+
+    planned: list[Any] = []
+    if auto is not None:
+        planned.append(accounting.EpsilonDeltaDpEvent(auto.epsilon, 0.0))
+    if mean_multiplier is not None:
+        planned.append(GaussianDpEvent(mean_multiplier))
+    planned.extend(base.planned_events or ())
+    if variance_multiplier is not None:
+        planned.append(GaussianDpEvent(variance_multiplier))
+    assert base.replace_one is not None
+    power_replace, power_method = base.replace_one
+
+    def replace_one(events: tuple[Any, ...]) -> list[Any]:
+        # replacing one row: the mean's scaled sum moves by <= 2, its count by 0 (sensitivity 2 instead of √2);
+        # the variance's entries by <= √3 as under add/remove (two non-negative vectors of L1 norm <= 1 differ by
+        # <= √2 in L2, the total by <= 1, the count by 0); the iterations as in the sequential version
+        flat = list(events)
+        head: list[Any] = []
+        tail: list[Any] = []
+        if auto is not None and flat:  # replacing a row moves each utility by <= 100 instead of max(a, 100 - a)
+            first = flat.pop(0)
+            percent = round(quantile * 100)
+            head.append(accounting.EpsilonDeltaDpEvent(first.epsilon * 100.0 / max(percent, 100 - percent), 0.0))
+        if mean_multiplier is not None and flat:
+            head.append(GaussianDpEvent(flat.pop(0).noise_multiplier / math.sqrt(2.0)))
+        if variance_multiplier is not None and flat and len(flat) % 2 == 1:
+            tail = [flat.pop()]
+        return head + power_replace(tuple(flat)) + tail
+
+    calibration = {
+        **cal,
+        "grid": grid.to_json(),
+        "top_m": top_m,
+        "centred_bound": None if auto is not None else bound,
+        "block_width": min(n_cols, params.n_components + oversample),
+        "center": "private" if uses_mean else ("given" if center is not None else "none"),
+        "shares": {"row_norm_quantile_epsilon": quantile_share if auto_bound else 0.0,
+                   "mean": mean_share if uses_mean else 0.0,
+                   "explained_variance": variance_share if explained_variance else 0.0,
+                   "iterations_epsilon": 1.0 - used_epsilon, "iterations_delta": 1.0 - used},
+        "mean_noise_multiplier": mean_multiplier,
+        "row_norm_quantile": None if auto is None else {"quantile": quantile, "epsilon": auto.epsilon,
+                                                        "grid": auto.grid.to_json()},
+        "variance_noise_multiplier": variance_multiplier,
+    }
+    return MechanismPlan(
+        make_run,
+        base.neighbouring,
+        calibration,
+        base.paper_figure,
+        params.n_iter,
+        planned_events=tuple(planned),
+        replace_one=(replace_one, power_method + "; the private mean's sensitivity doubles from sqrt(2) to 2 "
+                     "(noise multiplier divided by sqrt(2)); the explained variance's stays sqrt(3)"),
+    )
+
+
+# ------------------------------------------------------------------------------------------------ pca() options
+@dataclass(frozen=True)
+class CentringOptions:
+    """``pca``'s analyst options, validated before any data is read: centring and a private row-norm bound."""
+
+    center: str | np.ndarray | None
+    """None, ``"private"`` or a public mean."""
+    auto_bound: bool
+    """``row_norm_bound="auto"``."""
+
+    @property
+    def active(self) -> bool:
+        return self.center is not None or self.auto_bound
+
+    def to_json(self) -> dict[str, Any]:
+        """Provenance: only the options that were given (a run without them keeps its old parameters)."""
+        out: dict[str, Any] = {}
+        if self.center is not None:
+            out["center"] = "private" if isinstance(self.center, str) else "given"
+        if self.auto_bound:
+            out["row_norm_bound"] = "auto"
+        return out
+
+
+#: Mechanisms of :func:`~dppca_dask.pca` that accept ``center`` and ``row_norm_bound="auto"``.
+CENTRING_MECHANISMS = ("adaptive-power", BLOCK_POWER, "analyze-gauss")
+
+
+def centring_options(mechanism: str, center: Any, row_norm_bound: Any) -> tuple[CentringOptions, Any]:
+    """Validate ``center`` and ``row_norm_bound`` (``"auto"`` or a number); return the options and the number to
+    validate as the bound (1.0 in place of ``"auto"``: the released bound replaces it)."""
+    auto = isinstance(row_norm_bound, str)
+    if auto and row_norm_bound != "auto":
+        raise InvalidParameterError(f"row_norm_bound must be a number or 'auto'; got {row_norm_bound!r}")
+    if center is None or center is False or (isinstance(center, str) and center == "none"):
+        centre: str | np.ndarray | None = None
+    elif center is True or (isinstance(center, str) and center == "private"):
+        centre = "private"
+    elif isinstance(center, str):
+        raise InvalidParameterError(
+            f"center must be False, True, 'private' or a public mean vector; got {center!r}")
+    else:
+        centre = np.array(center, dtype=np.float64)
+        if centre.ndim != 1 or not np.all(np.isfinite(centre)):
+            raise InvalidParameterError(
+                f"a given center must be a finite 1-D vector (a public mean); got shape {centre.shape}")
+    options = CentringOptions(centre, auto)
+    if options.active and mechanism not in CENTRING_MECHANISMS:
+        raise InvalidParameterError(
+            f"center and row_norm_bound='auto' apply to mechanism in {', '.join(CENTRING_MECHANISMS)}; got "
+            f"mechanism={mechanism!r}"
+        )
+    return options, (1.0 if auto else row_norm_bound)
+
+
+def plan_with_centring(params: Any, n_cols: int, options: CentringOptions) -> Any:
+    """The plan of a ``pca`` run with centring or an automatic bound: the block run for adaptive power (any k), the
+    centred Analyze Gauss run for Analyze Gauss; both release the explained variance."""
+    if isinstance(options.center, np.ndarray) and options.center.shape != (n_cols,):
+        raise InvalidParameterError(
+            f"a given center must have one entry per column ({n_cols}); got shape {options.center.shape}")
+    if params.mechanism == "analyze-gauss":
+        from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
+
+        return plan_centred_gauss(params, n_cols, center=options.center, auto_bound=options.auto_bound)
+    return plan_block_power(params, n_cols, center=options.center, auto_bound=options.auto_bound)
+
+
+def result_fields(output: Any) -> dict[str, Any]:
+    """The released statistics of a block or centred run, as :class:`~dppca_dask.results.PCAResult` fields."""
+    variance = getattr(output, "variance", None)
+    out: dict[str, Any] = {"mean": getattr(output, "mean", None)}
+    if variance is not None:
+        out.update(explained_variance=variance.explained_variance,
+                   explained_variance_ratio=variance.explained_variance_ratio,
+                   singular_values=variance.singular_values)
+    return out

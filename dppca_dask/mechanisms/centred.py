@@ -1,0 +1,125 @@
+"""Gaussian releases of the statistics an analyst expects beside the components: a private mean and the explained
+variance, each one release with its own ``GaussianDpEvent``.
+
+Neighbours differ by adding or removing one row. The count of rows is released with the sums, so no private ``n``
+is ever used: a mean is a noisy sum over a noisy count, a variance a noisy sum of squares over a noisy count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dppca_dask.mechanisms._validation import positive_finite
+from dppca_dask.mechanisms.gaussian import gaussian_mechanism
+from dppca_dask.mechanisms.noise import NoiseSource
+
+__all__ = ["ExplainedVariance", "MEAN_SENSITIVITY", "VARIANCE_SENSITIVITY", "private_mean", "private_variances"]
+
+#: L2 sensitivity of ``(Σ a'/c, n)``: the sum of rows clipped to c moves by at most c, the count by 1.
+MEAN_SENSITIVITY = math.sqrt(2.0)
+#: L2 sensitivity of ``(Σ_i (ã_i'ᵀv_j)²/c² for each j, Σ_i ‖ã_i'‖²/c², n)`` for orthonormal ``v_j``: one row moves
+#: the first block by ``((ã'ᵀv_j)²/c²)_j``, of L2 norm at most its L1 norm ``‖Vã'‖²/c² ≤ ‖ã'‖²/c² ≤ 1``; the
+#: total by ``‖ã'‖²/c² ≤ 1``; the count by 1.
+VARIANCE_SENSITIVITY = math.sqrt(3.0)
+
+
+def private_mean(
+    total: Any,
+    count: int,
+    *,
+    row_norm_bound: float,
+    noise_multiplier: float,
+    noise: NoiseSource,
+    release: str = "mean",
+) -> tuple[np.ndarray, float, Any]:
+    """Release the mean of rows clipped to ``c``: ``μ = c·z_sum / max(z_count, 1)`` for one Gaussian release ``z``.
+
+    Parameters
+    ----------
+    total
+        Exact ``Σ a'`` of the rows clipped to ``row_norm_bound`` (length d).
+    count
+        Exact number of rows.
+
+    Returns
+    -------
+    mean, noisy_count, event
+        The released mean (length d), the released count and ``GaussianDpEvent(noise_multiplier)``.
+
+    Notes
+    -----
+    Privacy contract: add/remove one row; the released vector ``(Σ a'/c, n) + N(0, (m·√2)²·I)`` has L2
+    sensitivity √2 (:data:`MEAN_SENSITIVITY`); the division is post-processing.
+    """
+    bound = positive_finite("row_norm_bound", row_norm_bound)
+    value = np.append(np.asarray(total, dtype=np.float64) / bound, float(count))
+    noisy, event = gaussian_mechanism(value, l2_sensitivity=MEAN_SENSITIVITY, noise_multiplier=noise_multiplier,
+                                      noise=noise, release=release)
+    noisy_count = float(noisy[-1])
+    return bound * noisy[:-1] / max(noisy_count, 1.0), noisy_count, event
+
+
+@dataclass(frozen=True)
+class ExplainedVariance:
+    """Released variance statistics of k components (post-processing of one Gaussian release)."""
+
+    explained_variance: np.ndarray
+    """``max(0, Σ(ã'ᵀv_j)²) / max(1, n̂ − 1)`` per component (scikit-learn's ``explained_variance_``)."""
+    singular_values: np.ndarray
+    """``sqrt(max(0, Σ(ã'ᵀv_j)²))`` per component."""
+    explained_variance_ratio: np.ndarray
+    """``max(0, Σ(ã'ᵀv_j)²) / Σ‖ã'‖²`` per component (against the private total variance)."""
+    total_variance: float
+    """``max(0, Σ‖ã'‖²) / max(1, n̂ − 1)``."""
+    count: float
+    """The released number of rows n̂."""
+
+
+def private_variances(
+    projected: Any,
+    total: float,
+    count: int,
+    *,
+    row_norm_bound: float,
+    noise_multiplier: float,
+    noise: NoiseSource,
+    release: str = "explained-variance",
+) -> tuple[ExplainedVariance, Any]:
+    """Release the variance along each component and the total variance, against a released count.
+
+    Parameters
+    ----------
+    projected
+        Exact ``Σ_i (ã_i'ᵀv_j)²`` for each released (public) orthonormal component ``v_j`` (length k).
+    total
+        Exact ``Σ_i ‖ã_i'‖²``.
+    count
+        Exact number of rows.
+
+    Notes
+    -----
+    Privacy contract: add/remove one row, rows ``ã'`` (centred at a public or released centre, clipped to c);
+    one Gaussian release of ``(projected/c², total/c², n)`` with L2 sensitivity √3 (:data:`VARIANCE_SENSITIVITY`),
+    ``GaussianDpEvent(noise_multiplier)``; everything else is post-processing.
+    """
+    bound = positive_finite("row_norm_bound", row_norm_bound)
+    scale = bound * bound
+    value = np.concatenate([np.asarray(projected, dtype=np.float64) / scale, [float(total) / scale, float(count)]])
+    noisy, event = gaussian_mechanism(value, l2_sensitivity=VARIANCE_SENSITIVITY, noise_multiplier=noise_multiplier,
+                                      noise=noise, release=release)
+    sums = np.maximum(noisy[:-2], 0.0) * scale
+    total_sum = max(float(noisy[-2]), 0.0) * scale
+    noisy_count = float(noisy[-1])
+    dof = max(noisy_count - 1.0, 1.0)
+    ratio = sums / total_sum if total_sum > 0 else np.zeros_like(sums)
+    return ExplainedVariance(
+        explained_variance=sums / dof,
+        singular_values=np.sqrt(sums),
+        explained_variance_ratio=ratio,
+        total_variance=total_sum / dof,
+        count=noisy_count,
+    ), event

@@ -1,0 +1,118 @@
+"""Neighbouring datasets for the centred block run and the private mean.
+
+Centring at a fixed centre μ (public, or released before the iterations) changes the range of a row, not the
+argument: clipped rows ``a'`` (norm ≤ c) centred at μ have norm ``‖a' − μ‖ ≤ c + ‖μ‖``, the grid starts at
+``(c + ‖μ‖)²``, and one added row moves the block release by its own contribution (≤ θ), the variance release by
+≤ √3 (in units of ``(c + ‖μ‖)²``). The data is crafted as in ``test_block_power.py`` around the first iterate, on
+the centred rows ``ã = a − μ`` (no row is clipped); neighbours add a row on the filter boundary, a maximal row
+``a' = −c·μ/‖μ‖`` (centred norm exactly ``c + ‖μ‖``: the variance's total moves by exactly 1 unit) and a row of
+huge norm. The private mean's release moves by exactly its sensitivity √2 when a row of norm ≥ c is added.
+
+False-failure rate: below 1e-11 per run (a Laplace draw beyond 30 of its scales); the rest is deterministic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dask.array as da
+import numpy as np
+import pytest
+
+from dppca_dask.algorithms.block_power import BLOCK_POWER, DEFAULT_OVERSAMPLE, _orthonormal, plan_block_power
+from dppca_dask.api import validate_parameters
+from dppca_dask.coordinator import LocalExecutor, as_source, run_algorithm
+from dppca_dask.kernels import ThresholdGrid
+from dppca_dask.mechanisms.testing import AuditingNoiseSource
+from privacy_harness import assert_within_sensitivity
+
+D, K, H, N_LOW = 40, 2, 300, 4_000
+WIDTH = K + DEFAULT_OVERSAMPLE
+RADIUS = 0.2
+BOUND = 1.0 + RADIUS
+GRID = ThresholdGrid.for_bound(BOUND)
+INDEX = 40
+THETA = float(GRID.thetas[INDEX])
+
+
+def _params() -> Any:
+    return validate_parameters(mechanism=BLOCK_POWER, epsilon=1.0, delta=1e-6, n_components=K, n_iter=1,
+                               row_norm_bound=1.0, svt_share=0.1, beta=1e-6, grid_per_octave=4, grid_octaves=24,
+                               calibration="standard", max_dense_dim=4096)
+
+
+def _mean(seed: int) -> np.ndarray:
+    mu = np.random.default_rng(seed + 9).standard_normal(D)
+    return RADIUS * mu / np.linalg.norm(mu)
+
+
+def _centred_row(x0: np.ndarray, rng: np.random.Generator, norm: float, score: float) -> np.ndarray:
+    w = rng.standard_normal(D)
+    w -= x0 @ (x0.T @ w)
+    w /= np.linalg.norm(w)
+    alpha = score / norm**2
+    return norm * (alpha * x0[:, 0] + np.sqrt(1.0 - alpha**2) * w)
+
+
+def _dataset(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x0 = _orthonormal(np.random.default_rng(seed).normal(0.0, 1.0, (D, WIDTH)))
+    rng, mu = np.random.default_rng(seed + 1), _mean(seed)
+    low_score = float(np.sqrt(GRID.thetas[INDEX] * GRID.thetas[INDEX + 1]))
+    high = np.array([_centred_row(x0, rng, 0.7, 0.3) for _ in range(H)]) + mu
+    low = np.array([_centred_row(x0, rng, 0.5, low_score) for _ in range(N_LOW)]) + mu
+    rows = np.vstack([high, low])
+    assert np.all(np.linalg.norm(rows, axis=1) <= 1.0)  # no row is clipped: ã = a − μ
+    return rows, x0, mu
+
+
+def _run(matrix: np.ndarray, noise: AuditingNoiseSource, center: Any) -> Any:
+    plan = plan_block_power(_params(), D, center=center)
+    source = as_source(da.from_array(matrix, chunks=((H + 1_000, *([1_000] * 3), matrix.shape[0] - H - 4_000), (D,))))
+    executor = LocalExecutor(source)
+    try:
+        return run_algorithm(executor, plan.make_run(noise, None, None)), plan
+    finally:
+        executor.close()
+
+
+@pytest.mark.parametrize("kind", ["boundary", "maximal", "huge-norm"])
+def test_centred_release_moves_within_the_sensitivity(seed: int, kind: str) -> None:
+    base, x0, mu = _dataset(seed)
+    if kind == "boundary":
+        extra = np.sqrt(THETA * (1 - 1e-12)) * x0[:, 0] + mu  # centred: score a hair below θ, kept
+    elif kind == "maximal":
+        extra = -mu / RADIUS  # norm c, centred norm c + ‖μ‖
+    else:
+        extra = 1e6 * (np.sqrt(THETA * 0.999) * x0[:, 0] + mu)
+    other = np.vstack([base[:H], extra[None, :], base[H:]])
+    a, b = AuditingNoiseSource(seed), AuditingNoiseSource(seed)
+    out_a, plan = _run(base, a, mu)
+    out_b, _ = _run(other, b, mu)
+    assert out_a.thresholds[0, 0] == out_b.thresholds[0, 0] == THETA
+    assert plan.calibration["centred_bound"] == pytest.approx(BOUND, rel=1e-15)
+    svt, gauss, variance = assert_within_sensitivity(a.records, b.records)
+    if kind == "boundary":
+        assert gauss > 0.998  # the Frobenius sensitivity θ is attained by a centred row
+    if kind == "maximal":
+        # the total moves by (c + ‖μ‖)²/(c + ‖μ‖)² = 1 unit and the count by 1: at least √2 of the √3
+        assert variance > np.sqrt(2.0 / 3.0) * (1 - 1e-9)
+    record = a.records[-1]
+    assert record.sensitivity == pytest.approx(np.sqrt(3.0), rel=1e-15)
+    np.testing.assert_array_equal(out_a.mean, mu)
+
+
+@pytest.mark.parametrize("norm", [1.0, 1e6])
+def test_private_mean_moves_by_its_sensitivity(seed: int, norm: float) -> None:
+    base, x0, _mu = _dataset(seed)
+    extra = norm * x0[:, 1]
+    other = np.vstack([base[:H], extra[None, :], base[H:]])
+    a, b = AuditingNoiseSource(seed), AuditingNoiseSource(seed)
+    out_a, plan = _run(base, a, "private")
+    _run(other, b, "private")
+    mean_a, mean_b = a.records[0], b.records[0]
+    assert mean_a.release == "mean" and mean_a.exact.shape == (D + 1,)
+    moved = assert_within_sensitivity([mean_a], [mean_b])[0]
+    assert moved == pytest.approx(1.0, rel=1e-9)  # (c/c, 1): exactly √2
+    assert mean_a.scale == pytest.approx(plan.calibration["mean_noise_multiplier"] * np.sqrt(2.0), rel=1e-15)
+    assert plan.calibration["centred_bound"] == 2.0 and plan.calibration["grid"]["top"] == 4.0
+    assert np.linalg.norm(out_a.mean) <= 1.0 + 1e-12  # projected onto the ball of radius c
