@@ -1,0 +1,1 @@
+"""Mechanism families: one home per family (its requests, calibration, planner and run together)."""

@@ -1,0 +1,384 @@
+"""``dppca_dask.window``: one private release of a window's covariance, and its downstream tasks.
+
+The default path (``structure="exact"``) computes the exact Gram of the window's clipped rows on Dask and releases
+it once through one mechanism (Gaussian / Analyze Gauss, Wishart or JL); covariance, PCA, directional variance,
+regression, sparse and non-negative PCA are post-processing of that one matrix. Its guarantee is unconditional:
+(ε, δ)-DP for adding or removing one row (event-level: one row is one event; a person with rows in several
+partitions is not covered beyond the rows' count by group privacy).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dppca_dask.accounting import ADD_REMOVE_ROW, build_report, calibrate_gaussian
+from dppca_dask.accounting.events import EpsilonDeltaDpEvent
+from dppca_dask.errors import InvalidParameterError, NotPrivateWarning
+from dppca_dask.mechanisms import NoiseSource
+from dppca_dask.mechanisms.wishart import (
+    TAU_RULES,
+    jl_gram_mechanism,
+    jl_sigma,
+    symmetric_gaussian_mechanism,
+    wishart_mechanism,
+    wishart_tau,
+)
+from dppca_dask.methods.window import tasks
+from dppca_dask.methods.window.gram import WindowGram, check_labels, dense_dim_error, window_source
+from dppca_dask.methods.window.selection import WindowSelection, select_window
+from dppca_dask.storage import MatrixStore, open_matrix
+
+__all__ = ["RELEASES", "ROW_WINDOW_NEIGHBOURING", "WindowRelease", "plan_window", "window"]
+
+#: The release mechanisms; ``"gaussian"`` is the default (chosen by measurement, see benchmarks/bench_window.py).
+RELEASES: tuple[str, ...] = ("gaussian", "wishart", "jl")
+
+#: The relation of a row window: adding or removing a row also moves the window's oldest row out or in.
+ROW_WINDOW_NEIGHBOURING = "add/remove one row (row window: the oldest row of the window shifts in or out)"
+
+#: Largest dimension of the dense window Gram by default (as Analyze Gauss).
+DEFAULT_MAX_DENSE_DIM = 4096
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """Everything public about a window release, fixed before any data is read."""
+
+    store: MatrixStore
+    selection: WindowSelection
+    release: str
+    dim: int
+    labels: bool
+    row_norm_bound: float
+    epsilon: float
+    delta: float
+    neighbouring: str
+    calibration: Mapping[str, Any]
+    """Noise parameters: ``noise_multiplier`` (gaussian), ``tau`` (wishart), ``sigma`` and ``sketch_rows`` (jl),
+    and the (ε, δ) the mechanism is run at."""
+    planned_events: tuple[Any, ...]
+
+
+def _positive(name: str, value: Any) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"{name} must be a finite number > 0; got {value!r}") from None
+    if not (math.isfinite(out) and out > 0):
+        raise InvalidParameterError(f"{name} must be finite and > 0; got {value!r}")
+    return out
+
+
+def plan_window(
+    store: Any,
+    *,
+    last: Any = None,
+    last_rows: Any = None,
+    end: Any = None,
+    epsilon: float,
+    delta: float,
+    release: str = "gaussian",
+    labels: bool = False,
+    row_norm_bound: float = 1.0,
+    tau_rule: str = "thm11",
+    sketch_rows: int | None = None,
+    rank_bound: int = 1,
+    max_dense_dim: int = DEFAULT_MAX_DENSE_DIM,
+) -> WindowPlan:
+    """Validate every parameter and choose the window (from the public partition table); reads no data.
+
+    Rows of a row window (``last_rows``) sit at positions counted from the end, so a neighbour with one more row
+    also moves the window's oldest row out: the Gram moves by ``aaᵀ − bbᵀ``. The Gaussian release is calibrated
+    to that sensitivity (``√2·c²`` on the upper triangle); the Wishart and JL releases run at
+    ``(ε/2, δ/(1 + e^{ε/2}))`` so that group privacy of two steps gives (ε, δ).
+    """
+    if not isinstance(store, MatrixStore):
+        store = open_matrix(store)
+    epsilon = _positive("epsilon", epsilon)
+    delta = _positive("delta", delta)
+    if not delta < 1:
+        raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
+    c = _positive("row_norm_bound", row_norm_bound)
+    if release not in RELEASES:
+        raise InvalidParameterError(f"release must be one of {', '.join(RELEASES)}; got {release!r}")
+    if tau_rule not in TAU_RULES:
+        raise InvalidParameterError(f"tau_rule must be one of {', '.join(TAU_RULES)}; got {tau_rule!r}")
+    if not isinstance(labels, (bool, np.bool_)):
+        raise InvalidParameterError(f"labels must be True or False; got {labels!r}")
+    if isinstance(max_dense_dim, bool) or not isinstance(max_dense_dim, (int, np.integer)) or max_dense_dim < 1:
+        raise InvalidParameterError(f"max_dense_dim must be a positive integer; got {max_dense_dim!r}")
+    dim = store.n_cols + (1 if labels else 0)
+    too_large = dense_dim_error(dim, int(max_dense_dim))
+    if too_large is not None:
+        raise too_large
+    selection = select_window(store, last=last, last_rows=last_rows, end=end)
+    if labels:
+        check_labels(store, selection)
+    rows_window = selection.kind == "rows"
+    neighbouring = ROW_WINDOW_NEIGHBOURING if rows_window else ADD_REMOVE_ROW
+    # the mechanism's own (ε, δ) for one fixed-position change; a row window is two such changes
+    run_eps, run_delta = (epsilon / 2.0, delta / (1.0 + math.exp(epsilon / 2.0))) if rows_window else (epsilon, delta)
+    calibration: dict[str, Any] = {"release": release, "row_norm_bound": c}
+    if release == "gaussian":
+        multiplier = calibrate_gaussian(epsilon=epsilon, delta=delta)
+        calibration.update({"noise_multiplier": multiplier,
+                            "l2_sensitivity": c * c * (math.sqrt(2.0) if rows_window else 1.0)})
+        from dp_accounting import GaussianDpEvent
+
+        events: tuple[Any, ...] = (GaussianDpEvent(multiplier),)
+    elif release == "wishart":
+        tau = float(math.ceil(wishart_tau(dim, epsilon=run_eps, delta=run_delta, rule=tau_rule)))
+        calibration.update({"tau": tau, "tau_rule": tau_rule, "mechanism_epsilon": run_eps,
+                            "mechanism_delta": run_delta})
+        events = (EpsilonDeltaDpEvent(epsilon, delta),)
+    else:
+        m = dim if sketch_rows is None else sketch_rows
+        sigma = jl_sigma(sketch_rows=m, epsilon=run_eps, delta=run_delta, rank_bound=rank_bound)
+        calibration.update({"sigma": sigma, "sketch_rows": int(m), "rank_bound": int(rank_bound),
+                            "mechanism_epsilon": run_eps, "mechanism_delta": run_delta})
+        events = (EpsilonDeltaDpEvent(epsilon, delta),)
+    if release != "jl" and sketch_rows is not None:
+        raise InvalidParameterError(f"sketch_rows applies to release='jl' only; got release={release!r}")
+    return WindowPlan(store, selection, release, dim, bool(labels), c, epsilon, delta, neighbouring,
+                      calibration, events)
+
+
+def _window_run(plan: WindowPlan, noise: NoiseSource) -> Any:
+    """The release as an algorithm generator: one :class:`WindowGram` request, then one mechanism call."""
+    selection = plan.selection
+    labels = check_labels(plan.store, selection) if plan.labels else None
+    gram = yield WindowGram(row_norm_bound=plan.row_norm_bound,
+                            row_ranges=dict(zip(selection.partitions, selection.row_ranges)),
+                            labels=labels, dim=plan.dim)
+    key = f"window/{plan.release}"
+    cal = plan.calibration
+    c = plan.row_norm_bound
+    if plan.release == "gaussian":
+        sensitivity = cal["l2_sensitivity"]
+        noisy, event = symmetric_gaussian_mechanism(gram, row_norm_bound=math.sqrt(sensitivity),
+                                                    noise_multiplier=cal["noise_multiplier"], noise=noise,
+                                                    release=key)
+        shift = 0.0
+    elif plan.release == "wishart":
+        noisy, tau, _ = wishart_mechanism(gram, row_norm_bound=c, epsilon=cal["mechanism_epsilon"],
+                                          delta=cal["mechanism_delta"], noise=noise, release=key,
+                                          tau_rule=cal["tau_rule"])
+        shift = c * c * tau
+        event = plan.planned_events[0]
+    else:
+        noisy, sigma, _ = jl_gram_mechanism(gram, row_norm_bound=c, epsilon=cal["mechanism_epsilon"],
+                                            delta=cal["mechanism_delta"], sketch_rows=cal["sketch_rows"],
+                                            rank_bound=cal["rank_bound"], noise=noise, release=key)
+        shift = c * c * sigma * sigma
+        event = plan.planned_events[0]
+    del gram
+    return noisy, shift, (event,)
+
+
+@dataclass(frozen=True)
+class WindowRelease:
+    """One private release of a window's Gram matrix; every method is post-processing of :attr:`released`.
+
+    The covariance is the window's second-moment matrix ``Σ a'aᵀ'`` of clipped rows, not divided by a row
+    count (a time window's row count is private).
+    """
+
+    released: np.ndarray
+    """The matrix as released by the mechanism (Wishart and JL releases carry their mean shift)."""
+    shift: float
+    """The public mean of the noise along the identity: ``c²τ`` (Wishart), ``c²σ²`` (JL), 0 (Gaussian)."""
+    release: str
+    """``"gaussian"``, ``"wishart"`` or ``"jl"``."""
+    window: WindowSelection
+    """The window: start, end, partitions (public)."""
+    privacy: Any
+    """The privacy report (:class:`~dppca_dask.accounting.PrivacyReport`)."""
+    labels: bool = False
+    """Whether the last row and column are the label's (a regression release)."""
+    calibration: Mapping[str, Any] = field(default_factory=dict)
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        matrix = np.array(self.released, dtype=np.float64, copy=True)
+        matrix.setflags(write=False)
+        object.__setattr__(self, "released", matrix)
+
+    @property
+    def private(self) -> bool:
+        return bool(getattr(self.privacy, "private", False))
+
+    @property
+    def debiased(self) -> np.ndarray:
+        """The released matrix minus its public noise mean (Thm 4 debias; may be indefinite)."""
+        return self.released - self.shift * np.eye(self.released.shape[0])
+
+    @property
+    def covariance(self) -> np.ndarray:
+        """The debiased feature covariance (label column dropped), projected onto the PSD cone."""
+        matrix = self.debiased
+        if self.labels:
+            matrix = matrix[:-1, :-1]
+        return tasks.psd_projection(matrix)
+
+    def pca(self, k: int = 1) -> np.ndarray:
+        """Top-k principal directions (k×d unit rows) of the released covariance."""
+        return tasks.top_components(self.covariance, k)[1]
+
+    def directional_variance(self, x: Any) -> Any:
+        """``xᵀCx`` of the released covariance for a vector or the rows of an array (Thm 15)."""
+        return tasks.directional_variance(self.covariance, x)
+
+    def regression(self, *, ridge: float = 0.0) -> np.ndarray:
+        """Least-squares coefficients of the label on the features (Thm 8); needs a release with labels."""
+        if not self.labels:
+            raise InvalidParameterError(
+                "this release has no label column; release the window with labels=True (--task regression)"
+            )
+        return tasks.regression(self.debiased, ridge=ridge)
+
+    def sparse_pca(self, k: int, nonzeros: int) -> np.ndarray:
+        """k components with at most ``nonzeros`` non-zero entries each (Alg. 5, truncated power method)."""
+        return tasks.sparse_pca(self.covariance, k, nonzeros)
+
+    def nonnegative_pca(self, k: int) -> np.ndarray:
+        """k non-negative components with disjoint supports (Alg. 5)."""
+        return tasks.nonnegative_pca(self.covariance, k)
+
+    def to_dict(self, *, include_matrix: bool = False) -> dict[str, Any]:
+        """A JSON-safe summary: window, privacy, calibration, provenance (and the released matrix if asked)."""
+        report = self.privacy.to_dict()
+        out: dict[str, Any] = {
+            "release": self.release,
+            "private": self.private,
+            "window": self.window.to_dict(),
+            "privacy": report,
+            "labels": self.labels,
+            "calibration": dict(self.calibration),
+            "provenance": dict(self.provenance),
+        }
+        if include_matrix:
+            out["released"] = self.released.tolist()
+            out["shift"] = self.shift
+        return out
+
+    def save(self, directory: str | os.PathLike[str]) -> str:
+        """Write ``release.json`` (summary and the released matrix) into ``directory``; returns its path."""
+        from dppca_dask.storage._files import make_private_directory
+
+        directory = os.fspath(directory)
+        if not os.path.isdir(directory):
+            make_private_directory(directory)
+        path = os.path.join(directory, "release.json")
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.to_dict(include_matrix=True), fh, indent=1)
+        return path
+
+
+def window(
+    store: Any,
+    *,
+    last: Any = None,
+    last_rows: int | None = None,
+    end: Any = None,
+    epsilon: float,
+    delta: float,
+    release: str = "gaussian",
+    labels: bool = False,
+    row_norm_bound: float = 1.0,
+    tau_rule: str = "thm11",
+    sketch_rows: int | None = None,
+    rank_bound: int = 1,
+    max_dense_dim: int = DEFAULT_MAX_DENSE_DIM,
+    client: Any = None,
+    persist: bool | None = None,
+    seed: int | None = None,
+    noise: NoiseSource | None = None,
+) -> WindowRelease:
+    """Release a sliding window's covariance once, with (ε, δ)-DP for adding or removing one row.
+
+    Parameters
+    ----------
+    store
+        A store path or :class:`~dppca_dask.storage.MatrixStore` with a partition table (timestamps for ``last``).
+    last, last_rows, end
+        The window: ``last="30D"`` (partitions stamped in ``(end − 30 days, end]``; ``end`` defaults to the newest
+        partition's timestamp) or ``last_rows=W`` (the last W rows, cutting the oldest partition at a row
+        boundary). Public parameters.
+    epsilon, delta
+        The release's budget.
+    release
+        ``"gaussian"`` (default; Analyze Gauss on the window Gram), ``"wishart"`` (F2), ``"jl"`` (F1 sampled
+        from the Gram).
+    labels
+        Append the stored ``labels`` array as a last column (regression); the bound ``row_norm_bound`` is then on
+        ``‖(x, y)‖`` (E13).
+    row_norm_bound
+        Public L2 bound c; rows are scaled down to it.
+    tau_rule
+        Wishart degrees of freedom: ``"thm11"`` (default), ``"thm14"``, ``"alg7"`` (see
+        :func:`~dppca_dask.mechanisms.wishart.wishart_tau`).
+    sketch_rows, rank_bound
+        JL release: rows m of the sketch (default d) and the rank bound r of Alg. 3's σ.
+    max_dense_dim
+        Refuse a dimension above this (the Gram is dense).
+    client, persist
+        As :func:`dppca_dask.pca` (``"local"`` runs in this process).
+    seed, noise
+        A seed (or a test noise source) makes the release **not private**.
+
+    Returns
+    -------
+    WindowRelease
+
+    Notes
+    -----
+    Privacy contract: neighbouring datasets differ by adding or removing one row of L2 norm ≤ c (event-level: a
+    person with rows in several partitions is covered only by group privacy over their rows). The exact window
+    Gram moves by ``aaᵀ`` (``aaᵀ − bbᵀ`` for a row window). One release per call, noise drawn once at the
+    coordinator; the report is built from the emitted event: ``GaussianDpEvent`` (gaussian) or the stated
+    closed form ``EpsilonDeltaDpEvent(ε, δ)`` (wishart, jl).
+    """
+    import warnings
+
+    from dppca_dask.api import _execute
+
+    plan = plan_window(store, last=last, last_rows=last_rows, end=end, epsilon=epsilon, delta=delta,
+                       release=release, labels=labels, row_norm_bound=row_norm_bound, tau_rule=tau_rule,
+                       sketch_rows=sketch_rows, rank_bound=rank_bound, max_dense_dim=max_dense_dim)
+    if noise is not None and seed is not None:
+        raise InvalidParameterError("give either seed or noise, not both; a seeded NoiseSource is NoiseSource.from_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise InvalidParameterError(f"seed must be an integer or None; got {seed!r}")
+    if noise is None:
+        noise = NoiseSource.from_entropy() if seed is None else NoiseSource.from_seed(int(seed))
+    if not noise.private:
+        warnings.warn("a seeded window release is not differentially private", NotPrivateWarning, stacklevel=2)
+    source = window_source(plan.store, plan.selection)
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    noisy, shift, events = _execute(source, client, persist, _window_run(plan, noise))
+    report = build_report(list(events), target_epsilon=plan.epsilon, target_delta=plan.delta,
+                          neighbouring=plan.neighbouring, private=bool(noise.private))
+    if plan.store.schema != "declared":
+        import dataclasses
+
+        from dppca_dask.coordinator.sources import schema_caveats
+
+        report = dataclasses.replace(report, caveats=schema_caveats(source))
+    provenance = {
+        "mechanism": "sliding-window",
+        "input": {"fingerprint": plan.store.fingerprint, "schema": plan.store.schema},
+        "seeded": not noise.private,
+        "noise_sampler": noise.sampler,
+        "started": started,
+        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    return WindowRelease(noisy, shift, plan.release, plan.selection, report, plan.labels, dict(plan.calibration),
+                         provenance)
