@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 from dppca_dask.api import DEFAULT_N_ITER, DPPCA, mechanisms, pca  # noqa: E402
 from dppca_dask.ingest import ingest  # noqa: E402
 from dppca_dask.lowrank import LowRankResult, load_lowrank, lowrank  # noqa: E402
+from dppca_dask.methods.window import WindowRelease, window  # noqa: E402
 from dppca_dask.results import PCAResult, load_result  # noqa: E402
 from dppca_dask.storage import MatrixStore, append_partition, open_matrix, write_matrix  # noqa: E402
 
@@ -20,6 +21,7 @@ __all__ = [
     "LowRankResult",
     "MatrixStore",
     "PCAResult",
+    "WindowRelease",
     "__version__",
     "append_partition",
     "ingest",
@@ -29,5 +31,6 @@ __all__ = [
     "mechanisms",
     "open_matrix",
     "pca",
+    "window",
     "write_matrix",
 ]

@@ -19,7 +19,7 @@ from dppca_dask.errors import DppcaError
 
 __all__ = ["main", "build_parser"]
 
-_SUBCOMMANDS = ("ingest", "info", "pca", "lowrank", "run", "budget", "demo")
+_SUBCOMMANDS = ("ingest", "info", "pca", "lowrank", "run", "budget", "demo", "append", "window")
 
 
 def build_parser() -> argparse.ArgumentParser:
