@@ -151,14 +151,47 @@ def plan_window(
                       calibration, events)
 
 
-def _window_run(plan: WindowPlan, noise: NoiseSource) -> Any:
-    """The release as an algorithm generator: one :class:`WindowGram` request, then one mechanism call."""
+def _window_run(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] | None = None) -> Any:
+    """The release as an algorithm generator: one :class:`WindowGram` request, then one mechanism call.
+
+    The coordinator checks every partition of the window before the generator starts; the partition-scoped
+    reservation (``budget``) is made here, before the first aggregate is read, returned if the release fails before
+    its noise is drawn, and charged once it is drawn.
+    """
     selection = plan.selection
     labels = check_labels(plan.store, selection) if plan.labels else None
-    gram = yield WindowGram(row_norm_bound=plan.row_norm_bound,
-                            row_ranges=dict(zip(selection.partitions, selection.row_ranges)),
-                            labels=labels, dim=plan.dim)
+    reservation = None
+    if budget is not None:
+        from dppca_dask.methods.window.budget import reserve_partitions
+
+        reservation = reserve_partitions(budget["ledger"], budget["dataset"], budget["job_id"], store=plan.store,
+                                         partitions=selection.partitions, epsilon=plan.epsilon, delta=plan.delta,
+                                         events=plan.planned_events)
+    try:
+        gram = yield WindowGram(row_norm_bound=plan.row_norm_bound,
+                                row_ranges=dict(zip(selection.partitions, selection.row_ranges)),
+                                labels=labels, dim=plan.dim)
+    except BaseException:
+        if reservation is not None:
+            reservation.give_back()  # no noise drawn: nothing was released
+        raise
     key = f"window/{plan.release}"
+    try:
+        noisy, shift, event = _mechanism(plan, gram, noise, key)
+    except BaseException:
+        if reservation is not None:
+            if key in noise.released_keys:  # noise was drawn: the budget stays spent (invariant 6)
+                reservation.charge(outcome="failed")
+            else:
+                reservation.give_back()
+        raise
+    del gram
+    if reservation is not None:
+        reservation.charge()
+    return noisy, shift, (event,)
+
+
+def _mechanism(plan: WindowPlan, gram: np.ndarray, noise: NoiseSource, key: str) -> tuple[np.ndarray, float, Any]:
     cal = plan.calibration
     c = plan.row_norm_bound
     if plan.release == "gaussian":
@@ -179,8 +212,7 @@ def _window_run(plan: WindowPlan, noise: NoiseSource) -> Any:
                                             rank_bound=cal["rank_bound"], noise=noise, release=key)
         shift = c * c * sigma * sigma
         event = plan.planned_events[0]
-    del gram
-    return noisy, shift, (event,)
+    return noisy, shift, event
 
 
 @dataclass(frozen=True)
@@ -301,6 +333,9 @@ def window(
     persist: bool | None = None,
     seed: int | None = None,
     noise: NoiseSource | None = None,
+    ledger: Any = None,
+    dataset: str | None = None,
+    job_id: str | None = None,
 ) -> WindowRelease:
     """Release a sliding window's covariance once, with (ε, δ)-DP for adding or removing one row.
 
@@ -333,6 +368,10 @@ def window(
         As :func:`dppca_dask.pca` (``"local"`` runs in this process).
     seed, noise
         A seed (or a test noise source) makes the release **not private**.
+    ledger, dataset, job_id
+        Partition-scoped budget (:mod:`~dppca_dask.methods.window.budget`): a ledger (path or
+        :class:`~dppca_dask.ledger.Ledger`) whose key ``dataset`` has a budget; the release is charged to every
+        partition it reads under ``job_id``, and refused if any of them would exceed the key's total.
 
     Returns
     -------
@@ -361,9 +400,26 @@ def window(
         noise = NoiseSource.from_entropy() if seed is None else NoiseSource.from_seed(int(seed))
     if not noise.private:
         warnings.warn("a seeded window release is not differentially private", NotPrivateWarning, stacklevel=2)
+    budget = None
+    if (ledger is None) != (dataset is None) or (ledger is None) != (job_id is None):
+        raise InvalidParameterError(
+            "a partition-scoped budget needs ledger, dataset and job_id together; got "
+            f"ledger={ledger!r}, dataset={dataset!r}, job_id={job_id!r}"
+        )
+    if ledger is not None:
+        from dppca_dask.ledger import Ledger
+
+        budget = {"ledger": ledger if isinstance(ledger, Ledger) else Ledger(ledger), "dataset": dataset,
+                  "job_id": job_id}
+        budget["ledger"].budget(dataset)  # a missing key fails before anything is read
     source = window_source(plan.store, plan.selection)
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    noisy, shift, events = _execute(source, client, persist, _window_run(plan, noise))
+    run = _window_run(plan, noise, budget)
+    try:
+        noisy, shift, events = _execute(source, client, persist, run)
+    except BaseException:
+        run.close()  # a failure before the noise (a lost cluster, a bad chunk) returns the reservation
+        raise
     report = build_report(list(events), target_epsilon=plan.epsilon, target_delta=plan.delta,
                           neighbouring=plan.neighbouring, private=bool(noise.private))
     if plan.store.schema != "declared":
