@@ -21,7 +21,7 @@ import numpy as np
 
 from dppca_dask.accounting import ADD_REMOVE_ROW, build_report, calibrate_gaussian
 from dppca_dask.accounting.events import EpsilonDeltaDpEvent
-from dppca_dask.errors import InvalidParameterError, NotPrivateWarning
+from dppca_dask.errors import InvalidParameterError
 from dppca_dask.mechanisms import NoiseSource
 from dppca_dask.mechanisms.wishart import (
     TAU_RULES,
@@ -385,8 +385,6 @@ def window(
     coordinator; the report is built from the emitted event: ``GaussianDpEvent`` (gaussian) or the stated
     closed form ``EpsilonDeltaDpEvent(ε, δ)`` (wishart, jl).
     """
-    import warnings
-
     from dppca_dask.api import _execute
 
     plan = plan_window(store, last=last, last_rows=last_rows, end=end, epsilon=epsilon, delta=delta,
@@ -398,8 +396,6 @@ def window(
         raise InvalidParameterError(f"seed must be an integer or None; got {seed!r}")
     if noise is None:
         noise = NoiseSource.from_entropy() if seed is None else NoiseSource.from_seed(int(seed))
-    if not noise.private:
-        warnings.warn("a seeded window release is not differentially private", NotPrivateWarning, stacklevel=2)
     budget = None
     if (ledger is None) != (dataset is None) or (ledger is None) != (job_id is None):
         raise InvalidParameterError(
