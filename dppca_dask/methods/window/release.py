@@ -215,6 +215,20 @@ def _mechanism(plan: WindowPlan, gram: np.ndarray, noise: NoiseSource, key: str)
     return noisy, shift, event
 
 
+def _execute(source: Any, client: Any, persist: bool | None, run: Any) -> Any:
+    """Drive the release generator in this process (``client="local"``) or on a Dask cluster."""
+    from dppca_dask.coordinator import Coordinator, LocalExecutor, connect, run_algorithm
+
+    if isinstance(client, str) and client == "local":
+        executor = LocalExecutor(source)
+        try:
+            return run_algorithm(executor, run)
+        finally:
+            executor.close()
+    with connect(client) as dask_client, Coordinator(dask_client, source, persist=persist) as coordinator:
+        return run_algorithm(coordinator, run)
+
+
 @dataclass(frozen=True)
 class WindowRelease:
     """One private release of a window's Gram matrix; every method is post-processing of :attr:`released`.
@@ -385,8 +399,6 @@ def window(
     coordinator; the report is built from the emitted event: ``GaussianDpEvent`` (gaussian) or the stated
     closed form ``EpsilonDeltaDpEvent(ε, δ)`` (wishart, jl).
     """
-    from dppca_dask.api import _execute
-
     plan = plan_window(store, last=last, last_rows=last_rows, end=end, epsilon=epsilon, delta=delta,
                        release=release, labels=labels, row_norm_bound=row_norm_bound, tau_rule=tau_rule,
                        sketch_rows=sketch_rows, rank_bound=rank_bound, max_dense_dim=max_dense_dim)
