@@ -144,3 +144,48 @@ def dense_dim_error(dim: int, max_dense_dim: int) -> InvalidParameterError | Non
         f"d={dim} exceeds max_dense_dim={max_dense_dim}; raise max_dense_dim if the coordinator has the memory, "
         "or use a low-rank mechanism (dppca_dask.pca)"
     )
+
+
+@dataclass(frozen=True)
+class PartitionGrams:
+    """Each listed partition's own Gram (not summed): ``{partition index: d'×d' Gram}``, for the histogram."""
+
+    row_norm_bound: float
+    partitions: tuple[int, ...]
+    labels: tuple[str, Mapping[int, int]] | None = None
+
+
+def _partition_gram_task(
+    item: Any, *, row_norm_bound: float, labels: tuple[str, Mapping[int, int]] | None
+) -> dict[int, np.ndarray]:
+    part = item if isinstance(item, PartitionData) else item[0](*item[1])
+    gram = _window_gram_task(part, row_norm_bound=row_norm_bound, row_ranges={part.index: None}, labels=labels)
+    return {part.index: gram}
+
+
+def _union(*parts: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    out: dict[int, np.ndarray] = {}
+    for p in parts:
+        out.update(p)
+    return out
+
+
+register_request(
+    PartitionGrams,
+    lambda r: StepPlan(
+        _partition_gram_task,
+        {"row_norm_bound": r.row_norm_bound, "labels": r.labels},
+        None,
+        _union,
+        empty=lambda d: {},
+    ),
+)
+
+
+def partitions_source(store: MatrixStore, partitions: tuple[int, ...], description: Mapping[str, Any]
+                      ) -> PartitionSource:
+    """A source of the listed partitions only."""
+    sel = WindowSelection("time", "", "", partitions, (None,) * len(partitions))
+    source = window_source(store, sel)
+    return PartitionSource(source.n_rows, source.n_cols, source.n_partitions, source.nbytes, source.loaders,
+                           dict(description), store)

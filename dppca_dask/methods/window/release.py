@@ -44,6 +44,14 @@ RELEASES: tuple[str, ...] = ("gaussian", "wishart", "jl")
 #: The relation of a row window: adding or removing a row also moves the window's oldest row out or in.
 ROW_WINDOW_NEIGHBOURING = "add/remove one row (row window: the oldest row of the window shifts in or out)"
 
+#: How the window's matrix is formed before the release.
+STRUCTURES: tuple[str, ...] = ("exact", "spectral-histogram")
+
+#: The caveat of a release from the spectral histogram (erratum E8).
+HISTOGRAM_CAVEAT = ("spectral histogram: the release covers the partitions from its first checkpoint, which the "
+                    "pruning chose from the data; the guarantee holds conditional on that checkpoint (the window's "
+                    "reported start), as the paper proves (seed 001, erratum E8)")
+
 #: Largest dimension of the dense window Gram by default (as Analyze Gauss).
 DEFAULT_MAX_DENSE_DIM = 4096
 
@@ -189,6 +197,114 @@ def _window_run(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] 
     if reservation is not None:
         reservation.charge()
     return noisy, shift, (event,)
+
+
+def _histogram_release(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] | None, *, last: Any,
+                       end: Any, eta: float, regularizer: float | None) -> tuple[Any, Any, Any, tuple[str, ...]]:
+    """Plan a release from the spectral histogram: which partitions are new, each one's window start, and the
+    generator that reads the new partitions, updates and saves the structure, and releases its first checkpoint."""
+    from dppca_dask.methods.window.gram import PartitionGrams, partitions_source
+    from dppca_dask.methods.window.histogram import SpectralHistogram, histogram_path
+    from dppca_dask.methods.window.selection import parse_duration
+
+    store, selection = plan.store, plan.selection
+    if selection.kind != "time":
+        raise InvalidParameterError("structure='spectral-histogram' serves time windows (last='30D'); "
+                                    "use structure='exact' for a row window")
+    newest = max(p.timestamp for p in store.partitions)  # type: ignore[type-var]
+    if end is not None and selection.partitions[-1] != len(store.partitions) - 1:
+        raise InvalidParameterError("structure='spectral-histogram' releases the current window only (ending at "
+                                    "the newest partition); drop end, or use structure='exact'")
+    del newest
+    if not (isinstance(eta, (int, float)) and 0 < eta < 1):
+        raise InvalidParameterError(f"eta must be in (0, 1); got {eta!r}")
+    cal, c = plan.calibration, plan.row_norm_bound
+    if regularizer is None:
+        if plan.release == "wishart":
+            regularizer = c * c * cal["tau"]
+        elif plan.release == "jl":
+            regularizer = c * c * cal["sigma"] ** 2
+        else:
+            regularizer = 2.0 * cal["noise_multiplier"] * cal["l2_sensitivity"] * math.sqrt(plan.dim)
+    seconds = parse_duration(last)
+    name = f"{seconds:g}s-{'labels' if plan.labels else 'features'}"
+    directory = histogram_path(store.path, name)
+    expect = {"store_id": store.store_id, "eta": float(eta), "regularizer": float(regularizer),
+              "row_norm_bound": c, "dim": plan.dim, "window_seconds": seconds}
+    hist = SpectralHistogram.load(directory, expect=expect)
+    if hist is None:
+        hist = SpectralHistogram(plan.dim, float(eta), float(regularizer))
+    parts = store.partitions
+    new = tuple(p.index for p in parts if p.index > hist.last)
+
+    def start_of(index: int) -> int:
+        ts = parts[index].timestamp
+        return min(p.index for p in parts if ts - seconds < p.timestamp <= ts)  # type: ignore[operator]
+
+    s = selection.partitions[0]
+    first_possible = min([s] + hist.starts[:1])
+    charged = tuple(range(first_possible, len(parts)))
+    labels = check_labels(store, selection) if plan.labels else None
+    if labels is not None and first_possible < s:
+        labels = (labels[0], {i: parts[i].row_start for i in range(first_possible, len(parts))})
+
+    def run() -> Any:
+        reservation = None
+        if budget is not None:
+            from dppca_dask.methods.window.budget import reserve_partitions
+
+            reservation = reserve_partitions(budget["ledger"], budget["dataset"], budget["job_id"], store=store,
+                                             partitions=charged, epsilon=plan.epsilon, delta=plan.delta,
+                                             events=plan.planned_events)
+        try:
+            grams = (yield PartitionGrams(row_norm_bound=c, partitions=new, labels=labels)) if new else {}
+            for index in new:
+                hist.add(index, grams[index], window_start=start_of(index))
+            hist.save(directory, meta={k: v for k, v in expect.items() if k not in ("eta", "regularizer", "dim")})
+            t1, gram = hist.covering(s)
+        except BaseException:
+            if reservation is not None:
+                reservation.give_back()
+            raise
+        key = f"window/{plan.release}"
+        try:
+            noisy, shift, event = _mechanism(plan, gram, noise, key)
+        except BaseException:
+            if reservation is not None:
+                if key in noise.released_keys:
+                    reservation.charge(outcome="failed")
+                else:
+                    reservation.give_back()
+            raise
+        if reservation is not None:
+            reservation.charge()
+        covered[:] = [t1]
+        return noisy, shift, (event,)
+
+    covered: list[int] = []
+    source = partitions_source(store, new, {"kind": "store", "fingerprint": store.fingerprint,
+                                            "schema": store.schema})
+    generator = run()
+    # the reported window is the released checkpoint's: it is public once released (the guarantee is
+    # conditional on it); known only after the run, so the plan is rebuilt by the caller from `covered`
+    plan_box = _HistogramPlan(plan, covered, hist)
+    return plan_box, source, generator, (HISTOGRAM_CAVEAT,)
+
+
+@dataclass
+class _HistogramPlan:
+    """A window plan whose selection becomes the released checkpoint's once the run has chosen it."""
+
+    base: WindowPlan
+    covered: list[int]
+    histogram: Any
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "selection" and self.covered:
+            sel = self.base.selection
+            parts = tuple(range(self.covered[0], sel.partitions[-1] + 1))
+            return WindowSelection(sel.kind, sel.start, sel.end, parts, (None,) * len(parts), None)
+        return getattr(self.base, name)
 
 
 def _mechanism(plan: WindowPlan, gram: np.ndarray, noise: NoiseSource, key: str) -> tuple[np.ndarray, float, Any]:
@@ -337,6 +453,9 @@ def window(
     epsilon: float,
     delta: float,
     release: str = "gaussian",
+    structure: str = "exact",
+    eta: float = 0.2,
+    regularizer: float | None = None,
     labels: bool = False,
     row_norm_bound: float = 1.0,
     tau_rule: str = "thm11",
@@ -366,6 +485,16 @@ def window(
     release
         ``"gaussian"`` (default; Analyze Gauss on the window Gram), ``"wishart"`` (F2), ``"jl"`` (F1 sampled
         from the Gram).
+    structure
+        ``"exact"`` (default): the exact Gram of the window, with the unconditional guarantee.
+        ``"spectral-histogram"``: the paper's structure (:mod:`~dppca_dask.methods.window.histogram`), kept
+        beside the store and updated with the partitions appended since its last use (a nightly release reads
+        only the new partitions); it releases its first checkpoint, which covers the window and possibly some
+        partitions before it, and its guarantee holds conditional on that checkpoint (erratum E8). Time windows
+        ending at the newest partition only.
+    eta, regularizer
+        Spectral histogram: pruning threshold η in (0, 1) and the public floor λ > 0 (default: the release's noise
+        level along the identity: ``c²τ`` Wishart, ``c²σ²`` JL, ``2·σ·√d`` Gaussian).
     labels
         Append the stored ``labels`` array as a last column (regression); the bound ``row_norm_bound`` is then on
         ``‖(x, y)‖`` (E13).
@@ -420,9 +549,16 @@ def window(
         budget = {"ledger": ledger if isinstance(ledger, Ledger) else Ledger(ledger), "dataset": dataset,
                   "job_id": job_id}
         budget["ledger"].budget(dataset)  # a missing key fails before anything is read
-    source = window_source(plan.store, plan.selection)
+    if structure not in STRUCTURES:
+        raise InvalidParameterError(f"structure must be one of {', '.join(STRUCTURES)}; got {structure!r}")
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    run = _window_run(plan, noise, budget)
+    caveats: tuple[str, ...] = ()
+    if structure == "spectral-histogram":
+        plan, source, run, caveats = _histogram_release(plan, noise, budget, last=last, end=end, eta=eta,
+                                                        regularizer=regularizer)
+    else:
+        source = window_source(plan.store, plan.selection)
+        run = _window_run(plan, noise, budget)
     try:
         noisy, shift, events = _execute(source, client, persist, run)
     except BaseException:
@@ -430,14 +566,15 @@ def window(
         raise
     report = build_report(list(events), target_epsilon=plan.epsilon, target_delta=plan.delta,
                           neighbouring=plan.neighbouring, private=bool(noise.private))
-    if plan.store.schema != "declared":
+    if plan.store.schema != "declared" or caveats:
         import dataclasses
 
         from dppca_dask.coordinator.sources import schema_caveats
 
-        report = dataclasses.replace(report, caveats=schema_caveats(source))
+        report = dataclasses.replace(report, caveats=schema_caveats(source) + caveats)
     provenance = {
         "mechanism": "sliding-window",
+        "structure": structure,
         "input": {"fingerprint": plan.store.fingerprint, "schema": plan.store.schema},
         "seeded": not noise.private,
         "noise_sampler": noise.sampler,
