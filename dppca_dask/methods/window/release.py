@@ -36,7 +36,7 @@ from dppca_dask.methods.window.gram import WindowGram, check_labels, dense_dim_e
 from dppca_dask.methods.window.selection import WindowSelection, select_window
 from dppca_dask.storage import MatrixStore, open_matrix
 
-__all__ = ["RELEASES", "ROW_WINDOW_NEIGHBOURING", "WindowRelease", "plan_window", "window"]
+__all__ = ["RELEASES", "ROW_WINDOW_NEIGHBOURING", "WindowRelease", "load_release", "plan_window", "window"]
 
 #: The release mechanisms; ``"gaussian"`` is the default (chosen by measurement, see benchmarks/bench_window.py).
 RELEASES: tuple[str, ...] = ("gaussian", "wishart", "jl")
@@ -378,6 +378,11 @@ class WindowRelease:
         return bool(getattr(self.privacy, "private", False))
 
     @property
+    def mechanism(self) -> str:
+        """``"sliding-window"`` (the job mechanism's name; :attr:`release` names the noise)."""
+        return "sliding-window"
+
+    @property
     def debiased(self) -> np.ndarray:
         """The released matrix minus its public noise mean (Thm 4 debias; may be indefinite)."""
         return self.released - self.shift * np.eye(self.released.shape[0])
@@ -442,6 +447,23 @@ class WindowRelease:
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(self.to_dict(include_matrix=True), fh, indent=1)
         return path
+
+
+def load_release(directory: str | os.PathLike[str]) -> WindowRelease:
+    """Read a release written by :meth:`WindowRelease.save`."""
+    from dppca_dask.accounting.report import PrivacyReport
+
+    with open(os.path.join(os.fspath(directory), "release.json"), encoding="utf-8") as fh:
+        obj = json.load(fh)
+    report = dict(obj["privacy"])
+    report.pop("meets_target", None)
+    report["epsilon"] = float(report["epsilon"])
+    report["caveats"] = tuple(report.get("caveats") or ())
+    w = obj["window"]
+    selection = WindowSelection(w["kind"], w["start"], w["end"], tuple(w["partitions"]),
+                                (None,) * len(w["partitions"]), w.get("last_rows"))
+    return WindowRelease(np.asarray(obj["released"]), float(obj["shift"]), obj["release"], selection,
+                         PrivacyReport(**report), bool(obj["labels"]), obj["calibration"], obj["provenance"])
 
 
 def window(
