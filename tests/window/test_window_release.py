@@ -155,3 +155,9 @@ def test_save_writes_an_owner_only_release(tmp_path, ten_days):
     saved = json.load(open(path))
     assert saved["window"]["n_partitions"] == 1 and np.allclose(saved["released"], result.released)
     assert stat.S_IMODE(os.stat(tmp_path / "out").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    from dppca_dask.methods.window.release import load_release
+
+    loaded = load_release(tmp_path / "out")
+    assert np.array_equal(loaded.released, result.released) and loaded.window == result.window
+    assert loaded.privacy == result.privacy

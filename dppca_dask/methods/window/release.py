@@ -444,8 +444,10 @@ class WindowRelease:
         if not os.path.isdir(directory):
             make_private_directory(directory)
         path = os.path.join(directory, "release.json")
-        with open(path, "w", encoding="utf-8") as fh:
+        tmp = os.path.join(directory, ".release.json.partial")
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
             json.dump(self.to_dict(include_matrix=True), fh, indent=1)
+        os.replace(tmp, path)  # owner-only, like every output of a job; complete or absent
         return path
 
 
