@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dppca_dask.methods.window.release import RELEASES, WindowRelease, plan_window, window
 from dppca_dask.methods.window.selection import WindowSelection, parse_duration, parse_timestamp, select_window
+from dppca_dask.methods.window.tree import tree_window
 
 __all__ = [
     "RELEASES",
@@ -17,5 +18,6 @@ __all__ = [
     "parse_timestamp",
     "plan_window",
     "select_window",
+    "tree_window",
     "window",
 ]
