@@ -65,6 +65,29 @@ def release(kind: str, gram: np.ndarray, epsilon: float, delta: float, noise: No
     return noisy - sigma**2 * np.eye(gram.shape[0])
 
 
+def histogram_space(widths: list[int], *, d: int = 10, rank: int = 3, eta: float = 0.2, lam: float = 171.0,
+                    seed: int = 0) -> list[dict[str, float]]:
+    """Largest checkpoint count ℓ of the spectral histogram over a stream of 2W unit rows of rank ``rank``
+    (spec §6.3 setting), its bytes, and the a-priori bound of §9 check 6, against W rows of d floats."""
+    from dppca_dask.methods.window.histogram import SpectralHistogram
+
+    out = []
+    for w in widths:
+        rng = np.random.default_rng(seed)
+        basis = np.linalg.qr(rng.standard_normal((d, rank)))[0]
+        rows = rng.standard_normal((2 * w, rank)) @ basis.T
+        rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+        h = SpectralHistogram(d, eta, lam)
+        worst = 0
+        for t, a in enumerate(rows):
+            h.add(t, np.outer(a, a), window_start=max(0, t - w + 1))
+            worst = max(worst, h.n_checkpoints)
+        bound = 3 + 2 * rank * np.log((1 + (w + 1) / lam) / (1 - eta)) / -np.log(1 - eta)
+        out.append({"W": w, "max_checkpoints": worst, "bound": round(float(bound), 1),
+                    "histogram_bytes": 8 * worst * d * d, "window_rows_bytes": 8 * w * d})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data",
@@ -102,6 +125,9 @@ def main() -> None:
                         "pca_sin2": median(angle), "regression_excess_mse": median(excess)})
     seconds = time.perf_counter() - t0
     text = table(out, ["epsilon", "release", "cov_spectral_err", "pca_sin2", "regression_excess_mse"])
+    space = histogram_space([100, 400] if args.quick else [100, 400, 1600])
+    text += ("\n\nSpectral histogram space (d = 10, rank-3 unit rows, eta = 0.2, lambda = 171, T = 2W):\n\n"
+             + table(space, ["W", "max_checkpoints", "bound", "histogram_bytes", "window_rows_bytes"]))
     header = (f"# Window releases on w8a: W = {rows} rows x 300 features (+ label), delta = {args.delta:g}, "
               f"median of {repeats} draws\n\nexact least-squares MSE {best:.4g}; {seconds:.1f} s\n\n")
     print(header + text)
