@@ -95,12 +95,7 @@ def append_file(
     parent, name = os.path.split(target.path)
     tmp = os.path.join(parent, f".{name}.append-{uuid.uuid4().hex[:12]}")
     try:
-        day = ingest(src, tmp, **options)
-        if day.n_cols != target.n_cols:
-            raise InvalidParameterError(
-                f"the appended data has {day.n_cols} columns and the store {target.n_cols}; append data with the "
-                "store's columns"
-            )
+        day = ingest(src, tmp, **options)  # declared width (or the store's column ids): checked by ingest
         block = day.to_scipy() if target.layout == "csr" else day.to_scipy().toarray()
         if has_labels:
             day_group = zarr.open_group(day.path, mode="r")
