@@ -148,6 +148,8 @@ def main() -> None:
             pts = [(o["epsilon"], max(o[metric], 1e-8)) for o in out if o["release"] == kind]
             ax.loglog(*zip(*pts), marker="o", label=kind)
         ax.set_xlabel("epsilon")
+        ax.set_xticks(epsilons, [f"{e:g}" for e in epsilons])
+        ax.minorticks_off()
         ax.set_title(metric)
     axes[0].legend()
     fig.suptitle(f"window releases vs the exact window answer (w8a, W={rows})")
