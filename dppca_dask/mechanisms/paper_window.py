@@ -17,6 +17,7 @@ checkpoint differ by exactly the rows in between (erratum E8). The library's str
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -32,7 +33,7 @@ def _psd_leq(x: np.ndarray, y: np.ndarray, c: float) -> bool:
     return float(np.linalg.eigvalsh((diff + diff.T) / 2.0)[0]) >= -1e-10 * max(1.0, float(np.trace(x)))
 
 
-def _prune(starts: list[int], mats: list[np.ndarray], gram: callable, c: float) -> None:  # type: ignore[valid-type]
+def _prune(starts: list[int], mats: list[np.ndarray], gram: Callable[[np.ndarray], np.ndarray], c: float) -> None:
     """Alg. 1 / Alg. 6: for each i, delete i+1..j−1 for the largest p = j ≤ ℓ−1 with ``c·K̃(i) ⪯ K̃(p)``."""
     i = 0
     while i <= len(starts) - 3:
