@@ -161,3 +161,40 @@ def test_save_writes_an_owner_only_release(tmp_path, ten_days):
     loaded = load_release(tmp_path / "out")
     assert np.array_equal(loaded.released, result.released) and loaded.window == result.window
     assert loaded.privacy == result.privacy
+
+
+def test_gram_cache_reads_only_new_partitions(daily_store, monkeypatch):
+    import os
+    import stat
+
+    from dppca_dask.coordinator import sources
+    from dppca_dask.methods.window import gram as gram_module
+    from dppca_dask.storage import append_partition
+    from window_data import day
+
+    store = daily_store(4)
+    reads: list[int] = []
+    original = sources.load_store_partition
+
+    def counting(s, index):
+        reads.append(index)
+        return original(s, index)
+
+    monkeypatch.setattr(gram_module, "load_store_partition", counting)
+    args = {"last": "3D", "epsilon": 1, "delta": 1e-6, "client": "local", "cache": True}
+    first = window(store, noise=ZeroNoiseSource(), **args)
+    assert sorted(reads) == [1, 2, 3] and np.allclose(first.released, _exact(range(2, 5)))
+    directory = os.path.join(os.path.dirname(store.path), ".store.window-grams")
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+    assert all(stat.S_IMODE(os.stat(os.path.join(directory, f)).st_mode) == 0o600 for f in os.listdir(directory))
+    reads.clear()
+    store = append_partition(store.path, day_block(5), timestamp=day(5))
+    second = window(store, noise=ZeroNoiseSource(), **args)
+    assert reads == [4] and np.allclose(second.released, _exact(range(3, 6)))
+    reads.clear()
+    rows = window(store, last_rows=ROWS_PER_DAY + 5, epsilon=1, delta=1e-6, client="local", cache=True,
+                  noise=ZeroNoiseSource())
+    assert reads == [3]  # the cut partition is read (never cached); the last one comes from the cache
+    assert np.allclose(rows.released, _exact(range(4, 6), first_rows=ROWS_PER_DAY - 5))
+    with pytest.raises(InvalidParameterError, match="cache must be True or False"):
+        window(store, last="1D", epsilon=1, delta=1e-6, client="local", cache="yes")

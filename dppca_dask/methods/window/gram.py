@@ -153,13 +153,20 @@ class PartitionGrams:
     row_norm_bound: float
     partitions: tuple[int, ...]
     labels: tuple[str, Mapping[int, int]] | None = None
+    row_ranges: Mapping[int, tuple[int, int] | None] | None = None
+    """Local row ranges (a row window's cut partition); ``None``: whole partitions."""
 
 
 def _partition_gram_task(
-    item: Any, *, row_norm_bound: float, labels: tuple[str, Mapping[int, int]] | None
+    item: Any,
+    *,
+    row_norm_bound: float,
+    labels: tuple[str, Mapping[int, int]] | None,
+    row_ranges: Mapping[int, tuple[int, int] | None] | None = None,
 ) -> dict[int, np.ndarray]:
     part = item if isinstance(item, PartitionData) else item[0](*item[1])
-    gram = _window_gram_task(part, row_norm_bound=row_norm_bound, row_ranges={part.index: None}, labels=labels)
+    rows = None if row_ranges is None else row_ranges.get(part.index)
+    gram = _window_gram_task(part, row_norm_bound=row_norm_bound, row_ranges={part.index: rows}, labels=labels)
     return {part.index: gram}
 
 
@@ -174,12 +181,30 @@ register_request(
     PartitionGrams,
     lambda r: StepPlan(
         _partition_gram_task,
-        {"row_norm_bound": r.row_norm_bound, "labels": r.labels},
+        {"row_norm_bound": r.row_norm_bound, "labels": r.labels,
+         "row_ranges": None if r.row_ranges is None else dict(r.row_ranges)},
         None,
         _union,
         empty=lambda d: {},
     ),
 )
+
+
+def cache_directory(store: MatrixStore) -> str:
+    """Directory of the per-partition Gram cache beside the store (owner-only: the Grams are as sensitive as the
+    rows)."""
+    import os
+
+    parent, base = os.path.split(os.path.abspath(store.path))
+    return os.path.join(parent, f".{base}.window-grams")
+
+
+def cache_file(store: MatrixStore, index: int, row_norm_bound: float, labels: bool) -> str:
+    """The cached Gram of one whole partition, keyed by the store's random id, the bound and the label column."""
+    import os
+
+    tag = f"{store.store_id}-p{int(index)}-c{float(row_norm_bound)!r}-{'y' if labels else 'x'}.npy"
+    return os.path.join(cache_directory(store), tag)
 
 
 def partitions_source(store: MatrixStore, partitions: tuple[int, ...], description: Mapping[str, Any]

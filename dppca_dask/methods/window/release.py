@@ -183,7 +183,8 @@ def plan_window(
                       calibration, events)
 
 
-def _window_run(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] | None = None) -> Any:
+def _window_run(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] | None = None,
+                cached: Mapping[int, str] | None = None) -> Any:
     """The release as an algorithm generator: one :class:`WindowGram` request, then one mechanism call.
 
     The coordinator checks every partition of the window before the generator starts; the partition-scoped
@@ -200,9 +201,12 @@ def _window_run(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] 
                                          partitions=selection.partitions, epsilon=plan.epsilon, delta=plan.delta,
                                          events=plan.planned_events)
     try:
-        gram = yield WindowGram(row_norm_bound=plan.row_norm_bound,
-                                row_ranges=dict(zip(selection.partitions, selection.row_ranges)),
-                                labels=labels, dim=plan.dim)
+        if cached is None:
+            gram = yield WindowGram(row_norm_bound=plan.row_norm_bound,
+                                    row_ranges=dict(zip(selection.partitions, selection.row_ranges)),
+                                    labels=labels, dim=plan.dim)
+        else:
+            gram = yield from _cached_gram(plan, labels, cached)
     except BaseException:
         if reservation is not None:
             reservation.give_back()  # no noise drawn: nothing was released
@@ -221,6 +225,36 @@ def _window_run(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] 
     if reservation is not None:
         reservation.charge()
     return noisy, shift, (event,)
+
+
+def _cached_gram(plan: WindowPlan, labels: Any, cached: Mapping[int, str]) -> Any:
+    """The window Gram from the cache: whole partitions already cached are loaded, the others read (and whole
+    ones cached, owner-only); a row window's cut partition is read and never cached."""
+    from dppca_dask.methods.window.gram import PartitionGrams, cache_directory
+    from dppca_dask.storage._files import make_private_directory
+
+    ranges = dict(zip(plan.selection.partitions, plan.selection.row_ranges))
+    missing = tuple(i for i in plan.selection.partitions if i not in cached)
+    grams = (yield PartitionGrams(row_norm_bound=plan.row_norm_bound, partitions=missing, labels=labels,
+                                  row_ranges={i: ranges[i] for i in missing})) if missing else {}
+    directory = cache_directory(plan.store)
+    if not os.path.isdir(directory):
+        make_private_directory(directory)
+    total = np.zeros((plan.dim, plan.dim))
+    for index in plan.selection.partitions:
+        if index in cached:
+            total += np.load(cached[index])
+            continue
+        total += grams[index]
+        if ranges[index] is None:
+            from dppca_dask.methods.window.gram import cache_file
+
+            path = cache_file(plan.store, index, plan.row_norm_bound, plan.labels)
+            tmp = path + ".partial"
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
+                np.save(fh, grams[index])
+            os.replace(tmp, path)
+    return total
 
 
 def _histogram_release(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] | None, *, last: Any,
@@ -514,6 +548,7 @@ def window(
     persist: bool | None = None,
     seed: int | None = None,
     noise: NoiseSource | None = None,
+    cache: bool = False,
     ledger: Any = None,
     dataset: str | None = None,
     job_id: str | None = None,
@@ -559,6 +594,10 @@ def window(
         As :func:`dppca_dask.pca` (``"local"`` runs in this process).
     seed, noise
         A seed (or a test noise source) makes the release **not private**.
+    cache
+        Keep each whole partition's exact Gram beside the store (owner-only, keyed by the store's id, the bound
+        and the label column) and reuse it: a nightly release of ``structure="exact"`` then reads only the
+        partitions it has not seen. The cache is as sensitive as the data.
     ledger, dataset, job_id
         Partition-scoped budget (:mod:`~dppca_dask.methods.window.budget`): a ledger (path or
         :class:`~dppca_dask.ledger.Ledger`) whose key ``dataset`` has a budget; the release is charged to every
@@ -604,6 +643,18 @@ def window(
     if structure == "spectral-histogram":
         plan, source, run, caveats = _histogram_release(plan, noise, budget, last=last, end=end, eta=eta,
                                                         regularizer=regularizer)
+    elif cache:
+        from dppca_dask.methods.window.gram import cache_file, partitions_source
+
+        if not isinstance(cache, (bool, np.bool_)):
+            raise InvalidParameterError(f"cache must be True or False; got {cache!r}")
+        present = {i: cache_file(plan.store, i, plan.row_norm_bound, plan.labels)
+                   for i, rows in zip(plan.selection.partitions, plan.selection.row_ranges) if rows is None}
+        present = {i: path for i, path in present.items() if os.path.exists(path)}
+        unread = tuple(i for i in plan.selection.partitions if i not in present)
+        source = partitions_source(plan.store, unread, {"kind": "store", "fingerprint": plan.store.fingerprint,
+                                                        "schema": plan.store.schema})
+        run = _window_run(plan, noise, budget, cached=present)
     else:
         source = window_source(plan.store, plan.selection)
         run = _window_run(plan, noise, budget)
