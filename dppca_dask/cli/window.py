@@ -34,6 +34,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--delta", type=float, required=True, help="privacy budget delta of the release")
     p.add_argument("--release", choices=RELEASES, default="gaussian",
                    help="release mechanism (default: gaussian, Analyze Gauss)")
+    p.add_argument("--structure", choices=("exact", "spectral-histogram"), default="exact",
+                   help="exact window Gram (default; unconditional guarantee) or the paper's spectral histogram kept "
+                        "beside the store (guarantee conditional on its released checkpoint)")
+    p.add_argument("--cache", action="store_true",
+                   help="keep each partition's exact Gram beside the store (owner-only) so that later releases "
+                        "read only new partitions")
     p.add_argument("--task", choices=("covariance", "pca", "regression"), default="covariance",
                    help="what to print (all are post-processing of the one release; default: covariance)")
     p.add_argument("--n-components", type=int, default=1, help="components for --task pca (default 1)")
@@ -76,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
 
     result = window(
         args.store, last=args.last, last_rows=args.last_rows, end=args.end, epsilon=args.epsilon,
-        delta=args.delta, release=args.release, labels=args.task == "regression",
+        delta=args.delta, release=args.release, structure=args.structure, cache=args.cache,
+        labels=args.task == "regression",
         row_norm_bound=args.row_norm_bound, tau_rule=args.tau_rule, sketch_rows=args.sketch_rows,
         client=args.scheduler, seed=args.seed,
     )

@@ -134,3 +134,14 @@ def test_append_svmlight_with_labels(tmp_path, capsys):
     np.save(nolabels, np.ones((2, 3)) * 0.1)
     code, _, err = run(capsys, "append", str(store), str(nolabels), "--timestamp", "2026-11-03")
     assert code == 2 and "appended file has none" in err
+
+
+@pytest.mark.parametrize("flags", [["--structure", "spectral-histogram"], ["--cache"]])
+def test_window_structure_and_cache_flags(ten_day_store, capsys, flags):
+    code, out, err = run(capsys, "window", str(ten_day_store), "--last", "3D", "--epsilon", "1", "--delta", "1e-6",
+                         "--scheduler", "local", "--json", *flags)
+    assert code == 0, err
+    obj = json.loads(out)
+    assert obj["window"]["end"] == "2026-11-10T00:00:00+00:00"
+    caveats = obj["privacy"]["report"]["caveats"]
+    assert bool(caveats) == (flags[0] == "--structure")  # the histogram's conditional guarantee is stated
