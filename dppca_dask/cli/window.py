@@ -14,7 +14,7 @@ __all__ = ["register", "run", "window_json"]
 
 def register(subparsers: Any) -> None:
     from dppca_dask.mechanisms.wishart import TAU_RULES
-    from dppca_dask.methods.window.release import RELEASES
+    from dppca_dask.methods import mechanism_help, mechanism_names
 
     p = subparsers.add_parser(
         "window",
@@ -32,8 +32,8 @@ def register(subparsers: Any) -> None:
                    help="end of the window (inclusive; default: the newest partition's timestamp)")
     p.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon of the release")
     p.add_argument("--delta", type=float, required=True, help="privacy budget delta of the release")
-    p.add_argument("--release", choices=RELEASES, default="gaussian",
-                   help="release mechanism (default: gaussian, Analyze Gauss)")
+    p.add_argument("--release", choices=mechanism_names("window"), default="gaussian",
+                   help="release mechanism (default: gaussian): " + mechanism_help("window"))
     p.add_argument("--structure", choices=("exact", "spectral-histogram"), default="exact",
                    help="exact window Gram (default; unconditional guarantee) or the paper's spectral histogram kept "
                         "beside the store (guarantee conditional on its released checkpoint)")

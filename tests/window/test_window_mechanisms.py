@@ -144,3 +144,22 @@ def test_hardened_sampler_is_refused_for_wishart_and_jl():
     ):
         with pytest.raises(InvalidParameterError, match="no hardened"):
             call()
+
+
+def test_registry_entries_plan_from_public_parameters():
+    from dppca_dask.methods import get_mechanism, mechanism_names
+
+    assert mechanism_names("window")[:3] == ("gaussian", "wishart", "jl")
+    wishart = get_mechanism("wishart", "window").plan({"epsilon": 1.0, "delta": 1e-5}, n_rows=None, n_cols=10)
+    assert wishart.calibration["tau"] == math.ceil(wishart_tau(10, epsilon=1.0, delta=1e-5))
+    assert wishart.events == (EpsilonDeltaDpEvent(1.0, 1e-5),) and wishart.neighbouring == "add/remove one row"
+    rows = get_mechanism("gaussian", "window").plan({"epsilon": 1.0, "delta": 1e-5, "rows_window": True},
+                                                    n_rows=None, n_cols=3)
+    assert rows.calibration["l2_sensitivity"] == pytest.approx(math.sqrt(2)) and "oldest row" in rows.neighbouring
+    validate = get_mechanism("jl", "window").validate
+    with pytest.raises(InvalidParameterError, match="unknown parameter"):
+        validate({"epsilon": 1.0, "delta": 1e-5, "n_iter": 3})
+    with pytest.raises(InvalidParameterError, match="epsilon must be finite"):
+        validate({"epsilon": True, "delta": 1e-5})
+    with pytest.raises(InvalidParameterError, match="delta must be in"):
+        validate({"epsilon": 1.0, "delta": 2.0})

@@ -19,30 +19,22 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask.accounting import ADD_REMOVE_ROW, build_report, calibrate_gaussian
-from dppca_dask.accounting.events import EpsilonDeltaDpEvent
+from dppca_dask.accounting import build_report
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.mechanisms import NoiseSource
 from dppca_dask.mechanisms.wishart import (
     TAU_RULES,
     jl_gram_mechanism,
-    jl_sigma,
     symmetric_gaussian_mechanism,
     wishart_mechanism,
-    wishart_tau,
 )
 from dppca_dask.methods.window import tasks
+from dppca_dask.methods.window.calibration import RELEASES, ROW_WINDOW_NEIGHBOURING
 from dppca_dask.methods.window.gram import WindowGram, check_labels, dense_dim_error, window_source
 from dppca_dask.methods.window.selection import WindowSelection, select_window
 from dppca_dask.storage import MatrixStore, open_matrix
 
 __all__ = ["RELEASES", "ROW_WINDOW_NEIGHBOURING", "WindowRelease", "load_release", "plan_window", "window"]
-
-#: The release mechanisms; ``"gaussian"`` is the default (chosen by measurement, see benchmarks/bench_window.py).
-RELEASES: tuple[str, ...] = ("gaussian", "wishart", "jl")
-
-#: The relation of a row window: adding or removing a row also moves the window's oldest row out or in.
-ROW_WINDOW_NEIGHBOURING = "add/remove one row (row window: the oldest row of the window shifts in or out)"
 
 #: How the window's matrix is formed before the release.
 STRUCTURES: tuple[str, ...] = ("exact", "spectral-histogram")
@@ -85,51 +77,6 @@ def _positive(name: str, value: Any) -> float:
     return out
 
 
-def calibrate_release(
-    release: str,
-    *,
-    dim: int,
-    epsilon: float,
-    delta: float,
-    row_norm_bound: float,
-    rows_window: bool,
-    tau_rule: str = "thm11",
-    sketch_rows: int | None = None,
-    rank_bound: int = 1,
-) -> tuple[str, dict[str, Any], tuple[Any, ...]]:
-    """The neighbouring relation, public calibration and planned events of one window release (no data).
-
-    A row window's neighbour also moves the oldest row out: the Gaussian release is calibrated to ``√2·c²``; the
-    Wishart and JL releases run at ``(ε/2, δ/(1 + e^{ε/2}))`` (group privacy of two fixed-position changes).
-    """
-    if sketch_rows is not None and release != "jl":
-        raise InvalidParameterError(f"sketch_rows applies to release='jl' only; got release={release!r}")
-    c = row_norm_bound
-    neighbouring = ROW_WINDOW_NEIGHBOURING if rows_window else ADD_REMOVE_ROW
-    # the mechanism's own (ε, δ) for one fixed-position change; a row window is two such changes
-    run_eps, run_delta = (epsilon / 2.0, delta / (1.0 + math.exp(epsilon / 2.0))) if rows_window else (epsilon, delta)
-    calibration: dict[str, Any] = {"release": release, "row_norm_bound": c}
-    if release == "gaussian":
-        multiplier = calibrate_gaussian(epsilon=epsilon, delta=delta)
-        calibration.update({"noise_multiplier": multiplier,
-                            "l2_sensitivity": c * c * (math.sqrt(2.0) if rows_window else 1.0)})
-        from dp_accounting import GaussianDpEvent
-
-        events: tuple[Any, ...] = (GaussianDpEvent(multiplier),)
-    elif release == "wishart":
-        tau = float(math.ceil(wishart_tau(dim, epsilon=run_eps, delta=run_delta, rule=tau_rule)))
-        calibration.update({"tau": tau, "tau_rule": tau_rule, "mechanism_epsilon": run_eps,
-                            "mechanism_delta": run_delta})
-        events = (EpsilonDeltaDpEvent(epsilon, delta),)
-    else:
-        m = dim if sketch_rows is None else sketch_rows
-        sigma = jl_sigma(sketch_rows=m, epsilon=run_eps, delta=run_delta, rank_bound=rank_bound)
-        calibration.update({"sigma": sigma, "sketch_rows": int(m), "rank_bound": int(rank_bound),
-                            "mechanism_epsilon": run_eps, "mechanism_delta": run_delta})
-        events = (EpsilonDeltaDpEvent(epsilon, delta),)
-    return neighbouring, calibration, events
-
-
 def plan_window(
     store: Any,
     *,
@@ -160,8 +107,12 @@ def plan_window(
     if not delta < 1:
         raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
     c = _positive("row_norm_bound", row_norm_bound)
-    if release not in RELEASES:
-        raise InvalidParameterError(f"release must be one of {', '.join(RELEASES)}; got {release!r}")
+    from dppca_dask.methods import mechanism_names
+
+    if release not in mechanism_names("window"):
+        raise InvalidParameterError(
+            f"release must be one of {', '.join(mechanism_names('window'))}; got {release!r}"
+        )
     if tau_rule not in TAU_RULES:
         raise InvalidParameterError(f"tau_rule must be one of {', '.join(TAU_RULES)}; got {tau_rule!r}")
     if not isinstance(labels, (bool, np.bool_)):
@@ -175,10 +126,14 @@ def plan_window(
     selection = select_window(store, last=last, last_rows=last_rows, end=end)
     if labels:
         check_labels(store, selection)
-    neighbouring, calibration, events = calibrate_release(
-        release, dim=dim, epsilon=epsilon, delta=delta, row_norm_bound=c, rows_window=selection.kind == "rows",
-        tau_rule=tau_rule, sketch_rows=sketch_rows, rank_bound=rank_bound,
+    from dppca_dask.methods import get_mechanism
+
+    planned = get_mechanism(release, "window").plan(
+        {"epsilon": epsilon, "delta": delta, "row_norm_bound": c, "rows_window": selection.kind == "rows",
+         "tau_rule": tau_rule, "sketch_rows": sketch_rows, "rank_bound": rank_bound, "labels": bool(labels)},
+        n_rows=None, n_cols=store.n_cols,
     )
+    neighbouring, calibration, events = planned.neighbouring, dict(planned.calibration), planned.planned_events
     return WindowPlan(store, selection, release, dim, bool(labels), c, epsilon, delta, neighbouring,
                       calibration, events)
 
