@@ -12,6 +12,7 @@ from dppca_dask.api import DEFAULT_N_ITER, mechanisms, pca  # noqa: E402
 from dppca_dask.ingest import ingest  # noqa: E402
 from dppca_dask.lowrank import LowRankResult, load_lowrank, lowrank  # noqa: E402
 from dppca_dask.methods.tensor.topics import topics  # noqa: E402
+from dppca_dask.methods.window import WindowRelease, window  # noqa: E402
 from dppca_dask.results import PCAResult, load_result  # noqa: E402
 from dppca_dask.storage import MatrixStore, append_partition, open_matrix, write_matrix  # noqa: E402
 
@@ -21,6 +22,7 @@ __all__ = [
     "LowRankResult",
     "MatrixStore",
     "PCAResult",
+    "WindowRelease",
     "__version__",
     "append_partition",
     "ingest",
@@ -31,6 +33,7 @@ __all__ = [
     "open_matrix",
     "pca",
     "topics",
+    "window",
     "write_matrix",
 ]
 

@@ -19,7 +19,7 @@ from dppca_dask.errors import DppcaError
 
 __all__ = ["main", "build_parser"]
 
-_SUBCOMMANDS = ("ingest", "info", "pca", "lowrank", "topics", "run", "budget", "demo")
+_SUBCOMMANDS = ("ingest", "append", "info", "pca", "lowrank", "window", "topics", "run", "budget", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -42,6 +42,8 @@ def register(subparsers: Any) -> None:
                    help="replace an existing store at --out (only a dppca_dask store or an empty directory)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: when standard error is a terminal)")
+    p.add_argument("--timestamp", default=None, metavar="DATE",
+                   help="time of the rows (2026-11-01 is midnight UTC), stamped on every partition for time windows")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the summary line")
     svm = p.add_argument_group("svmlight input")
     svm.add_argument("--zero-based", action="store_true", help="feature indices start at 0 (default: 1)")
@@ -83,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
         max_memory=args.max_memory,
         max_disk=args.max_disk,
         layer=args.layer,
+        timestamp=args.timestamp,
     )
     seconds = time.perf_counter() - start
     info = store.info()

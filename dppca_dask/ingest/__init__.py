@@ -143,6 +143,7 @@ def ingest(
     max_memory: int | str | None = None,
     max_disk: int | str | None = None,
     layer: str | None = None,
+    timestamp: Any = None,
 ) -> MatrixStore:
     """Ingest a matrix into a new store at ``out`` and open it.
 
@@ -188,6 +189,10 @@ def ingest(
         Size sanity (bytes, or a size such as ``"64GiB"``): the declared shape is refused, before anything is
         written, when an analysis of it would need more working memory than ``max_memory`` (default: the machine's
         physical memory) or its store more disk than ``max_disk`` (default: the free space where it is written).
+    timestamp
+        Time of these rows (a date such as ``"2026-11-01"``, midnight UTC; an ISO time with a zone; an aware
+        ``datetime``; POSIX seconds), written into every partition of the new store for time windows
+        (:func:`dppca_dask.window`); later days are added with ``dppca-dask append``.
 
     Returns
     -------
@@ -210,12 +215,22 @@ def ingest(
     Memory stays bounded by about one partition plus one input batch for every source except ``.npz`` files, the
     Matrix Market ``array`` format and in-memory input, which are in memory anyway; see each source module.
     """
+    stamp = None
+    if timestamp is not None:
+        from dppca_dask.methods.window.selection import parse_timestamp
+
+        stamp = parse_timestamp(timestamp)  # a bad time fails before anything is read
     with terminate_cleanly():
-        return _ingest(src, out, format=format, rows_per_partition=rows_per_partition, dtype=dtype,
+        store = _ingest(src, out, format=format, rows_per_partition=rows_per_partition, dtype=dtype,
                        on_duplicate=on_duplicate, overwrite=overwrite, progress=progress, zero_based=zero_based,
                        n_features=n_features, store_labels=store_labels, row_column=row_column,
                        col_column=col_column, value_column=value_column, column_ids=column_ids,
                        max_memory=max_memory, max_disk=max_disk, layer=layer)
+    if stamp is not None:
+        from dppca_dask.storage.writer import stamp_partitions
+
+        store = stamp_partitions(store.path, stamp)
+    return store
 
 
 @contextlib.contextmanager

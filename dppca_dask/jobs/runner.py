@@ -413,6 +413,10 @@ def run_job(
     from dppca_dask.ledger import Ledger
 
     date = _check_date(date or today())
+    if spec.kind == "window":  # partition-scoped budget: its own runner
+        from dppca_dask.methods.window.job import run_window_job
+
+        return run_window_job(spec, date=date, client=client, noise=noise)
     ledger = Ledger(spec.budget.ledger)
     with job_lock(ledger, spec.budget.dataset, spec.job_id(date)):
         return _run_job(spec, ledger, date=date, client=client, noise=noise, progress=progress,

@@ -70,6 +70,10 @@ __all__ = [
 PCA_JOB_MECHANISMS = tuple(name for name in mechanism_names("pca") if get_mechanism(name, "pca").private)
 LOWRANK_JOB_MECHANISMS = tuple(name for name in mechanism_names("lowrank")
                                if name not in PCA_JOB_MECHANISMS and get_mechanism(name, "lowrank").private)
+#: Mechanisms a job runs through :func:`dppca_dask.window` (partition-scoped budget).
+WINDOW_JOB_MECHANISMS = ("sliding-window",)
+_WINDOW_RESERVED = frozenset({"store", "ledger", "dataset", "job_id", "persist"})
+_APPEND_KEYS = frozenset({"source", "format", "row_column", "col_column", "value_column", "zero_based"})
 #: Arguments of pca/lowrank a job spec cannot set: they are the job's own business or would break its guarantee.
 _RESERVED_ARGUMENTS = frozenset({
     "data", "epsilon", "delta", "mechanism", "client", "seed", "noise", "on_release", "resume", "progress",
@@ -82,7 +86,7 @@ _INGEST_KEYS = frozenset({
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TABLES = {
     "job": {"name", "id"},
-    "data": {"store", "ingest", "n_features"},
+    "data": {"store", "ingest", "n_features", "append"},
     "mechanism": None,  # checked against the mechanism's parameters
     "privacy": {"epsilon", "delta"},
     "budget": {"ledger", "dataset", "total_epsilon", "total_delta", "allow_new_store"},
@@ -100,6 +104,9 @@ class DataSpec:
     """Arguments of :func:`dppca_dask.ingest.ingest` (``source`` absolute) to refresh the store first."""
     n_features: int | None = None
     """The public width declared in the spec (for a store whose own schema is not declared)."""
+    append: Mapping[str, Any] | None = None
+    """Arguments of :func:`dppca_dask.ingest.append.append_file` (``source`` absolute, with ``{date}``): a window
+    job appends the day's file first, stamped with the run's date."""
 
 
 @dataclass(frozen=True)
@@ -147,6 +154,8 @@ class JobSpec:
     @property
     def kind(self) -> str:
         """``"pca"`` or ``"lowrank"``: which API runs the mechanism."""
+        if self.mechanism in WINDOW_JOB_MECHANISMS:
+            return "window"
         return "lowrank" if self.mechanism in LOWRANK_JOB_MECHANISMS else "pca"
 
     def job_id(self, date: str) -> str:
@@ -160,7 +169,8 @@ class JobSpec:
         return {
             "job": {"name": self.name, "id": self.id},
             "data": {"store": self.data.store, **({"ingest": dict(self.data.ingest)} if self.data.ingest else {}),
-                     **({"n_features": self.data.n_features} if self.data.n_features is not None else {})},
+                     **({"n_features": self.data.n_features} if self.data.n_features is not None else {}),
+                     **({"append": dict(self.data.append)} if self.data.append else {})},
             "mechanism": {"name": self.mechanism, **dict(self.parameters)},
             "privacy": {"epsilon": self.epsilon, "delta": self.delta},
             "budget": {k: v for k, v in vars(self.budget).items() if v is not None and v is not False},
@@ -194,6 +204,11 @@ def _path(base: str, value: str) -> str:
 
 
 def _mechanism_parameters(kind: str) -> set[str]:
+    if kind == "window":
+        from dppca_dask.methods.window import window
+
+        return {name for name, p in inspect.signature(window).parameters.items()
+                if p.kind == p.KEYWORD_ONLY} - _RESERVED_ARGUMENTS - _WINDOW_RESERVED
     if kind == "lowrank":
         from dppca_dask.lowrank import lowrank as fn
     else:
@@ -244,6 +259,18 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
         ingest = dict(raw)
         ingest["source"] = _path(base, _string(source, "data.ingest", "source", raw.get("source")))
 
+    append = None
+    if "append" in data:
+        raw_append = data["append"]
+        if not isinstance(raw_append, dict):
+            raise JobSpecError(f"{_where(source, 'data', 'append')} must be a table")
+        extra = sorted(set(raw_append) - _APPEND_KEYS)
+        if extra:
+            raise JobSpecError(f"{_where(source, 'data.append')}: unknown key(s) {', '.join(extra)}; valid keys: "
+                               f"{', '.join(sorted(_APPEND_KEYS))}")
+        append = dict(raw_append)
+        append["source"] = _path(base, _string(source, "data.append", "source", raw_append.get("source")))
+
     n_features = data.get("n_features")
     if n_features is not None and (isinstance(n_features, bool) or not isinstance(n_features, int)
                                    or n_features < 1):
@@ -251,12 +278,14 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
 
     mech = dict(obj["mechanism"])
     mechanism = _string(source, "mechanism", "name", mech.pop("name", None))
-    if mechanism not in PCA_JOB_MECHANISMS + LOWRANK_JOB_MECHANISMS:
+    if mechanism not in PCA_JOB_MECHANISMS + LOWRANK_JOB_MECHANISMS + WINDOW_JOB_MECHANISMS:
         hint = (" (not differentially private: run it with `dppca-dask pca --mechanism exact`, never as a job)"
                 if mechanism == "exact" else "")
         raise JobSpecError(f"{_where(source, 'mechanism', 'name')}: unknown mechanism {mechanism!r}{hint}; jobs run "
-                           f"{', '.join(PCA_JOB_MECHANISMS + LOWRANK_JOB_MECHANISMS)}")
+                           f"{', '.join(PCA_JOB_MECHANISMS + LOWRANK_JOB_MECHANISMS + WINDOW_JOB_MECHANISMS)}")
     kind = "lowrank" if mechanism in LOWRANK_JOB_MECHANISMS else "pca"
+    if mechanism in WINDOW_JOB_MECHANISMS:
+        kind = "window"
     allowed = _mechanism_parameters(kind)
     extra = sorted(set(mech) - allowed)
     if extra:
@@ -338,7 +367,8 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
     cluster = ClusterSpec(address=address, n_workers=n_workers, memory_limit=memory_limit, **tls)
 
     return JobSpec(
-        name=name, id=job_id, source=source, data=DataSpec(store=store, ingest=ingest, n_features=n_features),
+        name=name, id=job_id, source=source, data=DataSpec(store=store, ingest=ingest, n_features=n_features,
+                                                               append=append),
         mechanism=mechanism,
         parameters=mech, epsilon=epsilon, delta=delta,
         budget=BudgetSpec(ledger=ledger, dataset=dataset, total_epsilon=total_epsilon, total_delta=total_delta,

@@ -32,3 +32,8 @@ for _mechanism in _hr_lowrank.MECHANISMS:
 from dppca_dask.methods.tensor import mechanism as _tensor  # noqa: E402
 
 register(_tensor.MECHANISM)
+
+from dppca_dask.methods.window import mechanisms as _window  # noqa: E402
+
+for _mechanism in _window.MECHANISMS:
+    register(_mechanism)

@@ -641,3 +641,27 @@ def append_partition(
     if reopened.n_rows != n_rows:
         raise StoreCorruptError(f"append to '{store.path}' did not commit", source=store.path)
     return reopened
+
+
+def stamp_partitions(path: str | os.PathLike[str], timestamp: float | _dt.datetime) -> MatrixStore:
+    """Set the timestamp of every partition that has none (a new store's: ``ingest(..., timestamp=)``).
+
+    One metadata write under the append lock; partitions already stamped keep their time.
+    """
+    if isinstance(timestamp, _dt.datetime):
+        if timestamp.tzinfo is None:
+            raise InvalidParameterError(f"timestamp must be timezone-aware; got naive {timestamp.isoformat()}")
+        timestamp = timestamp.timestamp()
+    store = open_matrix(path)
+    if store.format_version is None:
+        raise InvalidParameterError(f"'{store.path}' is an AnnData store; only a dppca_dask store can be stamped")
+    with _append_lock(store.path):
+        store = open_matrix(path)
+        stamped = [p if p.timestamp is not None else
+                   Partition(p.index, p.row_start, p.row_stop, p.nnz_start, p.nnz_stop, float(timestamp))
+                   for p in store.partitions]
+        group = zarr.open_group(store.path, mode="r+")
+        meta = dict(group.attrs[_format.ATTR_KEY])  # type: ignore[arg-type]
+        meta["partitions"] = [p.to_json() for p in stamped]
+        group.attrs.update({_format.ATTR_KEY: meta})
+    return open_matrix(path)

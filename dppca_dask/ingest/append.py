@@ -1,0 +1,119 @@
+"""Append a file (any format :func:`dppca_dask.ingest.ingest` reads) to an existing store as one stamped day.
+
+The file is ingested first into a private temporary store beside the target (so every value is validated with
+the same rules, and against the target's schema: its number of columns, and for Parquet its column-id universe),
+then its rows are appended with :func:`~dppca_dask.storage.append_partition`, whose metadata write is the commit
+point. Labels (a store ingested with ``store_labels=True``) are written before that commit point, so a crash
+leaves at most labels beyond the committed rows, which the next append cuts back.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from typing import Any
+
+import numpy as np
+import zarr
+
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.storage import MatrixStore, append_partition, open_matrix
+
+__all__ = ["append_file"]
+
+
+def append_file(
+    store: str | os.PathLike[str] | MatrixStore,
+    src: Any,
+    *,
+    timestamp: Any,
+    format: str | None = None,
+    zero_based: bool = False,
+    row_column: str = "row_id",
+    col_column: str = "col_id",
+    value_column: str | None = "value",
+) -> MatrixStore:
+    """Append the rows of ``src`` to ``store`` as new partitions stamped ``timestamp``; returns the reopened store.
+
+    Parameters
+    ----------
+    store
+        A dppca_dask store.
+    src
+        A file in any format :func:`~dppca_dask.ingest.ingest` reads, or an in-memory matrix, with the store's
+        columns (Parquet: column ids from the store's universe).
+    timestamp
+        Time of the new rows (``"2026-11-02"`` is midnight UTC); required, so that time windows see the day.
+    format, zero_based, row_column, col_column, value_column
+        As :func:`~dppca_dask.ingest.ingest`.
+
+    Raises
+    ------
+    InvalidParameterError
+        No timestamp, an AnnData store, a timestamp earlier than the newest partition's.
+    InvalidInputError
+        Invalid data, or a width or column id outside the store's schema.
+    """
+    from dppca_dask.ingest import ingest
+    from dppca_dask.methods.window.selection import parse_timestamp
+
+    if timestamp is None:
+        raise InvalidParameterError("append needs the time of the new rows: timestamp='2026-11-02' (--timestamp)")
+    stamp = parse_timestamp(timestamp)
+    target = store if isinstance(store, MatrixStore) else open_matrix(store)
+    if target.format_version is None:
+        raise InvalidParameterError(
+            f"'{target.path}' is an AnnData store; appending needs a dppca_dask store: "
+            f"`dppca-dask ingest {target.path} --out STORE`"
+        )
+    stamped = [p.timestamp for p in target.partitions if p.timestamp is not None]
+    if stamped and stamp < max(stamped):
+        raise InvalidParameterError(
+            f"timestamp {timestamp!r} is earlier than the store's newest partition; append days in time order"
+        )
+    group = zarr.open_group(target.path, mode="r")
+    has_labels = "labels" in group
+    is_parquet = "var_ids" in group
+    options: dict[str, Any] = {"format": format, "dtype": target.dtype}
+    kind = format
+    if kind is None and not hasattr(src, "shape"):
+        from dppca_dask.ingest import detect_format
+        from dppca_dask.ingest._common import require_file
+
+        kind = detect_format(require_file(src))
+    if kind == "parquet":
+        if is_parquet:
+            options["column_ids"] = list(np.asarray(group["var_ids"][:]).tolist())
+        options.update(row_column=row_column, col_column=col_column, value_column=value_column)
+    elif hasattr(src, "shape"):
+        options["format"] = None
+    else:
+        options["n_features"] = target.n_cols
+    if kind == "svmlight":
+        options.update(zero_based=zero_based, store_labels=has_labels)
+    parent, name = os.path.split(target.path)
+    tmp = os.path.join(parent, f".{name}.append-{uuid.uuid4().hex[:12]}")
+    try:
+        day = ingest(src, tmp, **options)  # declared width (or the store's column ids): checked by ingest
+        block = day.to_scipy() if target.layout == "csr" else day.to_scipy().toarray()
+        if has_labels:
+            day_group = zarr.open_group(day.path, mode="r")
+            if "labels" not in day_group:
+                raise InvalidParameterError(
+                    f"'{target.path}' stores a label per row and the appended file has none; append a LIBSVM file "
+                    "with labels"
+                )
+            _write_labels(target, np.asarray(day_group["labels"][:], dtype=np.float64))
+        return append_partition(target.path, block, timestamp=stamp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _write_labels(store: MatrixStore, labels: np.ndarray) -> None:
+    """Write labels for rows ``n_rows..`` (before the append's commit point; cuts leftovers of a failed one)."""
+    array = zarr.open_group(store.path, mode="r+")["labels"]
+    start = store.n_rows
+    array.resize((start + labels.size,))
+    if labels.size:
+        array[start:] = labels

@@ -1,0 +1,165 @@
+"""The private spectral histogram (seed 001, spec §5 "recommended core"), one checkpoint per partition.
+
+State: checkpoints ``(t_i, K_i)`` with ``t_1 < … < t_ℓ`` partition indices and ``K_i`` the exact Gram of the
+clipped rows of partitions ``t_i..T``. Appending partition T (its Gram ``G_T``):
+
+1. expiry: while ``ℓ ≥ 2`` and ``t_2 ≤ s`` (s: the first partition of the current window), drop checkpoint 1 —
+   this keeps ``t_1 ≤ s``, and ``s ≤ t_2`` whenever ``ℓ ≥ 2`` (the window sandwich ``K_2 ⪯ A_WᵀA_W ⪯ K_1``,
+   erratum E6's corrected order);
+2. ``K_i += G_T`` for every checkpoint, checkpoint 1 included (erratum E7), and ``(T, G_T)`` is appended;
+3. Update (Alg. 6): for i = 1, 2, …: among ``p ∈ (i, ℓ−1]`` with ``(1−η)(K_i + λI) ⪯ K_p + λI`` take the largest
+   j and delete ``i+1..j−1``. The Loewner order of exact Grams is exact, so closeness once reached persists and
+   the count obeys the log-det bound ``ℓ ≤ 3 + 2·[ln det(K_1+λI) − ln det(K_ℓ+λI)]/(−ln(1−η))`` (§9 check 6).
+
+The state is ``ℓ·d²`` numbers instead of the window's rows; it is as sensitive as the data and is stored
+owner-only beside the store. A release from it is ``K_1`` plus one mechanism's noise: the rows it covers are
+``t_1..T``, a superset of the window chosen by the pruning from the data, so its guarantee holds **conditional
+on the released checkpoint** ``t_1`` (erratum E8: the paper's proofs treat that choice as post-processing). The
+default release path (``structure="exact"``) has the unconditional guarantee.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dppca_dask.errors import InvalidParameterError, StoreCorruptError
+
+__all__ = ["SpectralHistogram", "histogram_path", "loewner_leq"]
+
+#: Relative tolerance of the PSD test.
+PSD_TOL = 1e-10
+
+
+def loewner_leq(x: np.ndarray, y: np.ndarray, c: float) -> bool:
+    """``c·X ⪯ Y``: the least eigenvalue of ``Y − cX`` is ≥ −tol·max(1, tr X) (spec A0; ``tr X ≥ λ_max(X)`` for
+    the PSD checkpoints, a cheaper scale)."""
+    diff = y - c * x
+    lowest = float(np.linalg.eigvalsh((diff + diff.T) / 2.0)[0])
+    return lowest >= -PSD_TOL * max(1.0, float(np.trace(x)))
+
+
+@dataclass
+class SpectralHistogram:
+    """Exact-Gram checkpoints with the paper's pruning (η) and expiry; see the module docstring."""
+
+    dim: int
+    eta: float
+    """Pruning threshold η in (0, 1): checkpoints between i and j go once ``(1−η)K_i ⪯ K_j`` (plus λI)."""
+    regularizer: float
+    """Public λ > 0 added to every checkpoint before the PSD tests (the floor of the log-det bound)."""
+    starts: list[int] = field(default_factory=list)
+    grams: list[np.ndarray] = field(default_factory=list)
+    last: int = -1
+    """Index of the last partition added (−1: none)."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.eta, (int, float)) and 0 < self.eta < 1):
+            raise InvalidParameterError(f"eta must be in (0, 1); got {self.eta!r}")
+        if not (isinstance(self.regularizer, (int, float)) and math.isfinite(self.regularizer)
+                and self.regularizer > 0):
+            raise InvalidParameterError(f"regularizer must be finite and > 0; got {self.regularizer!r}")
+
+    @property
+    def n_checkpoints(self) -> int:
+        return len(self.starts)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the checkpoints (8·ℓ·d²)."""
+        return 8 * self.n_checkpoints * self.dim * self.dim
+
+    def add(self, index: int, gram: np.ndarray, *, window_start: int) -> None:
+        """Append partition ``index`` (its exact Gram) when the window then starts at partition ``window_start``."""
+        if index <= self.last:
+            raise InvalidParameterError(f"partition {index} was already added (last {self.last}); add in order")
+        gram = (np.asarray(gram, dtype=np.float64) + np.asarray(gram, dtype=np.float64).T) / 2.0
+        while len(self.starts) >= 2 and self.starts[1] <= window_start:  # expiry (Alg. 7, lines 3–5)
+            del self.starts[0], self.grams[0]
+        for k in self.grams:  # every checkpoint, the first included (E7)
+            k += gram
+        self.starts.append(int(index))
+        self.grams.append(gram.copy())
+        self.last = int(index)
+        self._update()
+
+    def _update(self) -> None:
+        """Alg. 6 (Update): delete checkpoints strictly between i and the farthest j that is (1−η)-close."""
+        lam = self.regularizer * np.eye(self.dim)
+        c = 1.0 - self.eta
+        i = 0
+        while i <= len(self.starts) - 3:
+            base = self.grams[i] + lam
+            candidates = np.stack(self.grams[i + 1 : len(self.starts) - 1]) + lam  # p = i+1..ℓ−1 (newest exempt)
+            diff = candidates - c * base
+            lowest = np.linalg.eigvalsh((diff + np.swapaxes(diff, 1, 2)) / 2.0)[:, 0]
+            close = np.flatnonzero(lowest >= -PSD_TOL * max(1.0, float(np.trace(base))))
+            if close.size:
+                j = i + 1 + int(close[-1])  # the largest close p
+                if j > i + 1:
+                    del self.starts[i + 1 : j], self.grams[i + 1 : j]
+            i += 1
+
+    def covering(self, window_start: int) -> tuple[int, np.ndarray]:
+        """``(t_1, K_1)``: the first checkpoint, which starts at or before the window (``t_1 ≤ s``)."""
+        if not self.starts:
+            raise InvalidParameterError("the spectral histogram holds no partition yet")
+        if self.starts[0] > window_start:
+            raise InvalidParameterError(
+                f"the spectral histogram starts at partition {self.starts[0]}, after the window's first partition "
+                f"{window_start}; it was built for a shorter window: rebuild it (delete its directory)"
+            )
+        return self.starts[0], self.grams[0].copy()
+
+    # -- persistence -----------------------------------------------------------------------------------------
+    def save(self, directory: str, *, meta: Mapping[str, Any]) -> None:
+        """Write ``state.npz`` and ``state.json`` atomically into the owner-only ``directory``."""
+        from dppca_dask.storage._files import make_private_directory
+
+        if not os.path.isdir(directory):
+            make_private_directory(directory)
+        arrays = np.stack(self.grams) if self.grams else np.zeros((0, self.dim, self.dim))
+        tmp = os.path.join(directory, ".state.npz.partial")
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
+            np.savez(fh, grams=arrays, starts=np.asarray(self.starts, dtype=np.int64))
+        info = {"dim": self.dim, "eta": self.eta, "regularizer": self.regularizer, "last": self.last, **meta}
+        tmp_json = os.path.join(directory, ".state.json.partial")
+        with open(os.open(tmp_json, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+            json.dump(info, fh)
+        os.replace(tmp, os.path.join(directory, "state.npz"))
+        os.replace(tmp_json, os.path.join(directory, "state.json"))
+
+    @classmethod
+    def load(cls, directory: str, *, expect: Mapping[str, Any]) -> SpectralHistogram | None:
+        """The saved state, or ``None`` when there is none; refuses a state built with other parameters."""
+        path = os.path.join(directory, "state.json")
+        if not os.path.exists(path):
+            return None
+        try:
+            with open(path) as fh:
+                info = json.load(fh)
+            with np.load(os.path.join(directory, "state.npz")) as data:
+                grams, starts = data["grams"], data["starts"]
+        except (OSError, ValueError, KeyError) as exc:
+            raise StoreCorruptError(f"the spectral histogram in '{directory}' cannot be read ({type(exc).__name__}); "
+                                    "delete the directory to rebuild it", source=directory) from None
+        for key, value in expect.items():
+            if info.get(key) != value:
+                raise InvalidParameterError(
+                    f"the spectral histogram in '{directory}' was built with {key}={info.get(key)!r}, not {value!r}; "
+                    "use its parameters, or delete the directory to rebuild it"
+                )
+        return cls(int(info["dim"]), float(info["eta"]), float(info["regularizer"]),
+                   [int(s) for s in starts], [g.copy() for g in grams], int(info["last"]))
+
+
+def histogram_path(store_path: str, name: str) -> str:
+    """Directory of a store's spectral histogram ``name``, beside the store (owner-only, like the store)."""
+    parent, base = os.path.split(os.path.abspath(store_path))
+    return os.path.join(parent, f".{base}.window-{name}")

@@ -1,0 +1,68 @@
+"""The ``sliding-window`` job: append the day's file, release the window, charge the partitions it read.
+
+A job spec with ``[mechanism] name = "sliding-window"`` runs here instead of the dataset-scoped runner: its
+budget is partition-scoped (:mod:`~dppca_dask.methods.window.budget`) under the spec's ``[budget] dataset`` key.
+For the run's date D:
+
+1. ``[data.append]`` (optional): the file ``source`` (``{date}`` replaced by D) is appended to the store stamped
+   D, unless a partition stamped D is already there (a re-run does not append twice);
+2. the window ending at D is released once (``dppca_dask.window`` with the ``[mechanism]`` parameters), charged
+   to every partition it reads under the job id ``<id>@D``, and written to the output directory.
+
+A re-run of a completed date prints the saved release and spends nothing; a run whose charge is recorded but
+whose result is missing is refused (running it again would be a second release).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from dppca_dask.errors import BudgetExceededError
+
+__all__ = ["run_window_job"]
+
+
+def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = None) -> Any:
+    """Run a ``sliding-window`` job spec for ``date`` (``YYYY-MM-DD``); returns a :class:`JobOutcome`."""
+    from dppca_dask.jobs.runner import JobOutcome, job_lock
+    from dppca_dask.ledger import CHARGED, Ledger
+    from dppca_dask.methods.window.release import load_release, window
+    from dppca_dask.methods.window.selection import parse_timestamp
+    from dppca_dask.storage import open_matrix
+
+    ledger = Ledger(spec.budget.ledger)
+    dataset = spec.budget.dataset
+    if spec.budget.total_epsilon is not None:
+        ledger.ensure_dataset(dataset, total_epsilon=spec.budget.total_epsilon, total_delta=spec.budget.total_delta)
+    ledger.budget(dataset)  # a missing key fails before anything is read
+    job_id = spec.job_id(date)
+    output = spec.output_dir(date)
+    with job_lock(ledger, dataset, job_id):
+        charged = [e for e in ledger.find(job_id) if e.dataset.startswith(f"{dataset}/") and e.status == CHARGED]
+        if charged:
+            if os.path.exists(os.path.join(output, "release.json")):
+                return JobOutcome(job_id, "already-completed", output, charged[-1], load_release(output))
+            raise BudgetExceededError(
+                f"job '{job_id}' is charged to the partitions of '{dataset}' but its result is missing from "
+                f"'{output}'; running it again would be a second release: restore the result, or give the run a "
+                "new job id (--job-id or --date)"
+            )
+        stamp = parse_timestamp(date, name="date")
+        if spec.data.append is not None:
+            from dppca_dask.ingest.append import append_file
+
+            store = open_matrix(spec.data.store)
+            if not any(p.timestamp == stamp for p in store.partitions):
+                options = {k: v for k, v in spec.data.append.items() if k != "source"}
+                append_file(store, spec.data.append["source"].format(date=date), timestamp=date, **options)
+        parameters = dict(spec.parameters)
+        parameters.setdefault("end", date)
+        if spec.cluster.address and client is None:
+            client = spec.cluster.address
+        result = window(spec.data.store, epsilon=spec.epsilon, delta=spec.delta, ledger=ledger, dataset=dataset,
+                        job_id=job_id, client=client, noise=noise, **parameters)
+        os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
+        result.save(output)
+        entries = [e for e in ledger.find(job_id) if e.dataset.startswith(f"{dataset}/")]
+        return JobOutcome(job_id, "completed", output, entries[-1], result)

@@ -1,0 +1,639 @@
+"""``dppca_dask.window``: one private release of a window's covariance, and its downstream tasks.
+
+The default path (``structure="exact"``) computes the exact Gram of the window's clipped rows on Dask and releases
+it once through one mechanism (Gaussian / Analyze Gauss, Wishart or JL); covariance, PCA, directional variance,
+regression, sparse and non-negative PCA are post-processing of that one matrix. Its guarantee is unconditional:
+(ε, δ)-DP for adding or removing one row (event-level: one row is one event; a person with rows in several
+partitions is not covered beyond the rows' count by group privacy).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dppca_dask.accounting import build_report
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.mechanisms import NoiseSource
+from dppca_dask.mechanisms.wishart import (
+    TAU_RULES,
+    jl_gram_mechanism,
+    symmetric_gaussian_mechanism,
+    wishart_mechanism,
+)
+from dppca_dask.methods.window import tasks
+from dppca_dask.methods.window.calibration import RELEASES, ROW_WINDOW_NEIGHBOURING
+from dppca_dask.methods.window.gram import WindowGram, check_labels, dense_dim_error, window_source
+from dppca_dask.methods.window.selection import WindowSelection, select_window
+from dppca_dask.storage import MatrixStore, open_matrix
+
+__all__ = ["RELEASES", "ROW_WINDOW_NEIGHBOURING", "WindowRelease", "load_release", "plan_window", "window"]
+
+#: How the window's matrix is formed before the release.
+STRUCTURES: tuple[str, ...] = ("exact", "spectral-histogram")
+
+#: The caveat of a release from the spectral histogram (erratum E8).
+HISTOGRAM_CAVEAT = ("spectral histogram: the release covers the partitions from its first checkpoint, which the "
+                    "pruning chose from the data; the guarantee holds conditional on that checkpoint (the window's "
+                    "reported start), as the paper proves (seed 001, erratum E8)")
+
+#: Largest dimension of the dense window Gram by default (as Analyze Gauss).
+DEFAULT_MAX_DENSE_DIM = 4096
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """Everything public about a window release, fixed before any data is read."""
+
+    store: MatrixStore
+    selection: WindowSelection
+    release: str
+    dim: int
+    labels: bool
+    row_norm_bound: float
+    epsilon: float
+    delta: float
+    neighbouring: str
+    calibration: Mapping[str, Any]
+    """Noise parameters: ``noise_multiplier`` (gaussian), ``tau`` (wishart), ``sigma`` and ``sketch_rows`` (jl),
+    and the (ε, δ) the mechanism is run at."""
+    planned_events: tuple[Any, ...]
+
+
+def _positive(name: str, value: Any) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(f"{name} must be a finite number > 0; got {value!r}") from None
+    if not (math.isfinite(out) and out > 0):
+        raise InvalidParameterError(f"{name} must be finite and > 0; got {value!r}")
+    return out
+
+
+def plan_window(
+    store: Any,
+    *,
+    last: Any = None,
+    last_rows: Any = None,
+    end: Any = None,
+    epsilon: float,
+    delta: float,
+    release: str = "gaussian",
+    labels: bool = False,
+    row_norm_bound: float = 1.0,
+    tau_rule: str = "thm11",
+    sketch_rows: int | None = None,
+    rank_bound: int = 1,
+    max_dense_dim: int = DEFAULT_MAX_DENSE_DIM,
+) -> WindowPlan:
+    """Validate every parameter and choose the window (from the public partition table); reads no data.
+
+    Rows of a row window (``last_rows``) sit at positions counted from the end, so a neighbour with one more row
+    also moves the window's oldest row out: the Gram moves by ``aaᵀ − bbᵀ``. The Gaussian release is calibrated
+    to that sensitivity (``√2·c²`` on the upper triangle); the Wishart and JL releases run at
+    ``(ε/2, δ/(1 + e^{ε/2}))`` so that group privacy of two steps gives (ε, δ).
+    """
+    if not isinstance(store, MatrixStore):
+        store = open_matrix(store)
+    epsilon = _positive("epsilon", epsilon)
+    delta = _positive("delta", delta)
+    if not delta < 1:
+        raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
+    c = _positive("row_norm_bound", row_norm_bound)
+    from dppca_dask.methods import mechanism_names
+
+    if release not in mechanism_names("window"):
+        raise InvalidParameterError(
+            f"release must be one of {', '.join(mechanism_names('window'))}; got {release!r}"
+        )
+    if tau_rule not in TAU_RULES:
+        raise InvalidParameterError(f"tau_rule must be one of {', '.join(TAU_RULES)}; got {tau_rule!r}")
+    if not isinstance(labels, (bool, np.bool_)):
+        raise InvalidParameterError(f"labels must be True or False; got {labels!r}")
+    if isinstance(max_dense_dim, bool) or not isinstance(max_dense_dim, (int, np.integer)) or max_dense_dim < 1:
+        raise InvalidParameterError(f"max_dense_dim must be a positive integer; got {max_dense_dim!r}")
+    dim = store.n_cols + (1 if labels else 0)
+    too_large = dense_dim_error(dim, int(max_dense_dim))
+    if too_large is not None:
+        raise too_large
+    selection = select_window(store, last=last, last_rows=last_rows, end=end)
+    if labels:
+        check_labels(store, selection)
+    from dppca_dask.methods import get_mechanism
+
+    planned = get_mechanism(release, "window").plan(
+        {"epsilon": epsilon, "delta": delta, "row_norm_bound": c, "rows_window": selection.kind == "rows",
+         "tau_rule": tau_rule, "sketch_rows": sketch_rows, "rank_bound": rank_bound, "labels": bool(labels)},
+        n_rows=None, n_cols=store.n_cols,
+    )
+    neighbouring, calibration, events = planned.neighbouring, dict(planned.calibration), planned.planned_events
+    return WindowPlan(store, selection, release, dim, bool(labels), c, epsilon, delta, neighbouring,
+                      calibration, events)
+
+
+def _window_run(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] | None = None,
+                cached: Mapping[int, str] | None = None) -> Any:
+    """The release as an algorithm generator: one :class:`WindowGram` request, then one mechanism call.
+
+    The coordinator checks every partition of the window before the generator starts; the partition-scoped
+    reservation (``budget``) is made here, before the first aggregate is read, returned if the release fails before
+    its noise is drawn, and charged once it is drawn.
+    """
+    selection = plan.selection
+    labels = check_labels(plan.store, selection) if plan.labels else None
+    reservation = None
+    if budget is not None:
+        from dppca_dask.methods.window.budget import reserve_partitions
+
+        reservation = reserve_partitions(budget["ledger"], budget["dataset"], budget["job_id"], store=plan.store,
+                                         partitions=selection.partitions, epsilon=plan.epsilon, delta=plan.delta,
+                                         events=plan.planned_events)
+    try:
+        if cached is None:
+            gram = yield WindowGram(row_norm_bound=plan.row_norm_bound,
+                                    row_ranges=dict(zip(selection.partitions, selection.row_ranges)),
+                                    labels=labels, dim=plan.dim)
+        else:
+            gram = yield from _cached_gram(plan, labels, cached)
+    except BaseException:
+        if reservation is not None:
+            reservation.give_back()  # no noise drawn: nothing was released
+        raise
+    key = f"window/{plan.release}"
+    try:
+        noisy, shift, event = _mechanism(plan, gram, noise, key)
+    except BaseException:
+        if reservation is not None:
+            if key in noise.released_keys:  # noise was drawn: the budget stays spent (invariant 6)
+                reservation.charge(outcome="failed")
+            else:
+                reservation.give_back()
+        raise
+    del gram
+    if reservation is not None:
+        reservation.charge()
+    return noisy, shift, (event,)
+
+
+def _cached_gram(plan: WindowPlan, labels: Any, cached: Mapping[int, str]) -> Any:
+    """The window Gram from the cache: whole partitions already cached are loaded, the others read (and whole
+    ones cached, owner-only); a row window's cut partition is read and never cached."""
+    from dppca_dask.methods.window.gram import PartitionGrams, cache_directory
+    from dppca_dask.storage._files import make_private_directory
+
+    ranges = dict(zip(plan.selection.partitions, plan.selection.row_ranges))
+    missing = tuple(i for i in plan.selection.partitions if i not in cached)
+    grams = (yield PartitionGrams(row_norm_bound=plan.row_norm_bound, partitions=missing, labels=labels,
+                                  row_ranges={i: ranges[i] for i in missing})) if missing else {}
+    directory = cache_directory(plan.store)
+    if not os.path.isdir(directory):
+        make_private_directory(directory)
+    total = np.zeros((plan.dim, plan.dim))
+    for index in plan.selection.partitions:
+        if index in cached:
+            total += np.load(cached[index])
+            continue
+        total += grams[index]
+        if ranges[index] is None:
+            from dppca_dask.methods.window.gram import cache_file
+
+            path = cache_file(plan.store, index, plan.row_norm_bound, plan.labels)
+            tmp = path + ".partial"
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
+                np.save(fh, grams[index])
+            os.replace(tmp, path)
+    return total
+
+
+def _histogram_release(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] | None, *, last: Any,
+                       end: Any, eta: float, regularizer: float | None) -> tuple[Any, Any, Any, tuple[str, ...]]:
+    """Plan a release from the spectral histogram: which partitions are new, each one's window start, and the
+    generator that reads the new partitions, updates and saves the structure, and releases its first checkpoint."""
+    from dppca_dask.methods.window.gram import PartitionGrams, partitions_source
+    from dppca_dask.methods.window.histogram import SpectralHistogram, histogram_path
+    from dppca_dask.methods.window.selection import parse_duration
+
+    store, selection = plan.store, plan.selection
+    if selection.kind != "time":
+        raise InvalidParameterError("structure='spectral-histogram' serves time windows (last='30D'); "
+                                    "use structure='exact' for a row window")
+    newest = max(p.timestamp for p in store.partitions)  # type: ignore[type-var]
+    if end is not None and selection.partitions[-1] != len(store.partitions) - 1:
+        raise InvalidParameterError("structure='spectral-histogram' releases the current window only (ending at "
+                                    "the newest partition); drop end, or use structure='exact'")
+    del newest
+    if not (isinstance(eta, (int, float)) and 0 < eta < 1):
+        raise InvalidParameterError(f"eta must be in (0, 1); got {eta!r}")
+    cal, c = plan.calibration, plan.row_norm_bound
+    if regularizer is None:
+        if plan.release == "wishart":
+            regularizer = c * c * cal["tau"]
+        elif plan.release == "jl":
+            regularizer = c * c * cal["sigma"] ** 2
+        else:
+            regularizer = 2.0 * cal["noise_multiplier"] * cal["l2_sensitivity"] * math.sqrt(plan.dim)
+    seconds = parse_duration(last)
+    name = f"{seconds:g}s-{'labels' if plan.labels else 'features'}"
+    directory = histogram_path(store.path, name)
+    expect = {"store_id": store.store_id, "eta": float(eta), "regularizer": float(regularizer),
+              "row_norm_bound": c, "dim": plan.dim, "window_seconds": seconds}
+    hist = SpectralHistogram.load(directory, expect=expect)
+    if hist is None:
+        hist = SpectralHistogram(plan.dim, float(eta), float(regularizer))
+    parts = store.partitions
+    new = tuple(p.index for p in parts if p.index > hist.last)
+
+    def start_of(index: int) -> int:
+        ts = parts[index].timestamp
+        return min(p.index for p in parts if ts - seconds < p.timestamp <= ts)  # type: ignore[operator]
+
+    s = selection.partitions[0]
+    first_possible = min([s] + hist.starts[:1])
+    charged = tuple(range(first_possible, len(parts)))
+    labels = check_labels(store, selection) if plan.labels else None
+    if labels is not None and first_possible < s:
+        labels = (labels[0], {i: parts[i].row_start for i in range(first_possible, len(parts))})
+
+    def run() -> Any:
+        reservation = None
+        if budget is not None:
+            from dppca_dask.methods.window.budget import reserve_partitions
+
+            reservation = reserve_partitions(budget["ledger"], budget["dataset"], budget["job_id"], store=store,
+                                             partitions=charged, epsilon=plan.epsilon, delta=plan.delta,
+                                             events=plan.planned_events)
+        try:
+            grams = (yield PartitionGrams(row_norm_bound=c, partitions=new, labels=labels)) if new else {}
+            for index in new:
+                hist.add(index, grams[index], window_start=start_of(index))
+            hist.save(directory, meta={k: v for k, v in expect.items() if k not in ("eta", "regularizer", "dim")})
+            t1, gram = hist.covering(s)
+        except BaseException:
+            if reservation is not None:
+                reservation.give_back()
+            raise
+        key = f"window/{plan.release}"
+        try:
+            noisy, shift, event = _mechanism(plan, gram, noise, key)
+        except BaseException:
+            if reservation is not None:
+                if key in noise.released_keys:
+                    reservation.charge(outcome="failed")
+                else:
+                    reservation.give_back()
+            raise
+        if reservation is not None:
+            reservation.charge()
+        covered[:] = [t1]
+        return noisy, shift, (event,)
+
+    covered: list[int] = []
+    source = partitions_source(store, new, {"kind": "store", "fingerprint": store.fingerprint,
+                                            "schema": store.schema})
+    generator = run()
+    # the reported window is the released checkpoint's: it is public once released (the guarantee is
+    # conditional on it); known only after the run, so the plan is rebuilt by the caller from `covered`
+    plan_box = _HistogramPlan(plan, covered, hist)
+    return plan_box, source, generator, (HISTOGRAM_CAVEAT,)
+
+
+@dataclass
+class _HistogramPlan:
+    """A window plan whose selection becomes the released checkpoint's once the run has chosen it."""
+
+    base: WindowPlan
+    covered: list[int]
+    histogram: Any
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "selection" and self.covered:
+            sel = self.base.selection
+            parts = tuple(range(self.covered[0], sel.partitions[-1] + 1))
+            return WindowSelection(sel.kind, sel.start, sel.end, parts, (None,) * len(parts), None)
+        return getattr(self.base, name)
+
+
+def _mechanism(plan: WindowPlan, gram: np.ndarray, noise: NoiseSource, key: str) -> tuple[np.ndarray, float, Any]:
+    cal = plan.calibration
+    c = plan.row_norm_bound
+    if plan.release == "gaussian":
+        sensitivity = cal["l2_sensitivity"]
+        noisy, event = symmetric_gaussian_mechanism(gram, row_norm_bound=math.sqrt(sensitivity),
+                                                    noise_multiplier=cal["noise_multiplier"], noise=noise,
+                                                    release=key)
+        shift = 0.0
+    elif plan.release == "wishart":
+        noisy, tau, _ = wishart_mechanism(gram, row_norm_bound=c, epsilon=cal["mechanism_epsilon"],
+                                          delta=cal["mechanism_delta"], noise=noise, release=key,
+                                          tau_rule=cal["tau_rule"])
+        shift = c * c * tau
+        event = plan.planned_events[0]
+    else:
+        noisy, sigma, _ = jl_gram_mechanism(gram, row_norm_bound=c, epsilon=cal["mechanism_epsilon"],
+                                            delta=cal["mechanism_delta"], sketch_rows=cal["sketch_rows"],
+                                            rank_bound=cal["rank_bound"], noise=noise, release=key)
+        shift = c * c * sigma * sigma
+        event = plan.planned_events[0]
+    return noisy, shift, event
+
+
+def _execute(source: Any, client: Any, persist: bool | None, run: Any) -> Any:
+    """Drive the release generator in this process (``client="local"``) or on a Dask cluster."""
+    from dppca_dask.coordinator import Coordinator, LocalExecutor, connect, run_algorithm
+
+    if isinstance(client, str) and client == "local":
+        executor = LocalExecutor(source)
+        try:
+            return run_algorithm(executor, run)
+        finally:
+            executor.close()
+    with connect(client) as dask_client, Coordinator(dask_client, source, persist=persist) as coordinator:
+        return run_algorithm(coordinator, run)
+
+
+@dataclass(frozen=True)
+class WindowRelease:
+    """One private release of a window's Gram matrix; every method is post-processing of :attr:`released`.
+
+    The covariance is the window's second-moment matrix ``Σ a'aᵀ'`` of clipped rows, not divided by a row
+    count (a time window's row count is private).
+    """
+
+    released: np.ndarray
+    """The matrix as released by the mechanism (Wishart and JL releases carry their mean shift)."""
+    shift: float
+    """The public mean of the noise along the identity: ``c²τ`` (Wishart), ``c²σ²`` (JL), 0 (Gaussian)."""
+    release: str
+    """``"gaussian"``, ``"wishart"`` or ``"jl"``."""
+    window: WindowSelection
+    """The window: start, end, partitions (public)."""
+    privacy: Any
+    """The privacy report (:class:`~dppca_dask.accounting.PrivacyReport`)."""
+    labels: bool = False
+    """Whether the last row and column are the label's (a regression release)."""
+    calibration: Mapping[str, Any] = field(default_factory=dict)
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        matrix = np.array(self.released, dtype=np.float64, copy=True)
+        matrix.setflags(write=False)
+        object.__setattr__(self, "released", matrix)
+
+    @property
+    def private(self) -> bool:
+        return bool(getattr(self.privacy, "private", False))
+
+    @property
+    def mechanism(self) -> str:
+        """``"sliding-window"`` (the job mechanism's name; :attr:`release` names the noise)."""
+        return "sliding-window"
+
+    @property
+    def debiased(self) -> np.ndarray:
+        """The released matrix minus its public noise mean (Thm 4 debias; may be indefinite)."""
+        return self.released - self.shift * np.eye(self.released.shape[0])
+
+    @property
+    def covariance(self) -> np.ndarray:
+        """The debiased feature covariance (label column dropped), projected onto the PSD cone."""
+        matrix = self.debiased
+        if self.labels:
+            matrix = matrix[:-1, :-1]
+        return tasks.psd_projection(matrix)
+
+    def pca(self, k: int = 1) -> np.ndarray:
+        """Top-k principal directions (k×d unit rows) of the released covariance."""
+        return tasks.top_components(self.covariance, k)[1]
+
+    def directional_variance(self, x: Any) -> Any:
+        """``xᵀCx`` of the released covariance for a vector or the rows of an array (Thm 15)."""
+        return tasks.directional_variance(self.covariance, x)
+
+    def regression(self, *, ridge: float = 0.0) -> np.ndarray:
+        """Least-squares coefficients of the label on the features (Thm 8); needs a release with labels."""
+        if not self.labels:
+            raise InvalidParameterError(
+                "this release has no label column; release the window with labels=True (--task regression)"
+            )
+        return tasks.regression(self.debiased, ridge=ridge)
+
+    def sparse_pca(self, k: int, nonzeros: int) -> np.ndarray:
+        """k components with at most ``nonzeros`` non-zero entries each (Alg. 5, truncated power method)."""
+        return tasks.sparse_pca(self.covariance, k, nonzeros)
+
+    def nonnegative_pca(self, k: int) -> np.ndarray:
+        """k non-negative components with disjoint supports (Alg. 5)."""
+        return tasks.nonnegative_pca(self.covariance, k)
+
+    def to_dict(self, *, include_matrix: bool = False) -> dict[str, Any]:
+        """A JSON-safe summary: window, privacy, calibration, provenance (and the released matrix if asked)."""
+        report = self.privacy.to_dict()
+        out: dict[str, Any] = {
+            "release": self.release,
+            "private": self.private,
+            "window": self.window.to_dict(),
+            "privacy": report,
+            "labels": self.labels,
+            "calibration": dict(self.calibration),
+            "provenance": dict(self.provenance),
+        }
+        if include_matrix:
+            out["released"] = self.released.tolist()
+            out["shift"] = self.shift
+        return out
+
+    def save(self, directory: str | os.PathLike[str]) -> str:
+        """Write ``release.json`` (summary and the released matrix) into ``directory``; returns its path."""
+        from dppca_dask.storage._files import make_private_directory
+
+        directory = os.fspath(directory)
+        if not os.path.isdir(directory):
+            make_private_directory(directory)
+        path = os.path.join(directory, "release.json")
+        tmp = os.path.join(directory, ".release.json.partial")
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
+            json.dump(self.to_dict(include_matrix=True), fh, indent=1)
+        os.replace(tmp, path)  # owner-only, like every output of a job; complete or absent
+        return path
+
+
+def load_release(directory: str | os.PathLike[str]) -> WindowRelease:
+    """Read a release written by :meth:`WindowRelease.save`."""
+    from dppca_dask.accounting.report import PrivacyReport
+
+    with open(os.path.join(os.fspath(directory), "release.json"), encoding="utf-8") as fh:
+        obj = json.load(fh)
+    report = dict(obj["privacy"])
+    report.pop("meets_target", None)
+    report["epsilon"] = float(report["epsilon"])
+    report["caveats"] = tuple(report.get("caveats") or ())
+    w = obj["window"]
+    selection = WindowSelection(w["kind"], w["start"], w["end"], tuple(w["partitions"]),
+                                (None,) * len(w["partitions"]), w.get("last_rows"))
+    return WindowRelease(np.asarray(obj["released"]), float(obj["shift"]), obj["release"], selection,
+                         PrivacyReport(**report), bool(obj["labels"]), obj["calibration"], obj["provenance"])
+
+
+def window(
+    store: Any,
+    *,
+    last: Any = None,
+    last_rows: int | None = None,
+    end: Any = None,
+    epsilon: float,
+    delta: float,
+    release: str = "gaussian",
+    structure: str = "exact",
+    eta: float = 0.2,
+    regularizer: float | None = None,
+    labels: bool = False,
+    row_norm_bound: float = 1.0,
+    tau_rule: str = "thm11",
+    sketch_rows: int | None = None,
+    rank_bound: int = 1,
+    max_dense_dim: int = DEFAULT_MAX_DENSE_DIM,
+    client: Any = None,
+    persist: bool | None = None,
+    seed: int | None = None,
+    noise: NoiseSource | None = None,
+    cache: bool = False,
+    ledger: Any = None,
+    dataset: str | None = None,
+    job_id: str | None = None,
+) -> WindowRelease:
+    """Release a sliding window's covariance once, with (ε, δ)-DP for adding or removing one row.
+
+    Parameters
+    ----------
+    store
+        A store path or :class:`~dppca_dask.storage.MatrixStore` with a partition table (timestamps for ``last``).
+    last, last_rows, end
+        The window: ``last="30D"`` (partitions stamped in ``(end − 30 days, end]``; ``end`` defaults to the newest
+        partition's timestamp) or ``last_rows=W`` (the last W rows, cutting the oldest partition at a row
+        boundary). Public parameters.
+    epsilon, delta
+        The release's budget.
+    release
+        ``"gaussian"`` (default; Analyze Gauss on the window Gram), ``"wishart"`` (F2), ``"jl"`` (F1 sampled
+        from the Gram).
+    structure
+        ``"exact"`` (default): the exact Gram of the window, with the unconditional guarantee.
+        ``"spectral-histogram"``: the paper's structure (:mod:`~dppca_dask.methods.window.histogram`), kept
+        beside the store and updated with the partitions appended since its last use (a nightly release reads
+        only the new partitions); it releases its first checkpoint, which covers the window and possibly some
+        partitions before it, and its guarantee holds conditional on that checkpoint (erratum E8). Time windows
+        ending at the newest partition only.
+    eta, regularizer
+        Spectral histogram: pruning threshold η in (0, 1) and the public floor λ > 0 (default: the release's noise
+        level along the identity: ``c²τ`` Wishart, ``c²σ²`` JL, ``2·σ·√d`` Gaussian).
+    labels
+        Append the stored ``labels`` array as a last column (regression); the bound ``row_norm_bound`` is then on
+        ``‖(x, y)‖`` (E13).
+    row_norm_bound
+        Public L2 bound c; rows are scaled down to it.
+    tau_rule
+        Wishart degrees of freedom: ``"thm11"`` (default), ``"thm14"``, ``"alg7"`` (see
+        :func:`~dppca_dask.mechanisms.wishart.wishart_tau`).
+    sketch_rows, rank_bound
+        JL release: rows m of the sketch (default d) and the rank bound r of Alg. 3's σ.
+    max_dense_dim
+        Refuse a dimension above this (the Gram is dense).
+    client, persist
+        As :func:`dppca_dask.pca` (``"local"`` runs in this process).
+    seed, noise
+        A seed (or a test noise source) makes the release **not private**.
+    cache
+        Keep each whole partition's exact Gram beside the store (owner-only, keyed by the store's id, the bound
+        and the label column) and reuse it: a nightly release of ``structure="exact"`` then reads only the
+        partitions it has not seen. The cache is as sensitive as the data.
+    ledger, dataset, job_id
+        Partition-scoped budget (:mod:`~dppca_dask.methods.window.budget`): a ledger (path or
+        :class:`~dppca_dask.ledger.Ledger`) whose key ``dataset`` has a budget; the release is charged to every
+        partition it reads under ``job_id``, and refused if any of them would exceed the key's total.
+
+    Returns
+    -------
+    WindowRelease
+
+    Notes
+    -----
+    Privacy contract: neighbouring datasets differ by adding or removing one row of L2 norm ≤ c (event-level: a
+    person with rows in several partitions is covered only by group privacy over their rows). The exact window
+    Gram moves by ``aaᵀ`` (``aaᵀ − bbᵀ`` for a row window). One release per call, noise drawn once at the
+    coordinator; the report is built from the emitted event: ``GaussianDpEvent`` (gaussian) or the stated
+    closed form ``EpsilonDeltaDpEvent(ε, δ)`` (wishart, jl).
+    """
+    plan = plan_window(store, last=last, last_rows=last_rows, end=end, epsilon=epsilon, delta=delta,
+                       release=release, labels=labels, row_norm_bound=row_norm_bound, tau_rule=tau_rule,
+                       sketch_rows=sketch_rows, rank_bound=rank_bound, max_dense_dim=max_dense_dim)
+    if noise is not None and seed is not None:
+        raise InvalidParameterError("give either seed or noise, not both; a seeded NoiseSource is NoiseSource.from_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise InvalidParameterError(f"seed must be an integer or None; got {seed!r}")
+    if noise is None:
+        noise = NoiseSource.from_entropy() if seed is None else NoiseSource.from_seed(int(seed))
+    budget = None
+    if (ledger is None) != (dataset is None) or (ledger is None) != (job_id is None):
+        raise InvalidParameterError(
+            "a partition-scoped budget needs ledger, dataset and job_id together; got "
+            f"ledger={ledger!r}, dataset={dataset!r}, job_id={job_id!r}"
+        )
+    if ledger is not None:
+        from dppca_dask.ledger import Ledger
+
+        budget = {"ledger": ledger if isinstance(ledger, Ledger) else Ledger(ledger), "dataset": dataset,
+                  "job_id": job_id}
+        budget["ledger"].budget(dataset)  # a missing key fails before anything is read
+    if structure not in STRUCTURES:
+        raise InvalidParameterError(f"structure must be one of {', '.join(STRUCTURES)}; got {structure!r}")
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    caveats: tuple[str, ...] = ()
+    if structure == "spectral-histogram":
+        plan, source, run, caveats = _histogram_release(plan, noise, budget, last=last, end=end, eta=eta,
+                                                        regularizer=regularizer)
+    elif cache:
+        from dppca_dask.methods.window.gram import cache_file, partitions_source
+
+        if not isinstance(cache, (bool, np.bool_)):
+            raise InvalidParameterError(f"cache must be True or False; got {cache!r}")
+        present = {i: cache_file(plan.store, i, plan.row_norm_bound, plan.labels)
+                   for i, rows in zip(plan.selection.partitions, plan.selection.row_ranges) if rows is None}
+        present = {i: path for i, path in present.items() if os.path.exists(path)}
+        unread = tuple(i for i in plan.selection.partitions if i not in present)
+        source = partitions_source(plan.store, unread, {"kind": "store", "fingerprint": plan.store.fingerprint,
+                                                        "schema": plan.store.schema})
+        run = _window_run(plan, noise, budget, cached=present)
+    else:
+        source = window_source(plan.store, plan.selection)
+        run = _window_run(plan, noise, budget)
+    try:
+        noisy, shift, events = _execute(source, client, persist, run)
+    except BaseException:
+        run.close()  # a failure before the noise (a lost cluster, a bad chunk) returns the reservation
+        raise
+    report = build_report(list(events), target_epsilon=plan.epsilon, target_delta=plan.delta,
+                          neighbouring=plan.neighbouring, private=bool(noise.private))
+    if plan.store.schema != "declared" or caveats:
+        import dataclasses
+
+        from dppca_dask.coordinator.sources import schema_caveats
+
+        report = dataclasses.replace(report, caveats=schema_caveats(source) + caveats)
+    provenance = {
+        "mechanism": "sliding-window",
+        "structure": structure,
+        "input": {"fingerprint": plan.store.fingerprint, "schema": plan.store.schema},
+        "seeded": not noise.private,
+        "noise_sampler": noise.sampler,
+        "started": started,
+        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    return WindowRelease(noisy, shift, plan.release, plan.selection, report, plan.labels, dict(plan.calibration),
+                         provenance)

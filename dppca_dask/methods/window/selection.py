@@ -1,0 +1,177 @@
+"""Windows over a store's partition table: by time (partition timestamps) or by rows (the last W rows).
+
+Window bounds are public parameters. A time window selects whole partitions whose timestamps fall in
+``(end − last, end]``; the number of rows it holds is private and never reported. A row window holds exactly the
+last ``W`` rows of the store (ending with the last partition stamped at or before ``end`` when ``end`` is given),
+cutting the oldest partition it touches at a row boundary; its row count ``W`` is public by construction.
+Partition timestamps, like the partition table itself, are public metadata set by the operator at ingest and
+append time (``--timestamp``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.storage import MatrixStore
+
+__all__ = ["WindowSelection", "parse_duration", "parse_timestamp", "select_window"]
+
+_UNITS = {"D": 86400.0, "H": 3600.0, "W": 7 * 86400.0}
+
+
+def parse_duration(value: Any) -> float:
+    """``"30D"``, ``"12H"``, ``"2W"`` (or a ``timedelta``) as seconds > 0."""
+    if isinstance(value, _dt.timedelta):
+        seconds = value.total_seconds()
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([DHWdhw])\s*", str(value))
+        if match is None:
+            raise InvalidParameterError(
+                f"last must be a duration such as '30D' (days), '12H' (hours) or '2W' (weeks); got {value!r}"
+            )
+        seconds = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise InvalidParameterError(f"last must be a positive duration; got {value!r}")
+    return seconds
+
+
+def parse_timestamp(value: Any, *, name: str = "timestamp") -> float:
+    """A date (``2026-11-01``, midnight UTC), an ISO time with a zone, an aware ``datetime`` or POSIX seconds."""
+    if isinstance(value, bool):
+        raise InvalidParameterError(f"{name} must be a date such as 2026-11-01; got {value!r}")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise InvalidParameterError(f"{name} must be finite; got {value!r}")
+        return float(value)
+    if isinstance(value, _dt.datetime):
+        moment = value
+    elif isinstance(value, _dt.date):
+        moment = _dt.datetime(value.year, value.month, value.day, tzinfo=_dt.timezone.utc)
+    else:
+        text = str(value).strip()
+        try:
+            if re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+                day = _dt.date.fromisoformat(text)
+                moment = _dt.datetime(day.year, day.month, day.day, tzinfo=_dt.timezone.utc)
+            else:
+                moment = _dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidParameterError(
+                f"{name} must be a date such as 2026-11-01 or a time with a zone such as 2026-11-01T06:00+00:00; "
+                f"got {value!r}"
+            ) from None
+    if moment.tzinfo is None:
+        raise InvalidParameterError(
+            f"{name} must name its time zone; got {moment.isoformat()}; add one, e.g. {moment.isoformat()}+00:00"
+        )
+    return moment.timestamp()
+
+
+def _iso(seconds: float) -> str:
+    return _dt.datetime.fromtimestamp(seconds, tz=_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSelection:
+    """The partitions (and row ranges) of one window. Every field is public."""
+
+    kind: str
+    """``"time"`` or ``"rows"``."""
+    start: str
+    """Start of the window: an ISO time (exclusive) for time windows, ``"last W rows"`` for row windows."""
+    end: str
+    """End of the window: an ISO time (inclusive), or the store's end for a row window without ``end``."""
+    partitions: tuple[int, ...]
+    """Indices of the partitions the window reads (in order)."""
+    row_ranges: tuple[tuple[int, int] | None, ...]
+    """For each partition, the local row range inside the window (``None``: the whole partition)."""
+    last_rows: int | None = None
+    """W for a row window (public); ``None`` for a time window, whose row count is private."""
+
+    @property
+    def n_partitions(self) -> int:
+        return len(self.partitions)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "start": self.start, "end": self.end,
+                               "n_partitions": self.n_partitions, "partitions": list(self.partitions)}
+        if self.last_rows is not None:
+            out["last_rows"] = self.last_rows
+        return out
+
+
+def select_window(
+    store: MatrixStore, *, last: Any = None, last_rows: Any = None, end: Any = None
+) -> WindowSelection:
+    """Choose the partitions of a window from the public partition table (no data is read).
+
+    Raises
+    ------
+    InvalidParameterError
+        Neither or both of ``last`` and ``last_rows``; a malformed duration or date; a time window on a store
+        with partitions that have no timestamp; a window that ends before the first partition; an empty window;
+        ``last_rows`` larger than the rows up to ``end``.
+    """
+    if (last is None) == (last_rows is None):
+        raise InvalidParameterError(
+            f"give exactly one of last (a duration such as '30D') and last_rows (a row count W); got last={last!r}, "
+            f"last_rows={last_rows!r}"
+        )
+    parts = store.partitions
+    end_s = None if end is None else parse_timestamp(end, name="end")
+    if last is not None or end_s is not None:
+        missing = [p.index for p in parts if p.timestamp is None]
+        if missing:
+            raise InvalidParameterError(
+                f"partition {missing[0]} of '{store.path}' has no timestamp ({len(missing)} of {len(parts)} "
+                "partitions have none); a time window needs every partition stamped: ingest with --timestamp DATE "
+                "and add days with `dppca-dask append STORE SRC --timestamp DATE`, or use last_rows (--last-rows W)"
+            )
+    if not parts:
+        raise InvalidParameterError(f"'{store.path}' has no partitions; nothing to release")
+    if end_s is not None:
+        first = min(p.timestamp for p in parts)  # type: ignore[type-var]
+        if end_s < first:
+            raise InvalidParameterError(
+                f"the window ends at {_iso(end_s)}, before the first partition ({_iso(first)}); choose end on or "
+                "after it"
+            )
+    if last is not None:
+        seconds = parse_duration(last)
+        if end_s is None:
+            end_s = max(p.timestamp for p in parts)  # type: ignore[type-var]
+        start_s = end_s - seconds
+        chosen = tuple(p.index for p in parts if start_s < p.timestamp <= end_s)  # type: ignore[operator]
+        if not chosen:
+            raise InvalidParameterError(
+                f"the window ({_iso(start_s)}, {_iso(end_s)}] holds no partition; widen last={last!r} or move end"
+            )
+        return WindowSelection("time", _iso(start_s), _iso(end_s), chosen, (None,) * len(chosen))
+    if isinstance(last_rows, bool) or not isinstance(last_rows, (int,)) and not (
+            hasattr(last_rows, "__index__") and not isinstance(last_rows, float)):
+        raise InvalidParameterError(f"last_rows must be a positive integer; got {last_rows!r}")
+    w = int(last_rows)
+    if w < 1:
+        raise InvalidParameterError(f"last_rows must be a positive integer; got {last_rows!r}")
+    upto = [p for p in parts if end_s is None or p.timestamp <= end_s]  # type: ignore[operator]
+    available = upto[-1].row_stop if upto else 0
+    if w > available:
+        raise InvalidParameterError(
+            f"last_rows={w} exceeds the rows stored up to the window's end; choose a smaller W (or append rows first)"
+        )
+    stop, start = available, available - w
+    chosen_parts, ranges = [], []
+    for p in upto:
+        if p.row_stop <= start or p.n_rows == 0:
+            continue
+        lo = max(start - p.row_start, 0)
+        chosen_parts.append(p.index)
+        ranges.append(None if lo == 0 else (lo, p.n_rows))
+    end_text = _iso(end_s) if end_s is not None else "end of store"
+    del stop
+    return WindowSelection("rows", f"last {w} rows", end_text, tuple(chosen_parts), tuple(ranges), last_rows=w)

@@ -1,0 +1,161 @@
+"""Downstream tasks of a window release: pure post-processing of the one released matrix (seed 001, A7–A10).
+
+Every function takes the released ``d×d`` (or ``(d+1)×(d+1)`` with the label column) matrix and public
+parameters, never the data nor any structure built from it, so none of them costs privacy budget.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dppca_dask.errors import InvalidParameterError
+
+__all__ = [
+    "directional_variance",
+    "nonnegative_pca",
+    "psd_projection",
+    "regression",
+    "sparse_pca",
+    "top_components",
+]
+
+
+def psd_projection(matrix: np.ndarray) -> np.ndarray:
+    """The nearest PSD matrix in Frobenius norm: negative eigenvalues set to 0."""
+    values, vectors = np.linalg.eigh((matrix + matrix.T) / 2.0)
+    out = (vectors * np.clip(values, 0.0, None)) @ vectors.T
+    return (out + out.T) / 2.0
+
+
+def _check_k(k: int, dim: int, name: str = "n_components") -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= dim:
+        raise InvalidParameterError(f"{name} must be an integer in [1, {dim}]; got {k!r}")
+    return int(k)
+
+
+def _sign_fixed(vectors: np.ndarray) -> np.ndarray:
+    """Rows with the largest-magnitude entry positive (a deterministic sign, for stable output)."""
+    idx = np.argmax(np.abs(vectors), axis=1)
+    signs = np.sign(vectors[np.arange(vectors.shape[0]), idx])
+    signs[signs == 0] = 1.0
+    return vectors * signs[:, None]
+
+
+def top_components(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k eigenpairs: ``(eigenvalues (k,), components (k, d) unit rows)``, largest first."""
+    k = _check_k(k, matrix.shape[0])
+    values, vectors = np.linalg.eigh((matrix + matrix.T) / 2.0)
+    order = np.argsort(values)[::-1][:k]
+    return values[order], _sign_fixed(vectors[:, order].T)
+
+
+def directional_variance(matrix: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``xᵀCx`` for each row x of ``x`` (one vector or a ``q×d`` array); Thm 15 / Thm 5."""
+    xs = np.atleast_2d(np.asarray(x, dtype=np.float64))
+    if xs.ndim != 2 or xs.shape[1] != matrix.shape[0]:
+        raise InvalidParameterError(
+            f"x must be a vector of length {matrix.shape[0]} or an array of such rows; got shape {np.shape(x)}"
+        )
+    if not np.isfinite(xs).all():
+        raise InvalidParameterError("x must be finite")
+    out = np.einsum("qi,ij,qj->q", xs, matrix, xs)
+    return out[0] if np.ndim(x) == 1 else out
+
+
+def regression(matrix: np.ndarray, *, ridge: float = 0.0) -> np.ndarray:
+    """Least squares from the released ``[[C_AA, C_AB], [C_BA, C_BB]]`` (label last): ``(C_AA + ridge·I)⁻¹C_AB``.
+
+    Thm 8 (A10). A debiased release may have an indefinite ``C_AA``; it is projected onto the PSD cone and a
+    ``ridge`` ≥ 0 may be added (public). A singular system is solved in the least-squares sense.
+    """
+    if not (np.isfinite(ridge) and ridge >= 0):
+        raise InvalidParameterError(f"ridge must be finite and >= 0; got {ridge!r}")
+    if matrix.shape[0] < 2:
+        raise InvalidParameterError("regression needs the label column: release the window with task='regression'")
+    caa = psd_projection(matrix[:-1, :-1]) + ridge * np.eye(matrix.shape[0] - 1)
+    cab = matrix[:-1, -1]
+    solution, *_ = np.linalg.lstsq(caa, cab, rcond=None)
+    return np.asarray(solution)
+
+
+def _deflate(matrix: np.ndarray, x: np.ndarray) -> np.ndarray:
+    proj = np.eye(matrix.shape[0]) - np.outer(x, x)
+    return proj @ matrix @ proj
+
+
+def sparse_pca(matrix: np.ndarray, k: int, nonzeros: int, *, n_iter: int = 200) -> np.ndarray:
+    """k components with at most ``nonzeros`` non-zero entries each: truncated power iteration with deflation.
+
+    Alg. 5 with the truncated power method of Yuan & Zhang 2013 as the non-private solver (the spec's choice).
+    """
+    dim = matrix.shape[0]
+    k = _check_k(k, dim)
+    nonzeros = _check_k(nonzeros, dim, "nonzeros")
+    c = psd_projection(matrix)
+    out = np.zeros((k, dim))
+    for j in range(k):
+        values, vectors = np.linalg.eigh(c)
+        x = vectors[:, -1].copy()
+        for _ in range(n_iter):
+            y = c @ x
+            keep = np.argsort(np.abs(y))[::-1][:nonzeros]
+            z = np.zeros(dim)
+            z[keep] = y[keep]
+            norm = np.linalg.norm(z)
+            if norm == 0:
+                break
+            z /= norm
+            if np.allclose(z, x):
+                x = z
+                break
+            x = z
+        if not np.any(x):
+            x = np.zeros(dim)
+            x[j % dim] = 1.0
+        keep = np.argsort(np.abs(x))[::-1][:nonzeros]
+        sparse = np.zeros(dim)
+        sparse[keep] = x[keep]
+        sparse /= max(np.linalg.norm(sparse), 1e-300)
+        out[j] = sparse
+        c = _deflate(c, sparse)
+    return _sign_fixed(out)
+
+
+def nonnegative_pca(matrix: np.ndarray, k: int, *, n_iter: int = 200) -> np.ndarray:
+    """k non-negative unit components with disjoint supports: projected power iteration ``x ← max(Cx, 0)/‖·‖``.
+
+    Components are orthogonal because their supports are disjoint: after each component its support is removed
+    from the matrix (the spec's minimal solver for Alg. 5's non-negative Π).
+    """
+    dim = matrix.shape[0]
+    k = _check_k(k, dim)
+    c = psd_projection(matrix)
+    free = np.ones(dim, dtype=bool)
+    out = np.zeros((k, dim))
+    for j in range(k):
+        if not free.any():
+            break
+        sub = c[np.ix_(free, free)]
+        values, vectors = np.linalg.eigh(sub)
+        v = vectors[:, -1]
+        x = np.abs(v) if np.abs(v).sum() > 0 else np.ones(sub.shape[0])
+        x /= np.linalg.norm(x)
+        for _ in range(n_iter):
+            y = np.maximum(sub @ x, 0.0)
+            norm = np.linalg.norm(y)
+            if norm == 0:
+                break
+            y /= norm
+            if np.allclose(y, x):
+                x = y
+                break
+            x = y
+        full = np.zeros(dim)
+        full[np.flatnonzero(free)] = x
+        support = full > 0
+        if not support.any():
+            support[np.flatnonzero(free)[0]] = True
+            full[support] = 1.0
+        out[j] = full / np.linalg.norm(full)
+        free &= ~support
+    return out

@@ -1,0 +1,132 @@
+"""Neighbouring datasets for the sliding-window releases (Gaussian, Wishart, JL), in-process and on a LocalCluster.
+
+Crafted neighbours of a stamped store:
+- a row at the clip bound (norm c on one coordinate) added to a partition inside the window: the exact Gram moves
+  by ``aaᵀ`` (upper triangle L2 norm c², Frobenius c²), the sensitivity each mechanism is given;
+- a row of large norm added to a partition just outside the window (stamped one second before the window's start):
+  the exact Gram does not move at all;
+- a row window: one added row pushes the oldest out, ``aaᵀ − bbᵀ``, within the row-window sensitivity √2·c².
+Both neighbours make the same releases, task names and log lines, and the same result fields. Deterministic.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dppca_dask import window
+from dppca_dask.ingest import ingest
+from dppca_dask.storage import append_partition
+from privacy_harness import assert_within_sensitivity
+
+D = 5
+C = 0.7
+pytestmark = pytest.mark.filterwarnings("ignore::dppca_dask.errors.NotPrivateWarning")
+
+
+def _day(n: int, second: int = 0) -> float:
+    return _dt.datetime(2026, 11, n, tzinfo=_dt.timezone.utc).timestamp() + second
+
+
+def _rows(n: int) -> np.ndarray:
+    rng = np.random.default_rng(n)
+    return rng.standard_normal((25, D)) * rng.uniform(0.1, 2.0, (25, 1))
+
+
+def _store(path, extra: dict[int, np.ndarray]):
+    """Days 1..6 (day 3 also stamped just before the 3D window's start); ``extra`` adds a row to a day."""
+    def block(n: int) -> sp.csr_array:
+        rows = _rows(n)
+        if n in extra:
+            rows = np.vstack([rows[:10], extra[n][None, :], rows[10:]])
+        return sp.csr_array(rows)
+
+    store = ingest(block(1), path, n_features=D, timestamp="2026-11-01")
+    for n in range(2, 7):
+        store = append_partition(store.path, block(n), timestamp=_day(n))
+    return store
+
+
+def _release(store, noise, release, **kwargs):
+    args = {"epsilon": 1.0, "delta": 1e-6, "row_norm_bound": C, "client": "local", **kwargs}
+    if "last_rows" not in args:
+        args["last"] = "3D"
+    return window(store, release=release, noise=noise, **args)
+
+
+def _frobenius_moves(records_a, records_b):
+    return [float(np.linalg.norm(a.exact - b.exact)) for a, b in zip(records_a, records_b)]
+
+
+@pytest.mark.parametrize("release", ["gaussian", "wishart", "jl"])
+def test_row_at_the_clip_bound_inside_the_window(tmp_path, auditing_pair, release):
+    edge = np.zeros(D)
+    edge[2] = 5.0  # clipped to norm C on one coordinate: the worst case of the upper triangle
+    a = _store(tmp_path / "a", {})
+    b = _store(tmp_path / "b", {5: edge})
+    na, nb = auditing_pair()
+    ra = _release(a, na, release)
+    rb = _release(b, nb, release)
+    ratios = assert_within_sensitivity(na.records, nb.records)
+    assert len(na.records) == 1 and na.records[0].sensitivity == pytest.approx(C * C)
+    assert _frobenius_moves(na.records, nb.records)[0] <= C * C * (1 + 1e-9)
+    if release == "gaussian":
+        assert ratios[0] == pytest.approx(1.0, rel=1e-9)  # the bound is attained
+    assert ra.to_dict().keys() == rb.to_dict().keys() and ra.window == rb.window
+    assert ra.privacy.to_dict() == rb.privacy.to_dict() and ra.calibration == rb.calibration
+
+
+@pytest.mark.parametrize("release", ["gaussian", "wishart"])
+def test_row_just_outside_the_window_does_not_move_the_release(tmp_path, auditing_pair, release):
+    big = np.full(D, 100.0)
+    a = _store(tmp_path / "a", {})
+    b = _store(tmp_path / "b", {3: big})  # day 3 is outside (Nov 3, Nov 6]
+    na, nb = auditing_pair()
+    ra = _release(a, na, release)
+    rb = _release(b, nb, release)
+    assert ra.window.partitions == (3, 4, 5)
+    assert_within_sensitivity(na.records, nb.records)
+    assert np.array_equal(na.records[0].exact, nb.records[0].exact)
+    assert np.array_equal(ra.released, rb.released)
+
+
+@pytest.mark.parametrize("release", ["gaussian", "wishart", "jl"])
+def test_row_window_shift(tmp_path, auditing_pair, release):
+    edge = np.zeros(D)
+    edge[0] = -3.0
+    a = _store(tmp_path / "a", {})
+    b = _store(tmp_path / "b", {6: edge})  # one more row in the last day: the window's oldest row leaves
+    na, nb = auditing_pair()
+    _release(a, na, release, last_rows=30)
+    _release(b, nb, release, last_rows=30)
+    if release == "gaussian":
+        assert na.records[0].sensitivity == pytest.approx(np.sqrt(2) * C * C)
+        assert_within_sensitivity(na.records, nb.records)
+    else:  # the mechanism runs at (ε/2, δ/(1+e^{ε/2})) and is given c²: two fixed-position changes of c² each
+        assert [r.release for r in na.records] == [r.release for r in nb.records]
+        assert _frobenius_moves(na.records, nb.records)[0] <= 2 * C * C * (1 + 1e-9)
+
+
+def test_neighbours_on_a_local_cluster_same_tasks_and_logs(tmp_path, auditing_pair, local_client, caplog):
+    edge = np.zeros(D)
+    edge[1] = C
+    a = _store(tmp_path / "a", {})
+    b = _store(tmp_path / "b", {4: edge})
+    na, nb = auditing_pair()
+    logs = []
+    keys = []
+    for store, noise in ((a, na), (b, nb)):
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="dppca_dask"):
+            before = set(local_client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
+            _release(store, noise, "gaussian", client=local_client)
+            after = set(local_client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
+        logs.append([(r.name, r.levelname, r.getMessage()) for r in caplog.records])
+        keys.append(sorted(after | before))
+    assert_within_sensitivity(na.records, nb.records)
+    assert logs[0] == logs[1]
+    assert keys[0] == keys[1]

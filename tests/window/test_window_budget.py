@@ -1,0 +1,97 @@
+"""Partition-scoped budget: a window release charges the partitions it reads, and is refused as a whole."""
+
+from __future__ import annotations
+
+import pytest
+
+from dppca_dask import window
+from dppca_dask.accounting import event_to_json
+from dppca_dask.errors import BudgetExceededError, InvalidParameterError, LedgerError
+from dppca_dask.ledger import Ledger, compose_epsilon
+from dppca_dask.mechanisms.testing import ZeroNoiseSource
+from dppca_dask.methods.window.budget import partition_key
+
+pytestmark = pytest.mark.filterwarnings("ignore::dppca_dask.errors.NotPrivateWarning")
+
+
+def _ledger(tmp_path, total: float = 1.2) -> Ledger:
+    ledger = Ledger.create(tmp_path / "ledger.sqlite")
+    ledger.init_dataset("nightly", total_epsilon=total, total_delta=1e-5)
+    return ledger
+
+
+def _one(ledger: Ledger, store, index: int, job_id: str) -> float:
+    """ε of one release's events composed alone at the key's total δ."""
+    entry = ledger.entry(partition_key("nightly", store, index), job_id)
+    return compose_epsilon(entry.counted_events, 1e-5)
+
+
+def _spent(ledger: Ledger, store, index: int) -> float:
+    return ledger.budget(partition_key("nightly", store, index)).spent_epsilon
+
+
+def test_a_release_charges_the_partitions_it_reads(tmp_path, ten_days):
+    ledger = _ledger(tmp_path)
+    result = window(ten_days, last="2D", epsilon=1, delta=1e-6, client="local", noise=ZeroNoiseSource(),
+                    ledger=ledger, dataset="nightly", job_id="night-1")
+    for i in (8, 9):
+        entry = ledger.entry(partition_key("nightly", ten_days, i), "night-1")
+        assert entry is not None and entry.status == "charged" and entry.mechanism == "sliding-window"
+        # the reservation is exactly the events the release emitted
+        assert [event_to_json(e) for e in entry.counted_events] == list(result.privacy.events)
+        assert _spent(ledger, ten_days, i) == pytest.approx(_one(ledger, ten_days, i, "night-1"))
+        assert _spent(ledger, ten_days, i) > 0.5
+    assert all(ledger.entry(partition_key("nightly", ten_days, i), "night-1") is None for i in range(8))
+    assert ledger.budget("nightly").spent_epsilon == 0  # the dataset key itself holds the total only
+
+
+def test_a_release_over_any_partition_is_refused_and_returns_the_others(tmp_path, ten_days):
+    ledger = _ledger(tmp_path)
+    window(ten_days, last="1D", epsilon=1, delta=1e-6, client="local", noise=ZeroNoiseSource(), ledger=ledger,
+           dataset="nightly", job_id="night-1")
+    noise = ZeroNoiseSource()
+    with pytest.raises(BudgetExceededError, match="partition/.*:9"):
+        window(ten_days, last="3D", epsilon=1, delta=1e-6, client="local", noise=noise, ledger=ledger,
+               dataset="nightly", job_id="night-2")
+    assert noise.released_keys == frozenset()  # refused before any noise
+    for i in (7, 8):
+        assert ledger.entry(partition_key("nightly", ten_days, i), "night-2").status == "released"
+        assert _spent(ledger, ten_days, i) == 0
+    assert _spent(ledger, ten_days, 9) == pytest.approx(_one(ledger, ten_days, 9, "night-1"))
+    # an older window that avoids the spent partition still fits
+    window(ten_days, last="2D", end="2026-11-09", epsilon=1, delta=1e-6, client="local",
+           noise=ZeroNoiseSource(), ledger=ledger, dataset="nightly", job_id="night-3")
+    assert _spent(ledger, ten_days, 8) == pytest.approx(_one(ledger, ten_days, 8, "night-3"))
+
+
+def test_failure_before_noise_returns_the_reservation(tmp_path, ten_days, monkeypatch):
+    ledger = _ledger(tmp_path)
+    from dppca_dask.methods.window import release as module
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("lost before the noise")
+
+    monkeypatch.setattr(module, "_mechanism", broken)
+    with pytest.raises(RuntimeError):
+        window(ten_days, last="1D", epsilon=1, delta=1e-6, client="local", noise=ZeroNoiseSource(),
+               ledger=ledger, dataset="nightly", job_id="night-1")
+    assert ledger.entry(partition_key("nightly", ten_days, 9), "night-1").status == "released"
+
+
+def test_budget_arguments_are_checked_before_reading(tmp_path, ten_days):
+    ledger = _ledger(tmp_path)
+    with pytest.raises(InvalidParameterError, match="ledger, dataset and job_id together"):
+        window(ten_days, last="1D", epsilon=1, delta=1e-6, client="local", ledger=ledger, dataset="nightly")
+    with pytest.raises(LedgerError, match="no dataset 'other'"):
+        window(ten_days, last="1D", epsilon=1, delta=1e-6, client="local", ledger=ledger, dataset="other",
+               job_id="x")
+    from dppca_dask.methods.window.budget import reserve_partitions
+
+    with pytest.raises(InvalidParameterError, match="job_id must be a non-empty string"):
+        reserve_partitions(ledger, "nightly", "", store=ten_days, partitions=[1], epsilon=1, delta=1e-6,
+                           events=[])
+    import dataclasses
+
+    anon = dataclasses.replace(ten_days, store_id=None)
+    with pytest.raises(InvalidParameterError, match="has no store id"):
+        reserve_partitions(ledger, "nightly", "j", store=anon, partitions=[1], epsilon=1, delta=1e-6, events=[])

@@ -1,0 +1,147 @@
+"""``dppca-dask ingest --timestamp``, ``dppca-dask append`` and ``dppca-dask window`` end to end on Parquet days."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dppca_dask.cli import main
+from dppca_dask.storage import open_matrix
+from window_data import day
+
+N_COLS = 8
+
+
+def _day_file(directory: Path, n: int) -> Path:
+    """Day n's Parquet triplets: 30 users, 3 (feature, value) entries each; features 0..7 (declared universe)."""
+    rng = np.random.default_rng(n)
+    rows = np.repeat(np.arange(30) + 1000 * n, 3)
+    cols = rng.integers(0, N_COLS, 90)
+    cols[:30] = 2  # feature 2 dominates every day
+    values = rng.random(90) + np.where(cols == 2, 1.5, 0.0)
+    path = directory / f"day{n:02d}.parquet"
+    pq.write_table(pa.table({"row_id": rows, "col_id": cols, "value": values}), path)
+    return path
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def ten_day_store(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("cli-days")
+    ids = directory / "cols.txt"
+    ids.write_text("\n".join(str(i) for i in range(N_COLS)))
+    store = directory / "store"
+    assert main(["ingest", str(_day_file(directory, 1)), "--out", str(store), "--timestamp", "2026-11-01",
+                 "--column-ids", str(ids)]) == 0
+    for n in range(2, 11):
+        assert main(["append", str(store), str(_day_file(directory, n)), "--timestamp", f"2026-11-{n:02d}"]) == 0
+    return store
+
+
+def test_ten_stamped_days(ten_day_store):
+    store = open_matrix(ten_day_store)
+    assert [p.timestamp for p in store.partitions] == [day(n) for n in range(1, 11)]
+    assert store.n_cols == N_COLS and store.schema == "declared"
+
+
+def test_window_pca_json_returns_the_top_component(ten_day_store, capsys):
+    code, out, err = run(capsys, "window", str(ten_day_store), "--last", "5D", "--task", "pca", "--epsilon", "1",
+                         "--delta", "1e-6", "--json", "--scheduler", "local", "--seed", "7")
+    assert code == 0, err
+    obj = json.loads(out)
+    assert obj["window"] == {"start": "2026-11-05T00:00:00+00:00", "end": "2026-11-10T00:00:00+00:00",
+                             "n_partitions": 5, "kind": "time"}
+    assert obj["privacy"]["epsilon"] == pytest.approx(1.0, rel=1e-6)
+    assert obj["privacy"]["delta"] == 1e-6 and obj["privacy"]["neighbouring"] == "add/remove one row"
+    component = np.asarray(obj["components"][0])
+    # the exact top component of the window's clipped rows is dominated by feature 2 (150 rows of norm ≈ 1)
+    assert component.shape == (N_COLS,) and int(np.argmax(np.abs(component))) == 2
+    assert abs(component[2]) > 0.9
+
+
+def test_window_covariance_rows_and_out(ten_day_store, tmp_path, capsys):
+    code, out, err = run(capsys, "window", str(ten_day_store), "--last-rows", "45", "--release", "wishart",
+                         "--epsilon", "1", "--delta", "1e-6", "--scheduler", "local", "--out", str(tmp_path / "o"))
+    assert code == 0, err
+    assert "last 45 rows" in out and "(1, 1e-06)-DP" in out and "covariance: 8x8" in out
+    saved = json.loads((tmp_path / "o" / "release.json").read_text())
+    assert saved["release"] == "wishart" and saved["window"]["last_rows"] == 45
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--last", "5D", "--end", "2026-10-01"], "before the first partition"),
+        (["--last", "1H", "--end", "2026-11-03T12:00:00+00:00"], "holds no partition"),
+        (["--last", "5D", "--task", "regression"], "no 'labels' array"),
+        (["--last", "five"], "duration such as"),
+    ],
+)
+def test_window_bad_input_exits_2(ten_day_store, capsys, argv, message):
+    code, out, err = run(capsys, "window", str(ten_day_store), *argv, "--epsilon", "1", "--delta", "1e-6",
+                         "--scheduler", "local")
+    assert code == 2 and out == "" and message in err
+
+
+def test_append_bad_input_exits_2(ten_day_store, tmp_path, capsys):
+    extra = _day_file(tmp_path, 11)
+    code, _, err = run(capsys, "append", str(ten_day_store), str(extra), "--timestamp", "2026-10-01")
+    assert code == 2 and "earlier than the store's newest partition" in err
+    code, _, err = run(capsys, "append", str(ten_day_store), str(extra), "--timestamp", "11/12/2026")
+    assert code == 2 and "must be a date" in err
+    pq.write_table(pa.table({"row_id": [1], "col_id": [99], "value": [1.0]}), tmp_path / "bad.parquet")
+    code, _, err = run(capsys, "append", str(ten_day_store), str(tmp_path / "bad.parquet"), "--timestamp",
+                       "2026-11-12")
+    assert code == 2 and "not" in err and "99" in err
+    assert open_matrix(ten_day_store).n_partitions == 10  # nothing appended
+    assert not [p for p in ten_day_store.parent.iterdir() if ".append-" in p.name]  # temporaries removed
+
+
+def test_append_svmlight_with_labels(tmp_path, capsys):
+    first = tmp_path / "d1.svm"
+    first.write_text("1 1:0.5 3:0.2\n-1 2:0.3\n")
+    store = tmp_path / "s"
+    assert main(["ingest", str(first), "--out", str(store), "--store-labels", "--n-features", "3",
+                 "--timestamp", "2026-11-01"]) == 0
+    capsys.readouterr()
+    second = tmp_path / "d2.svm"
+    second.write_text("0.5 1:0.1\n2 3:0.4\n-2 2:0.2\n")
+    code, out, err = run(capsys, "append", str(store), str(second), "--timestamp", "2026-11-02", "--json")
+    assert code == 0, err
+    assert json.loads(out)["n_partitions"] >= 2
+    import zarr
+
+    assert np.array_equal(zarr.open_group(str(store), mode="r")["labels"][:], [1, -1, 0.5, 2, -2])
+    code, out, err = run(capsys, "window", str(store), "--last", "2D", "--task", "regression", "--epsilon", "1",
+                         "--delta", "1e-6", "--scheduler", "local", "--json", "--seed", "1")
+    assert code == 0, err
+    assert len(json.loads(out)["coefficients"]) == 3
+    wide = tmp_path / "d3.svm"
+    wide.write_text("1 5:0.1\n")
+    code, _, err = run(capsys, "append", str(store), str(wide), "--timestamp", "2026-11-03")
+    assert code == 2
+    nolabels = tmp_path / "d4.npy"
+    np.save(nolabels, np.ones((2, 3)) * 0.1)
+    code, _, err = run(capsys, "append", str(store), str(nolabels), "--timestamp", "2026-11-03")
+    assert code == 2 and "appended file has none" in err
+
+
+@pytest.mark.parametrize("flags", [["--structure", "spectral-histogram"], ["--cache"]])
+def test_window_structure_and_cache_flags(ten_day_store, capsys, flags):
+    code, out, err = run(capsys, "window", str(ten_day_store), "--last", "3D", "--epsilon", "1", "--delta", "1e-6",
+                         "--scheduler", "local", "--json", *flags)
+    assert code == 0, err
+    obj = json.loads(out)
+    assert obj["window"]["end"] == "2026-11-10T00:00:00+00:00"
+    caveats = obj["privacy"]["report"]["caveats"]
+    assert bool(caveats) == (flags[0] == "--structure")  # the histogram's conditional guarantee is stated

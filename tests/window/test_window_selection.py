@@ -1,0 +1,91 @@
+"""Windows over the partition table: by time, by rows, and every bad window (no data is read)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+import numpy as np
+import pytest
+
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.ingest import ingest
+from dppca_dask.methods.window import parse_duration, parse_timestamp, select_window
+from dppca_dask.storage import append_partition
+from window_data import ROWS_PER_DAY, day, day_block
+
+
+def test_time_window_selects_the_last_days(ten_days):
+    store = ten_days
+    sel = select_window(store, last="5D")
+    assert sel.kind == "time" and sel.partitions == (5, 6, 7, 8, 9)
+    assert sel.row_ranges == (None,) * 5 and sel.last_rows is None
+    assert sel.start == "2026-11-05T00:00:00+00:00" and sel.end == "2026-11-10T00:00:00+00:00"
+    assert select_window(store, last="3D", end="2026-11-04").partitions == (1, 2, 3)
+    assert select_window(store, last="30D").partitions == tuple(range(10))  # the first month: what exists
+    assert "n_rows" not in sel.to_dict()  # a time window's row count is private
+
+
+def test_row_window_cuts_the_oldest_partition(ten_days):
+    store = ten_days
+    sel = select_window(store, last_rows=ROWS_PER_DAY + 15, end="2026-11-04")
+    assert sel.partitions == (2, 3)
+    assert sel.row_ranges == ((ROWS_PER_DAY - 15, ROWS_PER_DAY), None)
+    assert sel.to_dict()["last_rows"] == ROWS_PER_DAY + 15
+    assert select_window(store, last_rows=ROWS_PER_DAY + 15).partitions == (8, 9)
+    ended = select_window(store, last_rows=ROWS_PER_DAY, end="2026-11-02")
+    assert ended.partitions == (1,) and ended.row_ranges == (None,)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "exactly one of last"),
+        ({"last": "5D", "last_rows": 3}, "exactly one of last"),
+        ({"last": "five days"}, "duration such as '30D'"),
+        ({"last": "0D"}, "positive duration"),
+        ({"last": "5D", "end": "2026-10-20"}, "before the first partition"),
+        ({"last": "12H", "end": "2026-11-03T18:00:00+00:00"}, "holds no partition"),
+        ({"last": "5D", "end": "yesterday"}, "must be a date"),
+        ({"last": "5D", "end": "2026-11-03T18:00:00"}, "time zone"),
+        ({"last_rows": 0}, "positive integer"),
+        ({"last_rows": 2.5}, "positive integer"),
+        ({"last_rows": 10 * ROWS_PER_DAY + 1}, "exceeds the rows stored"),
+        ({"last_rows": 4 * ROWS_PER_DAY + 1, "end": "2026-11-04"}, "exceeds the rows stored"),
+    ],
+)
+def test_bad_windows(ten_days, kwargs, message):
+    store = ten_days
+    with pytest.raises(InvalidParameterError, match=message) as info:
+        select_window(store, **kwargs)
+    assert str(ROWS_PER_DAY * 10) not in str(info.value) and str(ROWS_PER_DAY * 4) not in str(info.value)  # never the store's row count
+
+
+def test_missing_timestamps_refuse_a_time_window(tmp_path):
+    store = ingest(day_block(1), tmp_path / "s", n_features=6)  # no timestamp
+    store = append_partition(store.path, day_block(2), timestamp=day(2))
+    with pytest.raises(InvalidParameterError, match="partition 0 .* has no timestamp"):
+        select_window(store, last="5D")
+    assert select_window(store, last_rows=10).partitions == (1,)  # a row window needs none
+
+
+def test_parsers():
+    assert parse_duration("2W") == 14 * 86400 and parse_duration("12h") == 43200
+    assert parse_duration(_dt.timedelta(days=1)) == 86400
+    assert parse_timestamp("2026-11-01") == day(1)
+    assert parse_timestamp(_dt.date(2026, 11, 2)) == day(2)
+    assert parse_timestamp("2026-11-01T00:00:00Z") == day(1)
+    assert parse_timestamp(day(3)) == day(3)
+    for bad in (True, float("nan")):
+        with pytest.raises(InvalidParameterError):
+            parse_timestamp(bad)
+    with pytest.raises(InvalidParameterError, match="time zone"):
+        parse_timestamp(_dt.datetime(2026, 11, 1))
+    assert np.isfinite(parse_timestamp("2026-11-01T06:00+02:00"))
+
+
+def test_ingest_timestamp_stamps_every_partition(tmp_path):
+    store = ingest(day_block(1, 30), tmp_path / "s", n_features=6, rows_per_partition=10, timestamp="2026-11-01")
+    assert [p.timestamp for p in store.partitions] == [day(1)] * 3
+    with pytest.raises(InvalidParameterError, match="must be a date"):
+        ingest(day_block(1), tmp_path / "t", n_features=6, timestamp="not a date")
+    assert not (tmp_path / "t").exists()  # refused before anything was written
