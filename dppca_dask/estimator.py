@@ -58,11 +58,16 @@ class DPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     n_iter, row_norm_bound, seed, persist, svt_share, beta, grid_per_octave, grid_octaves, calibration, \
 max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
         As in :func:`dppca_dask.pca`. ``seed`` makes the fit reproducible and **not private**.
+    center : {None, "private", True, False} or ndarray, default=None
+        As in :func:`dppca_dask.pca` (whose default is ``False``). ``None``: ``"private"`` for the mechanisms that
+        centre (adaptive power and Analyze Gauss, as the CLI does), ``False`` for the others. Private centring
+        releases the mean of the clipped rows from a public share of the budget and centres the rows inside the
+        kernels, as :class:`sklearn.decomposition.PCA` centres; ``False`` keeps the uncentred top singular vectors.
 
     Attributes
     ----------
     components_ : ndarray of shape (n_components, n_features)
-        The released components (unit rows; signs are arbitrary).
+        The released components (unit rows; each one's largest-magnitude coordinate is positive).
     n_components_ : int
         Number of released components.
     n_features_in_ : int
@@ -79,8 +84,8 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
 
     Notes
     -----
-    Unlike :class:`sklearn.decomposition.PCA`, the data are not centred unless the mechanism releases a mean
-    (``mean_``): the components are the top right singular vectors of the rows clipped to ``row_norm_bound``.
+    The components are those of the rows clipped to ``row_norm_bound`` and centred by the released mean
+    (``mean_``); with ``center=False`` they are the top right singular vectors of the clipped rows.
 
     Privacy: each ``fit`` is one release that spends its whole (ε, δ) on ``X``. ``transform`` and
     ``inverse_transform`` are public functions of the released components applied to the data you pass; they
@@ -107,7 +112,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
         delta: float = 1e-6,
         mechanism: str = "adaptive-power",
         n_iter: int | None = None,
-        row_norm_bound: float = 1.0,
+        row_norm_bound: float | str = 1.0,
         seed: int | None = None,
         persist: bool | None = None,
         svt_share: float = 0.1,
@@ -122,6 +127,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
         c_doubling: bool = False,
         symmetric: bool = False,
         timings: bool = False,
+        center: Any = None,
     ) -> None:
         self.n_components = n_components
         self.epsilon = epsilon
@@ -143,6 +149,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
         self.c_doubling = c_doubling
         self.symmetric = symmetric
         self.timings = timings
+        self.center = center
 
     # ---------------------------------------------------------------------------------------------- scikit-learn
     def __sklearn_tags__(self) -> Any:
@@ -159,6 +166,14 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
         return int(self.components_.shape[0])
 
     # ------------------------------------------------------------------------------------------------------ fit
+    def _center(self) -> Any:
+        """The ``center`` passed to :func:`pca` (``None`` resolved as the CLI resolves it)."""
+        if self.center is not None:
+            return self.center
+        from dppca_dask.algorithms.block_power import CENTRING_MECHANISMS
+
+        return "private" if self.mechanism in CENTRING_MECHANISMS else False
+
     def fit(
         self,
         X: Any,
@@ -212,6 +227,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
             c_doubling=self.c_doubling,
             symmetric=self.symmetric,
             timings=self.timings,
+            center=self._center(),
         )
         for name in ("mean_", "explained_variance_", "explained_variance_ratio_", "singular_values_"):
             if hasattr(self, name):

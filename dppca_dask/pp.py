@@ -36,6 +36,7 @@ def pca(
     seed: int | None = None,
     client: Any = None,
     progress: bool | None = None,
+    zero_center: bool | None = None,
 ) -> Any:
     """Differentially private PCA of an AnnData object, stored where ``scanpy.pp.pca`` stores its results.
 
@@ -59,6 +60,10 @@ def pca(
         Return a filled copy instead of filling ``adata`` in place (in-memory ``AnnData`` only).
     mechanism, n_iter, row_norm_bound, seed, client, progress
         As in :func:`dppca_dask.pca`; :class:`~dppca_dask.estimator.DPPCA` gives every other parameter.
+    zero_center
+        scanpy's name: ``True`` centres by a private mean of the clipped rows (released from a public share of the
+        budget), ``False`` does not centre; ``None`` (default) centres for the mechanisms that can (adaptive power
+        and Analyze Gauss), as :class:`~dppca_dask.estimator.DPPCA` does.
 
     Returns
     -------
@@ -68,8 +73,8 @@ def pca(
     Notes
     -----
     Privacy: one release under (``epsilon``, ``delta``), each row (cell) one individual, with the privacy contract
-    of the mechanism (see :func:`dppca_dask.pca`); ``uns[...]["privacy"]`` is its report. The data are not centred
-    (``params["zero_center"]`` is false) unless the mechanism releases a mean. ``obsm["X_pca"]`` is the public
+    of the mechanism (see :func:`dppca_dask.pca`); ``uns[...]["privacy"]`` is its report. The data are centred by a
+    released private mean when ``params["zero_center"]`` is true. ``obsm["X_pca"]`` is the public
     projection applied to the private rows: as private as the rows themselves, do not publish it.
     """
     anndata = _import_anndata()
@@ -97,8 +102,11 @@ def pca(
                                             f"'{adata.filename}': use copy=False (results are kept in memory)")
             adata = adata.copy()
         data = _matrix(adata, layer)
+    if zero_center is not None and not isinstance(zero_center, (bool, np.bool_)):
+        raise InvalidParameterError(f"zero_center must be True, False or None; got {zero_center!r}")
+    center = None if zero_center is None else ("private" if zero_center else False)
     model = DPPCA(n_components, epsilon=epsilon, delta=delta, mechanism=mechanism, n_iter=n_iter,
-                  row_norm_bound=row_norm_bound, seed=seed, progress=progress)
+                  row_norm_bound=row_norm_bound, seed=seed, progress=progress, center=center)
     read_from_file = _is_dask(data) and (opened or bool(adata.isbacked))
     model.fit(data, client=client)
     caveats: tuple[str, ...] = ()

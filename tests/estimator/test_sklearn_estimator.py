@@ -62,8 +62,12 @@ def test_every_pca_parameter_is_a_hyperparameter_with_its_default() -> None:
     model = inspect.signature(DPPCA).parameters
     expected = {name for name in run if name != "data"} - set(FIT_ARGUMENTS)
     assert set(model) == expected
-    for name in expected - {"epsilon", "delta"}:  # pca() requires a budget; the estimator defaults to (1, 1e-6)
+    # pca() requires a budget (the estimator defaults to (1, 1e-6)), and the estimator centres privately by default
+    # as scikit-learn's PCA centres (pca() keeps center=False so that library runs keep their meaning).
+    for name in expected - {"epsilon", "delta", "center"}:
         assert model[name].default == run[name].default, name
+    assert model["center"].default is None
+    assert DPPCA()._center() == "private" and DPPCA(mechanism="exact")._center() is False
     assert set(FIT_ARGUMENTS) <= set(inspect.signature(DPPCA.fit).parameters)
 
 
@@ -203,7 +207,7 @@ def test_released_statistics_are_mapped_when_present(rows, in_process, monkeypat
     np.testing.assert_allclose(model.transform(rows), centred, atol=1e-12)
     np.testing.assert_allclose(model.inverse_transform(centred), centred @ model.components_ + 0.5, atol=1e-12)
     monkeypatch.setattr(api, "pca", real)
-    model.fit(rows)  # a release without them removes the previous ones
+    model.set_params(center=False).fit(rows)  # a release without them removes the previous ones
     assert [name for name in released if hasattr(model, f"{name}_")] == []
 
 

@@ -165,7 +165,8 @@ def test_pp_pca_private_layer_key_added_copy_and_h5ad_round_trip(tmp_path: Path,
                                                                   in_process) -> None:
     adata = named(matrix)
     out = pp.pca(adata, 2, epsilon=1.0, delta=1e-6, mechanism="analyze-gauss", layer="dense", key_added="dp",
-                 copy=True)
+                 copy=True, zero_center=False)
+    assert out.uns["dp"]["params"]["zero_center"] is False
     assert "dp" not in adata.uns and out.obsm["dp"].shape == (60, 2) and out.varm["dp"].shape == (9, 2)
     np.testing.assert_allclose(out.obsm["dp"], matrix.toarray() * 2.0 @ out.varm["dp"], atol=1e-9)
     report = out.uns["dp"]["privacy"]
@@ -256,3 +257,13 @@ def test_scanpy_notebook_plots_the_released_variance_ratio(matrix: sp.csr_array,
     assert labels == {f"PC{i + 1}": pytest.approx(value) for i, value in enumerate(released)}  # one label per PC
     sc.pl.pca(adata, show=False)  # reads obsm["X_pca"]
     matplotlib.pyplot.close("all")
+
+
+def test_pp_pca_centres_privately_by_default_as_scanpy(matrix: sp.csr_array, in_process) -> None:
+    adata = named(matrix)
+    pp.pca(adata, 2, epsilon=1.0, delta=1e-6, mechanism="analyze-gauss")
+    assert adata.uns["pca"]["params"]["zero_center"] is True
+    uncentred = matrix.toarray() @ adata.varm["PCs"]
+    assert not np.allclose(adata.obsm["X_pca"], uncentred, atol=1e-6)
+    with pytest.raises(InvalidParameterError, match="zero_center must be True, False or None"):
+        pp.pca(adata, 2, epsilon=1.0, delta=1e-6, zero_center="yes")
