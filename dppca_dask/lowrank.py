@@ -21,176 +21,21 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
 import math
-import os
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import zarr
 
 from dppca_dask import __version__
-from dppca_dask.errors import InvalidParameterError, StoreNotFoundError
+from dppca_dask.errors import InvalidParameterError
 from dppca_dask.methods import mechanism_names
+from dppca_dask.results import LowRankResult, load_lowrank  # their home is the shared result module
 
 __all__ = ["LowRankPlan", "LowRankResult", "load_lowrank", "lowrank", "plan_lowrank", "validate_lowrank"]
-
-#: Mechanisms of :func:`lowrank`.
-#: Rows per chunk of the written left factor.
-_LEFT_CHUNK_ROWS = 262_144
-
-
-def _frozen(array: Any) -> np.ndarray:
-    out = np.array(array, dtype=np.float64, copy=True)
-    out.setflags(write=False)
-    return out
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return "inf" if value > 0 else ("-inf" if value < 0 else "nan")
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, np.ndarray):
-        return _json_safe(value.tolist())
-    if isinstance(value, np.generic):
-        return _json_safe(value.item())
-    return value
-
-
-@dataclass(frozen=True)
-class LowRankResult:
-    """A private low-rank approximation ``B = left @ right`` and its privacy report.
-
-    Everything is safe to publish under ``privacy`` (when ``privacy.private`` is true) except ``timings``, empty
-    unless asked for (operational metadata outside the guarantee, as for :class:`~dppca_dask.results.PCAResult`).
-    """
-
-    left: np.ndarray
-    """n_rows×r factor (W of Hardt & Roth 2012; U_r for randomized response; the v_i or u for private power)."""
-    right: np.ndarray
-    """r×d factor (M = W'ᵀA + N; diag(s_r)·V_rᵀ; diag(σ̂)·V_kᵀ)."""
-    mechanism: str
-    privacy: Any
-    """:class:`~dppca_dask.accounting.PrivacyReport`: (ε, δ), neighbouring relation, accountant."""
-    provenance: Mapping[str, Any] = field(default_factory=dict)
-    """Parameters, calibrated constants, input description, package versions, times."""
-    timings: Mapping[str, Any] = field(default_factory=dict)
-    extras: Mapping[str, Any] = field(default_factory=dict)
-    """Released or public byproducts: α_i of the projection, σ̂_i, the coherence bound used, …"""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "left", _frozen(self.left))
-        object.__setattr__(self, "right", _frozen(self.right))
-        if self.left.ndim != 2 or self.right.ndim != 2 or self.left.shape[1] != self.right.shape[0]:
-            raise InvalidParameterError(
-                f"factors must be n×r and r×d; got {self.left.shape} and {self.right.shape}"
-            )
-
-    @property
-    def rank(self) -> int:
-        """r: the number of columns of ``left`` (the rank of B, at most)."""
-        return int(self.left.shape[1])
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """Shape of the approximated matrix, (n_rows, d)."""
-        return (int(self.left.shape[0]), int(self.right.shape[1]))
-
-    @property
-    def private(self) -> bool:
-        return bool(getattr(self.privacy, "private", False))
-
-    def to_dense(self, *, max_bytes: int = 2**30) -> np.ndarray:
-        """``left @ right`` as a dense array (refuses more than ``max_bytes``)."""
-        need = self.shape[0] * self.shape[1] * 8
-        if need > max_bytes:
-            raise InvalidParameterError(
-                f"the dense {self.shape[0]}x{self.shape[1]} approximation needs {need / 2**30:.2f} GiB, more than "
-                f"max_bytes={max_bytes}; keep it factored (left @ right) or raise max_bytes"
-            )
-        return self.left @ self.right
-
-    def to_dict(self, *, include_factors: bool = False) -> dict[str, Any]:
-        """JSON-safe public parts (factors only if asked)."""
-        report = self.privacy.to_dict() if hasattr(self.privacy, "to_dict") else dict(self.privacy)
-        out: dict[str, Any] = {
-            "mechanism": self.mechanism,
-            "rank": self.rank,
-            "shape": list(self.shape),
-            "private": self.private,
-            "privacy": report,
-            "provenance": dict(self.provenance),
-            **({"timings": dict(self.timings)} if self.timings else {}),
-            "extras": dict(self.extras),
-        }
-        if include_factors:
-            out["left"] = self.left.tolist()
-            out["right"] = self.right.tolist()
-        return _json_safe(out)  # type: ignore[no-any-return]
-
-    def save(self, directory: str | os.PathLike[str]) -> str:
-        """Write ``factors.zarr`` (arrays ``left`` and ``right``) and ``result.json`` into ``directory``."""
-        directory = os.fspath(directory)
-        os.makedirs(directory, exist_ok=True)
-        group = zarr.open_group(os.path.join(directory, "factors.zarr"), mode="w", zarr_format=3)
-        rows = max(1, min(self.shape[0], _LEFT_CHUNK_ROWS))
-        left = group.create_array("left", shape=self.left.shape, chunks=(rows, max(1, self.rank)), dtype="float64")
-        left[...] = self.left
-        right = group.create_array("right", shape=self.right.shape, dtype="float64")
-        right[...] = self.right
-        group.attrs["description"] = "B = left @ right"
-        tmp = os.path.join(directory, ".result.json.tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(self.to_dict(), handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.replace(tmp, os.path.join(directory, "result.json"))
-        return directory
-
-
-@dataclass(frozen=True)
-class _LoadedReport:
-    data: Mapping[str, Any]
-
-    @property
-    def private(self) -> bool:
-        return bool(self.data.get("private", False))
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.data)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.data[name]
-        except KeyError as exc:
-            raise AttributeError(name) from exc
-
-
-def load_lowrank(directory: str | os.PathLike[str]) -> LowRankResult:
-    """Read a result written by :meth:`LowRankResult.save`."""
-    directory = os.fspath(directory)
-    meta_path = os.path.join(directory, "result.json")
-    if not os.path.exists(meta_path):
-        raise StoreNotFoundError(f"no result.json in '{directory}'; write one with LowRankResult.save or --out")
-    with open(meta_path, encoding="utf-8") as handle:
-        meta = json.load(handle)
-    group = zarr.open_group(os.path.join(directory, "factors.zarr"), mode="r")
-    return LowRankResult(
-        left=np.asarray(group["left"][...]),
-        right=np.asarray(group["right"][...]),
-        mechanism=meta["mechanism"],
-        privacy=_LoadedReport(meta["privacy"]),
-        provenance=meta.get("provenance", {}),
-        timings=meta.get("timings", {}),
-        extras=meta.get("extras", {}),
-    )
-
 
 # ------------------------------------------------------------------------------------------------ validation
 def _positive(name: str, value: Any, *, allow_inf: bool = False) -> float:

@@ -12,13 +12,18 @@ from typing import Any
 import numpy as np
 import zarr
 
-from dppca_dask.errors import StoreNotFoundError
+from dppca_dask.errors import InvalidParameterError, StoreNotFoundError
 from dppca_dask.signs import flip_signs
 
-__all__ = ["PCAResult", "load_result"]
+__all__ = ["LoadedReport", "LowRankResult", "PCAResult", "json_safe", "load_lowrank", "load_result",
+           "read_result_json", "write_result_json"]
+
+#: Rows per chunk of a written low-rank left factor.
+_LEFT_CHUNK_ROWS = 262_144
 
 
-def _frozen(array: Any) -> np.ndarray | None:
+def frozen_array(array: Any) -> np.ndarray | None:
+    """A read-only float64 copy of ``array`` (``None`` stays ``None``): results never share memory with callers."""
     if array is None:
         return None
     out = np.array(array, dtype=np.float64, copy=True)
@@ -26,18 +31,72 @@ def _frozen(array: Any) -> np.ndarray | None:
     return out
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """``value`` with numpy types as Python ones and non-finite floats as the strings ``"inf"``, ``"-inf"``,
+    ``"nan"`` (the on-disk form of every result; ``--json`` output maps them to null)."""
     if isinstance(value, float) and not math.isfinite(value):
         return "inf" if value > 0 else ("-inf" if value < 0 else "nan")
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, np.generic):
-        return _json_safe(value.item())
+        return json_safe(value.item())
     if isinstance(value, np.ndarray):
-        return _json_safe(value.tolist())
+        return json_safe(value.tolist())
     return value
+
+
+def report_dict(privacy: Any) -> dict[str, Any]:
+    """A privacy report (or its loaded form) as a dictionary."""
+    return privacy.to_dict() if hasattr(privacy, "to_dict") else dict(privacy)
+
+
+def write_result_json(directory: str | os.PathLike[str], data: Mapping[str, Any], *, name: str = "result.json",
+                      indent: int | None = 2) -> str:
+    """Write ``data`` (made JSON-safe) to ``directory/name`` atomically (complete or absent) and owner-only
+    (``DPPCA_DASK_FILE_MODE=umask`` follows the umask), creating ``directory`` if needed; returns the path."""
+    from dppca_dask.storage._files import private_files
+
+    directory = os.fspath(directory)
+    os.makedirs(directory, mode=0o700 if private_files() else 0o777, exist_ok=True)
+    path = os.path.join(directory, name)
+    tmp = os.path.join(directory, f".{name}.partial")
+    mode = 0o600 if private_files() else 0o666
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w", encoding="utf-8") as handle:
+        json.dump(json_safe(data), handle, indent=indent, sort_keys=True)
+        handle.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_result_json(directory: str | os.PathLike[str], *, writer: str, name: str = "result.json") -> dict[str, Any]:
+    """The dictionary written by :func:`write_result_json`; ``writer`` names what writes it (for the error)."""
+    path = os.path.join(os.fspath(directory), name)
+    if not os.path.exists(path):
+        raise StoreNotFoundError(f"no {name} in '{os.fspath(directory)}'; write one with {writer} or --out")
+    with open(path, encoding="utf-8") as handle:
+        return dict(json.load(handle))
+
+
+@dataclass(frozen=True)
+class LoadedReport:
+    """A privacy report read back from a result's JSON (its dictionary form)."""
+
+    data: Mapping[str, Any]
+
+    @property
+    def private(self) -> bool:
+        return bool(self.data.get("private", False))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.data)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.data[name]
+        except KeyError as exc:
+            raise AttributeError(name) from exc
 
 
 @dataclass(frozen=True)
@@ -75,10 +134,10 @@ class PCAResult:
     """Released ``sqrt(Σ(ãᵀv)²)`` per component (scikit-learn's ``singular_values_``)."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "components", _frozen(flip_signs(self.components)))
-        object.__setattr__(self, "thresholds", _frozen(self.thresholds))
+        object.__setattr__(self, "components", frozen_array(flip_signs(self.components)))
+        object.__setattr__(self, "thresholds", frozen_array(self.thresholds))
         for name in ("mean", "explained_variance", "explained_variance_ratio", "singular_values"):
-            object.__setattr__(self, name, _frozen(getattr(self, name)))
+            object.__setattr__(self, name, frozen_array(getattr(self, name)))
 
     @property
     def private(self) -> bool:
@@ -91,7 +150,7 @@ class PCAResult:
 
     def to_dict(self, *, include_components: bool = True) -> dict[str, Any]:
         """A JSON-safe dictionary (infinite ε becomes the string ``"inf"``)."""
-        report = self.privacy.to_dict() if hasattr(self.privacy, "to_dict") else dict(self.privacy)
+        report = report_dict(self.privacy)
         out: dict[str, Any] = {
             "mechanism": self.mechanism,
             "private": self.private,
@@ -107,59 +166,133 @@ class PCAResult:
                 out[name] = value.tolist()
         if include_components:
             out["components"] = self.components.tolist()
-        return _json_safe(out)
+        return json_safe(out)  # type: ignore[no-any-return]
 
     def save(self, directory: str | os.PathLike[str]) -> str:
         """Write ``components.zarr`` (the vectors) and ``result.json`` (report, provenance) into ``directory``."""
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
         zarr.save_array(os.path.join(directory, "components.zarr"), np.asarray(self.components), zarr_format=3)
-        tmp = os.path.join(directory, ".result.json.tmp")
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(self.to_dict(include_components=False), handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.replace(tmp, os.path.join(directory, "result.json"))
+        write_result_json(directory, self.to_dict(include_components=False))
         return directory
-
-
-@dataclass(frozen=True)
-class _LoadedReport:
-    """A privacy report read back from ``result.json`` (its dictionary form)."""
-
-    data: Mapping[str, Any]
-
-    @property
-    def private(self) -> bool:
-        return bool(self.data.get("private", False))
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.data)
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.data[name]
-        except KeyError as exc:
-            raise AttributeError(name) from exc
 
 
 def load_result(directory: str | os.PathLike[str]) -> PCAResult:
     """Read a result written by :meth:`PCAResult.save`."""
     directory = os.fspath(directory)
-    meta_path = os.path.join(directory, "result.json")
-    if not os.path.exists(meta_path):
-        raise StoreNotFoundError(f"no result.json in '{directory}'; write one with PCAResult.save or --out")
-    with open(meta_path, encoding="utf-8") as handle:
-        meta = json.load(handle)
+    meta = read_result_json(directory, writer="PCAResult.save")
     components = np.asarray(zarr.open_array(os.path.join(directory, "components.zarr"), mode="r")[...])
     thresholds = meta.get("thresholds")
     return PCAResult(
         components=components,
         mechanism=meta["mechanism"],
-        privacy=_LoadedReport(meta["privacy"]),
+        privacy=LoadedReport(meta["privacy"]),
         thresholds=None if thresholds is None else np.asarray(thresholds),
         provenance=meta.get("provenance", {}),
         timings=meta.get("timings", {}),
         extras=meta.get("extras", {}),
         **{name: None if meta.get(name) is None else np.asarray(meta[name], dtype=np.float64)
            for name in ("mean", "explained_variance", "explained_variance_ratio", "singular_values")},
+    )
+
+
+@dataclass(frozen=True)
+class LowRankResult:
+    """A private low-rank approximation ``B = left @ right`` and its privacy report.
+
+    Everything is safe to publish under ``privacy`` (when ``privacy.private`` is true) except ``timings``, empty
+    unless asked for (operational metadata outside the guarantee, as for :class:`~dppca_dask.results.PCAResult`).
+    """
+
+    left: np.ndarray
+    """n_rows×r factor (W of Hardt & Roth 2012; U_r for randomized response; the v_i or u for private power)."""
+    right: np.ndarray
+    """r×d factor (M = W'ᵀA + N; diag(s_r)·V_rᵀ; diag(σ̂)·V_kᵀ)."""
+    mechanism: str
+    privacy: Any
+    """:class:`~dppca_dask.accounting.PrivacyReport`: (ε, δ), neighbouring relation, accountant."""
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    """Parameters, calibrated constants, input description, package versions, times."""
+    timings: Mapping[str, Any] = field(default_factory=dict)
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    """Released or public byproducts: α_i of the projection, σ̂_i, the coherence bound used, …"""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "left", frozen_array(self.left))
+        object.__setattr__(self, "right", frozen_array(self.right))
+        if self.left.ndim != 2 or self.right.ndim != 2 or self.left.shape[1] != self.right.shape[0]:
+            raise InvalidParameterError(
+                f"factors must be n×r and r×d; got {self.left.shape} and {self.right.shape}"
+            )
+
+    @property
+    def rank(self) -> int:
+        """r: the number of columns of ``left`` (the rank of B, at most)."""
+        return int(self.left.shape[1])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Shape of the approximated matrix, (n_rows, d)."""
+        return (int(self.left.shape[0]), int(self.right.shape[1]))
+
+    @property
+    def private(self) -> bool:
+        return bool(getattr(self.privacy, "private", False))
+
+    def to_dense(self, *, max_bytes: int = 2**30) -> np.ndarray:
+        """``left @ right`` as a dense array (refuses more than ``max_bytes``)."""
+        need = self.shape[0] * self.shape[1] * 8
+        if need > max_bytes:
+            raise InvalidParameterError(
+                f"the dense {self.shape[0]}x{self.shape[1]} approximation needs {need / 2**30:.2f} GiB, more than "
+                f"max_bytes={max_bytes}; keep it factored (left @ right) or raise max_bytes"
+            )
+        return self.left @ self.right
+
+    def to_dict(self, *, include_factors: bool = False) -> dict[str, Any]:
+        """JSON-safe public parts (factors only if asked)."""
+        report = report_dict(self.privacy)
+        out: dict[str, Any] = {
+            "mechanism": self.mechanism,
+            "rank": self.rank,
+            "shape": list(self.shape),
+            "private": self.private,
+            "privacy": report,
+            "provenance": dict(self.provenance),
+            **({"timings": dict(self.timings)} if self.timings else {}),
+            "extras": dict(self.extras),
+        }
+        if include_factors:
+            out["left"] = self.left.tolist()
+            out["right"] = self.right.tolist()
+        return json_safe(out)  # type: ignore[no-any-return]
+
+    def save(self, directory: str | os.PathLike[str]) -> str:
+        """Write ``factors.zarr`` (arrays ``left`` and ``right``) and ``result.json`` into ``directory``."""
+        directory = os.fspath(directory)
+        os.makedirs(directory, exist_ok=True)
+        group = zarr.open_group(os.path.join(directory, "factors.zarr"), mode="w", zarr_format=3)
+        rows = max(1, min(self.shape[0], _LEFT_CHUNK_ROWS))
+        left = group.create_array("left", shape=self.left.shape, chunks=(rows, max(1, self.rank)), dtype="float64")
+        left[...] = self.left
+        right = group.create_array("right", shape=self.right.shape, dtype="float64")
+        right[...] = self.right
+        group.attrs["description"] = "B = left @ right"
+        write_result_json(directory, self.to_dict())
+        return directory
+
+
+def load_lowrank(directory: str | os.PathLike[str]) -> LowRankResult:
+    """Read a result written by :meth:`LowRankResult.save`."""
+    directory = os.fspath(directory)
+    meta = read_result_json(directory, writer="LowRankResult.save")
+    group = zarr.open_group(os.path.join(directory, "factors.zarr"), mode="r")
+    return LowRankResult(
+        left=np.asarray(group["left"][...]),
+        right=np.asarray(group["right"][...]),
+        mechanism=meta["mechanism"],
+        privacy=LoadedReport(meta["privacy"]),
+        provenance=meta.get("provenance", {}),
+        timings=meta.get("timings", {}),
+        extras=meta.get("extras", {}),
     )

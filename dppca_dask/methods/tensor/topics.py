@@ -31,7 +31,6 @@ extension beyond seed 002 (whose unit is one tensor entry), labelled so in the r
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import math
 import os
 from collections.abc import Generator
@@ -145,9 +144,9 @@ class TopicResult:
 
     def save(self, directory: str | os.PathLike[str]) -> None:
         """Write ``result.json`` (everything) and ``topics.npy`` (the K × d matrix) into ``directory``."""
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, "result.json"), "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f)
+        from dppca_dask.results import write_result_json
+
+        write_result_json(directory, self.to_dict(), indent=None)  # owner-only, complete or absent
         np.save(os.path.join(directory, "topics.npy"), np.asarray(self.topics))
 
 

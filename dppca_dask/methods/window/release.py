@@ -451,17 +451,10 @@ class WindowRelease:
 
     def save(self, directory: str | os.PathLike[str]) -> str:
         """Write ``release.json`` (summary and the released matrix) into ``directory``; returns its path."""
-        from dppca_dask.storage._files import make_private_directory
+        from dppca_dask.results import write_result_json
 
-        directory = os.fspath(directory)
-        if not os.path.isdir(directory):
-            make_private_directory(directory)
-        path = os.path.join(directory, "release.json")
-        tmp = os.path.join(directory, ".release.json.partial")
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
-            json.dump(self.to_dict(include_matrix=True), fh, indent=1)
-        os.replace(tmp, path)  # owner-only, like every output of a job; complete or absent
-        return path
+        # owner-only, like every output of a job; complete or absent
+        return write_result_json(directory, self.to_dict(include_matrix=True), name="release.json", indent=1)
 
 
 def load_release(directory: str | os.PathLike[str]) -> WindowRelease:
