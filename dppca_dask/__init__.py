@@ -2,17 +2,37 @@
 
 Start with :func:`pca` (or the :class:`DPPCA` estimator) on a store made by :func:`ingest`; every result carries
 its privacy report.
+
+The public names are imported on first use (module ``__getattr__``): ``import dppca_dask`` loads neither
+dp-accounting, dask.distributed, zarr nor scipy, so that the command line starts quickly.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from dppca_dask.api import DEFAULT_N_ITER, DPPCA, mechanisms, pca  # noqa: E402
-from dppca_dask.ingest import ingest  # noqa: E402
-from dppca_dask.lowrank import LowRankResult, load_lowrank, lowrank  # noqa: E402
-from dppca_dask.results import PCAResult, load_result  # noqa: E402
-from dppca_dask.storage import MatrixStore, append_partition, open_matrix, write_matrix  # noqa: E402
+#: Public name -> the module that defines it (imported when the name is first used).
+_LAZY: dict[str, str] = {
+    "DEFAULT_N_ITER": "dppca_dask.api",
+    "DPPCA": "dppca_dask.api",
+    "mechanisms": "dppca_dask.api",
+    "pca": "dppca_dask.api",
+    "ingest": "dppca_dask.ingest",
+    "LowRankResult": "dppca_dask.lowrank",
+    "load_lowrank": "dppca_dask.lowrank",
+    "lowrank": "dppca_dask.lowrank",
+    "PCAResult": "dppca_dask.results",
+    "load_result": "dppca_dask.results",
+    "MatrixStore": "dppca_dask.storage",
+    "append_partition": "dppca_dask.storage",
+    "open_matrix": "dppca_dask.storage",
+    "write_matrix": "dppca_dask.storage",
+}
 
 __all__ = [
     "DEFAULT_N_ITER",
@@ -31,3 +51,41 @@ __all__ = [
     "pca",
     "write_matrix",
 ]
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from dppca_dask.api import DEFAULT_N_ITER, DPPCA, mechanisms, pca
+    from dppca_dask.ingest import ingest
+    from dppca_dask.lowrank import LowRankResult, load_lowrank, lowrank
+    from dppca_dask.results import PCAResult, load_result
+    from dppca_dask.storage import MatrixStore, append_partition, open_matrix, write_matrix
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dppca_dask' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+class _Package(types.ModuleType):
+    """``dppca_dask.ingest`` is the function :func:`~dppca_dask.ingest.ingest`, as it was when imported eagerly,
+    even after the subpackage of the same name is imported (which would otherwise rebind the attribute)."""
+
+    @property
+    def ingest(self) -> Any:
+        from dppca_dask.ingest import ingest
+
+        return ingest
+
+    @ingest.setter
+    def ingest(self, value: Any) -> None:  # the import system binds the subpackage here: keep the function
+        pass
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

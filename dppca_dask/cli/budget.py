@@ -11,6 +11,9 @@ from typing import Any
 
 __all__ = ["register"]
 
+#: One line for ``dppca-dask --help`` (read without registering the command).
+SUMMARY = "create or inspect a privacy-budget ledger"
+
 _RELATIONS = {
     "add-remove-row": "add/remove one row",
     "replace-row": "replace one row",
@@ -44,7 +47,7 @@ def _relation(value: str) -> str:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("budget", help="create or inspect a privacy-budget ledger",
+    p = subparsers.add_parser("budget", help=SUMMARY,
                               description="Create, inspect or repair a privacy-budget ledger (SQLite).")
     sub = p.add_subparsers(dest="budget_command", metavar="ACTION", required=True)
 

@@ -17,11 +17,14 @@ import numpy as np
 
 __all__ = ["register"]
 
+#: One line for ``dppca-dask --help`` (read without registering the command).
+SUMMARY = "run the main job on sample data with an embedded LocalCluster"
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "demo",
-        help="run the main job on sample data with an embedded LocalCluster",
+        help=SUMMARY,
         description="Ingest sample data and compute a differentially private top component on a LocalCluster.",
     )
     p.add_argument("--data", default=None, help="a LIBSVM file to use (default: generate data)")

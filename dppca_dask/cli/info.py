@@ -10,11 +10,14 @@ from dppca_dask.cli.ingest import _size
 
 __all__ = ["register", "run"]
 
+#: One line for ``dppca-dask --help`` (read without registering the command).
+SUMMARY = "describe a matrix store"
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "info",
-        help="describe a matrix store",
+        help=SUMMARY,
         description="Print the shape, stored entries, partitions, dtype, format version and size on disk of a "
         "matrix store (a dppca_dask store or an AnnData zarr store). This describes the data for its owner; it is "
         "not a differentially private release.",

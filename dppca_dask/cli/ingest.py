@@ -9,13 +9,16 @@ from typing import Any
 
 __all__ = ["register", "run"]
 
+#: One line for ``dppca-dask --help`` (read without registering the command).
+SUMMARY = "convert a matrix file into a matrix store"
+
 
 def register(subparsers: Any) -> None:
     from dppca_dask.ingest import FORMATS
 
     p = subparsers.add_parser(
         "ingest",
-        help="convert a matrix file into a matrix store",
+        help=SUMMARY,
         description="Convert a matrix (LIBSVM, Matrix Market, AnnData, Parquet triplets, .npz, .npy) into a "
         "row-partitioned zarr store, validating every value. Prints a one-line summary.",
     )

@@ -13,13 +13,16 @@ from typing import Any
 
 __all__ = ["format_lowrank", "register"]
 
+#: One line for ``dppca-dask --help`` (read without registering the command).
+SUMMARY = "differentially private low-rank approximation of a store (factors written to --out)"
+
 
 def register(subparsers: Any) -> None:
     from dppca_dask.lowrank import LOWRANK_MECHANISMS
 
     p = subparsers.add_parser(
         "lowrank",
-        help="differentially private low-rank approximation of a store (factors written to --out)",
+        help=SUMMARY,
         description="Compute a differentially private low-rank approximation B = left @ right of a matrix store "
                     "on Dask and write the factors to a directory (factors.zarr and result.json).",
     )

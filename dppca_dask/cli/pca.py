@@ -11,13 +11,16 @@ import numpy as np
 
 __all__ = ["format_result", "register"]
 
+#: One line for ``dppca-dask --help`` (read without registering the command).
+SUMMARY = "differentially private principal components of a store"
+
 
 def register(subparsers: Any) -> None:
     from dppca_dask.api import DEFAULT_N_ITER, DEFAULT_SVT_SHARE, mechanisms
 
     p = subparsers.add_parser(
         "pca",
-        help="differentially private principal components of a store",
+        help=SUMMARY,
         description="Compute differentially private top principal directions of a matrix store on Dask.",
     )
     p.add_argument("store", help="a dppca_dask store or an AnnData zarr store")

@@ -9,11 +9,14 @@ from typing import Any
 
 __all__ = ["register"]
 
+#: One line for ``dppca-dask --help`` (read without registering the command).
+SUMMARY = "run a job spec (TOML) under its privacy-budget ledger"
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "run",
-        help="run a job spec (TOML) under its privacy-budget ledger",
+        help=SUMMARY,
         description=(
             "Run a job: refresh the store if the spec says so, reserve the privacy budget in the ledger, run the "
             "mechanism, charge the ledger and write the result. The ledger must exist (`dppca-dask budget init` "
