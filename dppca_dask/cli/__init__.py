@@ -140,6 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _format_warning  # type: ignore[assignment]
     prefix = f"dppca-dask {args.command}"
     try:
+        from dppca_dask.cli._cluster import apply_cluster_arguments
+
+        apply_cluster_arguments(args)
         return int(args.handler(args) or 0)
     except DppcaError as exc:
         if debug:

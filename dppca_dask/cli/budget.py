@@ -4,9 +4,7 @@ stale reservation of a job that released nothing (``resolve``)."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import sys
 from typing import Any
 
 __all__ = ["register"]
@@ -134,8 +132,9 @@ def run_show(args: argparse.Namespace) -> int:
     keys = [args.dataset] if args.dataset else ledger.datasets()
     budgets = [ledger.budget(key) for key in keys]
     if args.json:
-        json.dump({"ledger": args.ledger, "datasets": [b.to_dict() for b in budgets]}, sys.stdout)
-        sys.stdout.write("\n")
+        from dppca_dask.cli import _json
+
+        _json.dump({"ledger": args.ledger, "datasets": [b.to_dict() for b in budgets]})
         return 0
     print(f"ledger {args.ledger}: {len(budgets)} dataset(s)")
     for b in budgets:

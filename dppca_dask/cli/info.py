@@ -42,7 +42,9 @@ def run(args: argparse.Namespace) -> int:
         info["check"] = f"ok: {store.n_partitions} partitions verified"
     info["id_maps"] = sorted(store.metadata.get("id_maps") or {})
     if args.json:
-        print(json.dumps(info, default=str))
+        from dppca_dask.cli import _json
+
+        _json.dump(info)
         return 0
     version = info["format_version"] if info["format_version"] is not None else "none (AnnData store)"
     lines = [

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
@@ -88,7 +87,9 @@ def run(args: argparse.Namespace) -> int:
     info = store.info()
     kind = (info.get("source") or {}).get("kind", "unknown")
     if args.json:
-        print(json.dumps({**info, "format": kind, "seconds": round(seconds, 3)}, default=str))
+        from dppca_dask.cli import _json
+
+        _json.dump({**info, "format": kind, "seconds": round(seconds, 3)})
     else:
         print(
             f"ingested '{args.src}' ({kind}) -> '{store.path}': {info['n_rows']} x {info['n_cols']}, "

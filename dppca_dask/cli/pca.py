@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import Any
 
 import numpy as np
@@ -17,6 +15,7 @@ SUMMARY = "differentially private principal components of a store"
 
 def register(subparsers: Any) -> None:
     from dppca_dask.api import DEFAULT_N_ITER, DEFAULT_SVT_SHARE, mechanisms
+    from dppca_dask.cli._cluster import add_cluster_arguments
 
     p = subparsers.add_parser(
         "pca",
@@ -44,6 +43,7 @@ def register(subparsers: Any) -> None:
                    help="private-power: the store is a square matrix A (PSD for more than one component); runs on "
                         "(A + A^T)/2, A itself when symmetric")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
+    add_cluster_arguments(p)
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
                    help="keep partitions in worker memory (default: when they fit)")
     p.add_argument("--seed", type=int, default=None, help="reproducible run; the result is then NOT private")
@@ -124,8 +124,9 @@ def run(args: argparse.Namespace) -> int:
         out = result.to_dict()
         if args.out:
             out["output"] = args.out
-        json.dump(out, sys.stdout)
-        sys.stdout.write("\n")
+        from dppca_dask.cli import _json
+
+        _json.dump(out)
     else:
         print(format_result(result))
         if args.timings and result.timings:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 __all__ = ["register"]
@@ -14,6 +13,8 @@ SUMMARY = "run a job spec (TOML) under its privacy-budget ledger"
 
 
 def register(subparsers: Any) -> None:
+    from dppca_dask.cli._cluster import add_cluster_arguments
+
     p = subparsers.add_parser(
         "run",
         help=SUMMARY,
@@ -29,6 +30,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--date", default=None, help="run date YYYY-MM-DD, part of the job id (default: today, UTC)")
     p.add_argument("--job-id", default=None, help="override [job] id (the job id is then ID@DATE)")
     p.add_argument("--scheduler", default=None, help="override [cluster] address (tcp://HOST:PORT or tls://...)")
+    add_cluster_arguments(p)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
                    help="override a value of the spec (TOML syntax; repeatable), e.g. --set privacy.epsilon=0.5")
     p.add_argument("--allow-new-store", action="store_true",
@@ -49,8 +51,9 @@ def run(args: argparse.Namespace) -> int:
     spec = load_job(args.job, overrides=overrides)
     outcome = run_job(spec, date=args.date, allow_new_store=args.allow_new_store)
     if args.json:
-        json.dump(outcome.to_dict(), sys.stdout)
-        sys.stdout.write("\n")
+        from dppca_dask.cli import _json
+
+        _json.dump(outcome.to_dict())
         return 0
     result = outcome.result
     report = result.privacy

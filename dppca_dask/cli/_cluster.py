@@ -1,0 +1,44 @@
+"""Options of the embedded LocalCluster shared by the commands that run on Dask (``pca``, ``lowrank``, ``run``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["add_cluster_arguments", "apply_cluster_arguments"]
+
+_FIELDS = (
+    ("n_workers", "n-workers"),
+    ("threads_per_worker", "threads-per-worker"),
+    ("memory_limit", "memory-limit"),
+    ("dashboard_address", "dashboard-address"),
+)
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "embedded Dask cluster",
+        "used when no scheduler is given and no Dask client is active; defaults from Dask's configuration "
+        "(dppca_dask.cluster.*)",
+    )
+    group.add_argument("--n-workers", type=int, default=None, metavar="N",
+                       help="worker processes (default: the cores this process may use)")
+    group.add_argument("--threads-per-worker", type=int, default=None, metavar="N",
+                       help="threads per worker process (default 1)")
+    group.add_argument("--memory-limit", default=None, metavar="SIZE",
+                       help="memory limit per worker, e.g. 4GiB (default: auto, the machine's memory shared)")
+    group.add_argument("--dashboard-address", default=None, metavar="HOST:PORT",
+                       help="serve the Dask dashboard there and print its link (default: no dashboard, no HTTP port)")
+
+
+def apply_cluster_arguments(args: argparse.Namespace) -> None:
+    """Validate the options given (exit code 2 on a bad value) and set them in Dask's configuration."""
+    given: dict[str, Any] = {name: getattr(args, name) for name, _ in _FIELDS if getattr(args, name, None) is not None}
+    if not given:
+        return
+    from dppca_dask.coordinator.client import ClusterOptions
+
+    ClusterOptions(**given)
+    import dask.config
+
+    dask.config.set({f"dppca_dask.cluster.{key}": given[name] for name, key in _FIELDS if name in given})
