@@ -314,7 +314,15 @@ def _ingest(
 
         return ingest_anndata(source, options)
     if kind == "parquet":
-        from dppca_dask.ingest.parquet import ingest_parquet
+        try:
+            from dppca_dask.ingest.parquet import ingest_parquet
+        except ImportError as exc:
+            if exc.name is None or exc.name.split(".", 1)[0] != "pyarrow":
+                raise
+            raise MissingExtraError(
+                f"reading Parquet ('{source}') needs the optional dependency 'pyarrow', which is not installed; "
+                "install it with `pip install 'dppca-dask[parquet]'`"
+            ) from None
 
         return ingest_parquet(source, options, row_column=row_column, col_column=col_column,
                               value_column=value_column, column_ids=column_ids)
