@@ -58,3 +58,21 @@ def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) 
     for name in _SUBCOMMANDS:
         assert name in text
     assert "differentially private principal components of a store" in text
+
+
+def test_progress_shows_in_a_jupyter_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from dppca_dask import _progress
+
+    assert not _progress.in_notebook() or "ipykernel" in sys.modules
+    shell = types.SimpleNamespace(kernel=object())
+    fake_ipython = types.ModuleType("IPython")
+    fake_ipython.get_ipython = lambda: shell  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "IPython", fake_ipython)
+    monkeypatch.setitem(sys.modules, "ipykernel", types.ModuleType("ipykernel"))
+    assert _progress.in_notebook()
+    with _progress.progress_bar(total=3, desc="x") as bar:
+        assert not bar.disable
+    shell.kernel = None  # a terminal IPython: no kernel, no widget
+    assert not _progress.in_notebook()
