@@ -37,8 +37,11 @@ def test_fast_and_streaming_paths_store_the_same_matrix(tmp_path: Path, kind: st
     header = mtx.read_header(open(src, "rb"), str(src))
     assert mtx._read_coordinate_in_memory(str(src), header, _options(tmp_path)) is not None  # fast path taken
     ingest(str(src), str(tmp_path / "fast.zarr"), progress=False)
-    monkeypatch.setattr(mtx, "FAST_PATH_BYTES", 0)
-    ingest(str(src), str(tmp_path / "slow.zarr"), progress=False)
+    import dask.config
+
+    with dask.config.set({"dppca_dask.ingest.in-memory-max-bytes": 0}):
+        assert mtx._read_coordinate_in_memory(str(src), header, _options(tmp_path)) is None
+        ingest(str(src), str(tmp_path / "slow.zarr"), progress=False)
     np.testing.assert_array_equal(_stored(str(tmp_path / "fast.zarr")), _stored(str(tmp_path / "slow.zarr")))
 
 

@@ -33,6 +33,9 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.storage import open_matrix
 
+    from dppca_dask.cli._paths import check_store
+
+    check_store(args.store)
     store = open_matrix(args.store)
     if args.check:
         for part in store.partitions:  # one partition in memory at a time; raises on the first damage

@@ -61,8 +61,11 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dppca_dask.cli._paths import check_input, check_output
     from dppca_dask.ingest import ingest
 
+    check_input(args.src)
+    check_output(args.out)
     start = time.perf_counter()
     store = ingest(
         args.src,

@@ -101,6 +101,9 @@ def _private_power_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.api import pca
+    from dppca_dask.cli._paths import check_store
+
+    check_store(args.store)
 
     result = pca(
         args.store,

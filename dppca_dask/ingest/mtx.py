@@ -11,7 +11,8 @@ Memory behaviour:
   stored as a dense store.
 - ``complex`` and ``hermitian`` matrices are refused.
 
-A coordinate file that fits in memory (uncompressed, at most :data:`FAST_PATH_BYTES`, and within the memory limit)
+A coordinate file that fits in memory (uncompressed, at most :data:`FAST_PATH_BYTES` or Dask's
+``dppca_dask.ingest.in-memory-max-bytes``, and within the memory limit)
 is read by ``scipy.io.mmread`` instead (compiled and multi-threaded: about 9 times less CPU than the streaming
 parser here); anything it refuses or lets through that the streaming parser refuses (a malformed line, an index out
 of range, a NaN or infinite value, a count that differs from the size line) and ``on_duplicate="reject"`` go
@@ -157,16 +158,29 @@ def _read_array(path: str) -> np.ndarray:
                                 source=path) from exc
 
 
+def _in_memory_limit() -> int:
+    """Dask's ``dppca_dask.ingest.in-memory-max-bytes`` (0: always stream), else :data:`FAST_PATH_BYTES`."""
+    import dask.config
+
+    configured = dask.config.get("dppca_dask.ingest.in-memory-max-bytes", default=None)
+    return FAST_PATH_BYTES if configured is None else int(configured)
+
+
 def _read_coordinate_in_memory(path: str, header: MatrixMarketHeader, options: IngestOptions) -> sp.csr_array | None:
     """The whole matrix read by ``scipy.io.mmread`` (duplicates summed), or ``None`` when the streaming parser must
     read it (see the module docstring)."""
     size = _text.text_size(path)
     mirrored = header.symmetry != "general"
     entries = header.nnz * (2 if mirrored else 1)
-    if size is None or size > FAST_PATH_BYTES or options.on_duplicate != "sum":
+    if size is None or size > _in_memory_limit() or options.on_duplicate != "sum":
         return None
-    limit = options.limits.max_memory
-    if limit is not None and entries * 40 > limit:  # COO (int64 row, col, float64 value) and its CSR copy
+    # The declared shape's limits first, as the streaming path checks them (same errors).
+    options.check_size(n_rows=header.n_rows, n_cols=header.n_cols, nnz=entries, layout="csr",
+                       value_bytes=options.value_dtype(np.float64).itemsize, source=path)
+    from dppca_dask.ingest._limits import physical_memory
+
+    limit = options.limits.max_memory if options.limits.max_memory is not None else (physical_memory() or 0) // 4
+    if entries * 40 + header.n_rows * 16 > limit:  # COO (int64 row, col, float64 value), its CSR copy, row pointers
         return None
     import scipy.io
 
