@@ -142,8 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from dppca_dask.cli._cluster import apply_cluster_arguments
 
-        apply_cluster_arguments(args)
-        return int(args.handler(args) or 0)
+        with apply_cluster_arguments(args):
+            return int(args.handler(args) or 0)
     except DppcaError as exc:
         if debug:
             traceback.print_exc()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from typing import Any
 
 __all__ = ["add_cluster_arguments", "apply_cluster_arguments"]
@@ -31,14 +32,15 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                        help="serve the Dask dashboard there and print its link (default: no dashboard, no HTTP port)")
 
 
-def apply_cluster_arguments(args: argparse.Namespace) -> None:
-    """Validate the options given (exit code 2 on a bad value) and set them in Dask's configuration."""
+def apply_cluster_arguments(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
+    """Validate the options given (exit code 2 on a bad value); a context in which Dask's configuration holds them
+    (restored on exit)."""
     given: dict[str, Any] = {name: getattr(args, name) for name, _ in _FIELDS if getattr(args, name, None) is not None}
     if not given:
-        return
+        return contextlib.nullcontext()
     from dppca_dask.coordinator.client import ClusterOptions
 
     ClusterOptions(**given)
     import dask.config
 
-    dask.config.set({f"dppca_dask.cluster.{key}": given[name] for name, key in _FIELDS if name in given})
+    return dask.config.set({f"dppca_dask.cluster.{key}": given[name] for name, key in _FIELDS if name in given})

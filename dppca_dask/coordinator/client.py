@@ -158,6 +158,49 @@ def _in_spawn_bootstrap() -> bool:
     return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
+def _is_main_test(test: Any) -> bool:
+    import ast
+
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [side.id for side in sides if isinstance(side, ast.Name)]
+    texts = [side.value for side in sides if isinstance(side, ast.Constant)]
+    return names == ["__name__"] and texts == ["__main__"]
+
+
+def _unguarded_main_call() -> bool:
+    """Whether this call comes from the top level of the main script outside ``if __name__ == "__main__":``
+    (spawned worker processes re-run that code). Read from the caller's line in the script's syntax tree."""
+    import ast
+    import inspect
+
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None)
+    if not script or not os.path.isfile(script):
+        return False
+    script = os.path.realpath(script)
+    frame = inspect.currentframe()
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "<module>" and frame.f_globals.get("__name__") == "__main__" \
+                and os.path.realpath(code.co_filename) == script:
+            break
+        frame = frame.f_back
+    if frame is None:
+        return False
+    line = frame.f_lineno
+    try:
+        with open(script, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError, ValueError):
+        return False
+    return not any(
+        isinstance(node, ast.If) and _is_main_test(node.test) and node.lineno <= line <= (node.end_lineno or line)
+        for node in ast.walk(tree)
+    )
+
+
 def _main_is_a_script() -> bool:
     main = sys.modules.get("__main__")
     return main is not None and getattr(main, "__file__", None) is not None
@@ -450,7 +493,10 @@ def connect(
             with _translate_loss(f"scheduler {active.scheduler.address}"):
                 yield active
             return
-    if _in_spawn_bootstrap():
+    if _in_spawn_bootstrap() or (
+        dask.config.get("distributed.worker.multiprocessing-method", default="spawn") != "fork"
+        and _unguarded_main_call()
+    ):
         raise InvalidParameterError(MAIN_GUARD_ADVICE)
     options = options.resolved()
     log.info("starting an embedded LocalCluster with %d workers of %d thread(s)", options.n_workers,

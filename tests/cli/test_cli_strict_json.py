@@ -85,11 +85,11 @@ def test_cluster_options_land_in_dask_config(monkeypatch: pytest.MonkeyPatch) ->
     from dppca_dask.cli._cluster import apply_cluster_arguments
 
     args = argparse.Namespace(n_workers=3, threads_per_worker=None, memory_limit="2GiB", dashboard_address=None)
-    with dask.config.set({}):  # restores the configuration afterwards
-        apply_cluster_arguments(args)
+    before = dask.config.get("dppca_dask.cluster.n-workers", default=None)
+    with apply_cluster_arguments(args):
         assert dask.config.get("dppca_dask.cluster.n-workers") == 3
         assert dask.config.get("dppca_dask.cluster.memory-limit") == "2GiB"
-        assert dask.config.get("dppca_dask.cluster.threads-per-worker") == 1
+    assert dask.config.get("dppca_dask.cluster.n-workers", default=None) == before  # restored after the command
 
 
 def test_lowrank_explains_its_rank_and_epsilon(tmp_path: Path, capsys: pytest.CaptureFixture[str], seed: int,

@@ -99,4 +99,22 @@ def test_a_script_without_main_guard_gets_one_clear_error(tmp_path: Path) -> Non
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env,
                          cwd=tmp_path)
     assert out.returncode == 2, out.stderr[-2000:]
-    assert f"ADVICE: {MAIN_GUARD_ADVICE}" in out.stdout
+    assert out.stdout.strip() == f"ADVICE: {MAIN_GUARD_ADVICE}"  # refused in this process: no worker re-ran it
+    assert "Traceback" not in out.stderr
+
+
+def test_a_guarded_script_is_not_refused(tmp_path: Path) -> None:
+    script = tmp_path / "guarded.py"
+    script.write_text(textwrap.dedent("""
+        from dppca_dask.coordinator.client import _unguarded_main_call
+
+        def run():
+            return _unguarded_main_call()
+
+        if "__main__" == __name__:
+            print("GUARDED", run())
+        print("TOP", run())
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.split() == ["GUARDED", "False", "TOP", "True"], out.stderr[-2000:]
