@@ -41,3 +41,14 @@ def test_the_advised_h5ad_conversion_works(tmp_path: Path, monkeypatch: pytest.M
     assert main(["ingest", "data.h5ad", "--out", "data.zarr", "--n-features", "5"]) == 0
     assert main(["info", "data.zarr"]) == 0
     assert "40 x 5" in capsys.readouterr().out
+
+
+def test_the_library_refuses_a_url_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dppca_dask import ingest
+    from dppca_dask.errors import InvalidParameterError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.svm").write_text("1 1:1\n")
+    with pytest.raises(InvalidParameterError, match="out 'memory://x.zarr' is a memory:// URL"):
+        ingest("a.svm", "memory://x.zarr", n_features=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.svm"]
