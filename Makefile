@@ -18,8 +18,10 @@ export MKL_NUM_THREADS := 1
 # (ci/lowest-constraints.txt), running a fast subset of the suite.
 LOWEST_VENV := .venv-lowest
 LOWEST_TESTS ?= tests/test_packaging_imports.py tests/test_packaging_extras.py tests/test_packaging_metrics_reuse.py \
-	tests/accounting tests/storage tests/ingest tests/cli/test_ingest_info.py tests/cli/test_cli_strict_json.py \
-	tests/coordinator_client
+	tests/test_packaging_mtx_fast_path.py tests/accounting/test_gaussian_library_calibration.py \
+	tests/accounting/test_composition.py tests/storage tests/ingest/test_ingest_parquet.py \
+	tests/ingest/test_ingest_anndata.py tests/ingest/test_ingest_mtx.py tests/ingest/test_ingest_svmlight.py \
+	tests/cli/test_cli_strict_json.py tests/coordinator_client
 
 .PHONY: demo test test-lowest clean
 
