@@ -70,8 +70,8 @@ def __getattr__(name: str) -> Any:
 
 
 class _Package(types.ModuleType):
-    """``dppca_dask.ingest`` is the function :func:`~dppca_dask.ingest.ingest`, as it was when imported eagerly,
-    even after the subpackage of the same name is imported (which would otherwise rebind the attribute)."""
+    """``dppca_dask.ingest`` and ``dppca_dask.lowrank`` are the functions, as they were when imported eagerly, even
+    after the module of the same name is imported (which would otherwise rebind the attribute to the module)."""
 
     @property
     def ingest(self) -> Any:
@@ -81,6 +81,16 @@ class _Package(types.ModuleType):
 
     @ingest.setter
     def ingest(self, value: Any) -> None:  # the import system binds the subpackage here: keep the function
+        pass
+
+    @property
+    def lowrank(self) -> Any:
+        from dppca_dask.lowrank import lowrank
+
+        return lowrank
+
+    @lowrank.setter
+    def lowrank(self, value: Any) -> None:  # as for ingest
         pass
 
 

@@ -39,13 +39,15 @@ def test_public_names_resolve_on_use() -> None:
         dppca_dask.not_a_name  # noqa: B018
 
 
-def test_ingest_stays_the_function_after_the_subpackage_is_imported() -> None:
+def test_ingest_and_lowrank_stay_the_functions_after_their_modules_are_imported() -> None:
     import dppca_dask
     import dppca_dask.ingest.svmlight  # noqa: F401  (binds the subpackage on the parent, as imports do)
-    from dppca_dask import ingest
+    import dppca_dask.lowrank  # noqa: F401
+    from dppca_dask import ingest, lowrank
 
-    assert callable(ingest) and callable(dppca_dask.ingest)
+    assert callable(ingest) and callable(dppca_dask.ingest) and callable(lowrank) and callable(dppca_dask.lowrank)
     assert dppca_dask.ingest.__module__ == "dppca_dask.ingest"
+    assert dppca_dask.lowrank.__module__ == "dppca_dask.lowrank"
 
 
 def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -177,8 +177,8 @@ def _unguarded_main_call() -> bool:
 
     main = sys.modules.get("__main__")
     script = getattr(main, "__file__", None)
-    if not script or not os.path.isfile(script):
-        return False
+    if not script or not os.path.isfile(script) or os.path.basename(script) == "__main__.py":
+        return False  # multiprocessing never re-runs a __main__.py (python -m PACKAGE, a directory, a zip)
     script = os.path.realpath(script)
     frame = inspect.currentframe()
     while frame is not None:

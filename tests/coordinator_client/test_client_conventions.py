@@ -118,3 +118,10 @@ def test_a_guarded_script_is_not_refused(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert out.stdout.split() == ["GUARDED", "False", "TOP", "True"], out.stderr[-2000:]
+    # multiprocessing never re-runs a __main__.py (python -m PACKAGE): not refused either.
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__main__.py").write_text(script.read_text().replace('if "__main__" == __name__:', "if False:"))
+    out = subprocess.run([sys.executable, "-m", "pkg"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])})
+    assert out.stdout.split() == ["TOP", "False"], out.stderr[-2000:]
