@@ -12,29 +12,35 @@ import dataclasses
 import datetime as _dt
 import inspect
 import logging
-import math
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dppca_dask import __version__
-from dppca_dask._private_power_plan import PRIVATE_POWER, plan_private_power
-from dppca_dask.algorithms.adaptive_power import adaptive_power_run, pass_row_budget, release_key
-from dppca_dask.algorithms.analyze_gauss import (
-    DEFAULT_MAX_DENSE_DIM,
-    analyze_gauss_run,
-    check_dense_dim,
-)
-from dppca_dask.algorithms.exact import exact_run
-from dppca_dask.algorithms.private_power import DEFAULT_PRIVATE_POWER_N_ITER
+from dppca_dask.algorithms.analyze_gauss import DEFAULT_MAX_DENSE_DIM
 from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source, connect, run_algorithm
 from dppca_dask.coordinator.sources import PartitionSource, schema_caveats
 from dppca_dask.errors import InvalidParameterError, NotPrivateWarning
-from dppca_dask.kernels import ThresholdGrid
+from dppca_dask.methods import MechanismPlan, get_mechanism, mechanism_names
+from dppca_dask.methods._params import (  # noqa: F401 (re-exported: the public constants of pca)
+    ADD_REMOVE_ROW,
+    DEFAULT_N_ITER,
+    DEFAULT_SVT_SHARE,
+    MAX_EPSILON,
+    MAX_GRID_OCTAVES,
+    MAX_GRID_PER_OCTAVE,
+    MAX_N_ITER,
+    MIN_DELTA,
+    NON_PRIVATE_MECHANISMS,
+    PCA_DEFAULTS,
+    ROW_NORM_BOUND_RANGE,
+    PCAParameters,
+    validate_parameters,
+)
 from dppca_dask.results import PCAResult
 
 __all__ = [
@@ -52,221 +58,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Default iterations of adaptive power iteration, chosen from ``benchmarks/bench_utility.py``: at the seed 004
-#: spec's data (n = 300,000, d = 3,000), T = 5 had the lowest median error at ε = 0.5, 1 and 2 among T = 3, 5, 8, 10.
-DEFAULT_N_ITER = 5
-#: Default share of the zCDP budget for the SVT steps: 0.05, 0.1, 0.2, 0.3 gave median sin² 0.0064, 0.0067,
-#: 0.0074, 0.0080 at ε = 1 on the same data; 0.1 is near the best while keeping the cut-off (≈ 6·ln(20)/ε_svt
-#: filtered rows per iteration) moderate for smaller datasets.
-DEFAULT_SVT_SHARE = 0.1
-#: Largest total ε :func:`pca` accepts. Beyond it a guarantee means nothing (e^100 ≈ 2.7e43) and the accounting
-#: arithmetic (e^ε) leaves floating point; use ``mechanism="exact"`` for a non-private answer.
-MAX_EPSILON = 100.0
-#: Smallest δ :func:`pca` accepts: the PLD accountant's tail truncation (1e-15 of probability mass) makes figures at
-#: smaller δ unreliable, and a subnormal δ (e.g. 1e-320) breaks the zCDP conversions.
-MIN_DELTA = 1e-14
-#: Range of ``row_norm_bound`` for private mechanisms: scores and noise scale with c², which must stay far from
-#: float64 overflow (1.8e308) and underflow.
-ROW_NORM_BOUND_RANGE = (1e-100, 1e100)
-#: Largest ``n_iter`` (and ``n_iter × n_components`` for adaptive power): a few iterations suffice, and calibrating
-#: 10,000 takes seconds where a million would not finish.
-MAX_N_ITER = 10_000
-#: Largest grid resolution: points per octave and octaves (the grid has at most 64 × 256 + 1 points, and its
-#: smallest value c²·2^-256 stays a normal float64 for every allowed c).
-MAX_GRID_PER_OCTAVE = 64
-MAX_GRID_OCTAVES = 256
-
-#: Mechanisms of :func:`pca` that are not differentially private (baselines).
-NON_PRIVATE_MECHANISMS = frozenset({"exact"})
-
-ADD_REMOVE_ROW = "add/remove one row"
-
-
-@dataclass(frozen=True)
-class PCAParameters:
-    """Every public parameter of a run, validated and fixed before the data is read (privacy invariant 4)."""
-
-    mechanism: str
-    epsilon: float
-    delta: float
-    n_components: int
-    n_iter: int
-    row_norm_bound: float
-    svt_share: float
-    beta: float
-    grid_per_octave: int
-    grid_octaves: int
-    calibration: str
-    max_dense_dim: int
-    # private power iteration (Hardt & Roth 2013) only:
-    coherence: float | None = None
-    entry_bound: float = 1.0
-    c_doubling: bool = False
-    symmetric: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def _check_positive(name: str, value: float, *, allow_inf: bool = False) -> float:
-    if isinstance(value, (bool, np.bool_)):
-        raise InvalidParameterError(f"{name} must be a number; got {value!r}")
-    try:
-        value = float(value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidParameterError(f"{name} must be a number; got {value!r}") from exc
-    if math.isnan(value) or value <= 0 or (math.isinf(value) and not allow_inf):
-        raise InvalidParameterError(f"{name} must be {'> 0' if allow_inf else 'finite and > 0'}; got {value}")
-    return value
-
-
-def _check_int(name: str, value: Any, *, low: int, high: int | None = None, hint: str = "") -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise InvalidParameterError(f"{name} must be an integer >= {low}; got {value!r}")
-    if value < low or (high is not None and value > high):
-        span = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise InvalidParameterError(f"{name} must be an integer {span}; got {value!r}{hint}")
-    return int(value)
-
-
-def _check_fraction(name: str, value: Any, example: str) -> float:
-    if isinstance(value, (bool, np.bool_)):
-        raise InvalidParameterError(f"{name} must be a number in (0, 1); got {value!r}")
-    try:
-        number = float(value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidParameterError(f"{name} must be a number in (0, 1); got {value!r}") from exc
-    if not 0.0 < number < 1.0:
-        raise InvalidParameterError(f"{name} must be in (0, 1); got {value}; e.g. {example}")
-    return number
-
-
-def validate_parameters(
-    *,
-    mechanism: str,
-    epsilon: float,
-    delta: float,
-    n_components: int,
-    n_iter: int | None,
-    row_norm_bound: float,
-    svt_share: float,
-    beta: float,
-    grid_per_octave: int,
-    grid_octaves: int,
-    calibration: str,
-    max_dense_dim: int,
-    coherence: float | None = None,
-    entry_bound: float = 1.0,
-    c_doubling: bool = False,
-    symmetric: bool = False,
-) -> PCAParameters:
-    """Validate the public parameters of :func:`pca` (raises :class:`InvalidParameterError`).
-
-    Bounds (documented so that no parameter can overflow the arithmetic or hang calibration):
-    ``0 < epsilon ≤`` :data:`MAX_EPSILON`, :data:`MIN_DELTA` ``≤ delta < 1``, ``row_norm_bound`` in
-    :data:`ROW_NORM_BOUND_RANGE` (private mechanisms), ``1 ≤ n_iter ≤`` :data:`MAX_N_ITER` (and
-    ``n_iter × n_components ≤ MAX_N_ITER`` for adaptive power), ``svt_share`` and ``beta`` in (0, 1),
-    ``1 ≤ grid_per_octave ≤`` :data:`MAX_GRID_PER_OCTAVE`, ``1 ≤ grid_octaves ≤`` :data:`MAX_GRID_OCTAVES`.
-    """
-    if not isinstance(mechanism, str) or mechanism not in _PLANNERS:
-        raise InvalidParameterError(f"mechanism must be one of {', '.join(mechanisms())}; got {mechanism!r}")
-    private = mechanism not in NON_PRIVATE_MECHANISMS
-    if private:
-        epsilon = _check_positive("epsilon", epsilon)
-        if epsilon > MAX_EPSILON:
-            raise InvalidParameterError(
-                f"epsilon must be <= {MAX_EPSILON:g}; got {epsilon:g}; a larger epsilon promises nothing "
-                "(use mechanism='exact' for a non-private answer)"
-            )
-        if isinstance(delta, (bool, np.bool_)):
-            raise InvalidParameterError(f"delta must be a number in [{MIN_DELTA:g}, 1); got {delta!r}")
-        try:
-            delta = float(delta)
-        except (TypeError, ValueError) as exc:
-            raise InvalidParameterError(f"delta must be a number in [{MIN_DELTA:g}, 1); got {delta!r}") from exc
-        if not MIN_DELTA <= delta < 1.0:
-            raise InvalidParameterError(
-                f"delta must be in [{MIN_DELTA:g}, 1); got {delta:g}; the accountant is not reliable below "
-                f"{MIN_DELTA:g}; use e.g. delta=1e-6 (or well below 1/n for n rows)"
-            )
-    bound = _check_positive("row_norm_bound", row_norm_bound, allow_inf=not private)
-    low, high = ROW_NORM_BOUND_RANGE
-    if private and not low <= bound <= high:
-        raise InvalidParameterError(
-            f"row_norm_bound must be in [{low:g}, {high:g}]; got {bound:g}; scale the data so that rows have "
-            "norms of order 1"
-        )
-    n_components = _check_int("n_components", n_components, low=1)
-    iters = _DEFAULT_N_ITERS.get(mechanism, DEFAULT_N_ITER) if n_iter is None else n_iter
-    iters = _check_int("n_iter", iters, low=1, high=MAX_N_ITER, hint="; a few iterations suffice")
-    if mechanism == "adaptive-power" and iters * n_components > MAX_N_ITER:
-        raise InvalidParameterError(
-            f"n_iter × n_components must be <= {MAX_N_ITER}; got {iters} × {n_components} = {iters * n_components}"
-        )
-    svt_share = _check_fraction("svt_share", svt_share, str(DEFAULT_SVT_SHARE))
-    beta = _check_fraction("beta", beta, "0.05")
-    grid_per_octave = _check_int("grid_per_octave", grid_per_octave, low=1, high=MAX_GRID_PER_OCTAVE)
-    grid_octaves = _check_int("grid_octaves", grid_octaves, low=1, high=MAX_GRID_OCTAVES)
-    if calibration not in ("standard", "paper"):
-        raise InvalidParameterError(f"calibration must be 'standard' or 'paper'; got {calibration!r}")
-    max_dense_dim = _check_int("max_dense_dim", max_dense_dim, low=1)
-    entry_bound, coherence = _validate_private_power(mechanism, entry_bound, coherence, c_doubling, symmetric, bound)
-    return PCAParameters(
-        mechanism=mechanism,
-        epsilon=float(epsilon) if private else float("inf"),
-        delta=float(delta) if private else 0.0,
-        n_components=n_components,
-        n_iter=iters,
-        row_norm_bound=bound,
-        svt_share=svt_share,
-        beta=beta,
-        grid_per_octave=grid_per_octave,
-        grid_octaves=grid_octaves,
-        calibration=calibration,
-        max_dense_dim=max_dense_dim,
-        coherence=coherence,
-        entry_bound=entry_bound,
-        c_doubling=bool(c_doubling),
-        symmetric=bool(symmetric),
-    )
-
-
-def _validate_private_power(
-    mechanism: str, entry_bound: float, coherence: float | None, c_doubling: bool, symmetric: bool,
-    row_norm_bound: float,
-) -> tuple[float, float | None]:
-    """Parameters of private power iteration; other mechanisms refuse them rather than ignore them."""
-    if mechanism != "private-power":
-        given = [name for name, value, default in (("coherence", coherence, None), ("entry_bound", entry_bound, 1.0),
-                                                   ("c_doubling", c_doubling, False), ("symmetric", symmetric, False))
-                 if value != default]
-        if given:
-            raise InvalidParameterError(
-                f"{', '.join(given)} apply only to mechanism='private-power'; got mechanism={mechanism!r}"
-            )
-        return 1.0, None
-    if row_norm_bound != 1.0:
-        raise InvalidParameterError(
-            f"row_norm_bound does not apply to mechanism='private-power' (it protects one entry changing by at most "
-            f"entry_bound, and clips nothing); got row_norm_bound={row_norm_bound}"
-        )
-    bound = _check_positive("entry_bound", entry_bound)
-    if not 1e-100 <= bound <= 1e100:
-        raise InvalidParameterError(
-            f"entry_bound must be in [1e-100, 1e+100] (noise scales are proportional to it); got {bound:g}; "
-            "rescale the data instead"
-        )
-    if coherence is not None:
-        coherence = _check_positive("coherence", coherence)
-        if coherence > 1e100:
-            raise InvalidParameterError(f"coherence must be <= 1e+100 (C = N is the worst case); got {coherence:g}")
-        if coherence < 1.0:
-            raise InvalidParameterError(f"coherence must be >= 1 (the coherence of any matrix is >= 1); got {coherence}")
-    for name, flag in (("c_doubling", c_doubling), ("symmetric", symmetric)):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise InvalidParameterError(f"{name} must be True or False; got {flag!r}")
-    return bound, coherence
-
 
 def _noise_source(seed: int | None) -> Any:
     from dppca_dask.mechanisms import NoiseSource
@@ -276,229 +67,27 @@ def _noise_source(seed: int | None) -> Any:
     return NoiseSource.from_seed(seed)
 
 
-@dataclass
-class MechanismPlan:
-    """A calibrated mechanism ready to run: the algorithm generator factory and how to report it."""
 
-    make_run: Callable[[Any, Callable[..., None] | None, Any], Any]
-    """``make_run(noise, on_release, resume)`` returns the algorithm generator."""
-    neighbouring: str
-    """The neighbouring relation the guarantee is stated for."""
-    calibration: Mapping[str, Any]
-    """Public calibrated constants (for provenance)."""
-    paper_figure: Mapping[str, Any] | None
-    """The paper's own privacy figure, for reference in the report."""
-    total_steps: int
-    """Releases of the run (for progress)."""
-    resumed_keys: Callable[[Any], list[str]] = lambda resume: []
-    """Release keys already drawn by the interrupted run a ``resume`` state comes from."""
-    private: bool = True
-    planned_events: tuple[Any, ...] | None = None
-    """The DpEvents a complete run emits, when they are known before the run (a ledger reserves them)."""
-    replace_one: tuple[Callable[[tuple[Any, ...]], list[Any]], str] | None = None
-    """For add/remove mechanisms with their own replace-one analysis: a map from the emitted events to the
-    replace-one events, and one sentence saying how (the report's ``group_privacy``); None: group privacy."""
+def register_mechanism(name: str, planner: Callable[[PCAParameters, int], MechanismPlan], *,
+                       summary: str = "", private: bool = True, default_n_iter: int | None = None) -> None:
+    """Make a mechanism available to :func:`pca` under ``name`` (a thin wrapper of
+    :func:`dppca_dask.methods.register`, which new mechanisms use directly)."""
+    from dppca_dask.methods import Mechanism, register
+    from dppca_dask.methods._params import ADD_REMOVE_ROW, pca_planner, pca_validator
 
-
-#: Planners by mechanism name: ``planner(params, n_cols) -> MechanismPlan``, from public parameters only.
-_PLANNERS: dict[str, Callable[[PCAParameters, int], MechanismPlan]] = {}
-#: Default ``n_iter`` of mechanisms whose default differs from :data:`DEFAULT_N_ITER`.
-_DEFAULT_N_ITERS: dict[str, int] = {}
-
-
-def register_mechanism(name: str, planner: Callable[[PCAParameters, int], MechanismPlan]) -> None:
-    """Make a mechanism available to :func:`pca` under ``name``."""
-    _PLANNERS[name] = planner
+    register(Mechanism(name=name, entry="pca", summary=summary or name, neighbouring=ADD_REMOVE_ROW,
+                       private=private, validate=pca_validator(name), plan=pca_planner(planner),
+                       default_n_iter=default_n_iter))
 
 
 def mechanisms() -> tuple[str, ...]:
     """Names of the mechanisms :func:`pca` accepts."""
-    return tuple(_PLANNERS)
+    return mechanism_names("pca")
 
 
-def _plan(params: PCAParameters, n_cols: int) -> MechanismPlan:
+def _plan(params: PCAParameters, n_cols: int, n_rows: int | None = None) -> MechanismPlan:
     """Calibrate the mechanism from public parameters only (no data has been read yet)."""
-    if params.n_components > n_cols:
-        raise InvalidParameterError(
-            f"n_components must be <= the number of columns ({n_cols}); got {params.n_components}"
-        )
-    return _PLANNERS[params.mechanism](params, n_cols)
-
-
-def _adaptive_resumed_keys(n_iter: int) -> Callable[[Any], list[str]]:
-    def keys(resume: Any) -> list[str]:
-        if resume is None:
-            return []
-        pending = getattr(resume, "pending_index", None)
-        out = []
-        started = resume.iteration > 0 or pending is not None  # the current component's start was drawn
-        for k in range(resume.component + (1 if started else 0)):
-            last = n_iter if k < resume.component else resume.iteration
-            out.append(f"component-{k}/init")
-            for t in range(last):
-                out += [release_key(k, t, "svt"), release_key(k, t, "gaussian")]
-        if pending is not None:
-            out.append(release_key(resume.component, resume.iteration, "svt"))
-        return out
-
-    return keys
-
-
-def _plan_adaptive_power(params: PCAParameters, n_cols: int) -> MechanismPlan:
-    from dppca_dask import accounting
-    from dppca_dask.mechanisms import svt_cutoff, svt_replace_one_epsilon, svt_scales
-
-    count = params.n_iter * params.n_components
-    share = accounting.DEFAULT_FAILURE_DELTA_SHARE
-    if params.calibration == "paper":
-        # the paper's Lemma 3.1 constants, calibrated to the δ left after the second-pass share
-        paper = accounting.paper_adaptive_power_calibration(
-            epsilon=params.epsilon, delta=params.delta * (1.0 - share), n_iter=count
-        )
-        epsilon_svt, multiplier = paper.epsilon_svt, paper.noise_multiplier
-        form = "general"  # the paper's Lap(2/ε), Lap(4/ε)
-        failure_delta = share * params.delta
-        pass_delta = accounting.pass_delta_for(failure_delta, epsilon_svt)
-    else:
-        cal = accounting.calibrate_adaptive_power(
-            epsilon=params.epsilon,
-            delta=params.delta,
-            n_iter=params.n_iter,
-            svt_share=params.svt_share,
-            n_components=params.n_components,
-            failure_delta_share=share,
-        )
-        epsilon_svt, multiplier = cal.epsilon_svt, cal.noise_multiplier
-        form = "monotone"  # Lyu–Su–Li 2017: Lap(2/ε), Lap(2/ε) for monotonic queries
-        failure_delta, pass_delta = cal.failure_delta, cal.pass_delta
-    svt_delta = accounting.svt_step_delta(epsilon_svt, pass_delta, count)
-    threshold_scale, query_scale = svt_scales(epsilon_svt, form=form)
-    cutoff = svt_cutoff(epsilon_svt, params.beta)
-    grid = ThresholdGrid.for_bound(
-        params.row_norm_bound, per_octave=params.grid_per_octave, octaves=params.grid_octaves
-    )
-    top_m = pass_row_budget(cutoff=cutoff, threshold_scale=threshold_scale, query_scale=query_scale,
-                            n_queries=grid.n_points, n_releases=count, pass_delta=pass_delta)
-
-    def make_run(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
-        return adaptive_power_run(
-            n_cols=n_cols,
-            n_iter=params.n_iter,
-            n_components=params.n_components,
-            row_norm_bound=params.row_norm_bound,
-            epsilon_svt=epsilon_svt,
-            noise_multiplier=multiplier,
-            cutoff=cutoff,
-            grid=grid,
-            noise=noise,
-            svt_form=form,
-            pass_delta=pass_delta,
-            top_m=top_m,
-            resume=resume,
-            on_release=on_release,
-        )
-
-    paper_figure = accounting.paper_adaptive_power_epsilon(
-        epsilon_svt=epsilon_svt,
-        noise_multiplier=multiplier,
-        n_iter=count,
-        delta=params.delta,
-    )
-    epsilon_replace = svt_replace_one_epsilon(threshold_scale, query_scale)
-    replace_svt = accounting.EpsilonDeltaDpEvent(
-        epsilon_replace, accounting.svt_step_delta(epsilon_replace, pass_delta, count)
-    )
-
-    def replace_one(events: tuple[Any, ...]) -> list[Any]:
-        from dp_accounting import dp_event
-
-        out: list[Any] = []
-        for leaf, n in accounting.flatten_events(events):
-            if isinstance(leaf, accounting.EpsilonDeltaDpEvent):
-                out.append(dp_event.SelfComposedDpEvent(replace_svt, n))
-            elif isinstance(leaf, dp_event.GaussianDpEvent):
-                out.append(dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(leaf.noise_multiplier / 2.0), n))
-            else:
-                raise InvalidParameterError(f"unexpected event {leaf!r:.100} in an adaptive power run")
-        return out
-
-    method = (
-        f"replace one row: each AboveThreshold step is {epsilon_replace:.6g}-DP (its counts keep sensitivity 1 but "
-        "are not monotonic: 1/threshold_scale + 2/query_scale, Lyu-Su-Li 2017), with the second-pass term "
-        "(1 + e^eps)·delta_pass/K; each Gaussian step has sensitivity 2·theta (noise multiplier halved)"
-    )
-    return MechanismPlan(
-        make_run,
-        ADD_REMOVE_ROW,
-        {"epsilon_svt": epsilon_svt, "noise_multiplier": multiplier, "cutoff": cutoff, "top_m": top_m,
-         "grid": grid.to_json(), "calibration": params.calibration, "svt_form": form,
-         "svt_threshold_scale": threshold_scale, "svt_query_scale": query_scale,
-         "delta_split": {"total": params.delta, "second_pass": failure_delta,
-                         "mechanisms": params.delta - failure_delta, "pass_probability": pass_delta,
-                         "per_svt_step": svt_delta}},
-        paper_figure,
-        count,
-        resumed_keys=_adaptive_resumed_keys(params.n_iter),
-        planned_events=_adaptive_events(epsilon_svt, svt_delta, multiplier, count),
-        replace_one=(replace_one, method),
-    )
-
-
-def _adaptive_events(epsilon_svt: float, svt_delta: float, multiplier: float, count: int) -> tuple[Any, ...]:
-    from dp_accounting import dp_event
-
-    from dppca_dask.accounting import EpsilonDeltaDpEvent
-
-    pair = dp_event.ComposedDpEvent([EpsilonDeltaDpEvent(epsilon_svt, svt_delta), dp_event.GaussianDpEvent(multiplier)])
-    return (dp_event.SelfComposedDpEvent(pair, count),)
-
-
-def _plan_analyze_gauss(params: PCAParameters, n_cols: int) -> MechanismPlan:
-    from dppca_dask import accounting
-
-    check_dense_dim(n_cols, params.max_dense_dim, "analyze-gauss")
-    multiplier = accounting.calibrate_gaussian(epsilon=params.epsilon, delta=params.delta)
-
-    def make_run(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
-        return analyze_gauss_run(
-            n_cols=n_cols,
-            n_components=params.n_components,
-            row_norm_bound=params.row_norm_bound,
-            noise_multiplier=multiplier,
-            noise=noise,
-            max_dense_dim=params.max_dense_dim,
-        )
-
-    from dp_accounting import GaussianDpEvent
-
-    def replace_one(events: tuple[Any, ...]) -> list[Any]:
-        # replacing row a by b moves the upper triangle by that of aaᵀ − bbᵀ, whose squared norm is
-        # (‖aaᵀ − bbᵀ‖_F² + Σ(a_i² − b_i²)²)/2 ≤ (2c⁴ + 2c⁴)/2: sensitivity √2·c², not 2·c²
-        return [GaussianDpEvent(multiplier / math.sqrt(2.0))]
-
-    return MechanismPlan(make_run, ADD_REMOVE_ROW, {"noise_multiplier": multiplier}, None, 1,
-                         planned_events=(GaussianDpEvent(multiplier),),
-                         replace_one=(replace_one, "replace one row: the Gram matrix's upper triangle moves by at "
-                                      "most sqrt(2)·c² (noise multiplier divided by sqrt(2))"))
-
-
-def _plan_exact(params: PCAParameters, n_cols: int) -> MechanismPlan:
-    def make_exact(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
-        return exact_run(
-            n_cols=n_cols,
-            n_components=params.n_components,
-            row_norm_bound=params.row_norm_bound,
-            max_dense_dim=params.max_dense_dim,
-        )
-
-    return MechanismPlan(make_exact, "none (not private)", {}, None, 1, private=False)
-
-
-register_mechanism("adaptive-power", _plan_adaptive_power)
-register_mechanism("analyze-gauss", _plan_analyze_gauss)
-register_mechanism("exact", _plan_exact)
-register_mechanism(PRIVATE_POWER, plan_private_power)
-_DEFAULT_N_ITERS[PRIVATE_POWER] = DEFAULT_PRIVATE_POWER_N_ITER
+    return get_mechanism(params.mechanism, "pca").plan(params, n_rows=n_rows, n_cols=n_cols)
 
 
 @dataclass(frozen=True)
@@ -514,21 +103,20 @@ class ReleasePlan:
 
 
 def plan_release(n_cols: int, *, mechanism: str = "adaptive-power", epsilon: float, delta: float,
-                 **parameters: Any) -> ReleasePlan:
+                 n_rows: int | None = None, **parameters: Any) -> ReleasePlan:
     """Validate ``pca``'s public parameters and say what the run will spend, without reading any data.
 
     ``parameters`` are the keyword arguments of :func:`pca` that shape the noise (``n_components``, ``n_iter``,
     ``row_norm_bound``, ``svt_share``, ...); arguments about execution (``client``, ``persist``, ...) are ignored.
+    ``n_rows``, when known, lets planners whose events depend on it (private power's C-doubling on the embedding)
+    state them exactly.
     """
     from dppca_dask.accounting import EpsilonDeltaDpEvent
 
     names = set(inspect.signature(validate_parameters).parameters) - {"mechanism", "epsilon", "delta"}
     given = {k: v for k, v in parameters.items() if k in names}
-    defaults = {"n_components": 1, "n_iter": None, "row_norm_bound": 1.0, "svt_share": DEFAULT_SVT_SHARE,
-                "beta": 0.05, "grid_per_octave": 4, "grid_octaves": 24, "calibration": "standard",
-                "max_dense_dim": DEFAULT_MAX_DENSE_DIM}
-    params = validate_parameters(mechanism=mechanism, epsilon=epsilon, delta=delta, **{**defaults, **given})
-    plan = _plan(params, int(n_cols))
+    params = validate_parameters(mechanism=mechanism, epsilon=epsilon, delta=delta, **{**PCA_DEFAULTS, **given})
+    plan = _plan(params, int(n_cols), None if n_rows is None else int(n_rows))
     if plan.planned_events is not None:  # under either calibration: what the noise actually gives
         events = tuple(plan.planned_events)
     else:

@@ -35,11 +35,11 @@ import zarr
 
 from dppca_dask import __version__
 from dppca_dask.errors import InvalidParameterError, StoreNotFoundError
+from dppca_dask.methods import mechanism_names
 
-__all__ = ["LOWRANK_MECHANISMS", "LowRankPlan", "LowRankResult", "load_lowrank", "lowrank", "plan_lowrank"]
+__all__ = ["LowRankPlan", "LowRankResult", "load_lowrank", "lowrank", "plan_lowrank", "validate_lowrank"]
 
 #: Mechanisms of :func:`lowrank`.
-LOWRANK_MECHANISMS = ("private-low-rank", "randomized-response", "private-power")
 #: Rows per chunk of the written left factor.
 _LEFT_CHUNK_ROWS = 262_144
 
@@ -435,8 +435,10 @@ def _validate(
     from dppca_dask.algorithms.private_power import DEFAULT_PRIVATE_POWER_N_ITER
     from dppca_dask.algorithms.randomized_response import DEFAULT_MAX_DENSE_BYTES
 
-    if mechanism not in LOWRANK_MECHANISMS:
-        raise InvalidParameterError(f"mechanism must be one of {', '.join(LOWRANK_MECHANISMS)}; got {mechanism!r}")
+    if mechanism not in mechanism_names("lowrank"):
+        raise InvalidParameterError(
+            f"mechanism must be one of {', '.join(mechanism_names('lowrank'))}; got {mechanism!r}"
+        )
     given = {
         "oversampling": oversampling != 2, "projection": projection != "paper", "prune_alpha": prune_alpha != 1.0,
         "left_factor": left_factor != "orthonormal", "truncate": bool(truncate),
@@ -568,6 +570,23 @@ def _plan_shape(p: Mapping[str, Any], neighbouring: str, n_rows: int, n_cols: in
                        calibration=calibration_info)
 
 
+#: Defaults of :func:`lowrank`'s public parameters (for planning without running).
+_PLAN_DEFAULTS: dict[str, Any] = {
+    "mechanism": "private-low-rank", "oversampling": 2, "calibration": "standard", "projection": "paper",
+    "prune_alpha": 1.0, "left_factor": "orthonormal", "truncate": False, "row_norm_bound": 1.0,
+    "row_change_bound": None, "max_dense_bytes": None, "entry_bound": 1.0, "coherence": None,
+    "c_doubling": False, "n_iter": None, "symmetric": False, "signed_values": False,
+}
+
+
+def validate_lowrank(*, rank: Any, epsilon: Any, delta: Any, **parameters: Any) -> dict[str, Any]:
+    """Every public parameter of :func:`lowrank` checked with its defaults, without the data (the same errors)."""
+    unknown = sorted(set(parameters) - set(_PLAN_DEFAULTS))
+    if unknown:
+        raise InvalidParameterError(f"unknown lowrank parameters: {', '.join(unknown)}")
+    return _validate(rank=rank, epsilon=epsilon, delta=delta, **{**_PLAN_DEFAULTS, **parameters})[0]
+
+
 def plan_lowrank(
     n_rows: int, n_cols: int, *, rank: int, epsilon: float, delta: float, **parameters: Any
 ) -> LowRankPlan:
@@ -577,16 +596,10 @@ def plan_lowrank(
     DpEvents a complete run emits, under either calibration; the job runner reserves these before the run.
     ``parameters`` are :func:`lowrank`'s keyword arguments (``mechanism``, ``oversampling``, ...).
     """
-    defaults: dict[str, Any] = {
-        "mechanism": "private-low-rank", "oversampling": 2, "calibration": "standard", "projection": "paper",
-        "prune_alpha": 1.0, "left_factor": "orthonormal", "truncate": False, "row_norm_bound": 1.0,
-        "row_change_bound": None, "max_dense_bytes": None, "entry_bound": 1.0, "coherence": None,
-        "c_doubling": False, "n_iter": None, "symmetric": False, "signed_values": False,
-    }
-    unknown = sorted(set(parameters) - set(defaults))
+    unknown = sorted(set(parameters) - set(_PLAN_DEFAULTS))
     if unknown:
         raise InvalidParameterError(f"unknown lowrank parameters: {', '.join(unknown)}")
-    params, neighbouring = _validate(rank=rank, epsilon=epsilon, delta=delta, **{**defaults, **parameters})
+    params, neighbouring = _validate(rank=rank, epsilon=epsilon, delta=delta, **{**_PLAN_DEFAULTS, **parameters})
     return _plan_shape(params, neighbouring, _integer("n_rows", n_rows, 1), _integer("n_cols", n_cols, 1))
 
 

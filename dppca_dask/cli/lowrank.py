@@ -17,7 +17,7 @@ SUMMARY = "differentially private low-rank approximation of a store (factors wri
 
 def register(subparsers: Any) -> None:
     from dppca_dask.cli._cluster import add_cluster_arguments
-    from dppca_dask.lowrank import LOWRANK_MECHANISMS
+    from dppca_dask.methods import mechanism_help, mechanism_names
 
     p = subparsers.add_parser(
         "lowrank",
@@ -26,7 +26,8 @@ def register(subparsers: Any) -> None:
                     "on Dask and write the factors to a directory (factors.zarr and result.json).",
     )
     p.add_argument("store", help="a dppca_dask store or an AnnData zarr store")
-    p.add_argument("--mechanism", default="private-low-rank", choices=LOWRANK_MECHANISMS)
+    p.add_argument("--mechanism", default="private-low-rank", choices=mechanism_names("lowrank"),
+                   help=mechanism_help("lowrank"))
     p.add_argument("--rank", type=int, required=True, help="target rank r")
     p.add_argument("--epsilon", type=float, required=True, help="total privacy budget epsilon")
     p.add_argument("--delta", type=float, required=True, help="total privacy budget delta")

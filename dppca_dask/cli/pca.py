@@ -14,8 +14,9 @@ SUMMARY = "differentially private principal components of a store"
 
 
 def register(subparsers: Any) -> None:
-    from dppca_dask.api import DEFAULT_N_ITER, DEFAULT_SVT_SHARE, mechanisms
+    from dppca_dask.api import DEFAULT_N_ITER, DEFAULT_SVT_SHARE
     from dppca_dask.cli._cluster import add_cluster_arguments
+    from dppca_dask.methods import mechanism_help, mechanism_names
 
     p = subparsers.add_parser(
         "pca",
@@ -25,7 +26,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("store", help="a dppca_dask store or an AnnData zarr store")
     p.add_argument("--epsilon", type=float, required=True, help="total privacy budget epsilon")
     p.add_argument("--delta", type=float, required=True, help="total privacy budget delta")
-    p.add_argument("--mechanism", default="adaptive-power", choices=mechanisms())
+    p.add_argument("--mechanism", default="adaptive-power", choices=mechanism_names("pca"),
+                   help=mechanism_help("pca"))
     p.add_argument("--n-components", type=int, default=1, help="number of components (default 1)")
     p.add_argument("--n-iter", type=int, default=None, help=f"iterations per component (default {DEFAULT_N_ITER})")
     p.add_argument("--row-norm-bound", type=float, default=1.0, help="public L2 clipping bound of rows (default 1)")

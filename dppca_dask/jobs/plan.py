@@ -2,8 +2,7 @@
 
 :func:`plan_job` asks the library's own planners, which validate every parameter exactly as the runs do and
 return the neighbouring relation and the DpEvents a complete run emits, so that the ledger reserves exactly what
-the run will spend: ``pca`` mechanisms through :func:`dppca_dask.api.plan_release`, ``lowrank`` mechanisms
-through :func:`dppca_dask.lowrank.plan_lowrank`.
+the run will spend: the registry's mechanism (:func:`dppca_dask.methods.get_mechanism`) plans it.
 """
 
 from __future__ import annotations
@@ -26,31 +25,19 @@ class JobPlan:
 def planned_events(mechanism: str, *, n_rows: int, n_cols: int, epsilon: float, delta: float,
                    parameters: dict[str, Any]) -> JobPlan:
     """The relation and events of ``mechanism`` (a ``pca`` or ``lowrank`` mechanism) with ``parameters``."""
-    from dppca_dask.jobs.spec import LOWRANK_JOB_MECHANISMS
+    from dppca_dask.methods import get_mechanism
 
     release = {k: v for k, v in parameters.items() if k not in _EXECUTION}
-    if mechanism in LOWRANK_JOB_MECHANISMS or "rank" in release:
-        from dppca_dask.lowrank import plan_lowrank
-
-        low = plan_lowrank(n_rows, n_cols, epsilon=epsilon, delta=delta, mechanism=mechanism, **release)
-        return JobPlan(low.neighbouring, tuple(low.events))
+    if "rank" in release or get_mechanism(mechanism).entry == "lowrank":
+        plan = get_mechanism(mechanism, "lowrank").plan(
+            {**release, "epsilon": epsilon, "delta": delta}, n_rows=n_rows, n_cols=n_cols
+        )
+        return JobPlan(plan.neighbouring, tuple(plan.events))
     from dppca_dask.api import plan_release
 
-    plan = plan_release(n_cols, mechanism=mechanism, epsilon=epsilon, delta=delta, **release)
-    events = tuple(plan.events)
-    if mechanism == "private-power" and release.get("c_doubling") and not release.get("symmetric"):
-        # The ladder of the embedding [[0, A], [Aᵀ, 0]] depends on n_rows, which plan_release is not given.
-        from dppca_dask.algorithms.private_power import DEFAULT_PRIVATE_POWER_N_ITER, planned_private_power
-
-        cal = planned_private_power(
-            n_rows=n_rows, n_cols=n_cols, epsilon=epsilon, delta=delta,
-            n_iter=int(release.get("n_iter") or DEFAULT_PRIVATE_POWER_N_ITER),
-            n_components=int(release.get("n_components", 1)), symmetric=False,
-            coherence=release.get("coherence"), c_doubling=True,
-            calibration=str(release.get("calibration", "standard")),
-        )
-        events = tuple(cal.events())
-    return JobPlan(plan.neighbouring, events)
+    # the mechanism's own planner states the events exactly from the declared shape (n_rows included)
+    release_plan = plan_release(n_cols, n_rows=n_rows, mechanism=mechanism, epsilon=epsilon, delta=delta, **release)
+    return JobPlan(release_plan.neighbouring, tuple(release_plan.events))
 
 
 def plan_job(spec: Any, store: Any) -> JobPlan:

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dppca_dask.errors import JobSpecError
+from dppca_dask.methods import get_mechanism, mechanism_names
 
 __all__ = [
     "BudgetSpec",
@@ -64,9 +65,11 @@ __all__ = [
     "parse_job",
 ]
 
-#: Mechanisms a job may run through :func:`dppca_dask.pca` and :func:`dppca_dask.lowrank.lowrank`.
-PCA_JOB_MECHANISMS = ("adaptive-power", "analyze-gauss", "private-power")
-LOWRANK_JOB_MECHANISMS = ("private-low-rank", "randomized-response")
+#: Mechanisms a job may run through :func:`dppca_dask.pca` and :func:`dppca_dask.lowrank.lowrank`: the registry's
+#: private ones (a name of both entries runs through ``pca`` unless the job sets ``rank``).
+PCA_JOB_MECHANISMS = tuple(name for name in mechanism_names("pca") if get_mechanism(name, "pca").private)
+LOWRANK_JOB_MECHANISMS = tuple(name for name in mechanism_names("lowrank")
+                               if name not in PCA_JOB_MECHANISMS and get_mechanism(name, "lowrank").private)
 #: Arguments of pca/lowrank a job spec cannot set: they are the job's own business or would break its guarantee.
 _RESERVED_ARGUMENTS = frozenset({
     "data", "epsilon", "delta", "mechanism", "client", "seed", "noise", "on_release", "resume", "progress",

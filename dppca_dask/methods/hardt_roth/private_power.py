@@ -11,22 +11,27 @@ from collections.abc import Callable
 from typing import Any
 
 from dppca_dask.accounting.hardt_roth import entry_relation
-from dppca_dask.algorithms.private_power import planned_private_power, private_power_run
+from dppca_dask.algorithms.private_power import (
+    DEFAULT_PRIVATE_POWER_N_ITER,
+    planned_private_power,
+    private_power_run,
+)
 from dppca_dask.errors import InvalidParameterError
+from dppca_dask.methods._params import PCAParameters, pca_planner, pca_validator
+from dppca_dask.methods._registry import Mechanism, MechanismPlan
 
-__all__ = ["PRIVATE_POWER", "plan_private_power"]
+__all__ = ["MECHANISM", "PRIVATE_POWER", "plan_private_power"]
 
 PRIVATE_POWER = "private-power"
 
 
 def plan_private_power(params: Any, n_cols: int) -> Any:
-    """``planner(params, n_cols) -> MechanismPlan`` for :func:`dppca_dask.api.register_mechanism`.
+    """``planner(params, n_cols) -> MechanismPlan`` (the registry wraps it in :func:`plan`).
 
     The noise is calibrated inside the run, once the first pass has told the public dimension N (the number of
     rows, hence the embedding's size and the C-doubling ladder's length); nothing is released before that.
     """
     from dppca_dask.accounting.hardt_roth import calibrate_private_power
-    from dppca_dask.api import MechanismPlan
 
     if not params.symmetric and params.n_components > 1:
         raise InvalidParameterError(
@@ -92,3 +97,25 @@ def plan_private_power(params: Any, n_cols: int) -> Any:
         params.n_iter * params.n_components,
         planned_events=planned_events,
     )
+
+
+def plan(params: PCAParameters, *, n_rows: int | None = None, n_cols: int) -> MechanismPlan:
+    """``Mechanism.plan``: :func:`plan_private_power`, and with C-doubling on the embedding ``[[0, A], [Aᵀ, 0]]``
+    (whose ladder depends on ``n_rows``) the exact events when ``n_rows`` is known (a job's declared shape)."""
+    planned = pca_planner(plan_private_power)(params, n_rows=n_rows, n_cols=n_cols)
+    if params.c_doubling and not params.symmetric and n_rows is not None:
+        cal = planned_private_power(
+            n_rows=n_rows, n_cols=n_cols, epsilon=params.epsilon, delta=params.delta, n_iter=params.n_iter,
+            n_components=params.n_components, symmetric=False, coherence=params.coherence, c_doubling=True,
+            calibration=params.calibration,
+        )
+        planned.planned_events = tuple(cal.events())
+    return planned
+
+
+MECHANISM = Mechanism(
+    name=PRIVATE_POWER, entry="pca",
+    summary="top eigenvectors by private power iteration (Hardt-Roth 2013; one entry changing, not a row)",
+    neighbouring=entry_relation(1.0), private=True, validate=pca_validator(PRIVATE_POWER), plan=plan,
+    default_n_iter=DEFAULT_PRIVATE_POWER_N_ITER,
+)

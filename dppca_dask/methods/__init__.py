@@ -1,0 +1,30 @@
+"""Every mechanism, one module per family, and the registry the API, the CLI, jobs and benchmarks read.
+
+A family module defines its :class:`Mechanism` (name, entry point, summary, neighbouring relation, ``validate``
+and ``plan``) and the registry lines at the end of this module register it; nothing else lists mechanisms.
+"""
+
+from __future__ import annotations
+
+from dppca_dask.methods._registry import (
+    Mechanism,
+    MechanismPlan,
+    get_mechanism,
+    mechanism_help,
+    mechanism_names,
+    register,
+)
+
+__all__ = ["Mechanism", "MechanismPlan", "get_mechanism", "mechanism_help", "mechanism_names", "register"]
+
+# The registry: one import and registration per family module (the order is the order of CLI choices).
+from dppca_dask.methods import adaptive_power, analyze_gauss, exact  # noqa: E402
+from dppca_dask.methods.hardt_roth import lowrank as _hr_lowrank  # noqa: E402
+from dppca_dask.methods.hardt_roth import private_power as _hr_private_power  # noqa: E402
+
+register(adaptive_power.MECHANISM)
+register(analyze_gauss.MECHANISM)
+register(exact.MECHANISM)
+register(_hr_private_power.MECHANISM)
+for _mechanism in _hr_lowrank.MECHANISMS:
+    register(_mechanism)

@@ -1,0 +1,147 @@
+"""Adaptive power iteration (seed 004) as a ``pca`` mechanism: its calibration, planned events and run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from dppca_dask.algorithms.adaptive_power import adaptive_power_run, pass_row_budget, release_key
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.kernels import ThresholdGrid
+from dppca_dask.methods._params import ADD_REMOVE_ROW, PCAParameters, pca_planner, pca_validator
+from dppca_dask.methods._registry import Mechanism, MechanismPlan
+
+def _adaptive_resumed_keys(n_iter: int) -> Callable[[Any], list[str]]:
+    def keys(resume: Any) -> list[str]:
+        if resume is None:
+            return []
+        pending = getattr(resume, "pending_index", None)
+        out = []
+        started = resume.iteration > 0 or pending is not None  # the current component's start was drawn
+        for k in range(resume.component + (1 if started else 0)):
+            last = n_iter if k < resume.component else resume.iteration
+            out.append(f"component-{k}/init")
+            for t in range(last):
+                out += [release_key(k, t, "svt"), release_key(k, t, "gaussian")]
+        if pending is not None:
+            out.append(release_key(resume.component, resume.iteration, "svt"))
+        return out
+
+    return keys
+
+
+def _plan_adaptive_power(params: PCAParameters, n_cols: int) -> MechanismPlan:
+    from dppca_dask import accounting
+    from dppca_dask.mechanisms import svt_cutoff, svt_replace_one_epsilon, svt_scales
+
+    count = params.n_iter * params.n_components
+    share = accounting.DEFAULT_FAILURE_DELTA_SHARE
+    if params.calibration == "paper":
+        # the paper's Lemma 3.1 constants, calibrated to the δ left after the second-pass share
+        paper = accounting.paper_adaptive_power_calibration(
+            epsilon=params.epsilon, delta=params.delta * (1.0 - share), n_iter=count
+        )
+        epsilon_svt, multiplier = paper.epsilon_svt, paper.noise_multiplier
+        form = "general"  # the paper's Lap(2/ε), Lap(4/ε)
+        failure_delta = share * params.delta
+        pass_delta = accounting.pass_delta_for(failure_delta, epsilon_svt)
+    else:
+        cal = accounting.calibrate_adaptive_power(
+            epsilon=params.epsilon,
+            delta=params.delta,
+            n_iter=params.n_iter,
+            svt_share=params.svt_share,
+            n_components=params.n_components,
+            failure_delta_share=share,
+        )
+        epsilon_svt, multiplier = cal.epsilon_svt, cal.noise_multiplier
+        form = "monotone"  # Lyu–Su–Li 2017: Lap(2/ε), Lap(2/ε) for monotonic queries
+        failure_delta, pass_delta = cal.failure_delta, cal.pass_delta
+    svt_delta = accounting.svt_step_delta(epsilon_svt, pass_delta, count)
+    threshold_scale, query_scale = svt_scales(epsilon_svt, form=form)
+    cutoff = svt_cutoff(epsilon_svt, params.beta)
+    grid = ThresholdGrid.for_bound(
+        params.row_norm_bound, per_octave=params.grid_per_octave, octaves=params.grid_octaves
+    )
+    top_m = pass_row_budget(cutoff=cutoff, threshold_scale=threshold_scale, query_scale=query_scale,
+                            n_queries=grid.n_points, n_releases=count, pass_delta=pass_delta)
+
+    def make_run(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
+        return adaptive_power_run(
+            n_cols=n_cols,
+            n_iter=params.n_iter,
+            n_components=params.n_components,
+            row_norm_bound=params.row_norm_bound,
+            epsilon_svt=epsilon_svt,
+            noise_multiplier=multiplier,
+            cutoff=cutoff,
+            grid=grid,
+            noise=noise,
+            svt_form=form,
+            pass_delta=pass_delta,
+            top_m=top_m,
+            resume=resume,
+            on_release=on_release,
+        )
+
+    paper_figure = accounting.paper_adaptive_power_epsilon(
+        epsilon_svt=epsilon_svt,
+        noise_multiplier=multiplier,
+        n_iter=count,
+        delta=params.delta,
+    )
+    epsilon_replace = svt_replace_one_epsilon(threshold_scale, query_scale)
+    replace_svt = accounting.EpsilonDeltaDpEvent(
+        epsilon_replace, accounting.svt_step_delta(epsilon_replace, pass_delta, count)
+    )
+
+    def replace_one(events: tuple[Any, ...]) -> list[Any]:
+        from dp_accounting import dp_event
+
+        out: list[Any] = []
+        for leaf, n in accounting.flatten_events(events):
+            if isinstance(leaf, accounting.EpsilonDeltaDpEvent):
+                out.append(dp_event.SelfComposedDpEvent(replace_svt, n))
+            elif isinstance(leaf, dp_event.GaussianDpEvent):
+                out.append(dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(leaf.noise_multiplier / 2.0), n))
+            else:
+                raise InvalidParameterError(f"unexpected event {leaf!r:.100} in an adaptive power run")
+        return out
+
+    method = (
+        f"replace one row: each AboveThreshold step is {epsilon_replace:.6g}-DP (its counts keep sensitivity 1 but "
+        "are not monotonic: 1/threshold_scale + 2/query_scale, Lyu-Su-Li 2017), with the second-pass term "
+        "(1 + e^eps)·delta_pass/K; each Gaussian step has sensitivity 2·theta (noise multiplier halved)"
+    )
+    return MechanismPlan(
+        make_run,
+        ADD_REMOVE_ROW,
+        {"epsilon_svt": epsilon_svt, "noise_multiplier": multiplier, "cutoff": cutoff, "top_m": top_m,
+         "grid": grid.to_json(), "calibration": params.calibration, "svt_form": form,
+         "svt_threshold_scale": threshold_scale, "svt_query_scale": query_scale,
+         "delta_split": {"total": params.delta, "second_pass": failure_delta,
+                         "mechanisms": params.delta - failure_delta, "pass_probability": pass_delta,
+                         "per_svt_step": svt_delta}},
+        paper_figure,
+        count,
+        resumed_keys=_adaptive_resumed_keys(params.n_iter),
+        planned_events=_adaptive_events(epsilon_svt, svt_delta, multiplier, count),
+        replace_one=(replace_one, method),
+    )
+
+
+def _adaptive_events(epsilon_svt: float, svt_delta: float, multiplier: float, count: int) -> tuple[Any, ...]:
+    from dp_accounting import dp_event
+
+    from dppca_dask.accounting import EpsilonDeltaDpEvent
+
+    pair = dp_event.ComposedDpEvent([EpsilonDeltaDpEvent(epsilon_svt, svt_delta), dp_event.GaussianDpEvent(multiplier)])
+    return (dp_event.SelfComposedDpEvent(pair, count),)
+
+
+MECHANISM = Mechanism(
+    name="adaptive-power", entry="pca",
+    summary="top components by noisy power iteration, rows of large norm filtered by sparse vector (default)",
+    neighbouring=ADD_REMOVE_ROW, private=True, validate=pca_validator("adaptive-power"),
+    plan=pca_planner(_plan_adaptive_power),
+)
