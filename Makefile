@@ -14,18 +14,27 @@ export OMP_NUM_THREADS := 1
 export OPENBLAS_NUM_THREADS := 1
 export MKL_NUM_THREADS := 1
 
-.PHONY: demo test clean
+# The lowest supported versions: a second virtual environment built with every floor of pyproject.toml pinned
+# (ci/lowest-constraints.txt), running a fast subset of the suite.
+LOWEST_VENV := .venv-lowest
+LOWEST_TESTS ?= tests/test_packaging_imports.py tests/test_packaging_extras.py tests/test_packaging_metrics_reuse.py \
+	tests/test_packaging_mtx_fast_path.py tests/accounting/test_gaussian_library_calibration.py \
+	tests/accounting/test_composition.py tests/storage tests/ingest/test_ingest_parquet.py \
+	tests/ingest/test_ingest_anndata.py tests/ingest/test_ingest_mtx.py tests/ingest/test_ingest_svmlight.py \
+	tests/cli/test_cli_strict_json.py tests/coordinator_client
+
+.PHONY: demo test test-lowest clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[anndata]'
+	$(BIN)/python -m pip install --quiet -e '.[anndata,parquet]'
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[anndata,test,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[anndata,parquet,test,bench,scanpy]'
 	touch $@ $(VENV)/.installed-demo
 
 demo: $(VENV)/.installed-demo
@@ -34,5 +43,14 @@ demo: $(VENV)/.installed-demo
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+$(LOWEST_VENV)/.installed: pyproject.toml ci/lowest-constraints.txt
+	$(PYTHON) -m venv $(LOWEST_VENV)
+	$(LOWEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LOWEST_VENV)/bin/python -m pip install --quiet -c ci/lowest-constraints.txt -e '.[anndata,parquet,test]'
+	touch $@
+
+test-lowest: $(LOWEST_VENV)/.installed
+	$(LOWEST_VENV)/bin/python -m pytest -m 'not slow' -p no:cacheprovider $(LOWEST_TESTS) $(PYTEST_ARGS)
+
 clean:
-	rm -rf build .pytest_cache .hypothesis
+	rm -rf build .pytest_cache .hypothesis $(LOWEST_VENV)

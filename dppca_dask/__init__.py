@@ -2,19 +2,40 @@
 
 Start with :func:`pca` (or the :class:`DPPCA` estimator) on a store made by :func:`ingest`; every result carries
 its privacy report.
+
+The public names are imported on first use (module ``__getattr__``): ``import dppca_dask`` loads neither
+dp-accounting, dask.distributed, zarr nor scipy, so that the command line starts quickly.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from dppca_dask.api import DEFAULT_N_ITER, mechanisms, pca  # noqa: E402
-from dppca_dask.ingest import ingest  # noqa: E402
-from dppca_dask.lowrank import LowRankResult, load_lowrank, lowrank  # noqa: E402
-from dppca_dask.methods.tensor.topics import topics  # noqa: E402
-from dppca_dask.methods.window import WindowRelease, window  # noqa: E402
-from dppca_dask.results import PCAResult, load_result  # noqa: E402
-from dppca_dask.storage import MatrixStore, append_partition, open_matrix, write_matrix  # noqa: E402
+#: Public name -> the module that defines it (imported when the name is first used).
+_LAZY: dict[str, str] = {
+    "DEFAULT_N_ITER": "dppca_dask.api",
+    "DPPCA": "dppca_dask.estimator",  # needs scikit-learn (the sklearn extra)
+    "mechanisms": "dppca_dask.api",
+    "pca": "dppca_dask.api",
+    "ingest": "dppca_dask.ingest",
+    "LowRankResult": "dppca_dask.lowrank",
+    "load_lowrank": "dppca_dask.lowrank",
+    "lowrank": "dppca_dask.lowrank",
+    "PCAResult": "dppca_dask.results",
+    "load_result": "dppca_dask.results",
+    "MatrixStore": "dppca_dask.storage",
+    "append_partition": "dppca_dask.storage",
+    "open_matrix": "dppca_dask.storage",
+    "write_matrix": "dppca_dask.storage",
+    "topics": "dppca_dask.methods.tensor.topics",
+    "window": "dppca_dask.methods.window",
+    "WindowRelease": "dppca_dask.methods.window",
+}
 
 __all__ = [
     "DEFAULT_N_ITER",
@@ -37,15 +58,55 @@ __all__ = [
     "write_matrix",
 ]
 
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from dppca_dask.api import DEFAULT_N_ITER, mechanisms, pca
+    from dppca_dask.estimator import DPPCA
+    from dppca_dask.ingest import ingest
+    from dppca_dask.lowrank import LowRankResult, load_lowrank, lowrank
+    from dppca_dask.results import PCAResult, load_result
+    from dppca_dask.methods.tensor.topics import topics
+    from dppca_dask.methods.window import WindowRelease, window
+    from dppca_dask.storage import MatrixStore, append_partition, open_matrix, write_matrix
 
-def __getattr__(name: str) -> object:
-    # DPPCA needs scikit-learn (the ``sklearn`` extra): imported on first use, so ``import dppca_dask`` does not.
-    if name == "DPPCA":
-        from dppca_dask.estimator import DPPCA
 
-        return DPPCA
-    if name == "pp":
-        import importlib
-
+def __getattr__(name: str) -> Any:
+    if name == "pp":  # the scanpy-style namespace (dppca_dask.pp.pca)
         return importlib.import_module("dppca_dask.pp")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dppca_dask' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+class _Package(types.ModuleType):
+    """``dppca_dask.ingest`` and ``dppca_dask.lowrank`` are the functions, as they were when imported eagerly, even
+    after the module of the same name is imported (which would otherwise rebind the attribute to the module)."""
+
+    @property
+    def ingest(self) -> Any:
+        from dppca_dask.ingest import ingest
+
+        return ingest
+
+    @ingest.setter
+    def ingest(self, value: Any) -> None:  # the import system binds the subpackage here: keep the function
+        pass
+
+    @property
+    def lowrank(self) -> Any:
+        from dppca_dask.lowrank import lowrank
+
+        return lowrank
+
+    @lowrank.setter
+    def lowrank(self, value: Any) -> None:  # as for ingest
+        pass
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -11,12 +11,25 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-__all__ = ["progress_bar"]
+__all__ = ["in_notebook", "progress_bar"]
+
+
+def in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (where ``tqdm.auto`` draws a notebook widget)."""
+    if "ipykernel" not in sys.modules:
+        return False
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
 
 
 def progress_bar(*, total: int | None, desc: str, unit: str = "it", enabled: bool | None = None, **kwargs: Any) -> Any:
-    """A ``tqdm`` bar on standard error when it is a terminal (or when ``enabled=True``); disabled otherwise."""
+    """A ``tqdm`` bar on standard error when it is a terminal, a notebook widget in Jupyter (``tqdm.auto``), or
+    when ``enabled=True``; disabled otherwise."""
     if enabled is None:
-        enabled = sys.stderr.isatty()
+        enabled = sys.stderr.isatty() or in_notebook()
     return tqdm(total=total, desc=desc, unit=unit, disable=not enabled, file=sys.stderr, leave=False,
                 dynamic_ncols=True, **kwargs)

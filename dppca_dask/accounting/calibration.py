@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from dp_accounting import dp_event
-from scipy import optimize
 
 from dppca_dask.accounting.composition import (
     Accountant,
@@ -600,24 +599,16 @@ def calibrate_gaussian(*, epsilon: float, delta: float, count: int = 1) -> float
     Privacy contract: for any neighbouring relation under which each release's L2 sensitivity is the one the
     multiplier is applied to. ``count`` Gaussians of multiplier m compose exactly to one of multiplier
     ``m/sqrt(count)``, so m is ``sqrt(count)`` times the analytic Gaussian multiplier of Balle & Wang (2018,
-    Theorem 8) — the exact privacy profile, which the PLD accountant reproduces from above. The answer carries a
-    relative margin of 1e-9 so that the report's ε prints at or below the target. Used by Analyze Gauss
+    Theorem 8) — the exact privacy profile, which the PLD accountant reproduces from above — as computed by
+    ``dp_accounting.gaussian_mechanism.get_sigma_gaussian``. The answer carries a relative margin of 1e-9 so that the report's ε prints at or below the target. Used by Analyze Gauss
     (Dwork–Talwar–Thakurta–Zhang 2014) and other one-shot baselines.
     """
     _check_target(epsilon, delta)
     _check_count("count", count)
-    log_delta = math.log(delta)
+    from dp_accounting.gaussian_mechanism import get_sigma_gaussian
 
-    def log_delta_gap(sigma: float) -> float:
-        d = gaussian_delta(sigma, epsilon)
-        return (math.log(d) if d > 0 else -math.inf) - log_delta
-
-    lo, hi = 0.5, 1.0
-    while log_delta_gap(hi) > 0:
-        lo, hi = hi, hi * 2.0
-    while log_delta_gap(lo) <= 0:
-        lo, hi = lo / 2.0, lo
-    sigma = optimize.brentq(log_delta_gap, lo, hi, xtol=1e-15, rtol=1e-13) * (1.0 + 1e-9)
+    # dp-accounting's exact calibration (Balle & Wang's δ(ε) solved by Brent's method), then a relative margin.
+    sigma = float(get_sigma_gaussian(epsilon, delta, tol=1e-15)) * (1.0 + 1e-9)
     multiplier = sigma * math.sqrt(count)
     while gaussian_delta(merged_gaussian_multiplier([(multiplier, count)]), epsilon) > delta:
         multiplier *= 1.0 + 1e-9

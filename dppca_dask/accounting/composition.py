@@ -37,7 +37,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.privacy_accountant import NeighboringRelation, UnsupportedEventError
 from dp_accounting.rdp import rdp_privacy_accountant
-from scipy import optimize, stats
+from scipy import stats
 
 from dppca_dask.accounting.events import EpsilonDeltaDpEvent
 from dppca_dask.errors import InvalidParameterError
@@ -274,7 +274,7 @@ def gaussian_delta(noise_multiplier: float, epsilon: float) -> float:
 def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     """Exact ε at δ of the Gaussian mechanism (Balle–Wang 2018), never below the true value.
 
-    Brent's method finds the root; the answer is then nudged upward until :func:`gaussian_delta` at it is at
+    dp-accounting's ``get_epsilon_gaussian`` finds the root (Brent's method); the answer is then nudged upward until :func:`gaussian_delta` at it is at
     most ``delta``, so rounding can only make it larger.
     """
     if math.isnan(noise_multiplier) or noise_multiplier <= 0:
@@ -287,13 +287,9 @@ def gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
         return math.inf
     if gaussian_delta(noise_multiplier, 0.0) <= delta:
         return 0.0
-    log_delta = math.log(delta)
-    lo, hi = 0.0, 1.0
-    while _gaussian_log_delta(noise_multiplier, hi) > log_delta:
-        lo, hi = hi, hi * 2.0
-    eps = optimize.brentq(
-        lambda e: _gaussian_log_delta(noise_multiplier, e) - log_delta, lo, hi, xtol=1e-13, rtol=1e-13
-    )
+    from dp_accounting.gaussian_mechanism import get_epsilon_gaussian
+
+    eps = float(get_epsilon_gaussian(noise_multiplier, delta, tol=1e-15))
     while gaussian_delta(noise_multiplier, eps) > delta:  # the very check callers make
         eps = eps * (1.0 + 1e-13) + 1e-15
     return float(eps)

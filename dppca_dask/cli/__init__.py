@@ -22,7 +22,10 @@ __all__ = ["main", "build_parser"]
 _SUBCOMMANDS = ("ingest", "append", "info", "pca", "lowrank", "window", "topics", "run", "budget", "demo")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = "") -> argparse.ArgumentParser:
+    """The full parser (every subcommand registered); with ``command`` (a subcommand's name, or ``None`` for none)
+    only that one is registered in full and the others are listed by their ``SUMMARY``, without importing what
+    their options need (``dppca-dask --help`` and ``--version`` start in a fraction of a second)."""
     parser = argparse.ArgumentParser(
         prog="dppca-dask",
         description="Differentially private PCA and low-rank analysis of large sparse matrices, on Dask.",
@@ -46,12 +49,32 @@ def build_parser() -> argparse.ArgumentParser:
             if exc.name != f"dppca_dask.cli.{name}":
                 raise
             continue
-        module.register(subparsers)
+        summary = getattr(module, "SUMMARY", None)
+        if command == "" or command == name or summary is None:
+            module.register(subparsers)
+        else:
+            subparsers.add_parser(name, help=summary)
     return parser
 
 
-from dppca_dask.coordinator.guard import OneLineLogFilter as _OneLine  # noqa: E402
-from dppca_dask.coordinator.guard import one_line_logs  # noqa: E402
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (the first word that is not an option: the top-level options take no
+    value), or ``None``."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+
+def __getattr__(name: str) -> object:
+    if name == "_OneLine":  # imported on use: the coordinator loads dask.distributed
+        from dppca_dask.coordinator.guard import OneLineLogFilter
+
+        return OneLineLogFilter
+    raise AttributeError(f"module 'dppca_dask.cli' has no attribute '{name}'")
 
 #: Loggers of the libraries under us: silent under ``-q``, warnings otherwise, everything with ``-vvv``.
 _LIBRARY_LOGGERS = ("distributed", "dask", "tornado", "asyncio", "bokeh")
@@ -73,6 +96,8 @@ def _configure_logging(verbose: int, quiet: bool, debug: bool = False) -> None:
     if debug:
         return
     # Without --debug no handler prints a traceback: the root's and those distributed installs on its loggers.
+    from dppca_dask.coordinator.guard import one_line_logs
+
     one_line_logs(_LIBRARY_LOGGERS)
 
 
@@ -103,7 +128,9 @@ def _unexpected(exc: BaseException) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code (0 success, 1 unexpected error, 2 invalid input or parameters,
     3 budget exhausted, 4 public mechanism failure, 5 the Dask cluster was lost during the run, 130 interrupted)."""
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))
     _configure_logging(args.verbose, args.quiet, debug)
@@ -113,7 +140,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.formatwarning = _format_warning  # type: ignore[assignment]
     prefix = f"dppca-dask {args.command}"
     try:
-        return int(args.handler(args) or 0)
+        from dppca_dask.cli._cluster import apply_cluster_arguments
+
+        with apply_cluster_arguments(args):
+            return int(args.handler(args) or 0)
     except DppcaError as exc:
         if debug:
             traceback.print_exc()

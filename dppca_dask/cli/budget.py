@@ -4,12 +4,13 @@ stale reservation of a job that released nothing (``resolve``)."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import sys
 from typing import Any
 
 __all__ = ["register"]
+
+#: One line for ``dppca-dask --help`` (read without registering the command).
+SUMMARY = "create or inspect a privacy-budget ledger"
 
 _RELATIONS = {
     "add-remove-row": "add/remove one row",
@@ -44,7 +45,7 @@ def _relation(value: str) -> str:
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser("budget", help="create or inspect a privacy-budget ledger",
+    p = subparsers.add_parser("budget", help=SUMMARY,
                               description="Create, inspect or repair a privacy-budget ledger (SQLite).")
     sub = p.add_subparsers(dest="budget_command", metavar="ACTION", required=True)
 
@@ -131,8 +132,9 @@ def run_show(args: argparse.Namespace) -> int:
     keys = [args.dataset] if args.dataset else ledger.datasets()
     budgets = [ledger.budget(key) for key in keys]
     if args.json:
-        json.dump({"ledger": args.ledger, "datasets": [b.to_dict() for b in budgets]}, sys.stdout)
-        sys.stdout.write("\n")
+        from dppca_dask.cli import _json
+
+        _json.dump({"ledger": args.ledger, "datasets": [b.to_dict() for b in budgets]})
         return 0
     print(f"ledger {args.ledger}: {len(budgets)} dataset(s)")
     for b in budgets:

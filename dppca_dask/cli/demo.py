@@ -17,11 +17,14 @@ import numpy as np
 
 __all__ = ["register"]
 
+#: One line for ``dppca-dask --help`` (read without registering the command).
+SUMMARY = "run the main job on sample data with an embedded LocalCluster"
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "demo",
-        help="run the main job on sample data with an embedded LocalCluster",
+        help=SUMMARY,
         description="Ingest sample data and compute a differentially private top component on a LocalCluster.",
     )
     p.add_argument("--data", default=None, help="a LIBSVM file to use (default: generate data)")
@@ -73,10 +76,10 @@ def run(args: argparse.Namespace) -> int:
     info = store.info()
     print(f"store: {info['n_rows']} rows x {info['n_cols']} columns, {info['nnz']} stored entries, "
           f"{info['n_partitions']} partitions, {info['size_on_disk'] / 2**20:.1f} MiB on disk")
-    workers = args.workers or max(os.cpu_count() or 1, 1)
-    # The embedded LocalCluster of the library: everything on 127.0.0.1, no dashboard.
-    with connect(None, n_workers=workers) as client:
-        print(f"LocalCluster with {workers} workers at {client.scheduler.address}")
+    # The embedded LocalCluster of the library: everything on 127.0.0.1, no dashboard (or the active client).
+    with connect(None, n_workers=args.workers) as client:
+        workers = len(client.scheduler_info()["workers"])
+        print(f"Dask cluster with {workers} workers at {client.scheduler.address}")
         result = pca(store, epsilon=args.epsilon, delta=args.delta, client=client, timings=True)
         print()
         print(format_result(result))

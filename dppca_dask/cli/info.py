@@ -10,11 +10,14 @@ from dppca_dask.cli.ingest import _size
 
 __all__ = ["register", "run"]
 
+#: One line for ``dppca-dask --help`` (read without registering the command).
+SUMMARY = "describe a matrix store"
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "info",
-        help="describe a matrix store",
+        help=SUMMARY,
         description="Print the shape, stored entries, partitions, dtype, format version and size on disk of a "
         "matrix store (a dppca_dask store or an AnnData zarr store). This describes the data for its owner; it is "
         "not a differentially private release.",
@@ -30,6 +33,9 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.storage import open_matrix
 
+    from dppca_dask.cli._paths import check_store
+
+    check_store(args.store)
     store = open_matrix(args.store)
     if args.check:
         for part in store.partitions:  # one partition in memory at a time; raises on the first damage
@@ -39,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
         info["check"] = f"ok: {store.n_partitions} partitions verified"
     info["id_maps"] = sorted(store.metadata.get("id_maps") or {})
     if args.json:
-        print(json.dumps(info, default=str))
+        from dppca_dask.cli import _json
+
+        _json.dump(info)
         return 0
     version = info["format_version"] if info["format_version"] is not None else "none (AnnData store)"
     lines = [

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from typing import Any
 
 __all__ = ["register", "run"]
+
+#: One line for ``dppca-dask --help`` (read without registering the command).
+SUMMARY = "convert a matrix file into a matrix store"
 
 
 def register(subparsers: Any) -> None:
@@ -15,7 +17,7 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "ingest",
-        help="convert a matrix file into a matrix store",
+        help=SUMMARY,
         description="Convert a matrix (LIBSVM, Matrix Market, AnnData, Parquet triplets, .npz, .npy) into a "
         "row-partitioned zarr store, validating every value. Prints a one-line summary.",
     )
@@ -63,8 +65,11 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dppca_dask.cli._paths import check_input, check_output
     from dppca_dask.ingest import ingest
 
+    check_input(args.src)
+    check_output(args.out)
     start = time.perf_counter()
     store = ingest(
         args.src,
@@ -91,7 +96,9 @@ def run(args: argparse.Namespace) -> int:
     info = store.info()
     kind = (info.get("source") or {}).get("kind", "unknown")
     if args.json:
-        print(json.dumps({**info, "format": kind, "seconds": round(seconds, 3)}, default=str))
+        from dppca_dask.cli import _json
+
+        _json.dump({**info, "format": kind, "seconds": round(seconds, 3)})
     else:
         print(
             f"ingested '{args.src}' ({kind}) -> '{store.path}': {info['n_rows']} x {info['n_cols']}, "

@@ -7,19 +7,21 @@ and where the factors were written (never the factors themselves).
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import Any
 
 __all__ = ["format_lowrank", "register"]
 
+#: One line for ``dppca-dask --help`` (read without registering the command).
+SUMMARY = "differentially private low-rank approximation of a store (factors written to --out)"
+
 
 def register(subparsers: Any) -> None:
+    from dppca_dask.cli._cluster import add_cluster_arguments
     from dppca_dask.methods import mechanism_help, mechanism_names
 
     p = subparsers.add_parser(
         "lowrank",
-        help="differentially private low-rank approximation of a store (factors written to --out)",
+        help=SUMMARY,
         description="Compute a differentially private low-rank approximation B = left @ right of a matrix store "
                     "on Dask and write the factors to a directory (factors.zarr and result.json).",
     )
@@ -57,6 +59,7 @@ def register(subparsers: Any) -> None:
     pp.add_argument("--signed-values", action="store_true",
                     help="release Rayleigh quotients (private sign estimate; indefinite symmetric stores)")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
+    add_cluster_arguments(p)
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
                    help="keep partitions in worker memory (default: when they fit)")
     p.add_argument("--seed", type=int, default=None, help="reproducible run; the result is then NOT private")
@@ -73,17 +76,29 @@ _OPTIONAL = (
 _FLAGS = ("truncate", "c_doubling", "symmetric", "signed_values")
 
 
-def format_lowrank(result: Any, out: str) -> str:
-    """Human-readable public summary of a :class:`~dppca_dask.lowrank.LowRankResult`."""
+def _rank_line(result: Any, requested: int | None) -> str:
+    line = f"rank: {result.rank} (factors {result.shape[0]}x{result.rank} and {result.rank}x{result.shape[1]})"
+    if requested is None or requested == result.rank:
+        return line
+    if result.rank > requested:
+        return (f"{line}: the requested rank {requested} + oversampling {result.rank - requested} (the range "
+                f"finder's sketch width; --truncate keeps the best rank-{requested} part, --oversampling sets it)")
+    return f"{line}: the requested rank {requested}, capped by the matrix's shape"
+
+
+def format_lowrank(result: Any, out: str, *, requested_rank: int | None = None) -> str:
+    """Human-readable public summary of a :class:`~dppca_dask.lowrank.LowRankResult`; with ``requested_rank``, the
+    rank line says how the output rank follows from it."""
     report = result.privacy
-    lines = [
-        f"mechanism: {result.mechanism}",
-        f"rank: {result.rank} (factors {result.shape[0]}x{result.rank} and {result.rank}x{result.shape[1]})",
-    ]
+    lines = [f"mechanism: {result.mechanism}", _rank_line(result, requested_rank)]
     if result.private:
         lines.append(
             f"privacy: ({report.epsilon:.4g}, {report.delta:.3g})-differentially private; neighbouring: "
             f"{report.neighbouring} (accountant: {report.accountant}; target epsilon {report.target_epsilon:g})"
+        )
+        lines.append(
+            f"  epsilon {report.epsilon:.4g} is the whole run's: the accountant composes every noisy step "
+            f"(for private-low-rank, the range finder and the projection) and it stays at most the target"
         )
         group = getattr(report, "group_privacy", None)
         if group:
@@ -95,7 +110,10 @@ def format_lowrank(result: Any, out: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dppca_dask.cli._paths import check_store
     from dppca_dask.lowrank import lowrank
+
+    check_store(args.store)
 
     options: dict[str, Any] = {name: getattr(args, name) for name in _OPTIONAL if getattr(args, name) is not None}
     options.update({name: True for name in _FLAGS if getattr(args, name)})
@@ -116,8 +134,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = result.to_dict()
         out["output"] = args.out
-        json.dump(out, sys.stdout)
-        sys.stdout.write("\n")
+        from dppca_dask.cli import _json
+
+        _json.dump(out)
     else:
-        print(format_lowrank(result, args.out))
+        print(format_lowrank(result, args.out, requested_rank=args.rank))
     return 0

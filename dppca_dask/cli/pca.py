@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import Any
 
 import numpy as np
 
 __all__ = ["format_result", "register"]
 
+#: One line for ``dppca-dask --help`` (read without registering the command).
+SUMMARY = "differentially private principal components of a store"
+
 
 def register(subparsers: Any) -> None:
     from dppca_dask.api import DEFAULT_N_ITER, DEFAULT_SVT_SHARE
+    from dppca_dask.cli._cluster import add_cluster_arguments
     from dppca_dask.methods import mechanism_help, mechanism_names
 
     p = subparsers.add_parser(
         "pca",
-        help="differentially private principal components of a store",
+        help=SUMMARY,
         description="Compute differentially private top principal directions of a matrix store on Dask.",
     )
     p.add_argument("store", help="a dppca_dask store or an AnnData zarr store")
@@ -51,6 +53,7 @@ def register(subparsers: Any) -> None:
                    help="private-power: the store is a square matrix A (PSD for more than one component); runs on "
                         "(A + A^T)/2, A itself when symmetric")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
+    add_cluster_arguments(p)
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
                    help="keep partitions in worker memory (default: when they fit)")
     p.add_argument("--seed", type=int, default=None, help="reproducible run; the result is then NOT private")
@@ -207,6 +210,9 @@ def _private_power_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.api import pca
+    from dppca_dask.cli._paths import check_store
+
+    check_store(args.store)
 
     from dppca_dask.algorithms.block_power import BLOCK_POWER
     from dppca_dask.errors import InvalidParameterError
@@ -245,8 +251,9 @@ def run(args: argparse.Namespace) -> int:
             out["feature_names"] = labels  # column j of every component is feature_names[j]
         if args.out:
             out["output"] = args.out
-        json.dump(out, sys.stdout)
-        sys.stdout.write("\n")
+        from dppca_dask.cli import _json
+
+        _json.dump(out)
     else:
         print(format_result(result, labels=labels))
         if note:

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 __all__ = ["register"]
 
+#: One line for ``dppca-dask --help`` (read without registering the command).
+SUMMARY = "run a job spec (TOML) under its privacy-budget ledger"
+
 
 def register(subparsers: Any) -> None:
+    from dppca_dask.cli._cluster import add_cluster_arguments
+
     p = subparsers.add_parser(
         "run",
-        help="run a job spec (TOML) under its privacy-budget ledger",
+        help=SUMMARY,
         description=(
             "Run a job: refresh the store if the spec says so, reserve the privacy budget in the ledger, run the "
             "mechanism, charge the ledger and write the result. The ledger must exist (`dppca-dask budget init` "
@@ -26,11 +30,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--date", default=None, help="run date YYYY-MM-DD, part of the job id (default: today, UTC)")
     p.add_argument("--job-id", default=None, help="override [job] id (the job id is then ID@DATE)")
     p.add_argument("--scheduler", default=None, help="override [cluster] address (tcp://HOST:PORT or tls://...)")
+    add_cluster_arguments(p)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
                    help="override a value of the spec (TOML syntax; repeatable), e.g. --set privacy.epsilon=0.5")
     p.add_argument("--allow-new-store", action="store_true",
                    help="accept a store other than the one the dataset key was first used with (the same people's "
                         "data, re-ingested); the ledger records the new store")
+    p.add_argument("--dry-run", action="store_true",
+                   help="check the spec, the store (every partition), its schema, the scheduler and the budget (the "
+                        "reservation tried on a copy of the ledger); reserve, release and write nothing")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
 
@@ -44,10 +52,13 @@ def run(args: argparse.Namespace) -> int:
     if args.scheduler:
         overrides.append(f"cluster.address={json.dumps(args.scheduler)}")
     spec = load_job(args.job, overrides=overrides)
+    if args.dry_run:
+        return _dry_run(spec, args)
     outcome = run_job(spec, date=args.date, allow_new_store=args.allow_new_store)
     if args.json:
-        json.dump(outcome.to_dict(), sys.stdout)
-        sys.stdout.write("\n")
+        from dppca_dask.cli import _json
+
+        _json.dump(outcome.to_dict())
         return 0
     result = outcome.result
     report = result.privacy
@@ -66,4 +77,25 @@ def run(args: argparse.Namespace) -> int:
     print(f"ledger: {spec.budget.ledger} dataset '{entry.dataset}': {entry.status} (epsilon={entry.epsilon:g}, "
           f"delta={entry.delta:g}); see `dppca-dask budget show --ledger {spec.budget.ledger}`")
     print(f"result: {outcome.output}")
+    return 0
+
+
+def _dry_run(spec: Any, args: argparse.Namespace) -> int:
+    from dppca_dask.jobs.dry_run import dry_run_job
+
+    checked = dry_run_job(spec, date=args.date, allow_new_store=args.allow_new_store)
+    if args.json:
+        from dppca_dask.cli import _json
+
+        _json.dump(checked.to_dict())
+        return 0
+    print(f"job {checked.job_id}: dry run: {checked.status.replace('-', ' ')}; nothing was reserved or released")
+    print(f"mechanism: {checked.mechanism} (epsilon={checked.epsilon:g}, delta={checked.delta:g}"
+          f"{f', neighbours differing by {checked.neighbouring}' if checked.neighbouring else ''})")
+    if checked.remaining_epsilon_after is not None:
+        print(f"budget: fits; dataset '{checked.dataset}' would have epsilon {checked.remaining_epsilon_after:.4g} "
+              f"left (indicative) in ledger {spec.budget.ledger}")
+    for note in checked.notes:
+        print(f"note: {note}")
+    print(f"result would be written to: {checked.output}")
     return 0

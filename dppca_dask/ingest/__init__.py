@@ -334,7 +334,15 @@ def _ingest(
 
         return ingest_anndata(source, options, layer=layer)
     if kind == "parquet":
-        from dppca_dask.ingest.parquet import ingest_parquet
+        try:
+            from dppca_dask.ingest.parquet import ingest_parquet
+        except ImportError as exc:
+            if exc.name is None or exc.name.split(".", 1)[0] != "pyarrow":
+                raise
+            raise MissingExtraError(
+                f"reading Parquet ('{source}') needs the optional dependency 'pyarrow', which is not installed; "
+                "install it with `pip install 'dppca-dask[parquet]'`"
+            ) from None
 
         return ingest_parquet(source, options, row_column=row_column, col_column=col_column,
                               value_column=value_column, column_ids=column_ids)
@@ -347,6 +355,13 @@ def _options(out: str | os.PathLike[str], rows_per_partition: int | None, dtype:
              overwrite: bool, progress: bool | None) -> IngestOptions:
     """Validate the options every source shares, before anything is read."""
     check_positive("rows_per_partition", rows_per_partition)
+    scheme = os.fspath(out).partition("://")
+    if scheme[1] and scheme[0].replace("+", "").replace(".", "").replace("-", "").isalnum():
+        raise InvalidParameterError(
+            f"out '{os.fspath(out)}' is a {scheme[0]}:// URL; stores are written to a local or mounted file system "
+            "(atomic renames, file locks): write it to a local directory, then copy it where a reader of zarr URLs "
+            "needs it (fsspec.filesystem(...).put(LOCAL, URL, recursive=True))"
+        )
     if on_duplicate not in ("sum", "reject"):
         raise InvalidParameterError(f"on_duplicate must be 'sum' or 'reject'; got {on_duplicate!r}")
     stored = None

@@ -134,6 +134,30 @@ def require_file(path: str | os.PathLike[str]) -> str:
     return os.path.abspath(text)
 
 
+#: A small store is split so that each worker of a default cluster gets a partition, but never into partitions of
+#: fewer rows than this (tasks of a few rows cost more in scheduling than they save).
+MIN_SPLIT_ROWS = 4096
+
+
+def default_workers() -> int:
+    """Workers of the default embedded cluster: Dask's ``dppca_dask.cluster.n-workers``, else
+    ``dask.system.CPU_COUNT``."""
+    import dask.config
+    from dask.system import CPU_COUNT
+
+    configured = dask.config.get("dppca_dask.cluster.n-workers", default=None)
+    return max(int(configured or CPU_COUNT), 1)
+
+
+def spread_small(n_rows: int | None, rows: int) -> int:
+    """Rows per partition, at most ``rows``, so that ``n_rows`` rows make at least one partition per default worker
+    when they can without partitions below :data:`MIN_SPLIT_ROWS` rows (a store that fits in one 128 MB partition
+    would otherwise keep one worker busy and the others idle)."""
+    if not n_rows or n_rows <= MIN_SPLIT_ROWS:
+        return rows
+    return min(rows, max(math.ceil(n_rows / default_workers()), MIN_SPLIT_ROWS))
+
+
 def partition_rows(*, n_rows: int, row_bytes: float, rows_per_partition: int | None = None) -> int:
     """Rows per partition, for sources that must fix the partitioning before the first row is written.
 
@@ -141,12 +165,12 @@ def partition_rows(*, n_rows: int, row_bytes: float, rows_per_partition: int | N
     first rows it sees. ``row_bytes`` is the average stored size of a row as the writer counts it (values and column
     indices; 16 bytes of row pointer and norm are added here). Partitions aim at 128 MB; large row counts are
     rounded up to a multiple of the row-chunk size as the writer would round them, so that each bucket becomes
-    exactly one partition.
+    exactly one partition. A small matrix is split among the workers of a default cluster (:func:`spread_small`).
     """
     if rows_per_partition is not None:
         rows = int(rows_per_partition)
     else:
-        rows = max(int(_format.TARGET_PARTITION_BYTES // (max(row_bytes, 0.0) + 16)), 1)
+        rows = spread_small(n_rows, max(int(_format.TARGET_PARTITION_BYTES // (max(row_bytes, 0.0) + 16)), 1))
     if rows > _format.MAX_ROW_CHUNK:
         rows = math.ceil(rows / _format.LARGE_ROW_CHUNK) * _format.LARGE_ROW_CHUNK
     return rows

@@ -361,7 +361,10 @@ def _unique_ids(dataset: ds.Dataset, path: str, row_column: str, col_column: str
 
 def _hash_table(ids: np.ndarray) -> pa.Array | None:
     """The id map as an Arrow array for hash lookups, when the ids are strings and few enough."""
-    return pa.array(ids) if ids.dtype.kind in "OUT" and ids.size <= HASH_LOOKUP_MAX else None
+    if ids.dtype.kind not in "OUT" or ids.size > HASH_LOOKUP_MAX:
+        return None
+    # numpy's StringDType goes through Python strings: pyarrow reads it directly only from version 26.
+    return pa.array(ids.astype(object) if ids.dtype.kind == "T" else ids)
 
 
 def _dense_index(column: pa.Array, ids: np.ndarray, table: pa.Array | None, name: str, file: str,

@@ -24,8 +24,9 @@ import scipy.sparse as sp
 
 from dppca_dask.errors import InvalidInputError
 from dppca_dask.ingest import _text
-from dppca_dask.ingest._common import IngestOptions, check_positive, require_file
+from dppca_dask.ingest._common import IngestOptions, check_positive, default_workers, require_file, spread_small
 from dppca_dask.storage import MatrixStore
+from dppca_dask.storage._format import TARGET_PARTITION_BYTES
 
 __all__ = ["ingest_svmlight"]
 
@@ -102,7 +103,7 @@ def ingest_svmlight(
                  time.perf_counter() - start)
     source = {"kind": "svmlight", "path": path, "zero_based": zero_based, "n_features": n_features}
     with options.writer(n_cols=n_features, dtype=options.value_dtype(np.float64), source=source,
-                        n_rows=n_rows) as writer:
+                        n_rows=n_rows, rows_per_partition=_small_file_partition_rows(path, options, n_rows)) as writer:
         labels: list[np.ndarray] = []
         for rows in _parse_file(path, options, zero_based=zero_based, n_features=n_features,
                                 labels=store_labels, desc="parse"):
@@ -116,6 +117,22 @@ def ingest_svmlight(
     log.info("ingested %s: %d x %d, %d entries, %d partitions in %.1f s", path, store.n_rows, store.n_cols,
              store.nnz, store.n_partitions, time.perf_counter() - start)
     return store
+
+
+def _small_file_partition_rows(path: str, options: IngestOptions, n_rows: int | None) -> int | None:
+    """Rows per partition that spread a small file over the workers of a default cluster (``None``: let the writer
+    choose, for files larger than a partition per worker, compressed files, or an explicit choice). The rows are
+    counted by their lines (blank and comment lines count too: the partitions can only be fewer)."""
+    if options.rows_per_partition is not None:
+        return None
+    size = _text.text_size(path)
+    if n_rows is None:
+        if size is None or size > TARGET_PARTITION_BYTES * default_workers():
+            return None
+        with open(path, "rb") as handle:
+            n_rows = sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 24), b""))
+    rows = spread_small(n_rows, n_rows or 1)
+    return rows if rows < (n_rows or 0) else None
 
 
 def _parse_file(

@@ -26,6 +26,7 @@ def _env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     env["OMP_NUM_THREADS"] = "1"
+    env["DASK_DPPCA_DASK__INGEST__IN_MEMORY_MAX_BYTES"] = "0"  # Matrix Market through the spilling parser
     return env
 
 

@@ -1,0 +1,55 @@
+"""Store and input paths given on the command line: advice that works for an AnnData ``.h5ad`` file or a URL given
+where a store is expected (the commands read stores from a local or mounted file system)."""
+
+from __future__ import annotations
+
+import re
+
+from dppca_dask.errors import InvalidParameterError
+
+__all__ = ["check_input", "check_output", "check_store", "url_scheme"]
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def url_scheme(path: str) -> str | None:
+    """The scheme of a URL (``s3``, ``gs``, ``memory``, ...), or ``None`` for a file system path."""
+    match = _URL.match(path)
+    return match.group(1).lower() if match else None
+
+
+def check_store(path: str) -> None:
+    """Refuse, with a command that works, a store argument that is an ``.h5ad`` file or a URL."""
+    scheme = url_scheme(path)
+    if scheme is not None:
+        raise InvalidParameterError(
+            f"'{path}' is a {scheme}:// URL; the command line reads stores from a local or mounted file system "
+            f"(the store writer needs atomic renames and file locks, which {scheme}:// does not offer): copy the "
+            "store to a local directory (or mount the bucket) and give that path"
+        )
+    if path.lower().endswith(".h5ad"):
+        raise InvalidParameterError(
+            f"'{path}' is an AnnData .h5ad file, not a store; convert it once with `dppca-dask ingest {path} --out "
+            f"{path[:-5]}.zarr --n-features D` (D: the public number of columns) and run on {path[:-5]}.zarr"
+        )
+
+
+def check_input(path: str) -> None:
+    """Refuse, with advice, an input file given as a URL (ingest reads local files)."""
+    scheme = url_scheme(path)
+    if scheme is not None:
+        raise InvalidParameterError(
+            f"'{path}' is a {scheme}:// URL; ingest reads local or mounted files: download it first (or mount the "
+            "bucket) and give the local path"
+        )
+
+
+def check_output(path: str) -> None:
+    """Refuse, with advice, an output store given as a URL (stores are written to a local file system)."""
+    scheme = url_scheme(path)
+    if scheme is not None:
+        raise InvalidParameterError(
+            f"--out '{path}' is a {scheme}:// URL; stores are written to a local or mounted file system (atomic "
+            "renames, file locks): write it to a local directory, then copy it (python: "
+            "fsspec.filesystem(...).put(LOCAL, URL, recursive=True)) where a reader of zarr URLs needs it"
+        )

@@ -1,0 +1,128 @@
+"""``dppca-dask run --dry-run``: every check a run makes before it reserves, and the reservation itself tried on a
+copy of the ledger; nothing is reserved, read for a release, released or written.
+
+What is checked, in the order a run checks it: the spec (when it is loaded), the job's earlier attempts in the
+ledger, the output path, the store (opened; every partition read and validated, as before a real run), its schema,
+the mechanism's public plan (the DpEvents to reserve), the TLS files and the scheduler (when the spec names one),
+and the budget: the job's events are reserved, under the real rules (composition, relation, store id), in a
+private snapshot of the ledger (SQLite's backup API) that is deleted afterwards. The ledger file itself is only read.
+
+A job that refreshes its store from ``[data.ingest]`` is checked against the store as it is now (the refresh is
+not run); the dry run says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from dppca_dask.jobs.spec import JobSpec
+
+__all__ = ["DryRun", "dry_run_job"]
+
+
+@dataclass(frozen=True, slots=True)
+class DryRun:
+    """What a run of the job would do (public values only: the spec's, the ledger's and the declared schema)."""
+
+    job_id: str
+    status: str
+    """``"would-run"``, ``"would-resume"`` or ``"already-completed"`` (the run would do nothing)."""
+    mechanism: str
+    epsilon: float
+    delta: float
+    neighbouring: str | None
+    dataset: str
+    output: str
+    remaining_epsilon_after: float | None
+    """The dataset's remaining ε once this job is charged (``None`` when nothing would be reserved)."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": True, "job_id": self.job_id, "status": self.status, "mechanism": self.mechanism,
+            "epsilon": self.epsilon, "delta": self.delta, "neighbouring": self.neighbouring, "dataset": self.dataset,
+            "output": self.output, "remaining_epsilon_after": self.remaining_epsilon_after,
+            "notes": list(self.notes),
+        }
+
+
+@contextlib.contextmanager
+def _ledger_snapshot(path: str) -> Iterator[str]:
+    """A consistent copy of the SQLite ledger at ``path`` in a private temporary directory, removed on exit."""
+    with tempfile.TemporaryDirectory(prefix="dppca-dry-run-") as directory:
+        copy = os.path.join(directory, "ledger.db")
+        source = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True)
+        try:
+            target = sqlite3.connect(copy)
+            try:
+                source.backup(target)
+            finally:
+                target.close()
+        finally:
+            source.close()
+        yield copy
+
+
+def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool = False) -> DryRun:
+    """Check ``spec`` for ``date`` as :func:`~dppca_dask.jobs.run_job` would, without reserving or releasing.
+
+    Raises the errors a run would raise before its reservation (:class:`~dppca_dask.errors.JobSpecError`,
+    :class:`~dppca_dask.errors.InvalidInputError`, :class:`~dppca_dask.errors.LedgerError`,
+    :class:`~dppca_dask.errors.BudgetExceededError`, ...).
+    """
+    from dppca_dask.coordinator.client import check_scheduler
+    from dppca_dask.coordinator.preflight import preflight
+    from dppca_dask.jobs import runner
+    from dppca_dask.ledger import CHARGED, RESERVED, Ledger
+    from dppca_dask.storage import open_matrix
+
+    date = runner._check_date(date or runner.today())
+    job_id = spec.job_id(date)
+    output = spec.output_dir(date)
+    dataset = spec.budget.dataset
+    allow_new_store = allow_new_store or spec.budget.allow_new_store
+    ledger = Ledger(spec.budget.ledger, read_only=True)
+    previous = ledger.entry(dataset, job_id)
+
+    def outcome(status: str, neighbouring: str | None, remaining: float | None, notes: list[str]) -> DryRun:
+        return DryRun(job_id=job_id, status=status, mechanism=spec.mechanism, epsilon=spec.epsilon,
+                      delta=spec.delta, neighbouring=neighbouring, dataset=dataset, output=output,
+                      remaining_epsilon_after=remaining, notes=tuple(notes))
+
+    if previous is not None and previous.status == CHARGED and previous.outcome == "succeeded":
+        return outcome("already-completed", previous.neighbouring, None,
+                       [f"job '{job_id}' already succeeded; a run would do nothing"])
+    notes: list[str] = []
+    runner._check_output(output)
+    if spec.data.ingest is not None:
+        notes.append(f"the store would be refreshed from '{spec.data.ingest['source']}' first; checked as it is now")
+        if not os.path.exists(spec.data.ingest["source"]):
+            from dppca_dask.errors import JobSpecError
+
+            raise JobSpecError(f"{spec.source}: [data.ingest] source '{spec.data.ingest['source']}' does not exist")
+    store = open_matrix(spec.data.store)
+    runner._check_schema(spec, store)
+    neighbouring, events = runner._plan(spec, store)
+    security = runner._security(spec)
+    if spec.cluster.address:
+        check_scheduler(spec.cluster.address, security=security)
+    preflight(store, None)
+    resuming = previous is not None and previous.status in (RESERVED, CHARGED)
+    with _ledger_snapshot(spec.budget.ledger) as copy:
+        trial = Ledger(copy)
+        trial.check_store(dataset, runner._job_store_id(spec, store), allow_new_store=allow_new_store)
+        trial.reserve(
+            dataset, job_id, epsilon=spec.epsilon, delta=spec.delta, events=events, mechanism=spec.mechanism,
+            neighbouring=neighbouring, job_name=spec.name, total_epsilon=spec.budget.total_epsilon,
+            total_delta=spec.budget.total_delta,
+        )
+        remaining = float(trial.budget(dataset).remaining_epsilon)
+    if resuming:
+        notes.append(f"job '{job_id}' has a reservation from an earlier attempt; a run would resume it")
+    return outcome("would-resume" if resuming else "would-run", neighbouring, remaining, notes)
