@@ -8,13 +8,15 @@ from typing import Any
 
 __all__ = ["register", "run"]
 
+SUMMARY = "append a file's rows to a store as new partitions with a timestamp"
+
 
 def register(subparsers: Any) -> None:
     from dppca_dask.ingest import FORMATS
 
     p = subparsers.add_parser(
         "append",
-        help="append a file's rows to a store as new partitions with a timestamp",
+        help=SUMMARY,
         description="Validate a file (same formats as ingest) against a store's schema and append its rows as new "
         "partitions stamped with --timestamp, for sliding-window releases (dppca-dask window).",
     )

@@ -11,6 +11,8 @@ import numpy as np
 
 __all__ = ["format_topics", "register"]
 
+SUMMARY = "differentially private topic model of a document-word count store"
+
 
 def register(subparsers: Any) -> None:
     from dppca_dask.methods.tensor.topics import (
@@ -22,7 +24,7 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "topics",
-        help="differentially private topic model of a document-word count store",
+        help=SUMMARY,
         description="Fit topics by the method of moments with the private tensor power method (one document is the "
                     "privacy unit: add/remove one row).",
     )

@@ -11,6 +11,8 @@ import numpy as np
 
 __all__ = ["register", "run", "window_json"]
 
+SUMMARY = "private covariance, PCA or regression of a sliding window of partitions"
+
 
 def register(subparsers: Any) -> None:
     from dppca_dask.mechanisms.wishart import TAU_RULES
@@ -18,7 +20,7 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "window",
-        help="private covariance, PCA or regression of a sliding window of partitions",
+        help=SUMMARY,
         description="Release a sliding window (the last days of stamped partitions, or the last W rows) of a store "
         "once, with (epsilon, delta)-DP for adding or removing one row (event-level), and derive covariance, "
         "principal components or a regression fit from that one release.",

@@ -74,7 +74,10 @@ def append_file(
         )
     group = zarr.open_group(target.path, mode="r")
     has_labels = "labels" in group
-    is_parquet = "var_ids" in group
+    from dppca_dask.storage import _format
+
+    var_ids = _format.locate(group, _format.ID_MAPS["var_ids"])  # the column-id universe of a Parquet store
+    is_parquet = var_ids is not None
     options: dict[str, Any] = {"format": format, "dtype": target.dtype}
     kind = format
     if kind is None and not hasattr(src, "shape"):
@@ -84,7 +87,7 @@ def append_file(
         kind = detect_format(require_file(src))
     if kind == "parquet":
         if is_parquet:
-            options["column_ids"] = list(np.asarray(group["var_ids"][:]).tolist())
+            options["column_ids"] = list(np.asarray(group[var_ids][:]).tolist())
         options.update(row_column=row_column, col_column=col_column, value_column=value_column)
     elif hasattr(src, "shape"):
         options["format"] = None
