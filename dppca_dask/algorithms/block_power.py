@@ -142,34 +142,34 @@ class CentredGramMatrix:
 
 
 def _register_requests() -> None:
-    from dppca_dask.coordinator.driver import StepPlan, _load, _sum, register_request
+    from dppca_dask.coordinator.driver import StepPlan, load_partition, _sum, register_request
 
     def block_task(item: Any, x: np.ndarray, *, row_norm_bound: float, grid: ThresholdGrid, top_m: int,
                    mean: np.ndarray | None) -> B.BlockPartial:
-        part = _load(item)
+        part = load_partition(item)
         return B.block_partial(part.block, part.norms, x, partition=part.index, row_norm_bound=row_norm_bound,
                                grid=grid, top_m=top_m, mean=mean)
 
     def filtered_task(item: Any, x: np.ndarray, *, row_norm_bound: float, grid: ThresholdGrid, index: int,
                       cuts: Mapping[int, int], mean: np.ndarray | None) -> np.ndarray:
-        part = _load(item)
+        part = load_partition(item)
         return B.block_filtered_sum(part.block, part.norms, x, row_norm_bound=row_norm_bound, grid=grid,
                                     index=index, above=cuts[part.index], mean=mean)
 
     def mean_task(item: Any, *, row_norm_bound: float) -> B.MeanPartial:
-        part = _load(item)
+        part = load_partition(item)
         return B.mean_partial(part.block, part.norms, row_norm_bound=row_norm_bound)
 
     def variance_task(item: Any, components: np.ndarray, *, row_norm_bound: float,
                       mean: np.ndarray | None) -> B.VariancePartial:
-        part = _load(item)
+        part = load_partition(item)
         return B.variance_partial(part.block, part.norms, components, row_norm_bound=row_norm_bound, mean=mean)
 
     def norms_task(item: Any, *, candidates: np.ndarray) -> B.NormCountsPartial:
-        return B.norm_counts(_load(item).norms, candidates)
+        return B.norm_counts(load_partition(item).norms, candidates)
 
     def gram_task(item: Any, *, row_norm_bound: float, mean: np.ndarray | None) -> np.ndarray:
-        part = _load(item)
+        part = load_partition(item)
         return B.centred_gram_matrix(part.block, part.norms, row_norm_bound=row_norm_bound, mean=mean)
 
     def empty_block(grid: ThresholdGrid, k: int) -> Callable[[int], B.BlockPartial]:

@@ -7,7 +7,6 @@ from dppca_dask.coordinator.driver import Coordinator, LocalExecutor, StepPlan, 
 from dppca_dask.coordinator.preflight import preflight
 from dppca_dask.coordinator.sources import PartitionData, PartitionSource, as_source
 
-from dppca_dask.coordinator import hardt_roth as _hardt_roth  # noqa: F401,I001  (registers its request types)
 
 __all__ = [
     "Coordinator",

@@ -34,7 +34,8 @@ from dppca_dask.coordinator.sources import PartitionData, PartitionSource
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels import power as K
 
-__all__ = ["Coordinator", "LocalExecutor", "StepPlan", "execute_request_locally", "register_request", "run_algorithm"]
+__all__ = ["Coordinator", "LocalExecutor", "StepPlan", "execute_request_locally", "load_partition", "register_request",
+           "run_algorithm"]
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,9 @@ PERSIST_MEMORY_FRACTION = 0.6
 
 
 # ----------------------------------------------------------------------------------- kernel adapters (workers)
-def _load(item: Any) -> PartitionData:
+def load_partition(item: Any) -> PartitionData:
+    """The partition a kernel task is given: a persisted :class:`PartitionData`, or read now from ``(loader, args)``
+    (what every registered task calls first)."""
     if isinstance(item, PartitionData):
         return item
     loader, args = item
@@ -51,7 +54,7 @@ def _load(item: Any) -> PartitionData:
 
 
 def _power_task(item: Any, x: np.ndarray, *, row_norm_bound: float, grid: Any, top_m: int) -> K.PowerPartial:
-    part = _load(item)
+    part = load_partition(item)
     return K.power_partial(
         part.block, part.norms, x, partition=part.index, row_norm_bound=row_norm_bound, grid=grid, top_m=top_m
     )
@@ -60,24 +63,24 @@ def _power_task(item: Any, x: np.ndarray, *, row_norm_bound: float, grid: Any, t
 def _filtered_task(
     item: Any, x: np.ndarray, *, row_norm_bound: float, grid: Any, index: int, cuts: Mapping[int, int]
 ) -> np.ndarray:
-    part = _load(item)
+    part = load_partition(item)
     return K.filtered_sum(
         part.block, part.norms, x, row_norm_bound=row_norm_bound, grid=grid, index=index, above=cuts[part.index]
     )
 
 
 def _gram_times_task(item: Any, x: np.ndarray, *, row_norm_bound: float) -> np.ndarray:
-    part = _load(item)
+    part = load_partition(item)
     return K.gram_times(part.block, part.norms, x, row_norm_bound=row_norm_bound)
 
 
 def _plain_gram_times_task(item: Any, x: np.ndarray) -> np.ndarray:
-    part = _load(item)
+    part = load_partition(item)
     return K.plain_gram_times(part.block, x)
 
 
 def _gram_matrix_task(item: Any, *, row_norm_bound: float) -> np.ndarray:
-    part = _load(item)
+    part = load_partition(item)
     return K.gram_matrix(part.block, part.norms, row_norm_bound=row_norm_bound)
 
 
@@ -267,7 +270,7 @@ class Coordinator:
         for i, (loader, args) in enumerate(self.source.loaders):
             resolved = tuple(self.client.compute(a) if isinstance(a, Delayed) else a for a in args)
             parts.append(
-                self.client.submit(guarded(_load), (loader, resolved), key=f"dppca-partition-{self._token}-{i}",
+                self.client.submit(guarded(load_partition), (loader, resolved), key=f"dppca-partition-{self._token}-{i}",
                                    retries=self.retries)
             )
         return parts

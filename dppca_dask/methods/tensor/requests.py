@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask.coordinator.driver import StepPlan, _load, register_request
+from dppca_dask.coordinator.driver import StepPlan, load_partition, register_request
 from dppca_dask.kernels import tensor as K
 
 __all__ = ["CountCheck", "FirstMoment", "MomentStep", "PairStep", "TopicStep"]
@@ -60,13 +60,13 @@ class CountCheck:
 
 
 def _moment_task(item: Any, u: np.ndarray, *, row_norm_bound: float) -> tuple[np.ndarray, ...]:
-    part = _load(item)
+    part = load_partition(item)
     vector, scalar = K.moment_partial(part.block, part.norms, u, row_norm_bound=row_norm_bound)
     return vector, scalar, np.float64(part.block.shape[0])  # the partition's rows: public store metadata
 
 
 def _topic_task(item: Any, payload: tuple[Any, ...], *, with_pairs: bool) -> tuple[np.ndarray, ...]:
-    block = _load(item).block
+    block = load_partition(item).block
     v, whiten, clip = payload
     if clip is not None:
         return K.whitened_topic_partial(block, v, whiten, clip)
@@ -77,15 +77,15 @@ def _topic_task(item: Any, payload: tuple[Any, ...], *, with_pairs: bool) -> tup
 
 
 def _pair_task(item: Any, y: np.ndarray, *, clip: float | None) -> np.ndarray:
-    return K.pair_partial(_load(item).block, y, min_length=3, clip=clip)
+    return K.pair_partial(load_partition(item).block, y, min_length=3, clip=clip)
 
 
 def _first_task(item: Any) -> np.ndarray:
-    return K.first_partial(_load(item).block, min_length=3)
+    return K.first_partial(load_partition(item).block, min_length=3)
 
 
 def _check_task(item: Any) -> dict[int, int]:
-    part = _load(item)
+    part = load_partition(item)
     return {part.index: K.count_violation(part.block)}
 
 

@@ -90,16 +90,16 @@ class FilteredMoment:
 
 
 def _histogram_task(item: Any, u: np.ndarray, *, row_norm_bound: float, grid: np.ndarray) -> np.ndarray:
-    from dppca_dask.coordinator.driver import _load
+    from dppca_dask.coordinator.driver import load_partition
 
-    part = _load(item)
+    part = load_partition(item)
     return score_histogram(part.block, part.norms, u, row_norm_bound=row_norm_bound, grid=grid)
 
 
 def _filtered_task(item: Any, u: np.ndarray, *, row_norm_bound: float, threshold: float) -> tuple[np.ndarray, ...]:
-    from dppca_dask.coordinator.driver import _load
+    from dppca_dask.coordinator.driver import load_partition
 
-    part = _load(item)
+    part = load_partition(item)
     return filtered_moment(part.block, part.norms, u, row_norm_bound=row_norm_bound, threshold=threshold)
 
 
