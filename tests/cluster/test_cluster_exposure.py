@@ -145,7 +145,7 @@ def test_embedded_local_cluster_listens_on_loopback_only(tmp_path: Path) -> None
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     listening = json.loads(proc.stdout.strip().splitlines()[-1])
-    # scheduler RPC and HTTP, and per worker: nanny, worker RPC, worker HTTP
-    assert len(listening) >= 2 + 2 * 3, listening
+    # scheduler RPC, and per worker: nanny and worker RPC (without a dashboard no HTTP server stays open)
+    assert len(listening) >= 1 + 2 * 2, listening
     assert {ip for ip, _ in listening} == {LOOPBACK}, listening
     assert "8787" not in proc.stderr  # no attempt at the dashboard's default port
