@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 __all__ = ["register", "run"]
@@ -44,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
         value_column=None if args.no_value_column else args.value_column,
     )
     if args.json:
-        print(json.dumps({"store": store.path, "timestamp": args.timestamp, "n_partitions": store.n_partitions,
-                          "generation": store.generation}))
+        from dppca_dask.cli import _json
+
+        _json.dump({"store": store.path, "timestamp": args.timestamp, "n_partitions": store.n_partitions,
+                    "generation": store.generation})
     else:
         print(f"appended '{args.src}' to '{store.path}' at {args.timestamp}: {store.n_partitions} partitions "
               f"(generation {store.generation})")

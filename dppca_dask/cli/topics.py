@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import Any
 
 import numpy as np
@@ -84,8 +82,9 @@ def run(args: argparse.Namespace) -> int:
         out = result.to_dict()
         if args.out:
             out["output"] = args.out
-        json.dump(out, sys.stdout)
-        sys.stdout.write("\n")
+        from dppca_dask.cli import _json
+
+        _json.dump(out)  # strict JSON: a non-finite number is null
     else:
         print(format_topics(result))
         if args.out:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from typing import Any
 
 import numpy as np
@@ -93,8 +91,9 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         out["output"] = result.save(args.out)
     if args.json:
-        json.dump(out, sys.stdout)
-        sys.stdout.write("\n")
+        from dppca_dask.cli import _json
+
+        _json.dump(out)  # strict JSON: a non-finite number is null
         return 0
     w = out["window"]
     print(f"window ({w['start']}, {w['end']}]: {w['n_partitions']} partitions; release {result.release}")
