@@ -247,7 +247,9 @@ def test_pca_command_end_to_end_on_w8a(tmp_path: Path, local_client, capsys) -> 
     assert code == 0
     obj = json.loads(capsys.readouterr().out)
     assert len(obj["components"]) == 1 and len(obj["components"][0]) == 300
-    assert obj["mechanism"] == "adaptive-power" and len(obj["thresholds"][0]) == 5
+    # the CLI centres by default: adaptive power runs as one block, with the mean and the variance released
+    assert obj["mechanism"] == "adaptive-power-block" and len(obj["thresholds"][0]) == 5
+    assert len(obj["mean"]) == 300 and len(obj["explained_variance_ratio"]) == 1
     privacy = obj["privacy"]
     assert privacy["epsilon"] <= 1.0 and privacy["delta"] == 1e-6
     assert privacy["neighbouring"] == "add/remove one row" and privacy["accountant"] == "pld"
