@@ -14,7 +14,7 @@ import inspect
 import logging
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +106,9 @@ class ReleasePlan:
     """DpEvents to reserve: those the run emits when they are known in advance, else one
     ``EpsilonDeltaDpEvent(epsilon, delta)`` (the run's calibrated guarantee, which never overshoots)."""
     private: bool
+    calibration: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Public calibrated constants (with centring: ``center``, the mean's and the variance's noise multipliers
+    and budget shares)."""
 
 
 def plan_release(n_cols: int, *, mechanism: str = "adaptive-power", epsilon: float, delta: float,
@@ -113,7 +116,9 @@ def plan_release(n_cols: int, *, mechanism: str = "adaptive-power", epsilon: flo
     """Validate ``pca``'s public parameters and say what the run will spend, without reading any data.
 
     ``parameters`` are the keyword arguments of :func:`pca` that shape the noise (``n_components``, ``n_iter``,
-    ``row_norm_bound``, ``svt_share``, ...); arguments about execution (``client``, ``persist``, ...) are ignored.
+    ``row_norm_bound``, ``svt_share``, ``center``, ...); arguments about execution (``client``, ``persist``, ...)
+    are ignored. ``center`` (default: :func:`pca`'s) and ``row_norm_bound="auto"`` are planned as :func:`pca`
+    runs them, with the private mean, quantile and explained variance events.
     ``n_rows``, when known, lets planners whose events depend on it (private power's C-doubling on the embedding)
     state them exactly.
     """
@@ -121,14 +126,20 @@ def plan_release(n_cols: int, *, mechanism: str = "adaptive-power", epsilon: flo
 
     names = set(inspect.signature(validate_parameters).parameters) - {"mechanism", "epsilon", "delta"}
     given = {k: v for k, v in parameters.items() if k in names}
+    # centring and row_norm_bound="auto" as pca() takes them (same default), planned as pca() plans them
+    center = parameters.get("center", inspect.signature(pca).parameters["center"].default)
+    centring, bound = centring_options(mechanism, center, given.get("row_norm_bound", PCA_DEFAULTS["row_norm_bound"]))
+    given["row_norm_bound"] = bound
     params = validate_parameters(mechanism=mechanism, epsilon=epsilon, delta=delta, **{**PCA_DEFAULTS, **given})
     plan = _plan(params, int(n_cols), None if n_rows is None else int(n_rows))
+    if centring.active:
+        plan = plan_with_centring(params, int(n_cols), centring)
     if plan.planned_events is not None:  # under either calibration: what the noise actually gives
         events = tuple(plan.planned_events)
     else:
         events = (EpsilonDeltaDpEvent(params.epsilon, params.delta),)
     return ReleasePlan(mechanism=params.mechanism, neighbouring=plan.neighbouring, events=events,
-                       private=plan.private)
+                       private=plan.private, calibration=dict(plan.calibration))
 
 
 def pca(

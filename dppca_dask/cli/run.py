@@ -95,6 +95,10 @@ def _dry_run(spec: Any, args: argparse.Namespace) -> int:
     if checked.remaining_epsilon_after is not None:
         print(f"budget: fits; dataset '{checked.dataset}' would have epsilon {checked.remaining_epsilon_after:.4g} "
               f"left (indicative) in ledger {spec.budget.ledger}")
+    if checked.parameters:
+        print("parameters: " + ", ".join(f"{k}={v}" for k, v in sorted(checked.parameters.items())))
+    for line in checked.releases:
+        print(f"reserves: {line}")
     for note in checked.notes:
         print(f"note: {note}")
     print(f"result would be written to: {checked.output}")

@@ -3,7 +3,8 @@ copy of the ledger; nothing is reserved, read for a release, released or written
 
 What is checked, in the order a run checks it: the spec (when it is loaded), the job's earlier attempts in the
 ledger, the output path, the store (opened; every partition read and validated, as before a real run), its schema,
-the mechanism's public plan (the DpEvents to reserve), the TLS files and the scheduler (when the spec names one),
+the mechanism's public plan (the DpEvents to reserve, described part by part: a pca job's private mean and
+explained variance, a topic model's whitening and tensor releases), the topic model's word counts, the TLS files and the scheduler (when the spec names one),
 and the budget: the job's events are reserved, under the real rules (composition, relation, store id), in a
 private snapshot of the ledger (SQLite's backup API) that is deleted afterwards. The ledger file itself is only read.
 
@@ -42,13 +43,17 @@ class DryRun:
     remaining_epsilon_after: float | None
     """The dataset's remaining ε once this job is charged (``None`` when nothing would be reserved)."""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    parameters: dict[str, Any] = field(default_factory=dict)
+    """The mechanism's parameters as the run takes them (defaults filled in, e.g. a pca job's ``center``)."""
+    releases: tuple[str, ...] = field(default_factory=tuple)
+    """What the reservation covers, one line per part (public calibrated constants)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "dry_run": True, "job_id": self.job_id, "status": self.status, "mechanism": self.mechanism,
             "epsilon": self.epsilon, "delta": self.delta, "neighbouring": self.neighbouring, "dataset": self.dataset,
             "output": self.output, "remaining_epsilon_after": self.remaining_epsilon_after,
-            "notes": list(self.notes),
+            "notes": list(self.notes), "parameters": dict(self.parameters), "releases": list(self.releases),
         }
 
 
@@ -90,10 +95,12 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
     ledger = Ledger(spec.budget.ledger, read_only=True)
     previous = ledger.entry(dataset, job_id)
 
-    def outcome(status: str, neighbouring: str | None, remaining: float | None, notes: list[str]) -> DryRun:
+    def outcome(status: str, neighbouring: str | None, remaining: float | None, notes: list[str],
+                releases: tuple[str, ...] = ()) -> DryRun:
         return DryRun(job_id=job_id, status=status, mechanism=spec.mechanism, epsilon=spec.epsilon,
                       delta=spec.delta, neighbouring=neighbouring, dataset=dataset, output=output,
-                      remaining_epsilon_after=remaining, notes=tuple(notes))
+                      remaining_epsilon_after=remaining, notes=tuple(notes), parameters=dict(spec.parameters),
+                      releases=releases)
 
     if previous is not None and previous.status == CHARGED and previous.outcome == "succeeded":
         return outcome("already-completed", previous.neighbouring, None,
@@ -108,11 +115,15 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
             raise JobSpecError(f"{spec.source}: [data.ingest] source '{spec.data.ingest['source']}' does not exist")
     store = open_matrix(spec.data.store)
     runner._check_schema(spec, store)
-    neighbouring, events = runner._plan(spec, store)
+    from dppca_dask.jobs.plan import plan_job
+
+    plan = plan_job(spec, store)
+    neighbouring, events = plan.neighbouring, plan.events
     security = runner._security(spec)
     if spec.cluster.address:
         check_scheduler(spec.cluster.address, security=security)
     preflight(store, None)
+    runner._check_content(spec, store)
     resuming = previous is not None and previous.status in (RESERVED, CHARGED)
     with _ledger_snapshot(spec.budget.ledger) as copy:
         trial = Ledger(copy)
@@ -125,4 +136,4 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
         remaining = float(trial.budget(dataset).remaining_epsilon)
     if resuming:
         notes.append(f"job '{job_id}' has a reservation from an earlier attempt; a run would resume it")
-    return outcome("would-resume" if resuming else "would-run", neighbouring, remaining, notes)
+    return outcome("would-resume" if resuming else "would-run", neighbouring, remaining, notes, plan.describe())

@@ -262,6 +262,15 @@ def _plan(spec: JobSpec, store: Any) -> tuple[str, tuple[Any, ...]]:
     return plan.neighbouring, plan.events
 
 
+def _check_content(spec: JobSpec, store: Any) -> None:
+    """Checks of the values a mechanism needs beyond the preflight's, before anything is reserved: the topic
+    model's word counts must be whole numbers >= 0 (one read of the data in this process; nothing is derived)."""
+    if spec.kind == "topics":
+        from dppca_dask.methods.tensor.topics import check_corpus
+
+        check_corpus(store)
+
+
 def _refresh_store(spec: JobSpec) -> None:
     from dppca_dask.ingest import ingest
 
@@ -352,6 +361,10 @@ def _finalise(output: str) -> None:
 
 
 def _load_result(spec: JobSpec, output: str) -> Any:
+    if spec.kind == "topics":
+        from dppca_dask.methods.tensor.topics import load_topics
+
+        return load_topics(output)
     if spec.kind == "lowrank":
         from dppca_dask.lowrank import load_lowrank
 
@@ -507,7 +520,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     security = _security(spec)
     resume = None
     if resuming:
-        if spec.mechanism == "adaptive-power":
+        if _resumable(spec):
             resume = _checkpoint(output, job_id, store.fingerprint)
         if resume is None and (previous.status == CHARGED or previous.first_release is not None):
             if previous.status == RESERVED:  # released something (a checkpoint, a result being written): spent
@@ -528,6 +541,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     from dppca_dask.coordinator.preflight import preflight
 
     preflight(store, client if hasattr(client, "submit") else None)
+    _check_content(spec, store)
 
     # -- 2. reserve -------------------------------------------------------------------------------------------
     entry = ledger.reserve(
@@ -602,6 +616,14 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     return JobOutcome(job_id, status, output, entry, result, resumed_from)
 
 
+def _resumable(spec: JobSpec) -> bool:
+    """Whether the job's run checkpoints its releases and resumes from them: sequential adaptive power iteration
+    (uncentred, fixed bound); a centred run is one block of T releases and starts again instead."""
+    params = spec.parameters
+    return (spec.mechanism == "adaptive-power" and params.get("center", "none") == "none"
+            and params.get("row_norm_bound") != "auto")
+
+
 def _n_iter(spec: JobSpec) -> int:
     from dppca_dask.api import DEFAULT_N_ITER
 
@@ -620,6 +642,10 @@ def _run_mechanism(spec: JobSpec, store: Any, *, client: Any, security: Any, noi
                  security=security) as dask_client:
         connected[0] = True
         params = dict(spec.parameters)
+        if spec.kind == "topics":
+            from dppca_dask.methods.tensor.topics import topics
+
+            return topics(store, epsilon=spec.epsilon, delta=spec.delta, client=dask_client, noise=noise, **params)
         if spec.kind == "lowrank":
             from dppca_dask.lowrank import lowrank
 

@@ -15,8 +15,12 @@ rows_per_partition = 10000           # optional
 # Parquet only: row_column = "row_id", col_column = "col_id", value_column = "value", on_duplicate = "sum"
 
 [mechanism]
-name = "adaptive-power"              # any mechanism of `dppca-dask pca` or `dppca-dask lowrank`
+name = "adaptive-power"              # any mechanism of `dppca-dask pca`, `lowrank` or `topics`
 n_iter = 5                           # ... and its public parameters
+# center = "private"                 # pca mechanisms: "none" or "private"; default as `dppca-dask pca` (private
+                                     # for adaptive-power, adaptive-power-block and analyze-gauss, else none)
+# topics: n_topics = 10 (required), alpha0 = 0.0 (0: single-topic model), n_restarts, n_iter, pca_iter,
+#         pca_share, pair_bound, tensor_clip (as `dppca-dask topics`)
 
 [privacy]
 epsilon = 0.8
@@ -61,6 +65,7 @@ __all__ = [
     "JobSpec",
     "LOWRANK_JOB_MECHANISMS",
     "PCA_JOB_MECHANISMS",
+    "TOPICS_JOB_MECHANISMS",
     "load_job",
     "parse_job",
 ]
@@ -72,6 +77,13 @@ LOWRANK_JOB_MECHANISMS = tuple(name for name in mechanism_names("lowrank")
                                if name not in PCA_JOB_MECHANISMS and get_mechanism(name, "lowrank").private)
 #: Mechanisms a job runs through :func:`dppca_dask.window` (partition-scoped budget).
 WINDOW_JOB_MECHANISMS = ("sliding-window",)
+#: Mechanisms a job runs through :func:`dppca_dask.topics` (rows are documents of word counts).
+TOPICS_JOB_MECHANISMS = ("topics",)
+#: Parameters of a ``topics`` job: those of ``dppca-dask topics`` (and ``tensor_clip``), and ``persist``.
+_TOPICS_KEYS = frozenset({"n_topics", "alpha0", "n_restarts", "n_iter", "pca_iter", "pca_share", "pair_bound",
+                          "tensor_clip", "persist"})
+#: ``[mechanism] center`` of a pca job: the values ``dppca-dask pca --center`` takes.
+CENTER_VALUES = ("none", "private")
 _WINDOW_RESERVED = frozenset({"store", "ledger", "dataset", "job_id", "persist"})
 _APPEND_KEYS = frozenset({"source", "format", "row_column", "col_column", "value_column", "zero_based"})
 #: Arguments of pca/lowrank a job spec cannot set: they are the job's own business or would break its guarantee.
@@ -153,10 +165,8 @@ class JobSpec:
 
     @property
     def kind(self) -> str:
-        """``"pca"`` or ``"lowrank"``: which API runs the mechanism."""
-        if self.mechanism in WINDOW_JOB_MECHANISMS:
-            return "window"
-        return "lowrank" if self.mechanism in LOWRANK_JOB_MECHANISMS else "pca"
+        """``"pca"``, ``"lowrank"``, ``"window"`` or ``"topics"``: which API runs the mechanism."""
+        return _kind(self.mechanism)
 
     def job_id(self, date: str) -> str:
         """The ledger's key of this job's run on ``date`` (one release per job id and date)."""
@@ -203,7 +213,75 @@ def _path(base: str, value: str) -> str:
     return value if os.path.isabs(value) else os.path.normpath(os.path.join(base, value))
 
 
+def _kind(mechanism: str) -> str:
+    if mechanism in WINDOW_JOB_MECHANISMS:
+        return "window"
+    if mechanism in TOPICS_JOB_MECHANISMS:
+        return "topics"
+    return "lowrank" if mechanism in LOWRANK_JOB_MECHANISMS else "pca"
+
+
+def _integer(source: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise JobSpecError(f"{_where(source, 'mechanism', key)} must be an integer >= 1; got {value!r}")
+    return value
+
+
+def _check_topics(source: str, mech: dict[str, Any], n_features: int | None) -> None:
+    """Every parameter of a ``topics`` job, checked as :func:`dppca_dask.topics` checks it (the bound on
+    ``n_topics`` by the store's width is checked again against the store before anything is reserved)."""
+    if "n_topics" not in mech:
+        raise JobSpecError(f"{_where(source, 'mechanism', 'n_topics')} is required for 'topics' (the number of "
+                           "topics K, at most the number of columns)")
+    for key in ("n_topics", "n_restarts", "n_iter", "pca_iter"):
+        if key in mech:
+            _integer(source, key, mech[key])
+    if n_features is not None and mech["n_topics"] > n_features:
+        raise JobSpecError(f"{_where(source, 'mechanism', 'n_topics')} must be at most the store's width "
+                           f"n_features={n_features}; got {mech['n_topics']}")
+    if "alpha0" in mech:
+        value = mech["alpha0"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise JobSpecError(f"{_where(source, 'mechanism', 'alpha0')} must be a finite number >= 0 (0: the "
+                               f"single-topic model; LDA's sum of alpha otherwise); got {value!r}")
+    if "pca_share" in mech:
+        value = mech["pca_share"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+            raise JobSpecError(f"{_where(source, 'mechanism', 'pca_share')} must be a number in (0, 1); got "
+                               f"{value!r}; e.g. 0.5")
+    for key in ("pair_bound", "tensor_clip"):
+        if key in mech:
+            value = mech[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise JobSpecError(f"{_where(source, 'mechanism', key)} must be a number in (0, 1] (1 clips "
+                                   f"nothing); got {value!r}")
+    if "persist" in mech and not isinstance(mech["persist"], bool):
+        raise JobSpecError(f"{_where(source, 'mechanism', 'persist')} must be true or false; got {mech['persist']!r}")
+
+
+def _check_center(source: str, mechanism: str, mech: dict[str, Any]) -> None:
+    """``center`` of a pca job: ``"none"`` or ``"private"``; by default what ``dppca-dask pca`` does (private for
+    the mechanisms that centre), written into the parameters so that the plan, the run and ``job.json`` agree."""
+    from dppca_dask.algorithms.block_power import CENTRING_MECHANISMS
+
+    if "center" not in mech:
+        mech["center"] = "private" if mechanism in CENTRING_MECHANISMS else "none"
+        return
+    value = mech["center"]
+    if isinstance(value, bool):  # as the Python API reads it
+        value = "private" if value else "none"
+    if value not in CENTER_VALUES:
+        raise JobSpecError(f"{_where(source, 'mechanism', 'center')} must be \"none\" or \"private\"; got {value!r} "
+                           "(a public mean vector is for the Python API)")
+    if value == "private" and mechanism not in CENTRING_MECHANISMS:
+        raise JobSpecError(f"{_where(source, 'mechanism', 'center')} = \"private\" applies to "
+                           f"{', '.join(CENTRING_MECHANISMS)}; got mechanism {mechanism!r}: drop it, or set \"none\"")
+    mech["center"] = value
+
+
 def _mechanism_parameters(kind: str) -> set[str]:
+    if kind == "topics":
+        return set(_TOPICS_KEYS)
     if kind == "window":
         from dppca_dask.methods.window import window
 
@@ -278,14 +356,13 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
 
     mech = dict(obj["mechanism"])
     mechanism = _string(source, "mechanism", "name", mech.pop("name", None))
-    if mechanism not in PCA_JOB_MECHANISMS + LOWRANK_JOB_MECHANISMS + WINDOW_JOB_MECHANISMS:
+    runnable = PCA_JOB_MECHANISMS + LOWRANK_JOB_MECHANISMS + WINDOW_JOB_MECHANISMS + TOPICS_JOB_MECHANISMS
+    if mechanism not in runnable:
         hint = (" (not differentially private: run it with `dppca-dask pca --mechanism exact`, never as a job)"
                 if mechanism == "exact" else "")
         raise JobSpecError(f"{_where(source, 'mechanism', 'name')}: unknown mechanism {mechanism!r}{hint}; jobs run "
-                           f"{', '.join(PCA_JOB_MECHANISMS + LOWRANK_JOB_MECHANISMS + WINDOW_JOB_MECHANISMS)}")
-    kind = "lowrank" if mechanism in LOWRANK_JOB_MECHANISMS else "pca"
-    if mechanism in WINDOW_JOB_MECHANISMS:
-        kind = "window"
+                           f"{', '.join(runnable)}")
+    kind = _kind(mechanism)
     allowed = _mechanism_parameters(kind)
     extra = sorted(set(mech) - allowed)
     if extra:
@@ -297,6 +374,11 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
                            f"{mechanism!r}{why}; valid: {', '.join(sorted(allowed))}")
     if kind == "lowrank" and "rank" not in mech:
         raise JobSpecError(f"{_where(source, 'mechanism', 'rank')} is required for {mechanism!r}")
+    if kind == "topics":
+        declared = n_features if n_features is not None else (ingest or {}).get("n_features")
+        _check_topics(source, mech, declared if isinstance(declared, int) else None)
+    if kind == "pca" and "rank" not in mech:
+        _check_center(source, mechanism, mech)
 
     privacy = obj["privacy"]
     for key in ("epsilon", "delta"):

@@ -33,10 +33,12 @@ def render(doc: dict[str, dict[str, Any]]) -> str:
 
 
 def base_doc(tmp_path: Path, store: str, **mechanism: Any) -> dict[str, dict[str, Any]]:
+    """A job spec of sequential adaptive power iteration (``center = "none"``: the run that checkpoints each
+    release and resumes from it; a job's default centres, see ``test_centred_jobs.py``)."""
     return {
         "job": {"name": "test-job"},
         "data": {"store": store},
-        "mechanism": {"name": "adaptive-power", "n_iter": 3, **mechanism},
+        "mechanism": {"name": "adaptive-power", "n_iter": 3, "center": "none", **mechanism},
         "privacy": {"epsilon": 0.8, "delta": 1e-7},
         "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "dataset": "ds", "total_epsilon": 1.0,
                    "total_delta": 1e-6},

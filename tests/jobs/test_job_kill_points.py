@@ -39,7 +39,7 @@ sys.exit(main(sys.argv[2:]))
 
 MECHANISMS = {
     "analyze-gauss": {"name": "analyze-gauss"},
-    "adaptive-power": {"name": "adaptive-power", "n_iter": 2},
+    "adaptive-power": {"name": "adaptive-power", "n_iter": 2, "center": "none"},  # sequential: resumes
     "private-low-rank": {"name": "private-low-rank", "rank": 2},
     "randomized-response": {"name": "randomized-response", "rank": 2},
     "private-power": {"name": "private-power", "n_iter": 2, "coherence": 300.0},

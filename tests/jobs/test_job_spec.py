@@ -52,7 +52,7 @@ CASES = [
     (lambda d: d["mechanism"].update(seed=3), r"unknown parameter\(s\) seed.*operating system's entropy"),
     (lambda d: d["mechanism"].update(calibration="paper"), r"unknown parameter\(s\) calibration"),
     (lambda d: d["mechanism"].update(n_iters=3), r"unknown parameter\(s\) n_iters for 'adaptive-power'"),
-    (lambda d: d["mechanism"].update(name="private-low-rank"), r"\[mechanism\] rank is required"),
+    (lambda d: d.update(mechanism={"name": "private-low-rank"}), r"\[mechanism\] rank is required"),
     (lambda d: d["job"].update(name="bad name!"), r"\[job\] name must be letters"),
     (lambda d: d["output"].update(path="out/{user}"), r"only \{name\}, \{id\} and \{date\}"),
     (lambda d: d.update(cluster={"tls_ca_file": "ca.pem"}), r"TLS needs all of tls_ca_file, tls_cert and tls_key"),
@@ -62,6 +62,30 @@ CASES = [
     (lambda d: d.update(cluster={"n_workers": 0}), r"n_workers must be an integer >= 1"),
     (lambda d: d["data"].update(ingest={"source": "x.parquet", "row_col": "id"}), r"\[data.ingest\]: unknown key"),
     (lambda d: d.update(mechanism=[1]), r"\[mechanism\] must be a table"),
+    (lambda d: d["mechanism"].update(center="mean"), r'\[mechanism\] center must be "none" or "private"'),
+    (lambda d: d.update(mechanism={"name": "private-power", "center": "private"}),
+     r'center = "private" applies to adaptive-power, adaptive-power-block, analyze-gauss'),
+    (lambda d: d.update(mechanism={"name": "topics"}), r"\[mechanism\] n_topics is required for 'topics'"),
+    (lambda d: d.update(mechanism={"name": "topics", "n_topics": 0}), r"n_topics must be an integer >= 1; got 0"),
+    (lambda d: d.update(mechanism={"name": "topics", "n_topics": True}), r"n_topics must be an integer >= 1"),
+    (lambda d: d.update(mechanism={"name": "topics", "n_topics": 3, "n_restarts": 2.5}),
+     r"\[mechanism\] n_restarts must be an integer >= 1"),
+    (lambda d: d.update(mechanism={"name": "topics", "n_topics": 3, "alpha0": -1.0}),
+     r"\[mechanism\] alpha0 must be a finite number >= 0 \(0: the single-topic model"),
+    (lambda d: d.update(mechanism={"name": "topics", "n_topics": 3, "pca_share": 1.0}),
+     r"\[mechanism\] pca_share must be a number in \(0, 1\)"),
+    (lambda d: d.update(mechanism={"name": "topics", "n_topics": 3, "pair_bound": 0}),
+     r"\[mechanism\] pair_bound must be a number in \(0, 1\]"),
+    (lambda d: d.update(mechanism={"name": "topics", "n_topics": 3, "tensor_clip": 2.0}),
+     r"\[mechanism\] tensor_clip must be a number in \(0, 1\]"),
+    (lambda d: d.update(mechanism={"name": "topics", "n_topics": 3, "persist": "yes"}),
+     r"\[mechanism\] persist must be true or false"),
+    (lambda d: d.update(mechanism={"name": "topics", "n_topics": 3, "center": "private"}),
+     r"unknown parameter\(s\) center for 'topics'"),
+    (lambda d: d.update(mechanism={"name": "topics", "n_topics": 3, "seed": 1}),
+     r"unknown parameter\(s\) seed for 'topics'.*operating system's entropy"),
+    (lambda d: (d.update(mechanism={"name": "topics", "n_topics": 301}), d["data"].update(n_features=300)),
+     r"n_topics must be at most the store's width n_features=300; got 301"),
 ]
 
 
@@ -109,3 +133,24 @@ def test_totals_are_optional_and_checked_against_the_ledger(tmp_path: Path) -> N
     assert (spec.budget.total_epsilon, spec.budget.total_delta, spec.budget.allow_new_store) == (None, None, True)
     assert spec.data.n_features == 300 and spec.to_dict()["data"]["n_features"] == 300
     assert "total_epsilon" not in spec.to_dict()["budget"]
+
+
+def test_center_defaults_as_the_pca_command() -> None:
+    """A pca job centres by default where `dppca-dask pca` does (adaptive power, its block form, Analyze Gauss),
+    and the default is written into the parameters, so that the plan, the run and job.json agree."""
+    def parse(mechanism: dict) -> dict:
+        doc = {"job": {"name": "j"}, "data": {"store": "s.zarr"}, "mechanism": mechanism,
+               "privacy": {"epsilon": 0.5, "delta": 1e-7}, "budget": {"ledger": "l.sqlite", "dataset": "ds"},
+               "output": {"path": "out"}}
+        return dict(parse_job(doc, base_dir="/tmp").parameters)
+
+    assert parse({"name": "adaptive-power"})["center"] == "private"
+    assert parse({"name": "analyze-gauss"})["center"] == "private"
+    assert parse({"name": "adaptive-power-block", "n_components": 2})["center"] == "private"
+    assert parse({"name": "private-power"})["center"] == "none"
+    assert parse({"name": "adaptive-power", "center": "none"})["center"] == "none"
+    assert parse({"name": "adaptive-power", "center": True})["center"] == "private"
+    assert parse({"name": "analyze-gauss", "center": False})["center"] == "none"
+    assert "center" not in parse({"name": "private-low-rank", "rank": 2})
+    topics = parse({"name": "topics", "n_topics": 4, "alpha0": 0.5})
+    assert topics == {"n_topics": 4, "alpha0": 0.5}

@@ -24,6 +24,10 @@ class TopicsPlan:
     planned_events: tuple[Any, ...]
     calibration: Mapping[str, Any]
 
+    @property
+    def events(self) -> tuple[Any, ...]:
+        return self.planned_events
+
 
 def _topics_module() -> Any:
     import importlib
@@ -57,8 +61,28 @@ def plan(params: Mapping[str, Any], *, n_rows: int | None, n_cols: int) -> Topic
     """Calibrate a run on a store of ``n_cols`` columns; raises like :func:`dppca_dask.topics` for bad values."""
     T = _topics_module()
 
+    import math
+
+    from dppca_dask.errors import InvalidInputError
+
     p = validate(params)
     T._check_params(p["n_topics"], p["n_restarts"], p["n_iter"], p["pca_iter"], p["pca_share"], p["alpha0"], n_cols)
+    for name in ("pair_bound", "tensor_clip"):
+        value = p[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 < float(value) <= 1):
+            raise InvalidParameterError(f"{name} must be in (0, 1]; got {value!r}; e.g. 0.2")
+    for name in ("epsilon", "delta"):
+        value = p[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise InvalidParameterError(f"{name} must be finite and > 0; got {value!r}")
+    if not float(p["delta"]) < 1:
+        raise InvalidParameterError(f"delta must be in (0, 1); got {p['delta']}")
+    if n_rows is not None and n_rows < p["n_topics"]:
+        raise InvalidInputError(
+            f"the corpus has {n_rows} documents, fewer than n_topics={p['n_topics']}; use more documents or fewer "
+            "topics"
+        )
     calibration = T.calibrate_topics(epsilon=float(p["epsilon"]), delta=float(p["delta"]), n_topics=p["n_topics"],
                                      n_restarts=p["n_restarts"], n_iter=p["n_iter"], pca_iter=p["pca_iter"],
                                      pca_share=float(p["pca_share"]), alpha0=float(p["alpha0"]))

@@ -44,7 +44,16 @@ from dppca_dask.methods.tensor.power import check_counts, power_run
 from dppca_dask.methods.tensor.private import GaussianReleaser
 from dppca_dask.methods.tensor.requests import CountCheck, FirstMoment, PairStep, TopicStep
 
-__all__ = ["DOCUMENT", "TopicResult", "TopicsCalibration", "calibrate_topics", "project_simplex", "topics"]
+__all__ = [
+    "DOCUMENT",
+    "TopicResult",
+    "TopicsCalibration",
+    "calibrate_topics",
+    "check_corpus",
+    "load_topics",
+    "project_simplex",
+    "topics",
+]
 
 #: Neighbouring relation of the topic model.
 DOCUMENT = "add/remove one row"
@@ -127,6 +136,11 @@ class TopicResult:
     def private(self) -> bool:
         return self.privacy is not None and bool(self.privacy.private)
 
+    @property
+    def mechanism(self) -> str:
+        """``"topics"`` (the registry's name, as jobs and the CLI report it)."""
+        return "topics"
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``topics``, ``weights``, ``eigenvalues``, ``privacy`` {epsilon, delta, neighbouring, ...}."""
         if self.privacy is not None:
@@ -148,6 +162,48 @@ class TopicResult:
 
         write_result_json(directory, self.to_dict(), indent=None)  # owner-only, complete or absent
         np.save(os.path.join(directory, "topics.npy"), np.asarray(self.topics))
+
+
+def load_topics(directory: str | os.PathLike[str]) -> TopicResult:
+    """Read a result written by :meth:`TopicResult.save` (its privacy report as read back from the JSON)."""
+    from dppca_dask.results import LoadedReport, read_result_json
+
+    directory = os.fspath(directory)
+    meta = read_result_json(directory, writer="TopicResult.save")
+    privacy = meta.get("privacy") or {}
+    report = LoadedReport(privacy) if privacy.get("epsilon") is not None else None
+    return TopicResult(np.load(os.path.join(directory, "topics.npy")), np.asarray(meta["weights"], dtype=np.float64),
+                       np.asarray(meta["eigenvalues"], dtype=np.float64), report, dict(meta.get("provenance", {})))
+
+
+def _count_error(partition: int, row: int) -> InvalidInputError:
+    return InvalidInputError(
+        f"partition {partition}, row {row} holds a negative or fractional count; the topic model needs word counts "
+        "(whole numbers >= 0): pass raw term counts, not weights",
+        partition=partition, row=row,
+    )
+
+
+def check_corpus(data: Any) -> None:
+    """Refuse a corpus whose counts are not whole numbers >= 0, reading one partition at a time in this process.
+
+    A job calls it before reserving any budget (the run itself checks again before its first release). It returns
+    nothing derived from the data: it succeeds, or raises naming the first bad partition and row.
+
+    Raises
+    ------
+    InvalidInputError
+        A negative or fractional count.
+    """
+    from dppca_dask.coordinator import as_source
+    from dppca_dask.kernels.tensor import count_violation
+
+    source = as_source(data)
+    for loader, args in source.loaders:  # one partition in memory at a time
+        part = loader(*args)
+        row = count_violation(part.block)
+        if row >= 0:
+            raise _count_error(part.index, row)
 
 
 def _check_params(n_topics: Any, n_restarts: Any, n_iter: Any, pca_iter: Any, pca_share: Any, alpha0: Any,
@@ -181,11 +237,7 @@ def _topic_run(
     bad = yield CountCheck()  # word counts must be whole and >= 0: fail before any release
     for partition in sorted(bad):
         if bad[partition] >= 0:
-            raise InvalidInputError(
-                f"partition {partition}, row {bad[partition]} holds a negative or fractional count; the topic model "
-                "needs word counts (whole numbers >= 0): pass raw term counts, not weights",
-                partition=partition, row=bad[partition],
-            )
+            raise _count_error(partition, bad[partition])
 
     def release(key: str, value: np.ndarray, sensitivity: float, multiplier: float) -> np.ndarray:
         if noise is None:
