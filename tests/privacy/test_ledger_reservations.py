@@ -1,6 +1,8 @@
-"""The ledger reserves exactly what a run spends: for every mechanism a job can run, the events reserved before the
-run compose to the same privacy profile as the events the run emits (its privacy report), through a real
-LocalCluster; and the planner's events under both calibrations match what the noise actually gives.
+"""The ledger reserves exactly what a run spends: for every mechanism a job can run (centred or not, and the topic
+model), the events reserved before the run compose to the same privacy profile as the events the run emits (its
+privacy report), through a real LocalCluster; the reservation is the same on neighbouring stores (it depends on
+public parameters and the declared shape only); and the planner's events under both calibrations match what the
+noise actually gives.
 
 Deterministic (no statistical assertion): the runs use seeded noise only to be reproducible."""
 
@@ -17,9 +19,11 @@ from dppca_dask.ledger import CHARGED, Ledger
 
 #: (mechanism, parameters) of each job mechanism, small enough for seconds per run.
 JOB_MECHANISMS = [
-    ("adaptive-power", {"n_iter": 3}),
-    ("adaptive-power", {"n_iter": 2, "n_components": 2}),
-    ("analyze-gauss", {}),
+    ("adaptive-power", {"n_iter": 3, "center": "none"}),
+    ("adaptive-power", {"n_iter": 2, "n_components": 2}),  # a job's default: centred (mean and variance events)
+    ("adaptive-power", {"n_iter": 2, "center": "private", "row_norm_bound": "auto"}),
+    ("analyze-gauss", {"center": "none"}),
+    ("analyze-gauss", {}),  # centred by default
     ("private-power", {"n_iter": 3, "coherence": 400.0}),
     ("private-power", {"n_iter": 2, "c_doubling": True}),
     ("private-low-rank", {"rank": 2}),
@@ -100,3 +104,84 @@ def test_planned_events_are_what_the_noise_gives_under_either_calibration(
                          client="local", seed=seed, **parameters)
     assert plan.neighbouring == result.privacy.neighbouring
     _same_profile(list(plan.events), [event_from_json(e) for e in result.privacy.events])
+
+
+@pytest.fixture(scope="module")
+def corpus_neighbours(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A generated corpus store (2,000 documents × 50 words) and its neighbour without its document 1,234 (the
+    relation of the topic model: add/remove one row), both with a declared width."""
+    import zarr
+
+    import dppca_dask
+    from dppca_dask.methods.tensor.corpora import lda_corpus
+
+    counts = lda_corpus(2_000, 50, 3, doc_length=30, topic_concentration=0.1, seed=8).counts
+    keep = [i for i in range(counts.shape[0]) if i != 1_234]
+    base = tmp_path_factory.mktemp("corpus-neighbours")
+    paths = []
+    for name, matrix in (("a.zarr", counts), ("b.zarr", counts[keep])):
+        dppca_dask.write_matrix(base / name, matrix, rows_per_partition=700)
+        group = zarr.open_group(str(base / name), mode="r+")
+        meta = dict(group.attrs["dppca_dask"])
+        meta["schema"] = "declared"
+        group.attrs["dppca_dask"] = meta
+        paths.append(str(base / name))
+    return paths[0], paths[1]
+
+
+def _run_topics_job(tmp_path: Path, store: str, client, seed: int):
+    from dppca_dask.jobs import parse_job, run_job
+    from dppca_dask.mechanisms import NoiseSource
+
+    doc = {
+        "job": {"name": "topics"},
+        "data": {"store": store},
+        "mechanism": {"name": "topics", "n_topics": 3, "n_restarts": 2, "n_iter": 2, "pca_iter": 2, "alpha0": 0.3},
+        "privacy": {"epsilon": 0.7, "delta": 1e-7},
+        "budget": {"ledger": str(tmp_path / "ledger.sqlite"), "dataset": "ds"},
+        "output": {"path": str(tmp_path / "out")},
+    }
+    ledger = Ledger.create(tmp_path / "ledger.sqlite")
+    ledger.init_dataset("ds", total_epsilon=5.0, total_delta=1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        outcome = run_job(parse_job(doc, base_dir=str(tmp_path)), date="2026-01-01", client=client,
+                          noise=NoiseSource.from_seed(seed))
+    return ledger.entry("ds", "topics@2026-01-01"), outcome
+
+
+def test_topics_job_reserves_its_events_and_the_same_on_neighbours(tmp_path: Path, corpus_neighbours, local_client,
+                                                                   seed: int) -> None:
+    reserved = []
+    for name, store in zip("ab", corpus_neighbours):
+        (tmp_path / name).mkdir()
+        entry, outcome = _run_topics_job(tmp_path / name, store, local_client, seed)
+        assert entry.status == CHARGED and entry.neighbouring == outcome.result.privacy.neighbouring
+        assert entry.neighbouring == "add/remove one row"
+        emitted = [event_from_json(e) for e in outcome.result.privacy.events]
+        _same_profile(list(entry.events), emitted)
+        reserved.append(entry.events)
+    assert reserved[0] == reserved[1]  # the reservation does not depend on the data
+
+
+@pytest.mark.parametrize("mechanism, parameters", [
+    *JOB_MECHANISMS,
+    ("topics", {"n_topics": 3}),
+    ("topics", {"n_topics": 2, "alpha0": 1.0, "n_restarts": 4, "pca_share": 0.3}),
+])
+def test_the_plan_is_the_same_on_neighbouring_stores(tmp_path: Path, corpus_neighbours, mechanism: str,
+                                                     parameters: dict) -> None:
+    """Neighbours differ by one row, so by n_rows: every planner's events must not depend on it."""
+    from dppca_dask.jobs import parse_job
+    from dppca_dask.jobs.plan import plan_job
+    from dppca_dask.storage import open_matrix
+
+    doc = {"job": {"name": "p"}, "data": {"store": "s.zarr"}, "mechanism": {"name": mechanism, **parameters},
+           "privacy": {"epsilon": 0.7, "delta": 1e-7}, "budget": {"ledger": "l.sqlite", "dataset": "ds"},
+           "output": {"path": "out"}}
+    spec = parse_job(doc, base_dir=str(tmp_path))
+    plans = [plan_job(spec, open_matrix(store)) for store in corpus_neighbours]
+    assert plans[0].neighbouring == plans[1].neighbouring
+    assert plans[0].events == plans[1].events and plans[0].describe() == plans[1].describe()
+    if parameters.get("center", "private") == "private" and mechanism in ("adaptive-power", "analyze-gauss"):
+        assert plans[0].describe()[0].startswith("center: private (the mean of the clipped rows")
