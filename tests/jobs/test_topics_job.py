@@ -125,3 +125,27 @@ def test_topics_job_refusals_reserve_nothing(tmp_path: Path, corpus, local_clien
         assert message in capsys.readouterr().err
     assert Ledger(tmp_path / "ledger.sqlite").budget("corpus").entries == ()  # refused before the reservation
     assert not (tmp_path / "out" / DATE).exists()
+
+
+def test_the_topics_example_runs_on_a_generated_corpus(tmp_path: Path, local_client, capsys) -> None:
+    import subprocess
+    import sys
+
+    from jobs_helpers import JOBS
+
+    subprocess.run([sys.executable, str(JOBS / "sample_corpus.py"), str(tmp_path / "corpus"), "--documents", "2000",
+                    "--words", "80", "--topics", "3"], check=True, capture_output=True)
+    assert main(["budget", "init", "--ledger", str(tmp_path / "ledger.sqlite"), "--dataset", "corpus",
+                 "--total-epsilon", "4", "--total-delta", "1e-5"]) == 0
+    overrides = {"data.store": str(tmp_path / "corpus.zarr"), "data.ingest.source": str(tmp_path / "corpus" /
+                 "corpus.npz"), "data.ingest.n_features": 80, "budget.ledger": str(tmp_path / "ledger.sqlite"),
+                 "output.path": str(tmp_path / "out"), "mechanism.n_topics": 3, "mechanism.n_restarts": 1,
+                 "mechanism.n_iter": 2, "mechanism.pca_iter": 2}
+    args = ["run", str(JOBS / "topics-nightly.toml"), "--scheduler", local_client.scheduler.address, "--date", DATE]
+    for key, value in overrides.items():
+        args += ["--set", f"{key}={json.dumps(value)}"]
+    capsys.readouterr()
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert f"job corpus-topics@{DATE}: completed" in text and "mechanism: topics" in text
+    assert np.load(tmp_path / "out" / "topics.npy").shape == (3, 80)
