@@ -7,8 +7,8 @@ The order is what makes a job safe to schedule and to re-run:
    invariant 7). The ledger must exist (``dppca-dask budget init`` makes it; a run never does);
 2. the job's DpEvents are reserved in the ledger under its job id ``<id>@<date>`` (one transaction; refused with
    exit code 3 if the dataset's total would be exceeded);
-3. the mechanism runs; adaptive power iteration writes each released (noisy) iterate to ``checkpoint.json`` in
-   the output directory before anything else sees it;
+3. the mechanism runs; sequential adaptive power iteration (``center = "none"``) writes each released (noisy)
+   iterate to ``checkpoint.json`` in the output directory before anything else sees it;
 4. the ledger records the release, the result is written to ``.pending/`` and marked complete, the reservation
    becomes a charge, and the result is moved into place.
 
@@ -19,9 +19,9 @@ Running the same job id again:
 - after success, does nothing (idempotent per job id and date) and reports the existing result;
 - after a crash with a complete result in ``.pending/`` (written, not yet charged): charges it and moves it into
   place, without computing a second release;
-- after a crash or a failure, continues under the same reservation: adaptive power iteration resumes from its
-  last checkpoint without repeating a released iteration (so the total released is exactly one run's), other
-  mechanisms start again only if nothing of theirs was released;
+- after a crash or a failure, continues under the same reservation: sequential adaptive power iteration resumes
+  from its last checkpoint without repeating a released iteration (so the total released is exactly one run's),
+  other mechanisms (a centred run, the topic model, ...) start again only if nothing of theirs was released;
 - between the charge and the move of the result, finishes the move.
 
 A result already in the output directory for the job id is never released again, whatever the ledger says.
