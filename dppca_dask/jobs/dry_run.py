@@ -4,8 +4,8 @@ copy of the ledger; nothing is reserved, read for a release, released or written
 What is checked, in the order a run checks it: the spec (when it is loaded), the job's earlier attempts in the
 ledger, the output path, the store (opened; every partition read and validated, as before a real run), its schema,
 the mechanism's public plan (the DpEvents to reserve, described part by part: a pca job's private mean and
-explained variance, a topic model's whitening and tensor releases), the topic model's word counts, the TLS files and the scheduler (when the spec names one),
-and the budget: the job's events are reserved, under the real rules (composition, relation, store id), in a
+explained variance, a topic model's whitening and tensor releases), the topic model's word counts, the TLS files
+and the scheduler (when the spec names one), and the budget: the job's events are reserved, under the real rules (composition, relation, store id), in a
 private snapshot of the ledger (SQLite's backup API) that is deleted afterwards. The ledger file itself is only read.
 
 A job that refreshes its store from ``[data.ingest]`` is checked against the store as it is now (the refresh is

@@ -185,3 +185,28 @@ def test_the_plan_is_the_same_on_neighbouring_stores(tmp_path: Path, corpus_neig
     assert plans[0].events == plans[1].events and plans[0].describe() == plans[1].describe()
     if parameters.get("center", "private") == "private" and mechanism in ("adaptive-power", "analyze-gauss"):
         assert plans[0].describe()[0].startswith("center: private (the mean of the clipped rows")
+
+
+def test_plan_release_plans_centring_as_pca_runs_it() -> None:
+    """plan_release takes center (default: pca's) and row_norm_bound="auto": the private mean, quantile and
+    explained variance are events of the plan, as a centred run emits them (checked against runs above)."""
+    import inspect
+
+    from dppca_dask.accounting import EpsilonDeltaDpEvent
+    from dppca_dask.api import pca, plan_release
+
+    plain = plan_release(120, mechanism="analyze-gauss", epsilon=0.7, delta=1e-7, center="none")
+    centred = plan_release(120, mechanism="analyze-gauss", epsilon=0.7, delta=1e-7, center="private")
+    auto = plan_release(120, mechanism="analyze-gauss", epsilon=0.7, delta=1e-7, center="private",
+                        row_norm_bound="auto")
+    # (quantile,) mean, Gram matrix, variance
+    assert len(plain.events) == 1 and len(centred.events) == 3 and len(auto.events) == 4
+    assert isinstance(auto.events[0], EpsilonDeltaDpEvent)
+    assert centred.calibration["center"] == "private" and centred.calibration["mean_noise_multiplier"] > 0
+    default = plan_release(120, mechanism="analyze-gauss", epsilon=0.7, delta=1e-7)
+    expected = centred if inspect.signature(pca).parameters["center"].default in (True, "private") else plain
+    assert default.events == expected.events
+    for mechanism in ("adaptive-power", "analyze-gauss"):
+        for plan in (plan_release(120, mechanism=mechanism, epsilon=0.7, delta=1e-7, center=c) for c in
+                     ("private", "none")):
+            assert epsilon_for(list(plan.events), delta=1e-7) <= 0.7 * (1 + 1e-9)
