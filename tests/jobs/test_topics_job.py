@@ -149,3 +149,53 @@ def test_the_topics_example_runs_on_a_generated_corpus(tmp_path: Path, local_cli
     text = capsys.readouterr().out
     assert f"job corpus-topics@{DATE}: completed" in text and "mechanism: topics" in text
     assert np.load(tmp_path / "out" / "topics.npy").shape == (3, 80)
+
+
+def _topics_identity(directory: Path) -> str | None:
+    import hashlib
+
+    if not (directory / "result.json").exists():
+        return None
+    try:
+        return hashlib.sha256(np.load(directory / "topics.npy").tobytes()).hexdigest()
+    except Exception:  # a partial write: released bytes of unknown content
+        return "unreadable"
+
+
+@pytest.mark.parametrize("point", [
+    "pending-complete",
+    pytest.param("pending-written", marks=pytest.mark.slow),
+    pytest.param("computed", marks=pytest.mark.slow),
+])
+def test_a_killed_topics_job_leaves_one_release_per_charge(tmp_path: Path, corpus_store: str, local_client,
+                                                           write_spec, capsys, point: str) -> None:
+    """As tests/jobs/test_job_kill_points.py for the topic model, which releases only at the end: killed after its
+    result was complete the re-run finishes it; killed after the release was recorded but before that, the re-run
+    refuses (exit 3); killed before, it runs again under the same reservation."""
+    import os
+    import subprocess
+    import sys
+
+    from jobs_helpers import REPO
+    from test_job_kill_points import _SCRIPT, KILLED
+
+    spec = write_spec(topics_doc(tmp_path, corpus_store))
+    script = tmp_path / "killer.py"
+    script.write_text(_SCRIPT)
+    args = ["run", str(spec), "--scheduler", local_client.scheduler.address, "--date", DATE]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    killed = subprocess.run([sys.executable, str(script), point, *args], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == KILLED, killed.stderr[-2000:]
+    out = tmp_path / "out" / DATE
+    released = {_topics_identity(out / ".pending"), _topics_identity(out)} - {None}
+    code = main([*args, "--json"])
+    captured = capsys.readouterr()
+    assert code == (3 if point == "pending-written" else 0), captured.err
+    if code == 0:
+        assert json.loads(captured.out)["status"] == {"pending-complete": "completed-from-pending"}.get(point,
+                                                                                                       "completed")
+    released |= {_topics_identity(out / ".pending"), _topics_identity(out)} - {None}
+    assert len(released) <= 1, released
+    budget = Ledger(tmp_path / "ledger.sqlite").budget("corpus")
+    assert [e.status for e in budget.entries] == [CHARGED] and budget.sum_epsilon == pytest.approx(500.0)
