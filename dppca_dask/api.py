@@ -28,7 +28,7 @@ from dppca_dask.algorithms.block_power import (
     plan_with_centring,
     result_fields,
 )
-from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source, connect, run_algorithm
+from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source, run_algorithm
 from dppca_dask.coordinator.sources import PartitionSource, schema_caveats
 from dppca_dask.errors import InvalidParameterError, NotPrivateWarning
 from dppca_dask.methods import MechanismPlan, get_mechanism, mechanism_names
@@ -159,6 +159,7 @@ def pca(
     symmetric: bool = False,
     timings: bool = False,
     center: Any = False,
+    executor: str = "auto",
 ) -> PCAResult:
     """Differentially private top principal directions (right singular vectors) of a row-partitioned matrix.
 
@@ -189,7 +190,15 @@ def pca(
         entry-level privacy, see below) or ``"exact"`` (not private).
     client
         ``None`` (an embedded ``LocalCluster``), a scheduler address, or a ``distributed.Client``; ``"local"``
-        runs in this process without Dask (small data, tests).
+        runs in this process, calling the kernels directly (the reference the Dask path is tested against).
+    executor
+        Where the run executes when ``client`` is ``None``: ``"auto"`` (default) uses the active Dask client if
+        there is one, else runs **in this process** (the same coordinator, tasks and passes on a pool of threads,
+        without starting a cluster) when the input has at most ``dppca_dask.executor.in-process-max-partitions``
+        partitions and ``in-process-max-columns`` declared columns, else starts an embedded ``LocalCluster``;
+        ``"local"`` always runs in this process; ``"cluster"`` always on Dask. The choice reads public values only
+        (the declared width, the partition count, the configuration), never the rows or values, and
+        ``provenance["executor"]`` states it (``"in-process"`` or ``"cluster"``).
     seed
         Makes the run reproducible; the result is then **not private** (``privacy.private`` is false) and a
         :class:`~dppca_dask.errors.NotPrivateWarning` is issued.
@@ -270,9 +279,9 @@ def pca(
         symmetric=symmetric,
     )
     source = as_source(data)
-    plan = _plan(params, source.n_cols)
-    if centring.active:
-        plan = plan_with_centring(params, source.n_cols, centring)
+    choice = _executor_choice(source, client, executor)
+    # one calibration: the centred run's own (the plain plan would be calibrated for nothing)
+    plan = plan_with_centring(params, source.n_cols, centring) if centring.active else _plan(params, source.n_cols)
     caveats = schema_caveats(source) if plan.private else ()
     t_calibrated = time.perf_counter()
     if not isinstance(timings, (bool, np.bool_)):
@@ -311,7 +320,7 @@ def pca(
             bar.set_postfix_str(f"theta={theta:.3g}")
 
     try:
-        output = _execute(source, client, persist, plan.make_run(noise, released, resume))
+        output = _execute(source, client, persist, plan.make_run(noise, released, resume), choice)
     finally:
         bar.close()
     finished = time.perf_counter()
@@ -333,6 +342,7 @@ def pca(
         "calibration": dict(plan.calibration),
         "input": dict(source.description),
         "seeded": seed is not None or (noise is not None and not noise.private),
+        "executor": choice.executor,
         "noise_sampler": noise.sampler if noise is not None else None,
         "package": {"dppca_dask": __version__, **_versions()},
         "started": started_wall.isoformat(timespec="seconds"),
@@ -358,14 +368,28 @@ def pca(
     )
 
 
-def _execute(source: PartitionSource, client: Any, persist: bool | None, run: Any) -> Any:
+def _executor_choice(source: PartitionSource, client: Any, executor: str) -> Any:
+    """Where the run executes, from public values only: the declared width, the partition count, the
+    configuration and what the caller gave (:func:`~dppca_dask.coordinator.client.choose_executor`)."""
+    from dppca_dask.coordinator.client import ExecutorChoice, choose_executor
+
+    if isinstance(client, str) and client == "local":  # the reference executor, kernels called directly
+        if executor == "cluster":
+            raise InvalidParameterError("client='local' runs in this process; it cannot use executor='cluster'")
+        return ExecutorChoice("in-process", "client='local' was given")
+    return choose_executor(client, executor, n_cols=source.n_cols, n_partitions=source.n_partitions)
+
+
+def _execute(source: PartitionSource, client: Any, persist: bool | None, run: Any, choice: Any) -> Any:
+    from dppca_dask.coordinator.client import executor_client
+
     if isinstance(client, str) and client == "local":
-        executor = LocalExecutor(source)
+        local = LocalExecutor(source)
         try:
-            return run_algorithm(executor, run)
+            return run_algorithm(local, run)
         finally:
-            executor.close()
-    with connect(client) as dask_client, Coordinator(dask_client, source, persist=persist) as coordinator:
+            local.close()
+    with executor_client(choice, client) as tasks, Coordinator(tasks, source, persist=persist) as coordinator:
         return run_algorithm(coordinator, run)
 
 
@@ -394,19 +418,18 @@ def _report(params: PCAParameters, plan: MechanismPlan, events: tuple[Any, ...],
 
 
 def _versions() -> dict[str, str]:
-    import dask
-    import distributed
-    import zarr
+    """Installed versions, read from the packages' metadata (importing distributed only for its version would
+    cost an in-process run most of its start-up)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        import dp_accounting  # noqa: F401
-        from importlib.metadata import version
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:  # pragma: no cover - always installed
+            return "unknown"
 
-        dpa = version("dp-accounting")
-    except Exception:  # pragma: no cover - always installed
-        dpa = "unknown"
-    return {"dask": dask.__version__, "distributed": distributed.__version__, "zarr": zarr.__version__,
-            "numpy": np.__version__, "dp-accounting": dpa}
+    return {"dask": installed("dask"), "distributed": installed("distributed"), "zarr": installed("zarr"),
+            "numpy": np.__version__, "dp-accounting": installed("dp-accounting")}
 
 
 def _progress(total: int, mechanism: str, enabled: bool | None) -> Any:

@@ -53,6 +53,11 @@ def register(subparsers: Any) -> None:
                    help="private-power: the store is a square matrix A (PSD for more than one component); runs on "
                         "(A + A^T)/2, A itself when symmetric")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
+    p.add_argument("--executor", choices=("auto", "local", "cluster"), default="auto",
+                   help="where to run without --scheduler: 'local' in this process (a pool of threads, no cluster "
+                        "to start), 'cluster' on an embedded Dask LocalCluster, 'auto' (default) in this process for "
+                        "stores of few partitions and columns (dppca_dask.executor.* in Dask's configuration: public "
+                        "values only), else the cluster")
     add_cluster_arguments(p)
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
                    help="keep partitions in worker memory (default: when they fit)")
@@ -238,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
         calibration=args.calibration,
         timings=args.timings,
         center=center,
+        executor=args.executor,
         **_private_power_options(args),
     )
     if args.plot:
