@@ -160,14 +160,18 @@ def pca(
     timings: bool = False,
     center: Any = False,
     executor: str = "auto",
+    layer: str | None = None,
 ) -> PCAResult:
     """Differentially private top principal directions (right singular vectors) of a row-partitioned matrix.
 
     Parameters
     ----------
     data
-        A store path, an opened :class:`~dppca_dask.storage.MatrixStore`, a ``dask.array.Array`` (rows chunked),
-        a ``scipy.sparse`` matrix or a 2-D ``numpy`` array. Each row is one individual.
+        A store path, an opened :class:`~dppca_dask.storage.MatrixStore`, the path of an AnnData ``.h5ad`` file
+        (read in row blocks from the file, never whole), a ``dask.array.Array`` (rows chunked), a ``scipy.sparse``
+        matrix or a 2-D ``numpy`` array. Each row is one individual. An ``.h5ad`` file's width is read from the
+        file, not declared: the result carries the inferred-schema caveat (ingest it with ``--n-features`` to
+        declare it).
     epsilon, delta
         Total privacy budget of the run (ignored by ``mechanism="exact"``).
     n_components
@@ -191,6 +195,9 @@ def pca(
     client
         ``None`` (an embedded ``LocalCluster``), a scheduler address, or a ``distributed.Client``; ``"local"``
         runs in this process, calling the kernels directly (the reference the Dask path is tested against).
+    layer
+        Analyse ``layers/<layer>`` of an AnnData ``.h5ad`` file or ``.zarr`` store instead of ``X`` (``data`` must
+        then be such a path).
     executor
         Where the run executes when ``client`` is ``None``: ``"auto"`` (default) uses the active Dask client if
         there is one, else runs **in this process** (the same coordinator, tasks and passes on a pool of threads,
@@ -278,11 +285,14 @@ def pca(
         c_doubling=c_doubling,
         symmetric=symmetric,
     )
+    data, read_from_file = _open_input(data, layer)
     source = as_source(data)
     choice = _executor_choice(source, client, executor)
     # one calibration: the centred run's own (the plain plan would be calibrated for nothing)
     plan = plan_with_centring(params, source.n_cols, centring) if centring.active else _plan(params, source.n_cols)
     caveats = schema_caveats(source) if plan.private else ()
+    if read_from_file and plan.private:
+        caveats = (*caveats, *_file_shape_caveat())
     t_calibrated = time.perf_counter()
     if not isinstance(timings, (bool, np.bool_)):
         raise InvalidParameterError(f"timings must be True or False; got {timings!r}")
@@ -368,6 +378,42 @@ def pca(
     )
 
 
+def _open_input(data: Any, layer: str | None) -> tuple[Any, bool]:
+    """``data`` as :func:`as_source` takes it, and whether it is read from an AnnData file directly (an ``.h5ad``
+    file, or a layer of an AnnData file or store): then a lazy Dask array of row blocks, read in bounded memory."""
+    import os
+
+    if layer is not None and (not isinstance(layer, str) or not layer):
+        raise InvalidParameterError(f"layer must be a non-empty string or None; got {layer!r}")
+    if isinstance(data, (str, os.PathLike)):
+        path = os.fspath(data)
+        if path.lower().endswith(".h5ad") or layer is not None:
+            from dppca_dask.ingest.adata import anndata_dask
+
+            return anndata_dask(path, layer=layer), True
+    elif layer is not None:
+        raise InvalidParameterError(
+            f"layer={layer!r} names a layer of an AnnData file; give the path of an .h5ad file or AnnData .zarr "
+            f"store as data (got {type(data).__name__}), or pass the layer's matrix itself")
+    return data, False
+
+
+def _file_shape_caveat() -> tuple[str, ...]:
+    """An AnnData file read directly has the width of its data, as a store ingested without a declared schema:
+    every output's length reveals it, which the guarantee does not cover (DESIGN.md, invariant 9)."""
+    from dppca_dask.coordinator.sources import INFERRED_SCHEMA_CAVEAT
+    from dppca_dask.errors import InferredSchemaWarning
+
+    warnings.warn(
+        "the number of columns was read from the AnnData file, and every release reveals it, which the privacy "
+        "guarantee does not cover; ingest with `dppca-dask ingest FILE --out STORE --n-features D` to declare it as "
+        "public input",
+        InferredSchemaWarning,
+        stacklevel=4,
+    )
+    return (INFERRED_SCHEMA_CAVEAT,)
+
+
 def _executor_choice(source: PartitionSource, client: Any, executor: str) -> Any:
     """Where the run executes, from public values only: the declared width, the partition count, the
     configuration and what the caller gave (:func:`~dppca_dask.coordinator.client.choose_executor`)."""
@@ -377,7 +423,10 @@ def _executor_choice(source: PartitionSource, client: Any, executor: str) -> Any
         if executor == "cluster":
             raise InvalidParameterError("client='local' runs in this process; it cannot use executor='cluster'")
         return ExecutorChoice("in-process", "client='local' was given")
-    return choose_executor(client, executor, n_cols=source.n_cols, n_partitions=source.n_partitions)
+    # A store's partitions were fixed at ingest and are public; the blocks of other inputs (an AnnData file's
+    # blocks are sized by its stored entries) are not, so only the width counts for them.
+    public_partitions = source.n_partitions if source.store is not None else None
+    return choose_executor(client, executor, n_cols=source.n_cols, n_partitions=public_partitions)
 
 
 def _execute(source: PartitionSource, client: Any, persist: bool | None, run: Any, choice: Any) -> Any:

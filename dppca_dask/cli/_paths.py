@@ -18,8 +18,9 @@ def url_scheme(path: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
-def check_store(path: str) -> None:
-    """Refuse, with a command that works, a store argument that is an ``.h5ad`` file or a URL."""
+def check_store(path: str, *, anndata_ok: bool = False) -> None:
+    """Refuse, with a command that works, a store argument that is a URL, or an ``.h5ad`` file unless the command
+    reads one directly (``anndata_ok``: ``pca``)."""
     scheme = url_scheme(path)
     if scheme is not None:
         raise InvalidParameterError(
@@ -27,7 +28,7 @@ def check_store(path: str) -> None:
             f"(the store writer needs atomic renames and file locks, which {scheme}:// does not offer): copy the "
             "store to a local directory (or mount the bucket) and give that path"
         )
-    if path.lower().endswith(".h5ad"):
+    if path.lower().endswith(".h5ad") and not anndata_ok:
         raise InvalidParameterError(
             f"'{path}' is an AnnData .h5ad file, not a store; convert it once with `dppca-dask ingest {path} --out "
             f"{path[:-5]}.zarr --n-features D` (D: the public number of columns) and run on {path[:-5]}.zarr"

@@ -738,7 +738,8 @@ def _limit(key: str) -> int:
     return value
 
 
-def choose_executor(client: Any, executor: str = "auto", *, n_cols: int, n_partitions: int) -> ExecutorChoice:
+def choose_executor(client: Any, executor: str = "auto", *, n_cols: int,
+                    n_partitions: int | None) -> ExecutorChoice:
     """Decide where a run executes: in this process or on a Dask cluster.
 
     Parameters
@@ -753,7 +754,9 @@ def choose_executor(client: Any, executor: str = "auto", *, n_cols: int, n_parti
         ``n_partitions <= dppca_dask.executor.in-process-max-partitions`` and
         ``n_cols <= dppca_dask.executor.in-process-max-columns``, else an embedded ``LocalCluster``.
     n_cols, n_partitions
-        The input's declared width and its partition count: public values.
+        The input's declared width and its partition count: public values. ``n_partitions=None`` when the
+        partitioning is not public (blocks of a file sized by its stored entries, in-memory arrays split by their
+        rows): the choice then reads the width alone.
 
     Notes
     -----
@@ -765,6 +768,7 @@ def choose_executor(client: Any, executor: str = "auto", *, n_cols: int, n_parti
         executor = dask.config.get("dppca_dask.executor.default", default="auto") or "auto"
     if executor not in EXECUTORS:
         raise InvalidParameterError(f"executor must be one of {', '.join(EXECUTORS)}; got {executor!r}")
+    max_partitions, max_cols = _limit("in-process-max-partitions"), _limit("in-process-max-columns")
     given = client is not None
     if executor == "local":
         if given:
@@ -778,13 +782,13 @@ def choose_executor(client: Any, executor: str = "auto", *, n_cols: int, n_parti
         return ExecutorChoice("cluster", "a Dask client or scheduler was given")
     if dask.config.get("dppca_dask.cluster.use-active-client", default=True) and active_client() is not None:
         return ExecutorChoice("cluster", "a Dask client is active")
-    max_partitions, max_cols = _limit("in-process-max-partitions"), _limit("in-process-max-columns")
-    if n_partitions <= max_partitions and n_cols <= max_cols:
+    partitions = "partitions not public" if n_partitions is None else f"{n_partitions} partition(s)"
+    if (n_partitions is None or n_partitions <= max_partitions) and n_cols <= max_cols:
         return ExecutorChoice(
-            "in-process", f"{n_partitions} partition(s) <= {max_partitions} and {n_cols} columns <= {max_cols} "
-                          "(dppca_dask.executor.in-process-max-*)")
+            "in-process", f"{partitions} (limit {max_partitions}) and {n_cols} columns (limit {max_cols}; "
+                          "dppca_dask.executor.in-process-max-*)")
     return ExecutorChoice(
-        "cluster", f"{n_partitions} partition(s) or {n_cols} columns above the in-process limits "
+        "cluster", f"{partitions} or {n_cols} columns above the in-process limits "
                    f"({max_partitions}, {max_cols}: dppca_dask.executor.in-process-max-*)")
 
 
