@@ -429,8 +429,12 @@ def _executor_choice(source: PartitionSource, client: Any, executor: str) -> Any
     return choose_executor(client, executor, n_cols=source.n_cols, n_partitions=public_partitions)
 
 
-def _execute(source: PartitionSource, client: Any, persist: bool | None, run: Any, choice: Any) -> Any:
-    from dppca_dask.coordinator.client import executor_client
+def _execute(source: PartitionSource, client: Any, persist: bool | None, run: Any, choice: Any = None) -> Any:
+    """Run on ``choice``'s executor (``None``: on Dask, as the other entry points that call this do)."""
+    from dppca_dask.coordinator.client import ExecutorChoice, executor_client
+
+    if choice is None:
+        choice = ExecutorChoice("cluster", "the caller runs on Dask")
 
     if isinstance(client, str) and client == "local":
         local = LocalExecutor(source)

@@ -29,7 +29,7 @@ TRICKY = {
 
 def _ingest(tmp_path: Path, name: str, text: str, parser: str, monkeypatch: pytest.MonkeyPatch,
             **kwargs: object) -> object:
-    monkeypatch.setattr(svmlight_module, "SKLEARN_MIN_BYTES", 0 if parser == "sklearn" else 1 << 62)
+    monkeypatch.setattr(svmlight_module, "DEFAULT_PARSER", parser)
     src = tmp_path / f"{name}.svm"
     src.write_bytes(text.encode())
     return ingest(src, tmp_path / f"{name}-{parser}.zarr", **kwargs)
