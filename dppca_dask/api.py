@@ -167,7 +167,8 @@ def pca(
     Parameters
     ----------
     data
-        A store path, an opened :class:`~dppca_dask.storage.MatrixStore`, the path of an AnnData ``.h5ad`` file
+        A store path or URL (``file://``; ``memory://``, ``s3://``, ... through fsspec and zarr, with the scheme's
+        package installed), an opened :class:`~dppca_dask.storage.MatrixStore`, the path of an AnnData ``.h5ad`` file
         (read in row blocks from the file, never whole), a ``dask.array.Array`` (rows chunked), a ``scipy.sparse``
         matrix or a 2-D ``numpy`` array. Each row is one individual. An ``.h5ad`` file's width is read from the
         file, not declared: the result carries the inferred-schema caveat (ingest it with ``--n-features`` to
@@ -385,8 +386,17 @@ def _open_input(data: Any, layer: str | None) -> tuple[Any, bool]:
 
     if layer is not None and (not isinstance(layer, str) or not layer):
         raise InvalidParameterError(f"layer must be a non-empty string or None; got {layer!r}")
+    from dppca_dask._urls import filesystem, is_url, local_path
+
+    data = local_path(data)  # a file:// URL is the local path it names
     if isinstance(data, (str, os.PathLike)):
         path = os.fspath(data)
+        if is_url(path):
+            filesystem(path)  # a scheme whose package is missing is named here, before anything runs
+            if path.lower().endswith(".h5ad"):
+                raise InvalidParameterError(
+                    f"'{path}': an .h5ad file is read from a local or mounted path (HDF5 needs random access to a "
+                    "file); download it first, or ingest it into a store and give the store's URL")
         if path.lower().endswith(".h5ad") or layer is not None:
             from dppca_dask.ingest.adata import anndata_dask
 

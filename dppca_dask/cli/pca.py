@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     from dppca_dask.api import pca
     from dppca_dask.cli._paths import check_store
 
-    check_store(args.store, anndata_ok=True)
+    check_store(args.store, anndata_ok=True, urls_ok=True)
 
     from dppca_dask.algorithms.block_power import BLOCK_POWER
     from dppca_dask.errors import InvalidParameterError
