@@ -32,6 +32,14 @@ def test_config_defaults() -> None:
     assert dask.config.get("dppca_dask.executor.threads") is None
 
 
+@pytest.fixture
+def no_active_client() -> object:
+    """Whatever client an earlier test left active, ``auto`` decides here as it does without one."""
+    with dask.config.set({"dppca_dask.cluster.use-active-client": False}):
+        yield
+
+
+@pytest.mark.usefixtures("no_active_client")
 def test_auto_runs_small_inputs_in_process_and_larger_ones_on_a_cluster() -> None:
     assert choose_executor(None, "auto", n_cols=300, n_partitions=2).executor == "in-process"
     assert choose_executor(None, "auto", n_cols=300, n_partitions=17).executor == "cluster"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dask.config
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -38,7 +39,7 @@ def _sin2(a: np.ndarray, b: np.ndarray) -> float:
 def test_pca_reads_an_h5ad_file_and_its_layers(h5ad: tuple[str, sp.csr_array, np.ndarray]) -> None:
     path, x, scaled = h5ad
     kwargs = {"epsilon": 1.0, "delta": 1e-6, "mechanism": "exact"}
-    with pytest.warns(NotPrivateWarning):
+    with pytest.warns(NotPrivateWarning), dask.config.set({"dppca_dask.cluster.use-active-client": False}):
         from_x = dppca_dask.pca(path, **kwargs)
         from_layer = dppca_dask.pca(path, layer="scaled", **kwargs)
     assert _sin2(from_x.components[0], _exact(x.toarray())) < 1e-12
