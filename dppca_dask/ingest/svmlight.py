@@ -48,6 +48,8 @@ DEFAULT_PARSER = "numpy"
 log = logging.getLogger(__name__)
 
 _QID = re.compile(rb"(?<![^\s])qid:\S*")
+#: Text that scikit-learn's parser reads by other rules than the numpy parser (one scan of a chunk).
+_SKLEARN_DIFFERS = re.compile(rb"[_\r]|0[xX]|qid")
 _COLON = 58
 _SPACE = 32
 
@@ -196,7 +198,7 @@ def _parse_chunk_sklearn(
     import io
 
     del path, first_row
-    if any(mark in chunk.data for mark in (b"_", b"0x", b"0X", b"qid", b"\r")):
+    if _SKLEARN_DIFFERS.search(chunk.data) is not None:
         # Python's int() and float() read 1_0; scikit-learn drops any first feature starting with 'qid'; the
         # numpy parser has its own rules for these (and for carriage returns): it decides
         return None
