@@ -10,6 +10,14 @@ memory of the ingesting process (including its children). The last line is ``rat
 
 The generated data and the store go to ``--workdir`` (a new temporary directory by default) and are removed
 afterwards unless ``--keep`` is given.
+
+``--svmlight W8A.svm`` instead compares the two svmlight parsers side by side: it writes a file of about
+``--svmlight-mb`` MB (default 70) by repeating the given file with perturbed values, ingests it with
+``parser="numpy"`` and ``parser="sklearn"`` in the same process, interleaved (``--repeats`` each), checks that the
+stores are equal, and prints the median times and their ratio (numpy / sklearn: above 1 means scikit-learn's
+parser is faster)::
+
+    python benchmarks/bench_ingest.py --svmlight shared/data/w8a.svm
 """
 
 from __future__ import annotations
@@ -99,6 +107,58 @@ def child_ingest(src: str, out: str) -> None:
                       "value_sum": total}))
 
 
+def generate_svmlight(source: str, target: str, *, megabytes: float, seed: int) -> tuple[int, int]:
+    """Repeat the rows of ``source`` with perturbed values until ``target`` has about ``megabytes`` MB; return its
+    rows and bytes."""
+    rng = np.random.default_rng(seed)
+    with open(source, "rb") as handle:
+        lines = [line for line in handle.read().splitlines() if line.strip()]
+    rows = written = 0
+    with open(target, "wb") as out:
+        while written < megabytes * 1e6:
+            scale = rng.uniform(0.5, 2.0, len(lines))
+            for line, factor in zip(lines, scale):
+                label, *pairs = line.split()
+                text = b" ".join([label] + [b"%s:%.6g" % (i, float(v) * factor)
+                                            for i, v in (p.split(b":") for p in pairs)]) + b"\n"
+                out.write(text)
+                written += len(text)
+                rows += 1
+    return rows, written
+
+
+def compare_svmlight_parsers(source: str, workdir: str, *, megabytes: float, repeats: int, seed: int) -> int:
+    """Ingest one generated file with both parsers, interleaved; print medians and the ratio."""
+    import statistics
+
+    from dppca_dask.ingest import _common
+    from dppca_dask.ingest.svmlight import ingest_svmlight
+
+    os.makedirs(workdir, exist_ok=True)
+    src = os.path.join(workdir, "replicated.svm")
+    start = time.perf_counter()
+    rows, size = generate_svmlight(source, src, megabytes=megabytes, seed=seed)
+    print(f"generated {rows:,} rows, {size / 1e6:.1f} MB of svmlight in {time.perf_counter() - start:.1f} s")
+    times: dict[str, list[float]] = {"numpy": [], "sklearn": []}
+    stores: dict[str, object] = {}
+    for repeat in range(repeats):
+        for parser in ("numpy", "sklearn") if repeat % 2 == 0 else ("sklearn", "numpy"):
+            out = os.path.join(workdir, f"{parser}.zarr")
+            shutil.rmtree(out, ignore_errors=True)
+            options = _common.IngestOptions(out=out, progress=False)
+            t0 = time.perf_counter()
+            stores[parser] = ingest_svmlight(src, options, n_features=300, parser=parser)
+            times[parser].append(time.perf_counter() - t0)
+    a, b = (stores[p].to_scipy() for p in ("numpy", "sklearn"))  # type: ignore[attr-defined]
+    same = a.shape == b.shape and (a != b).nnz == 0
+    numpy_s, sklearn_s = statistics.median(times["numpy"]), statistics.median(times["sklearn"])
+    print(f"numpy parser:   median {numpy_s:.2f} s over {repeats} ingests ({size / 1e6 / numpy_s:.0f} MB/s)")
+    print(f"sklearn parser: median {sklearn_s:.2f} s over {repeats} ingests ({size / 1e6 / sklearn_s:.0f} MB/s)")
+    print(f"stores equal: {'yes' if same else 'NO'}")
+    print(f"ratio {numpy_s / sklearn_s:.2f}")
+    return 0 if same else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="about 200 MB of Parquet instead of 2 GB")
@@ -108,10 +168,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the generated data and the store")
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--child-ingest", nargs=2, metavar=("SRC", "OUT"), help=argparse.SUPPRESS)
+    parser.add_argument("--svmlight", default=None, metavar="FILE.svm",
+                        help="compare the svmlight parsers on a file generated from this one")
+    parser.add_argument("--svmlight-mb", type=float, default=70.0, help="size of the generated svmlight file")
+    parser.add_argument("--repeats", type=int, default=3, help="ingests per parser (--svmlight)")
     args = parser.parse_args(argv)
     if args.child_ingest:
         child_ingest(*args.child_ingest)
         return 0
+    if args.svmlight:
+        workdir = args.workdir or tempfile.mkdtemp(prefix="bench_ingest-")
+        try:
+            return compare_svmlight_parsers(args.svmlight, workdir, megabytes=args.svmlight_mb,
+                                            repeats=args.repeats, seed=args.seed)
+        finally:
+            if not args.keep:
+                shutil.rmtree(workdir, ignore_errors=True)
 
     size_gb = args.size_gb if args.size_gb is not None else (0.25 if args.quick else 2.1)
     n_triplets = int(size_gb * 2**30 / BYTES_PER_TRIPLET)

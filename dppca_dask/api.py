@@ -28,7 +28,7 @@ from dppca_dask.algorithms.block_power import (
     plan_with_centring,
     result_fields,
 )
-from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source, connect, run_algorithm
+from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source, run_algorithm
 from dppca_dask.coordinator.sources import PartitionSource, schema_caveats
 from dppca_dask.errors import InvalidParameterError, NotPrivateWarning
 from dppca_dask.methods import MechanismPlan, get_mechanism, mechanism_names
@@ -170,14 +170,20 @@ def pca(
     symmetric: bool = False,
     timings: bool = False,
     center: Any = False,
+    executor: str = "auto",
+    layer: str | None = None,
 ) -> PCAResult:
     """Differentially private top principal directions (right singular vectors) of a row-partitioned matrix.
 
     Parameters
     ----------
     data
-        A store path, an opened :class:`~dppca_dask.storage.MatrixStore`, a ``dask.array.Array`` (rows chunked),
-        a ``scipy.sparse`` matrix or a 2-D ``numpy`` array. Each row is one individual.
+        A store path or URL (``file://``; ``memory://``, ``s3://``, ... through fsspec and zarr, with the scheme's
+        package installed), an opened :class:`~dppca_dask.storage.MatrixStore`, the path of an AnnData ``.h5ad`` file
+        (read in row blocks from the file, never whole), a ``dask.array.Array`` (rows chunked), a ``scipy.sparse``
+        matrix or a 2-D ``numpy`` array. Each row is one individual. An ``.h5ad`` file's width is read from the
+        file, not declared: the result carries the inferred-schema caveat (ingest it with ``--n-features`` to
+        declare it).
     epsilon, delta
         Total privacy budget of the run (ignored by ``mechanism="exact"``).
     n_components
@@ -200,7 +206,18 @@ def pca(
         entry-level privacy, see below) or ``"exact"`` (not private).
     client
         ``None`` (an embedded ``LocalCluster``), a scheduler address, or a ``distributed.Client``; ``"local"``
-        runs in this process without Dask (small data, tests).
+        runs in this process, calling the kernels directly (the reference the Dask path is tested against).
+    layer
+        Analyse ``layers/<layer>`` of an AnnData ``.h5ad`` file or ``.zarr`` store instead of ``X`` (``data`` must
+        then be such a path).
+    executor
+        Where the run executes when ``client`` is ``None``: ``"auto"`` (default) uses the active Dask client if
+        there is one, else runs **in this process** (the same coordinator, tasks and passes on a pool of threads,
+        without starting a cluster) when the input has at most ``dppca_dask.executor.in-process-max-partitions``
+        partitions and ``in-process-max-columns`` declared columns, else starts an embedded ``LocalCluster``;
+        ``"local"`` always runs in this process; ``"cluster"`` always on Dask. The choice reads public values only
+        (the declared width, the partition count, the configuration), never the rows or values, and
+        ``provenance["executor"]`` states it (``"in-process"`` or ``"cluster"``).
     seed
         Makes the run reproducible; the result is then **not private** (``privacy.private`` is false) and a
         :class:`~dppca_dask.errors.NotPrivateWarning` is issued.
@@ -280,11 +297,14 @@ def pca(
         c_doubling=c_doubling,
         symmetric=symmetric,
     )
+    data, read_from_file = _open_input(data, layer)
     source = as_source(data)
-    plan = _plan(params, source.n_cols)
-    if centring.active:
-        plan = plan_with_centring(params, source.n_cols, centring)
+    choice = _executor_choice(source, client, executor)
+    # one calibration: the centred run's own (the plain plan would be calibrated for nothing)
+    plan = plan_with_centring(params, source.n_cols, centring) if centring.active else _plan(params, source.n_cols)
     caveats = schema_caveats(source) if plan.private else ()
+    if read_from_file and plan.private:
+        caveats = (*caveats, *_file_shape_caveat())
     t_calibrated = time.perf_counter()
     if not isinstance(timings, (bool, np.bool_)):
         raise InvalidParameterError(f"timings must be True or False; got {timings!r}")
@@ -322,7 +342,7 @@ def pca(
             bar.set_postfix_str(f"theta={theta:.3g}")
 
     try:
-        output = _execute(source, client, persist, plan.make_run(noise, released, resume))
+        output = _execute(source, client, persist, plan.make_run(noise, released, resume), choice)
     finally:
         bar.close()
     finished = time.perf_counter()
@@ -344,6 +364,7 @@ def pca(
         "calibration": dict(plan.calibration),
         "input": dict(source.description),
         "seeded": seed is not None or (noise is not None and not noise.private),
+        "executor": choice.executor,
         "noise_sampler": noise.sampler if noise is not None else None,
         "package": {"dppca_dask": __version__, **_versions()},
         "started": started_wall.isoformat(timespec="seconds"),
@@ -369,14 +390,80 @@ def pca(
     )
 
 
-def _execute(source: PartitionSource, client: Any, persist: bool | None, run: Any) -> Any:
+def _open_input(data: Any, layer: str | None) -> tuple[Any, bool]:
+    """``data`` as :func:`as_source` takes it, and whether it is read from an AnnData file directly (an ``.h5ad``
+    file, or a layer of an AnnData file or store): then a lazy Dask array of row blocks, read in bounded memory."""
+    import os
+
+    if layer is not None and (not isinstance(layer, str) or not layer):
+        raise InvalidParameterError(f"layer must be a non-empty string or None; got {layer!r}")
+    from dppca_dask._urls import filesystem, is_url, local_path
+
+    data = local_path(data)  # a file:// URL is the local path it names
+    if isinstance(data, (str, os.PathLike)):
+        path = os.fspath(data)
+        if is_url(path):
+            filesystem(path)  # a scheme whose package is missing is named here, before anything runs
+            if path.lower().endswith(".h5ad"):
+                raise InvalidParameterError(
+                    f"'{path}': an .h5ad file is read from a local or mounted path (HDF5 needs random access to a "
+                    "file); download it first, or ingest it into a store and give the store's URL")
+        if path.lower().endswith(".h5ad") or layer is not None:
+            from dppca_dask.ingest.adata import anndata_dask
+
+            return anndata_dask(path, layer=layer), True
+    elif layer is not None:
+        raise InvalidParameterError(
+            f"layer={layer!r} names a layer of an AnnData file; give the path of an .h5ad file or AnnData .zarr "
+            f"store as data (got {type(data).__name__}), or pass the layer's matrix itself")
+    return data, False
+
+
+def _file_shape_caveat() -> tuple[str, ...]:
+    """An AnnData file read directly has the width of its data, as a store ingested without a declared schema:
+    every output's length reveals it, which the guarantee does not cover (DESIGN.md, invariant 9)."""
+    from dppca_dask.coordinator.sources import INFERRED_SCHEMA_CAVEAT
+    from dppca_dask.errors import InferredSchemaWarning
+
+    warnings.warn(
+        "the number of columns was read from the AnnData file, and every release reveals it, which the privacy "
+        "guarantee does not cover; ingest with `dppca-dask ingest FILE --out STORE --n-features D` to declare it as "
+        "public input",
+        InferredSchemaWarning,
+        stacklevel=4,
+    )
+    return (INFERRED_SCHEMA_CAVEAT,)
+
+
+def _executor_choice(source: PartitionSource, client: Any, executor: str) -> Any:
+    """Where the run executes, from public values only: the declared width, the partition count, the
+    configuration and what the caller gave (:func:`~dppca_dask.coordinator.client.choose_executor`)."""
+    from dppca_dask.coordinator.client import ExecutorChoice, choose_executor
+
+    if isinstance(client, str) and client == "local":  # the reference executor, kernels called directly
+        if executor == "cluster":
+            raise InvalidParameterError("client='local' runs in this process; it cannot use executor='cluster'")
+        return ExecutorChoice("in-process", "client='local' was given")
+    # A store's partitions were fixed at ingest and are public; the blocks of other inputs (an AnnData file's
+    # blocks are sized by its stored entries) are not, so only the width counts for them.
+    public_partitions = source.n_partitions if source.store is not None else None
+    return choose_executor(client, executor, n_cols=source.n_cols, n_partitions=public_partitions)
+
+
+def _execute(source: PartitionSource, client: Any, persist: bool | None, run: Any, choice: Any = None) -> Any:
+    """Run on ``choice``'s executor (``None``: on Dask, as the other entry points that call this do)."""
+    from dppca_dask.coordinator.client import ExecutorChoice, executor_client
+
+    if choice is None:
+        choice = ExecutorChoice("cluster", "the caller runs on Dask")
+
     if isinstance(client, str) and client == "local":
-        executor = LocalExecutor(source)
+        local = LocalExecutor(source)
         try:
-            return run_algorithm(executor, run)
+            return run_algorithm(local, run)
         finally:
-            executor.close()
-    with connect(client) as dask_client, Coordinator(dask_client, source, persist=persist) as coordinator:
+            local.close()
+    with executor_client(choice, client) as tasks, Coordinator(tasks, source, persist=persist) as coordinator:
         return run_algorithm(coordinator, run)
 
 
@@ -405,19 +492,18 @@ def _report(params: PCAParameters, plan: MechanismPlan, events: tuple[Any, ...],
 
 
 def _versions() -> dict[str, str]:
-    import dask
-    import distributed
-    import zarr
+    """Installed versions, read from the packages' metadata (importing distributed only for its version would
+    cost an in-process run most of its start-up)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        import dp_accounting  # noqa: F401
-        from importlib.metadata import version
+    def installed(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:  # pragma: no cover - always installed
+            return "unknown"
 
-        dpa = version("dp-accounting")
-    except Exception:  # pragma: no cover - always installed
-        dpa = "unknown"
-    return {"dask": dask.__version__, "distributed": distributed.__version__, "zarr": zarr.__version__,
-            "numpy": np.__version__, "dp-accounting": dpa}
+    return {"dask": installed("dask"), "distributed": installed("distributed"), "zarr": installed("zarr"),
+            "numpy": np.__version__, "dp-accounting": installed("dp-accounting")}
 
 
 def _progress(total: int, mechanism: str, enabled: bool | None) -> Any:

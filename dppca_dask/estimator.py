@@ -9,6 +9,7 @@ projection of a store or a ``dask.array.Array`` is returned lazily as a Dask arr
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +18,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from dppca_dask.errors import InvalidInputError
+from dppca_dask.errors import InvalidInputError, InvalidParameterError
 
 __all__ = ["DPPCA", "expected_failed_checks"]
 
@@ -31,6 +32,17 @@ def _is_store(X: Any) -> bool:
     from dppca_dask.storage import MatrixStore
 
     return isinstance(X, (str, os.PathLike, MatrixStore))
+
+
+def _is_anndata_file(X: Any, layer: str | None) -> bool:
+    """An AnnData file read directly: an ``.h5ad`` path, or any path when a layer is named."""
+    return isinstance(X, (str, os.PathLike)) and (os.fspath(X).lower().endswith(".h5ad") or layer is not None)
+
+
+def _anndata_rows(X: Any, layer: str | None) -> Any:
+    from dppca_dask.ingest.adata import anndata_dask
+
+    return anndata_dask(os.fspath(X), layer=layer)
 
 
 def _is_dask(X: Any) -> bool:
@@ -56,8 +68,13 @@ class DPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     mechanism : str, default="adaptive-power"
         ``"adaptive-power"``, ``"analyze-gauss"``, ``"private-power"`` or ``"exact"`` (not private).
     n_iter, row_norm_bound, seed, persist, svt_share, beta, grid_per_octave, grid_octaves, calibration, \
-max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
-        As in :func:`dppca_dask.pca`. ``seed`` makes the fit reproducible and **not private**.
+max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings, executor
+        As in :func:`dppca_dask.pca`. ``seed`` makes the fit reproducible and **not private**. ``executor``
+        (``"auto"``, ``"local"``, ``"cluster"``) says where a fit without a client runs: in this process for
+        inputs small by their public shape, else on an embedded ``LocalCluster``.
+    layer : str, default=None
+        Read ``layers/<layer>`` of an AnnData ``.h5ad`` file or ``.zarr`` store given to ``fit`` / ``transform``
+        as a path, instead of ``X``. An ``.h5ad`` path is read in row blocks from the file (never whole).
     center : {None, "private", True, False} or ndarray, default=None
         As in :func:`dppca_dask.pca` (whose default is ``False``). ``None``: ``"private"`` for the mechanisms that
         centre (adaptive power and Analyze Gauss, as the CLI does), ``False`` for the others. Private centring
@@ -128,6 +145,8 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
         symmetric: bool = False,
         timings: bool = False,
         center: Any = None,
+        executor: str = "auto",
+        layer: str | None = None,
     ) -> None:
         self.n_components = n_components
         self.epsilon = epsilon
@@ -150,6 +169,8 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
         self.symmetric = symmetric
         self.timings = timings
         self.center = center
+        self.executor = executor
+        self.layer = layer
 
     # ---------------------------------------------------------------------------------------------- scikit-learn
     def __sklearn_tags__(self) -> Any:
@@ -222,6 +243,8 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
             on_release=on_release,
             resume=resume,
             noise=noise,
+            executor=self.executor,
+            layer=self.layer if _is_anndata_file(data, self.layer) else None,
             coherence=self.coherence,
             entry_bound=self.entry_bound,
             c_doubling=self.c_doubling,
@@ -248,6 +271,13 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
         for name in ("feature_names_in_", "n_features_in_"):
             if hasattr(self, name):
                 delattr(self, name)
+        if self.layer is not None and not isinstance(X, (str, os.PathLike)):
+            raise InvalidParameterError(
+                f"layer={self.layer!r} names a layer of an AnnData file: fit needs the file's path (an .h5ad file "
+                f"or AnnData .zarr store); got {type(X).__name__}")
+        if _is_anndata_file(X, self.layer):
+            self.n_features_in_ = int(_anndata_rows(X, self.layer).shape[1])
+            return X  # pca opens it (in row blocks) and labels the release's inferred width
         if _is_store(X):
             from dppca_dask.storage import MatrixStore, open_matrix
 
@@ -277,6 +307,8 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
         lazy ``dask.array.Array`` (nothing is read until you compute it). Spends no budget.
         """
         check_is_fitted(self)
+        if _is_anndata_file(X, self.layer):
+            return self._transform_dask(_anndata_rows(X, self.layer))
         if _is_store(X):
             return self._transform_store(X)
         if _is_dask(X):
@@ -361,10 +393,10 @@ def _default_client() -> Any:
     configured = dask.config.get("dppca_dask.client", None)
     if configured is not None:
         return configured
-    try:
-        from distributed import default_client
-    except ImportError:  # pragma: no cover - distributed is a dependency
+    if "distributed" not in sys.modules:  # nothing imported distributed: no client can be active
         return None
+    from distributed import default_client
+
     try:
         return default_client()
     except ValueError:  # no client is active

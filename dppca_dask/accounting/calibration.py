@@ -39,6 +39,7 @@ __all__ = [
     "MIN_PLD_DELTA",
     "AdaptivePowerCalibration",
     "cache_path",
+    "cached_epsilon_for",
     "calibrate_adaptive_power",
     "calibrate_gaussian",
     "clear_memory_cache",
@@ -71,6 +72,7 @@ MAX_RELEASES = 10_000
 MIN_PLD_DELTA = 1e-14
 
 _memo: dict[str, AdaptivePowerCalibration] = {}
+_figure_memo: dict[str, float] = {}
 _memo_lock = threading.Lock()
 
 
@@ -568,10 +570,67 @@ def calibrate_adaptive_power(
     return out
 
 
+def _figure_key(events: list[Any], delta: float, accountant: str) -> str | None:
+    """The cache key of a report figure: the events' exact JSON form, δ and the accountant (``None`` when an event
+    has no JSON form, which is then never cached)."""
+    from dppca_dask.accounting.events import event_to_json
+
+    try:
+        described = [event_to_json(e) for e in events]
+    except InvalidParameterError:
+        return None
+    return _cache_key({"figure": accountant, "delta": float(delta), "events": described})
+
+
+def _entry_check(key: str, value: float) -> str:
+    """A checksum that ties a figure to its key: a damaged or misplaced entry does not match it."""
+    import hashlib
+
+    return hashlib.sha256(f"{key}\n{value!r}".encode()).hexdigest()
+
+
+def cached_epsilon_for(events: Any, *, delta: float, accountant: Accountant = "pld") -> float:
+    """:func:`~dppca_dask.accounting.composition.epsilon_for`, remembered in this process and in the on-disk cache.
+
+    A figure is a function of public inputs only (the events' exact parameters, δ, the accountant, the
+    dp-accounting version), so, like a calibration, it may be cached: a privacy report then needs no PLD of its
+    own when the same run (same parameters) was reported before. The value is exactly the one ``epsilon_for``
+    returns (stored as its shortest round-trip repr); each disk entry carries a checksum of its key and value,
+    so a damaged entry is recomputed. The cache file is as trusted as the installed package (it lives in the
+    user's own cache directory): the calibration's check of a cached noise multiplier does not use it.
+    """
+    event_list = list(events) if not isinstance(events, dp_event.DpEvent) else [events]
+    key = _figure_key(event_list, delta, accountant)
+    if key is None:
+        return epsilon_for(event_list, delta=delta, accountant=accountant)
+    with _memo_lock:
+        if key in _figure_memo:
+            return _figure_memo[key]
+    path = cache_path()
+    if path is not None:
+        entry = _read_cache(path).get(key)
+        if isinstance(entry, dict):
+            raw = entry.get("epsilon")
+            value = math.inf if raw == "inf" else raw
+            if isinstance(value, float) and value >= 0 and entry.get("check") == _entry_check(key, value):
+                with _memo_lock:
+                    _figure_memo[key] = value
+                return value
+            log.warning("ignoring a malformed privacy figure cache entry: %s", key)
+    value = float(epsilon_for(event_list, delta=delta, accountant=accountant))
+    with _memo_lock:
+        _figure_memo[key] = value
+    if path is not None and not math.isnan(value):
+        _write_cache(path, key, {"epsilon": "inf" if math.isinf(value) else value,
+                                 "check": _entry_check(key, value)})
+    return value
+
+
 def clear_memory_cache() -> None:
-    """Forget calibrations kept in this process (the disk cache is untouched)."""
+    """Forget calibrations and privacy figures kept in this process (the disk cache is untouched)."""
     with _memo_lock:
         _memo.clear()
+        _figure_memo.clear()
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any
 
 from dp_accounting import dp_event
 
-from dppca_dask.accounting.composition import epsilon_for, flatten_events, summarise_events
+from dppca_dask.accounting.composition import flatten_events, summarise_events
 from dppca_dask.accounting.events import EpsilonDeltaDpEvent, event_to_json
 from dppca_dask.errors import InvalidParameterError
 
@@ -180,8 +180,10 @@ def _as_event_list(events: dp_event.DpEvent | Iterable[dp_event.DpEvent]) -> lis
 
 
 def _figure(events: list[dp_event.DpEvent], delta: float, accountant: str) -> float | None:
+    from dppca_dask.accounting.calibration import cached_epsilon_for  # public inputs: cached like calibrations
+
     try:
-        return epsilon_for(events, delta=delta, accountant=accountant)  # type: ignore[arg-type]
+        return cached_epsilon_for(events, delta=delta, accountant=accountant)  # type: ignore[arg-type]
     except InvalidParameterError:
         return None
 

@@ -81,11 +81,18 @@ _LIBRARY_LOGGERS = ("distributed", "dask", "tornado", "asyncio", "bokeh")
 
 
 def _configure_logging(verbose: int, quiet: bool, debug: bool = False) -> None:
-    import distributed  # noqa: F401  (it sets up its loggers when imported: first, so that the settings below hold)
-
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
     library_level = logging.CRITICAL + 1 if quiet else (logging.DEBUG if verbose >= 3 else logging.WARNING)
+    _configure_library_logging(library_level, debug)
+    # distributed is imported only when a run needs a cluster (an in-process run does not): it sets up its own
+    # loggers then, so the settings are applied again right after.
+    from dppca_dask.coordinator.client import when_distributed_imported
+
+    when_distributed_imported(lambda: _configure_library_logging(library_level, debug))
+
+
+def _configure_library_logging(library_level: int, debug: bool) -> None:
     # distributed configures some of its child loggers (distributed.client, ...) with levels of their own: set
     # every logger of these libraries that exists now; those made later inherit from their parent.
     for name in list(logging.root.manager.loggerDict):

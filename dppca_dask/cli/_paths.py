@@ -18,16 +18,25 @@ def url_scheme(path: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
-def check_store(path: str) -> None:
-    """Refuse, with a command that works, a store argument that is an ``.h5ad`` file or a URL."""
+def check_store(path: str, *, anndata_ok: bool = False, urls_ok: bool = False) -> None:
+    """Refuse, with a command that works, a store argument that is a URL (unless ``file://``, or the command reads
+    stores through fsspec: ``urls_ok``, ``pca``), or an ``.h5ad`` file unless the command reads one directly
+    (``anndata_ok``: ``pca``). A URL whose scheme needs a package that is missing is refused naming it."""
     scheme = url_scheme(path)
+    if scheme == "file":
+        return
+    if scheme is not None and urls_ok:
+        from dppca_dask._urls import filesystem
+
+        filesystem(path)
+        return
     if scheme is not None:
         raise InvalidParameterError(
             f"'{path}' is a {scheme}:// URL; the command line reads stores from a local or mounted file system "
             f"(the store writer needs atomic renames and file locks, which {scheme}:// does not offer): copy the "
             "store to a local directory (or mount the bucket) and give that path"
         )
-    if path.lower().endswith(".h5ad"):
+    if path.lower().endswith(".h5ad") and not anndata_ok:
         raise InvalidParameterError(
             f"'{path}' is an AnnData .h5ad file, not a store; convert it once with `dppca-dask ingest {path} --out "
             f"{path[:-5]}.zarr --n-features D` (D: the public number of columns) and run on {path[:-5]}.zarr"
@@ -35,19 +44,20 @@ def check_store(path: str) -> None:
 
 
 def check_input(path: str) -> None:
-    """Refuse, with advice, an input file given as a URL (ingest reads local files)."""
+    """An input file given as a URL: ``file://`` is a local path; other schemes are copied from through fsspec
+    (refused, naming the package, when the scheme's package is missing)."""
     scheme = url_scheme(path)
-    if scheme is not None:
-        raise InvalidParameterError(
-            f"'{path}' is a {scheme}:// URL; ingest reads local or mounted files: download it first (or mount the "
-            "bucket) and give the local path"
-        )
+    if scheme is not None and scheme != "file":
+        from dppca_dask._urls import filesystem
+
+        filesystem(path)
 
 
 def check_output(path: str) -> None:
-    """Refuse, with advice, an output store given as a URL (stores are written to a local file system)."""
+    """Refuse, with advice, an output store given as a URL other than ``file://`` (stores are written to a local
+    file system)."""
     scheme = url_scheme(path)
-    if scheme is not None:
+    if scheme is not None and scheme != "file":
         raise InvalidParameterError(
             f"--out '{path}' is a {scheme}:// URL; stores are written to a local or mounted file system (atomic "
             "renames, file locks): write it to a local directory, then copy it (python: "

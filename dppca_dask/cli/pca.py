@@ -23,7 +23,10 @@ def register(subparsers: Any) -> None:
         help=SUMMARY,
         description="Compute differentially private top principal directions of a matrix store on Dask.",
     )
-    p.add_argument("store", help="a dppca_dask store or an AnnData zarr store")
+    p.add_argument("store", help="a dppca_dask store, an AnnData zarr store or an AnnData .h5ad file (read in row "
+                                 "blocks; its width is not declared: ingest it with --n-features to declare it)")
+    p.add_argument("--layer", default=None, metavar="NAME",
+                   help="analyse layers/NAME of the AnnData file or store instead of X")
     p.add_argument("--epsilon", type=float, required=True, help="total privacy budget epsilon")
     p.add_argument("--delta", type=float, required=True, help="total privacy budget delta")
     p.add_argument("--mechanism", default="adaptive-power", choices=mechanism_names("pca"),
@@ -53,6 +56,11 @@ def register(subparsers: Any) -> None:
                    help="private-power: the store is a square matrix A (PSD for more than one component); runs on "
                         "(A + A^T)/2, A itself when symmetric")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
+    p.add_argument("--executor", choices=("auto", "local", "cluster"), default="auto",
+                   help="where to run without --scheduler: 'local' in this process (a pool of threads, no cluster "
+                        "to start), 'cluster' on an embedded Dask LocalCluster, 'auto' (default) in this process for "
+                        "stores of few partitions and columns (dppca_dask.executor.* in Dask's configuration: public "
+                        "values only), else the cluster")
     add_cluster_arguments(p)
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
                    help="keep partitions in worker memory (default: when they fit)")
@@ -212,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     from dppca_dask.api import pca
     from dppca_dask.cli._paths import check_store
 
-    check_store(args.store)
+    check_store(args.store, anndata_ok=True, urls_ok=True)
 
     from dppca_dask.algorithms.block_power import BLOCK_POWER
     from dppca_dask.errors import InvalidParameterError
@@ -238,13 +246,16 @@ def run(args: argparse.Namespace) -> int:
         calibration=args.calibration,
         timings=args.timings,
         center=center,
+        executor=args.executor,
+        layer=args.layer,
         **_private_power_options(args),
     )
     if args.plot:
         write_scree_plot(result, args.plot)
     if args.out:
         result.save(args.out)
-    labels, note = feature_labels(args.store)
+    labels, note = feature_labels(args.store) if args.layer is None and not args.store.lower().endswith(".h5ad") \
+        else (None, None)
     if args.json:
         out = result.to_dict()
         if labels is not None:

@@ -25,28 +25,37 @@ import socket
 import ssl
 import struct
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask.config
 import yaml
-from distributed import Client, LocalCluster
 
 from dppca_dask.errors import ClusterLostError, InvalidParameterError
 
+if TYPE_CHECKING:
+    from distributed import Client
+
 __all__ = [
     "CONNECT_TIMEOUT",
+    "EXECUTORS",
     "ClusterOptions",
+    "ExecutorChoice",
     "HANDSHAKE_TIMEOUT",
     "MAX_HANDSHAKE_BYTES",
     "MAIN_GUARD_ADVICE",
+    "InProcessClient",
     "active_client",
     "check_scheduler",
+    "choose_executor",
     "cluster_lost_error",
     "connect",
+    "executor_client",
+    "import_distributed",
     "is_cluster_loss",
+    "when_distributed_imported",
 ]
 
 log = logging.getLogger(__name__)
@@ -57,6 +66,33 @@ CONNECT_TIMEOUT = 20.0
 HANDSHAKE_TIMEOUT = 10.0
 #: A scheduler's handshake is a few hundred bytes; a header announcing more than this is not a Dask scheduler.
 MAX_HANDSHAKE_BYTES = 1 << 20
+
+#: Called once, in order, right after distributed is first imported through :func:`import_distributed` (which
+#: sets up its own loggers when imported: the command line re-applies its levels here).
+_DISTRIBUTED_HOOKS: list[Callable[[], None]] = []
+_distributed_ready = False
+
+
+def when_distributed_imported(hook: Callable[[], None]) -> None:
+    """Call ``hook`` once distributed has been imported for a cluster (at once if that has happened)."""
+    if _distributed_ready:
+        hook()
+    else:
+        _DISTRIBUTED_HOOKS.append(hook)
+
+
+def import_distributed() -> Any:
+    """Import distributed (only a cluster needs it: an in-process run never does) and run the hooks."""
+    global _distributed_ready
+    import distributed
+
+    if not _distributed_ready:
+        _distributed_ready = True
+        for hook in _DISTRIBUTED_HOOKS:
+            hook()
+        _DISTRIBUTED_HOOKS.clear()
+    return distributed
+
 
 #: The ``dppca_dask`` namespace of Dask's configuration (its documented defaults).
 with open(Path(__file__).resolve().parent.parent / "dppca_dask.yaml", encoding="utf-8") as _f:
@@ -136,13 +172,16 @@ def _parse_memory_limit(value: Any) -> None:
 MAIN_GUARD_ADVICE = (
     "the embedded LocalCluster's worker processes re-ran your script and tried to start a cluster of their own: "
     "put the code that calls dppca_dask under `if __name__ == \"__main__\":` (Python's multiprocessing needs "
-    "it), or pass client=\"local\" to run in this process without Dask, or a Client / scheduler address"
+    "it), or pass executor=\"local\" to run in this process without worker processes, or a Client / scheduler "
+    "address"
 )
 
 
 def active_client() -> Client | None:
     """The Dask client that is active here (the default client, or the one of the worker running this task), or
     ``None``."""
+    if "distributed" not in sys.modules:  # nothing imported distributed: no client can be active
+        return None
     from distributed import get_client
 
     try:
@@ -439,6 +478,9 @@ def connect(
     ClusterLostError
         The scheduler or the workers went away while the body ran.
     """
+    import_distributed()
+    from distributed import Client, LocalCluster
+
     options = cluster if cluster is not None else ClusterOptions()
     if n_workers is not None or memory_limit is not None:
         options = ClusterOptions(
@@ -552,3 +594,212 @@ def _workers_ignore_sigint() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# ------------------------------------------------------------------------------------------ in-process execution
+#: The values of ``executor`` (:func:`dppca_dask.pca`, ``dppca-dask pca --executor``).
+EXECUTORS = ("auto", "local", "cluster")
+
+
+class _InProcessFuture:
+    """The result of one task of an :class:`InProcessClient` (the part of ``distributed.Future`` the coordinator
+    uses: ``key``, ``result``, ``release``, ``done``)."""
+
+    __slots__ = ("_future", "key")
+
+    def __init__(self, key: str, future: Any) -> None:
+        self.key = key
+        self._future = future
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self._future.result(timeout)
+
+    def done(self) -> bool:
+        return bool(self._future.done())
+
+    def release(self) -> None:
+        """Nothing to release: the value goes when the last reference to this future does."""
+
+
+def _resolve(value: Any) -> Any:
+    """``value`` with every in-process future in it (also inside tuples, lists and dicts) replaced by its result."""
+    if isinstance(value, _InProcessFuture):
+        return value.result()
+    if isinstance(value, tuple):
+        return tuple(_resolve(v) for v in value)
+    if isinstance(value, list):
+        return [_resolve(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _resolve(v) for k, v in value.items()}
+    return value
+
+
+def _system_memory() -> int:
+    """Total memory of this machine in bytes (0 when unknown)."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except Exception:  # noqa: BLE001 - psutil missing or unsupported: report no memory, so nothing is persisted
+        return 0
+
+
+class InProcessClient:
+    """Runs the coordinator's tasks in this process, on a pool of threads, without distributed.
+
+    It offers the part of ``distributed.Client`` that :class:`~dppca_dask.coordinator.driver.Coordinator` and the
+    preflight use (``submit`` with keys and futures as arguments, ``compute`` of a ``Delayed``,
+    ``scheduler_info``), so a run goes through the same coordinator code: the same tasks, the same tree
+    reduction, the same passes, only without the scheduler's processes and their start-up. Tasks run in the order
+    they are submitted (a first-in, first-out queue); a task waits for the futures among its arguments, which were
+    all submitted before it, so the queue always makes progress. The kernels release the GIL in scipy and numpy,
+    so the threads share the cores.
+
+    Parameters
+    ----------
+    n_threads
+        Threads of the pool (default: configuration ``dppca_dask.executor.threads``, else
+        ``dask.system.CPU_COUNT``).
+    memory_limit
+        Bytes the run may keep in memory, reported to the coordinator's persist decision as one worker's limit
+        (default: the machine's memory).
+    """
+
+    #: What the coordinator's log lines and errors call the scheduler.
+    scheduler = type("InProcessScheduler", (), {"address": "in-process"})()
+
+    def __init__(self, n_threads: int | None = None, *, memory_limit: int | None = None) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        if n_threads is None:
+            configured = dask.config.get("dppca_dask.executor.threads", default=None)
+            if configured is None:
+                from dask.system import CPU_COUNT
+
+                configured = CPU_COUNT
+            n_threads = int(configured)
+        if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1:
+            raise InvalidParameterError(f"dppca_dask.executor.threads must be an integer >= 1; got {n_threads!r}")
+        self.n_threads = n_threads
+        self.memory_limit = _system_memory() if memory_limit is None else int(memory_limit)
+        self._pool: Any = ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix="dppca-task")
+
+    def submit(self, func: Any, *args: Any, key: str | None = None, retries: int | None = None,
+               **kwargs: Any) -> _InProcessFuture:
+        """Queue ``func(*args, **kwargs)``; futures among the arguments are replaced by their results first.
+        ``retries`` is accepted for the coordinator's sake: a task here has no worker to lose."""
+        del retries
+
+        def call() -> Any:
+            return func(*_resolve(args), **_resolve(kwargs))
+
+        if self._pool is None:
+            raise InvalidParameterError("this in-process client is closed")
+        return _InProcessFuture(key or getattr(func, "__name__", "task"), self._pool.submit(call))
+
+    def compute(self, collection: Any) -> _InProcessFuture:
+        """A future of a Dask collection computed with Dask's synchronous scheduler in a thread of the pool."""
+        return self.submit(lambda: collection.compute(scheduler="sync"), key="compute")
+
+    def scheduler_info(self, n_workers: int = -1) -> dict[str, Any]:
+        """One worker, this process, with :attr:`memory_limit`."""
+        del n_workers
+        return {"address": "in-process", "workers": {"in-process": {"memory_limit": self.memory_limit,
+                                                                     "nthreads": self.n_threads}}}
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> InProcessClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorChoice:
+    """Where a run executes, decided from public values only (see :func:`choose_executor`)."""
+
+    executor: str
+    """``"in-process"`` (an :class:`InProcessClient`) or ``"cluster"`` (a ``distributed.Client``)."""
+    reason: str
+    """Why, in public terms (the values compared and the configuration's limits)."""
+
+
+def _limit(key: str) -> int:
+    value = dask.config.get(f"dppca_dask.executor.{key}", default=None)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidParameterError(f"dppca_dask.executor.{key} must be an integer >= 0; got {value!r}")
+    return value
+
+
+def choose_executor(client: Any, executor: str = "auto", *, n_cols: int,
+                    n_partitions: int | None) -> ExecutorChoice:
+    """Decide where a run executes: in this process or on a Dask cluster.
+
+    Parameters
+    ----------
+    client
+        What the caller gave: ``None``, a scheduler address or file, or a ``distributed.Client``.
+    executor
+        ``"local"`` runs in this process (refused together with a client or address); ``"cluster"`` always on
+        Dask (the client given, the active one, or an embedded ``LocalCluster``); ``"auto"`` (default; also
+        configuration ``dppca_dask.executor.default``): a client or address given, or a Dask client active, means
+        that cluster; otherwise in this process when the input is small by its public shape:
+        ``n_partitions <= dppca_dask.executor.in-process-max-partitions`` and
+        ``n_cols <= dppca_dask.executor.in-process-max-columns``, else an embedded ``LocalCluster``.
+    n_cols, n_partitions
+        The input's declared width and its partition count: public values. ``n_partitions=None`` when the
+        partitioning is not public (blocks of a file sized by its stored entries, in-memory arrays split by their
+        rows): the choice then reads the width alone.
+
+    Notes
+    -----
+    The choice shapes what a run looks like from outside (its start-up, processes, provenance), so it depends on
+    public values only: the declared column count, the partition count, the configuration and what the caller
+    gave. Never on the row count, the stored entries, the bytes or the values, which are private.
+    """
+    if executor == "auto":
+        executor = dask.config.get("dppca_dask.executor.default", default="auto") or "auto"
+    if executor not in EXECUTORS:
+        raise InvalidParameterError(f"executor must be one of {', '.join(EXECUTORS)}; got {executor!r}")
+    max_partitions, max_cols = _limit("in-process-max-partitions"), _limit("in-process-max-columns")
+    given = client is not None
+    if executor == "local":
+        if given:
+            raise InvalidParameterError(
+                f"executor='local' runs in this process, but a Dask client or scheduler was given ({client!r}); "
+                "drop one of them")
+        return ExecutorChoice("in-process", "executor='local' was asked for")
+    if executor == "cluster":
+        return ExecutorChoice("cluster", "executor='cluster' was asked for")
+    if given:
+        return ExecutorChoice("cluster", "a Dask client or scheduler was given")
+    if dask.config.get("dppca_dask.cluster.use-active-client", default=True) and active_client() is not None:
+        return ExecutorChoice("cluster", "a Dask client is active")
+    partitions = "partitions not public" if n_partitions is None else f"{n_partitions} partition(s)"
+    if (n_partitions is None or n_partitions <= max_partitions) and n_cols <= max_cols:
+        return ExecutorChoice(
+            "in-process", f"{partitions} (limit {max_partitions}) and {n_cols} columns (limit {max_cols}; "
+                          "dppca_dask.executor.in-process-max-*)")
+    return ExecutorChoice(
+        "cluster", f"{partitions} or {n_cols} columns above the in-process limits "
+                   f"({max_partitions}, {max_cols}: dppca_dask.executor.in-process-max-*)")
+
+
+@contextlib.contextmanager
+def executor_client(choice: ExecutorChoice, client: Any = None, **connect_kwargs: Any) -> Iterator[Any]:
+    """Yield what runs the tasks for ``choice``: an :class:`InProcessClient` (closed on exit) or, through
+    :func:`connect` (``connect_kwargs`` go there), a ``distributed.Client``."""
+    if choice.executor == "in-process":
+        log.info("running in this process (%s)", choice.reason)
+        with InProcessClient() as local:
+            yield local
+        return
+    with connect(client, **connect_kwargs) as dask_client:
+        yield dask_client

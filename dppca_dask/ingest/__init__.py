@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from dppca_dask.errors import InvalidParameterError
+from dppca_dask.errors import InvalidParameterError, StoreNotFoundError
 from dppca_dask.ingest._limits import SizeLimits, parse_size
 from dppca_dask.ingest._common import IngestOptions, MissingExtraError, check_positive, require_file
 from dppca_dask.storage import MatrixStore
@@ -279,6 +279,15 @@ def _ingest(
     max_disk: int | str | None,
     layer: str | None = None,
 ) -> MatrixStore:
+    from dppca_dask._urls import is_url, local_path
+
+    src, out = local_path(src), local_path(out)  # file:// URLs are local paths
+    if is_url(src):
+        return _ingest_url(src, out, format=format, rows_per_partition=rows_per_partition, dtype=dtype,
+                           on_duplicate=on_duplicate, overwrite=overwrite, progress=progress, zero_based=zero_based,
+                           n_features=n_features, store_labels=store_labels, row_column=row_column,
+                           col_column=col_column, value_column=value_column, column_ids=column_ids,
+                           max_memory=max_memory, max_disk=max_disk, layer=layer)
     in_memory = sp.issparse(src) or isinstance(src, np.ndarray)
     if format is not None and format not in FORMATS:
         raise InvalidParameterError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
@@ -349,6 +358,31 @@ def _ingest(
     from dppca_dask.ingest.arrays import ingest_npy, ingest_npz
 
     return ingest_npz(source, options) if kind == "npz" else ingest_npy(source, options)
+
+
+def _ingest_url(src: str, out: str | os.PathLike[str], **kwargs: Any) -> MatrixStore:
+    """Ingest an input given as a URL (``memory://``, ``s3://``, ...): it is copied, streaming, into a temporary
+    directory beside the output (one more copy of the input on disk while ingest runs), ingested from there, and
+    the copy removed. A scheme whose package is missing is named before anything is written."""
+    import shutil
+    import tempfile
+
+    from dppca_dask._urls import filesystem
+
+    fs, inner = filesystem(src)
+    if not fs.exists(inner):
+        raise StoreNotFoundError(f"input '{src}' does not exist; check the URL")
+    _options(out, kwargs["rows_per_partition"], kwargs["dtype"], kwargs["on_duplicate"], kwargs["overwrite"],
+             kwargs["progress"])  # a bad output fails before anything is copied
+    parent = os.path.dirname(os.path.abspath(os.fspath(out)))
+    os.makedirs(parent, exist_ok=True)
+    spill = tempfile.mkdtemp(prefix=".dppca-input-", dir=parent)
+    try:
+        local = os.path.join(spill, os.path.basename(inner.rstrip("/")) or "input")
+        fs.get(inner, local, recursive=fs.isdir(inner))
+        return _ingest(local, out, **kwargs)
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
 
 
 def _options(out: str | os.PathLike[str], rows_per_partition: int | None, dtype: Any, on_duplicate: str,

@@ -473,8 +473,10 @@ def open_matrix(path: str | os.PathLike[str], *, rows_per_partition: int | None 
     StoreCorruptError
         Metadata that contradicts itself.
     """
-    path = os.fspath(path)
-    if not os.path.exists(path):
+    from dppca_dask._urls import is_url, local_path, url_exists
+
+    path = os.fspath(local_path(path))  # file:// is a local path; other URLs are read through fsspec by zarr
+    if not (url_exists(path) if is_url(path) else os.path.exists(path)):
         raise StoreNotFoundError(f"no matrix store at '{path}'; create one with `dppca-dask ingest SRC --out {path}`")
     try:
         group = zarr.open_group(path, mode="r")

@@ -298,7 +298,9 @@ def test_a_client_that_cannot_connect_after_the_check_exits_2(
             raise OSError("Timed out during handshake while connecting to tcp://127.0.0.1:8786 after 20 s")
 
     monkeypatch.setattr(client_module, "check_scheduler", lambda address, **kwargs: None)
-    monkeypatch.setattr(client_module, "Client", Refusing)
+    import distributed
+
+    monkeypatch.setattr(distributed, "Client", Refusing)  # connect imports it when a cluster is needed
     code, _, err = run(capsys, "pca", str(store), "--epsilon", "1", "--delta", "1e-6",
                        "--scheduler", "tcp://127.0.0.1:8786")
     assert code == 2

@@ -1,4 +1,5 @@
-"""A URL or an ``.h5ad`` file where a store is expected gets advice that works (exit code 2)."""
+"""A URL, or an ``.h5ad`` file where a store is expected (``pca`` reads one directly), gets advice that works
+(exit code 2)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from dppca_dask.cli import main
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["pca", "data.h5ad", "--epsilon", "1", "--delta", "1e-6"],
+        (["lowrank", "data.h5ad", "--rank", "2", "--epsilon", "1", "--delta", "1e-6", "--out", "o"],
          "convert it once with `dppca-dask ingest data.h5ad --out data.zarr --n-features D`"),
         (["lowrank", "s3://bucket/x.zarr", "--rank", "2", "--epsilon", "1", "--delta", "1e-6", "--out", "o"],
          "'s3://bucket/x.zarr' is a s3:// URL; the command line reads stores from a local or mounted file system"),
         (["info", "memory://x.zarr"], "is a memory:// URL"),
-        (["ingest", "gs://b/x.svm", "--out", "x.zarr"], "download it first (or mount the bucket)"),
+        (["ingest", "gs://b/x.svm", "--out", "x.zarr"], "reading gs:// URLs needs the gcsfs package"),
+        (["pca", "s3://bucket/x.zarr", "--epsilon", "1", "--delta", "1e-6"],
+         "reading s3:// URLs needs the s3fs package, which is not installed (Install s3fs to access S3): "
+         "pip install s3fs"),
         (["ingest", "x.svm", "--out", "s3://b/x.zarr"], "write it to a local directory, then copy it"),
     ],
 )
