@@ -16,6 +16,10 @@ accounted for in δ (:func:`dppca_dask.algorithms.adaptive_power.pass_row_budget
 
 Clipping scales a row to norm ``min(‖a‖, c)`` (it never drops rows); it is applied through per-row factors
 ``f = min(1, c/‖a‖)`` so the stored block is never copied: ``A'x = f ⊙ (Ax)`` and ``A'ᵀw = Aᵀ(f ⊙ w)``.
+
+Cost: the private step is the plain step's two products (``A x`` and ``Aᵀw``, scipy's compiled loops) plus O(n)
+vectorised work on the rows' scores (bins by :meth:`~dppca_dask.kernels.grid.ThresholdGrid.bins_and_histogram`,
+compiled when numba is installed) and O(nnz of the top rows) for their contributions; nothing per row in Python.
 """
 
 from __future__ import annotations
@@ -68,8 +72,17 @@ def _scores(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float)
     if np.isfinite(row_norm_bound):
         # ‖a'‖·|⟨a', x⟩| ≤ c² in exact arithmetic; rounding may exceed it by a few ulps. Clamping keeps every row
         # out of bin 0, so the top grid value θ_0 = c² never filters a row (F_0 = 0 on every dataset).
-        scores = np.minimum(scores, row_norm_bound * row_norm_bound)
+        np.minimum(scores, row_norm_bound * row_norm_bound, out=scores)
     return factors, projections, scores
+
+
+def _sweep(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float,
+           grid: ThresholdGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One pass: each row's weight ``f·(a'ᵀx)``, its bin, the bins' histogram and ``Σ a'(a'ᵀx) = Aᵀ(f·(a'ᵀx))``."""
+    factors, projections, scores = _scores(block, norms, x, row_norm_bound)
+    bins, histogram = grid.bins_and_histogram(scores)
+    weights = factors * projections  # a'(a'ᵀx) = f·a·(a'ᵀx)
+    return weights, bins, histogram, _transpose_times(block, weights)
 
 
 def _transpose_times(block: Any, weights: np.ndarray) -> np.ndarray:
@@ -78,11 +91,14 @@ def _transpose_times(block: Any, weights: np.ndarray) -> np.ndarray:
 
 
 def _binned_sums(block: Any, rows: np.ndarray, bins: np.ndarray, weights: np.ndarray, n_bins: int) -> sp.csr_array:
-    """``Σ_{rows of bin b} weights_i·a_i`` for each bin, as a sparse ``n_bins × d`` matrix (one sparse product)."""
-    selector = sp.csr_array((weights, (bins, rows)), shape=(n_bins, block.shape[0]))
-    if sp.issparse(block):
-        return sp.csr_array(selector @ block)
-    return sp.csr_array(selector @ np.asarray(block))
+    """``Σ_{rows of bin b} weights_i·a_i`` for each bin, as a sparse ``n_bins × d`` matrix.
+
+    The rows are taken out first, so the cost is the non-zeros of those rows (a product with the whole block
+    would copy its index arrays when their integer type differs from the selector's).
+    """
+    taken = block[rows] if sp.issparse(block) else np.asarray(block)[rows]
+    selector = sp.csr_array((weights, (bins, np.arange(rows.shape[0]))), shape=(n_bins, rows.shape[0]))
+    return sp.csr_array(selector @ taken)
 
 
 def power_partial(
@@ -100,11 +116,7 @@ def power_partial(
     ``block`` is a float64 ``csr_array`` or dense array of the partition's rows, ``norms`` their stored L2 norms,
     ``x`` the broadcast unit vector.
     """
-    factors, projections, scores = _scores(block, norms, x, row_norm_bound)
-    weights = factors * projections  # a'(a'ᵀx) = f·a·(a'ᵀx)
-    full_sum = _transpose_times(block, weights)
-    bins = grid.bins(scores)
-    histogram = np.bincount(bins, minlength=grid.n_bins).astype(np.int64)
+    weights, bins, histogram, full_sum = _sweep(block, norms, x, row_norm_bound, grid)
     cumulative = np.cumsum(histogram[: grid.n_points])
     cut = int(np.searchsorted(cumulative, top_m, side="right")) - 1  # largest j with F_j <= top_m
     chosen = np.flatnonzero(bins <= cut) if cut >= 0 else np.zeros(0, dtype=np.int64)
@@ -149,7 +161,7 @@ def filtered_sum(
     above: int = -1,
 ) -> np.ndarray:
     """Exact ``Σ a'(a'ᵀx)`` over the partition's rows of bin in ``(above, index]`` (the second pass)."""
-    factors, projections, scores = _scores(block, norms, x, row_norm_bound)
+    factors, projections, scores = _scores(block, norms, x, row_norm_bound)  # the first pass's scores and bins
     bins = grid.bins(scores)
     weights = np.where((bins <= index) & (bins > above), factors * projections, 0.0)
     return _transpose_times(block, weights)
