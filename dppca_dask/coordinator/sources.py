@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from dppca_dask._sizeof import register_fields
 from dppca_dask.errors import InferredSchemaWarning, InvalidInputError, InvalidParameterError
 from dppca_dask.storage import MatrixStore, open_matrix, row_norms_of, validate_csr_block, validate_dense_block
 
@@ -39,6 +40,9 @@ class PartitionData:
         if sp.issparse(b):
             return int(b.data.nbytes + b.indices.nbytes + b.indptr.nbytes + self.norms.nbytes)
         return int(np.asarray(b).nbytes + self.norms.nbytes)
+
+
+register_fields(PartitionData)  # so that Dask's scheduler sees a persisted partition's real size
 
 
 def load_store_partition(store: MatrixStore, index: int) -> PartitionData:
