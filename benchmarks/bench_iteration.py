@@ -8,7 +8,7 @@ inflates less than wall time). Then the private step on 1 worker × 1 thread aga
 largest store (the speed-up from more cores). Prints one table and ends with the line
 ``ratio <private / non-private median time per iteration, largest store>`` (goal: <= 1.1).
 
-    python benchmarks/bench_iteration.py --quick                 # 10^6 and 10^7 non-zeros, a few minutes
+    python benchmarks/bench_iteration.py --quick                 # 10^6 and 10^7 non-zeros, about a minute
     python benchmarks/bench_iteration.py --nnz 1e6 1e7 1e8       # the issue's table (d = 20,000, 8 partitions)
     python benchmarks/bench_iteration.py --nnz 1e8 --workdir DIR # reuse the stores generated in DIR
 """
@@ -123,7 +123,7 @@ def _one_core(store: Any, repeats: int = 7) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="10^6 and 10^7 non-zeros, 6 iterations")
+    parser.add_argument("--quick", action="store_true", help="10^6 and 10^7 non-zeros, 4 iterations, no scaling")
     parser.add_argument("--nnz", type=float, nargs="+", default=[1e6, 1e7, 1e8], help="store sizes (non-zeros)")
     parser.add_argument("--cols", type=int, default=20_000)
     parser.add_argument("--partitions", type=int, default=8)
@@ -133,7 +133,7 @@ def main() -> None:
     parser.add_argument("--workdir", default=None, help="where the generated stores are (or go; default: a temp dir)")
     args = parser.parse_args()
     if args.quick:
-        args.nnz, args.iterations = [1e6, 1e7], 6
+        args.nnz, args.iterations, args.no_scaling = [1e6, 1e7], 4, True
     workdir = args.workdir or tempfile.mkdtemp(prefix="dppca-bench-")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"load average at start {load:.1f}; {args.workers} workers x 1 thread; d = {args.cols:,}; "
