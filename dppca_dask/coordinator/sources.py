@@ -167,7 +167,7 @@ def scatter_inputs(source: PartitionSource, client: Any, placement: Sequence[str
         return source.loaders
     loaders = []
     for (loader, (index, block)), worker in zip(source.loaders, placement):
-        future = client.scatter(block, workers=[worker] if worker else None, hash=False, direct=True)
+        future = client.scatter(block, workers=[worker] if worker else None, hash=False)
         loaders.append((loader, (index, future)))
     return tuple(loaders)
 
