@@ -94,9 +94,9 @@ def _transpose_times(block: Any, weights: np.ndarray) -> np.ndarray:
 def _binned_sums(block: Any, rows: np.ndarray, bins: np.ndarray, weights: np.ndarray, n_bins: int) -> sp.csr_array:
     """``Σ_{rows of bin b} weights_i·a_i`` for each bin, as a sparse ``n_bins × d`` matrix.
 
-    The cost is the non-zeros of those rows: a compiled loop for a CSR block when numba is installed, else the
-    rows taken out and one sparse product (a product with the whole block would copy its index arrays whenever
-    their integer type differs from the selector's). Both sum each bin's rows in ascending row order and drop
+    The cost is the non-zeros of those rows: a compiled loop for a CSR block when numba is installed, else one
+    sparse product, with the rows taken out first unless the block has 64-bit indices (a product with the whole
+    block copies its index arrays when they are 32-bit). Both sum each bin's rows in ascending row order and drop
     exact zeros, as ``selector @ block`` does, so all three give the same values (column order within a row may
     differ: none is sorted).
     """
@@ -111,6 +111,10 @@ def _binned_sums(block: Any, rows: np.ndarray, bins: np.ndarray, weights: np.nda
                     block.shape[1], out_indptr, out_indices, out_data)
         nnz = int(out_indptr[-1])
         return sp.csr_array((out_data[:nnz], out_indices[:nnz], out_indptr), shape=(n_bins, block.shape[1]))
+    if sp.issparse(block) and block.indices.dtype == np.int64 and block.indptr.dtype == np.int64:
+        # 64-bit indices are not copied by the product, and taking the rows out first costs more than it saves
+        selector = sp.csr_array((weights, (bins, rows)), shape=(n_bins, block.shape[0]))
+        return sp.csr_array(selector @ block)
     taken = block[rows] if sp.issparse(block) else np.asarray(block)[rows]
     selector = sp.csr_array((weights, (bins, np.arange(rows.shape[0]))), shape=(n_bins, rows.shape[0]))
     return sp.csr_array(selector @ taken)
