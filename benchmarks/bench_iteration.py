@@ -1,11 +1,16 @@
 """Time per iteration: the private adaptive-power step against a plain non-private Dask power iteration.
 
-Both run over the same store, on the same LocalCluster, through the same coordinator (same persistence), and
-alternate iteration by iteration (private, plain, private, plain, ...) so that drift in the machine affects both
-alike. The last line is ``ratio <private / non-private median time per iteration>`` (goal: <= 1.1).
+For each store size, both run over the same store, on the same LocalCluster, through the same coordinator (same
+persistence), and alternate iteration by iteration (private, plain, private, plain, ...) so that drift in the
+machine affects both alike. Beside them, in this process on one core: scipy's ``Aᵀ(Ax)`` on one partition (the
+reference throughput) and the private kernel on the same partition (CPU time, which load on a shared machine
+inflates less than wall time). Then the private step on 1 worker × 1 thread against W workers × 1 thread on the
+largest store (the speed-up from more cores). Prints one table and ends with the line
+``ratio <private / non-private median time per iteration, largest store>`` (goal: <= 1.1).
 
-    python benchmarks/bench_iteration.py --quick          # under a minute
-    python benchmarks/bench_iteration.py --rows 2000000   # larger
+    python benchmarks/bench_iteration.py --quick                 # 10^6 and 10^7 non-zeros, about a minute
+    python benchmarks/bench_iteration.py --nnz 1e6 1e7 1e8       # the issue's table (d = 20,000, 8 partitions)
+    python benchmarks/bench_iteration.py --nnz 1e8 --workdir DIR # reuse the stores generated in DIR
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import argparse
 import os
 import tempfile
 import time
+import warnings
+from typing import Any
 
 import numpy as np
 from distributed import Client, LocalCluster
@@ -23,86 +30,139 @@ from distributed import Client, LocalCluster
 from dppca_dask.algorithms.adaptive_power import adaptive_power_run, default_top_m
 from dppca_dask.algorithms.requests import PlainGramTimes
 from dppca_dask.coordinator import Coordinator, as_source
+from dppca_dask.coordinator.sources import load_store_partition
 from dppca_dask.datasets import PlantedSpec, write_low_coherence
-from dppca_dask.kernels import ThresholdGrid
+from dppca_dask.kernels import ThresholdGrid, plain_gram_times, power_partial
 from dppca_dask.mechanisms import NoiseSource, svt_cutoff
 
+#: The generator's rows hold about this many non-zeros (30 noise entries and the planted direction's 200).
+NNZ_PER_ROW = 230
+#: A fixed, public calibration typical of (epsilon=1, delta=1e-6, T=5); the cost of a step does not depend on it.
+EPSILON_SVT, MULTIPLIER = 0.04, 13.0
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small data, a few iterations (< 1 minute)")
-    parser.add_argument("--rows", type=int, default=600_000)
-    parser.add_argument("--cols", type=int, default=3_000)
-    parser.add_argument("--iterations", type=int, default=10)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--persist", action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument("--rows-per-partition", type=int, default=None)
-    parser.add_argument("--workdir", default=None, help="where to write the generated store (default: a temp dir)")
-    args = parser.parse_args()
-    if args.quick:
-        args.rows, args.cols, args.iterations = 150_000, 2_000, 6
-    rpp = args.rows_per_partition or max(args.rows // 8, 1)
 
-    workdir = args.workdir or tempfile.mkdtemp(prefix="dppca-bench-")
-    path = os.path.join(workdir, f"planted-{args.rows}x{args.cols}.zarr")
-    spec = PlantedSpec(n_rows=args.rows, n_cols=args.cols, nnz_per_row=30, support=200, signal_share=0.003, seed=7)
-    t = time.perf_counter()
+def _store(workdir: str, nnz: float, cols: int, partitions: int) -> Any:
+    rows = max(int(round(nnz / NNZ_PER_ROW)), partitions)
+    path = os.path.join(workdir, f"planted-{rows}x{cols}.zarr")
     if os.path.exists(path):
         from dppca_dask.storage import open_matrix
 
-        store = open_matrix(path)
-    else:
-        store = write_low_coherence(path, spec, rows_per_partition=rpp, progress=False)
-    print(f"store: {store.n_rows} x {store.n_cols}, nnz {store.nnz:,}, {store.n_partitions} partitions "
-          f"(ready in {time.perf_counter() - t:.1f} s)")
+        return open_matrix(path)
+    spec = PlantedSpec(n_rows=rows, n_cols=cols, nnz_per_row=30, support=200, signal_share=0.003, seed=7)
+    return write_low_coherence(path, spec, rows_per_partition=-(-rows // partitions), progress=False)
 
-    # A fixed, public calibration typical of (epsilon=1, delta=1e-6, T=5); the cost of a step does not depend on it.
-    epsilon_svt, multiplier = 0.04, 13.0
-    cutoff = svt_cutoff(epsilon_svt, 0.05)
-    grid = ThresholdGrid.for_bound(1.0)
-    top_m = default_top_m(cutoff=cutoff, epsilon_svt=epsilon_svt)
 
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
-        with Coordinator(client, as_source(store), persist=args.persist) as coordinator:
-            import warnings
+def _private_run(store: Any, iterations: int) -> Any:
+    cutoff = svt_cutoff(EPSILON_SVT, 0.05)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a seeded noise source (not private): the cost is what is measured here
+        noise = NoiseSource.from_seed(0)
+    return adaptive_power_run(
+        n_cols=store.n_cols, n_iter=iterations + 2, n_components=1, row_norm_bound=1.0, epsilon_svt=EPSILON_SVT,
+        noise_multiplier=MULTIPLIER, cutoff=cutoff, grid=ThresholdGrid.for_bound(1.0), noise=noise,
+        top_m=default_top_m(cutoff=cutoff, epsilon_svt=EPSILON_SVT),
+    )
 
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                noise = NoiseSource.from_seed(0)
-            run = adaptive_power_run(
-                n_cols=store.n_cols, n_iter=args.iterations + 2, n_components=1, row_norm_bound=1.0,
-                epsilon_svt=epsilon_svt, noise_multiplier=multiplier, cutoff=cutoff, grid=grid, noise=noise,
-                top_m=top_m,
-            )
-            x_plain = np.random.default_rng(1).standard_normal(store.n_cols)
-            x_plain /= np.linalg.norm(x_plain)
-            # Warm-up: loads (and persists) the partitions, imports on the workers.
-            request = next(run)
-            request = run.send(coordinator.execute(request))
+
+def _private_step(coordinator: Coordinator, run: Any, request: Any) -> Any:
+    """One private iteration: the power step and, rarely, its second pass; returns the next power step."""
+    while True:
+        request = run.send(coordinator.execute(request))
+        if type(request).__name__ == "PowerStep":
+            return request
+
+
+def _cluster_steps(store: Any, workers: int, iterations: int, plain: bool) -> dict[str, Any]:
+    """Median private (and plain) step on ``workers`` × 1 thread, partitions persisted, steps interleaved."""
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client, Coordinator(client, as_source(store), persist=True) as coordinator:
+        run = _private_run(store, iterations)
+        t = time.perf_counter()
+        request = run.send(coordinator.execute(next(run)))  # loads and persists the partitions
+        first = time.perf_counter() - t
+        x_plain = np.random.default_rng(1).standard_normal(store.n_cols)
+        x_plain /= np.linalg.norm(x_plain)
+        if plain:
             coordinator.execute(PlainGramTimes(x_plain))
-            private_times, plain_times = [], []
-            for _ in range(args.iterations):
-                t = time.perf_counter()
-                while True:  # one private iteration: the power step and, rarely, its second pass
-                    aggregate = coordinator.execute(request)
-                    request = run.send(aggregate)
-                    if type(request).__name__ == "PowerStep":
-                        break
-                private_times.append(time.perf_counter() - t)
+        private_times, plain_times = [], []
+        for _ in range(iterations):
+            t = time.perf_counter()
+            request = _private_step(coordinator, run, request)
+            private_times.append(time.perf_counter() - t)
+            if plain:
                 t = time.perf_counter()
                 y = coordinator.execute(PlainGramTimes(x_plain))
                 x_plain = y / np.linalg.norm(y)
                 plain_times.append(time.perf_counter() - t)
-            run.close()
-    private = float(np.median(private_times))
-    plain = float(np.median(plain_times))
-    rate = store.nnz / plain / args.workers
-    print(f"private step:     median {private:.3f} s/iteration  (all: {', '.join(f'{v:.3f}' for v in private_times)})")
-    print(f"non-private step: median {plain:.3f} s/iteration  (all: {', '.join(f'{v:.3f}' for v in plain_times)})")
-    print(f"persisted partitions: {args.persist}; workers: {args.workers}; "
-          f"non-private throughput {rate / 1e6:.1f} M nnz/s per core, private {store.nnz / private / args.workers / 1e6:.1f}")
-    print(f"ratio {private / plain:.3f}")
+        run.close()
+    return {"first": first, "private": float(np.median(private_times)),
+            "plain": float(np.median(plain_times)) if plain_times else float("nan"),
+            "all_private": private_times, "all_plain": plain_times}
+
+
+def _one_core(store: Any, repeats: int = 7) -> dict[str, float]:
+    """CPU seconds on one partition in this process: scipy ``Aᵀ(Ax)`` and the private kernel, interleaved."""
+    part = load_store_partition(store, 0)
+    grid = ThresholdGrid.for_bound(1.0)
+    top_m = default_top_m(cutoff=svt_cutoff(EPSILON_SVT, 0.05), epsilon_svt=EPSILON_SVT)
+    x = np.random.default_rng(2).standard_normal(store.n_cols)
+    x /= np.linalg.norm(x)
+    scipy_times, kernel_times = [], []
+    power_partial(part.block, part.norms, x, partition=0, row_norm_bound=1.0, grid=grid, top_m=top_m)  # compile
+    for _ in range(repeats):
+        t = time.process_time()
+        plain_gram_times(part.block, x)
+        scipy_times.append(time.process_time() - t)
+        t = time.process_time()
+        power_partial(part.block, part.norms, x, partition=0, row_norm_bound=1.0, grid=grid, top_m=top_m)
+        kernel_times.append(time.process_time() - t)
+    nnz = part.block.nnz
+    return {"scipy_rate": nnz / float(np.median(scipy_times)),
+            "kernel_ratio": float(np.median(kernel_times)) / float(np.median(scipy_times))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="10^6 and 10^7 non-zeros, 4 iterations, no scaling")
+    parser.add_argument("--nnz", type=float, nargs="+", default=[1e6, 1e7, 1e8], help="store sizes (non-zeros)")
+    parser.add_argument("--cols", type=int, default=20_000)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--no-scaling", action="store_true", help="skip the 1-worker vs W-worker comparison")
+    parser.add_argument("--workdir", default=None, help="where the generated stores are (or go; default: a temp dir)")
+    args = parser.parse_args()
+    if args.quick:
+        args.nnz, args.iterations, args.no_scaling = [1e6, 1e7], 4, True
+    workdir = args.workdir or tempfile.mkdtemp(prefix="dppca-bench-")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"load average at start {load:.1f}; {args.workers} workers x 1 thread; d = {args.cols:,}; "
+          f"{args.partitions} partitions; medians of {args.iterations} interleaved steps")
+
+    rows, stores = [], []
+    for nnz in args.nnz:
+        store = _store(workdir, nnz, args.cols, args.partitions)
+        stores.append(store)
+        steps = _cluster_steps(store, args.workers, args.iterations, plain=True)
+        core = _one_core(store)
+        rows.append({
+            "nnz": f"{store.nnz:.3g}", "private s": steps["private"], "plain s": steps["plain"],
+            "ratio": steps["private"] / steps["plain"],
+            "private nnz/s/core": f"{store.nnz / steps['private'] / args.workers / 1e6:.0f}M",
+            "scipy 1 core nnz/s": f"{core['scipy_rate'] / 1e6:.0f}M",
+            "kernel/scipy (CPU)": core["kernel_ratio"], "first step s": steps["first"],
+        })
+        print(f"  {store.nnz:.3g} nnz: private {', '.join(f'{v:.3f}' for v in steps['all_private'])}; "
+              f"plain {', '.join(f'{v:.3f}' for v in steps['all_plain'])}", flush=True)
+    print(_common.table(rows, list(rows[0])))
+    if not args.no_scaling and args.workers > 1:
+        one = _cluster_steps(stores[-1], 1, args.iterations, plain=False)
+        many = _cluster_steps(stores[-1], args.workers, args.iterations, plain=False)
+        print(f"private step on {stores[-1].nnz:.3g} nnz: 1 worker {one['private']:.3f} s, {args.workers} workers "
+              f"{many['private']:.3f} s: speed-up {one['private'] / many['private']:.2f}")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"load average at end {load:.1f}")
+    print(f"ratio {rows[-1]['ratio']:.3f}")
 
 
 if __name__ == "__main__":

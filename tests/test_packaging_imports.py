@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-HEAVY = ("dp_accounting", "distributed", "dask.distributed", "zarr", "scipy")
+HEAVY = ("dp_accounting", "distributed", "dask.distributed", "zarr", "scipy", "numba")
 
 
 def _loaded_after(code: str) -> list[str]:

@@ -1,8 +1,9 @@
 """The coordinator: the only code that talks to Dask.
 
 For each request of an algorithm it maps one kernel over the partitions (a futures loop: ``client.submit`` per
-partition, the broadcast vector sent afresh as a task of its own), reduces the partials with a tree of fan-in ``fan_in`` on the
-workers, and gathers the single exact aggregate. The task graph of a step has a constant size, whatever the
+partition, the broadcast vector sent afresh as a task of its own), reduces the partials with a tree of fan-in
+``fan_in`` on the workers down to at most ``fan_in`` partials, and gathers and merges those into the exact
+aggregate. Partitions are placed on the workers round-robin by their public index (``Coordinator._place``). The task graph of a step has a constant size, whatever the
 iteration. Partitions are either persisted on the workers (when they fit in about 60% of the cluster's memory, or
 when asked) or re-read from the store by every step (out-of-core).
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from concurrent.futures import CancelledError
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +32,7 @@ from dppca_dask.algorithms.requests import (
     Request,
 )
 from dppca_dask.coordinator.guard import guarded, unwrap
-from dppca_dask.coordinator.sources import PartitionData, PartitionSource
+from dppca_dask.coordinator.sources import PartitionData, PartitionSource, scatter_inputs
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels import power as K
 
@@ -247,6 +249,7 @@ class Coordinator:
         self._token = uuid.uuid4().hex[:8]
         self._step = 0
         self._parts: list[Any] | None = None
+        self._placement = self._place()
         if self.persisted:
             self._parts = self._persist()
 
@@ -263,15 +266,33 @@ class Coordinator:
         total = sum(limits)
         return bool(total) and self.source.nbytes <= PERSIST_MEMORY_FRACTION * total
 
+    def _place(self) -> list[str | None]:
+        """The worker each partition is placed on: partition ``i`` on the ``i mod W``-th of the workers sorted by
+        address, from the public partition index alone (never from sizes or values). Sizes of the partitions are
+        unequal only through their rows' non-zeros, which placement must not reveal; equal counts per worker
+        balance them in expectation. ``None`` (no preference) when the scheduler lists no workers."""
+        try:
+            workers = sorted(self.client.scheduler_info(n_workers=-1).get("workers", {}))
+        except Exception:  # a scheduler that does not list its workers: let Dask place the tasks
+            workers = []
+        n = self.source.n_partitions
+        return [workers[i % len(workers)] if workers else None for i in range(n)]
+
+    def _restrictions(self, i: int) -> dict[str, Any]:
+        worker = self._placement[i]
+        # A preference, not a requirement: a partition whose worker is gone runs on another one.
+        return {"workers": [worker], "allow_other_workers": True} if worker else {}
+
     def _persist(self) -> list[Any]:
         from dask.delayed import Delayed
 
         parts = []
-        for i, (loader, args) in enumerate(self.source.loaders):
+        loaders = scatter_inputs(self.source, self.client, self._placement)  # in-memory blocks travel once
+        for i, (loader, args) in enumerate(loaders):
             resolved = tuple(self.client.compute(a) if isinstance(a, Delayed) else a for a in args)
             parts.append(
                 self.client.submit(guarded(load_partition), (loader, resolved), key=f"dppca-partition-{self._token}-{i}",
-                                   retries=self.retries)
+                                   retries=self.retries, **self._restrictions(i))
             )
         return parts
 
@@ -287,6 +308,27 @@ class Coordinator:
             return _empty_aggregate(request, self.source.n_cols)
         self._step += 1
         prefix = f"dppca-{type(request).__name__.lower()}-{self._token}-{self._step}"
+        try:
+            aggregate = self._run(prefix, kernel, kw, vector, merge, indices)
+        except CancelledError:
+            # Scattered in-memory blocks have no lineage: a lost worker loses its blocks and the partitions built
+            # from them. The client still holds the blocks: scatter them again, rebuild, and run the step once more
+            # (exact kernels: the same aggregate; no noise has been drawn for it).
+            if not (self.source.in_memory and self._parts is not None):
+                raise
+            self.close()
+            self._token = uuid.uuid4().hex[:8]
+            self._placement = self._place()
+            self._parts = self._persist()
+            aggregate = self._run(f"{prefix}-again", kernel, kw, vector, merge, indices)
+        # No durations and no data-dependent numbers in logs: only the step number, the request type and its
+        # partition count, which are the same on neighbouring datasets (a FilteredSum step aside, which happens
+        # only on the accounted δ_pass event).
+        log.debug("step %d (%s) over %d partitions", self._step, type(request).__name__, len(indices))
+        return aggregate
+
+    def _run(self, prefix: str, kernel: Callable[..., Any], kw: dict[str, Any], vector: Any,
+             merge: Callable[..., Any], indices: list[int]) -> Any:
         # The broadcast value travels inside a task, not by scatter: scattered data has no lineage and is lost
         # with its worker, while a task's result is recomputed elsewhere if a worker dies.
         vector_future = (
@@ -294,28 +336,27 @@ class Coordinator:
             if vector is not None else None
         )
         args = (vector_future,) if vector_future is not None else ()
+        # Persisted partitions: the map task runs where its partition is. Re-read partitions: on the worker of
+        # the partition's public index, so every step spreads the reads alike.
+        place = self._parts is None
         level = [
-            self.client.submit(guarded(kernel), item, *args, key=f"{prefix}-map-{i}", retries=self.retries, **kw)
+            self.client.submit(guarded(kernel), item, *args, key=f"{prefix}-map-{i}", retries=self.retries,
+                               **(self._restrictions(i) if place else {}), **kw)
             for i, item in zip(indices, self._items(indices))
         ]
         depth = 0
-        while len(level) > 1:
+        while len(level) > self.fan_in:
             depth += 1
             level = [
                 self.client.submit(guarded(merge), *level[i : i + self.fan_in], key=f"{prefix}-reduce-{depth}-{i}",
                                    retries=self.retries)
                 for i in range(0, len(level), self.fan_in)
             ]
-        # Task errors come back as values without data in them (see coordinator.guard).
-        aggregate = unwrap(level[0].result())
-        if len(indices) == 1:
-            aggregate = merge(aggregate)
+        # The last level (at most fan_in partials) is gathered and merged here: one hop fewer than a last reduce
+        # task on a worker. Task errors come back as values without data in them (see coordinator.guard).
+        partials = [unwrap(p) for p in self.client.gather(level)]
         del level, vector_future
-        # No durations and no data-dependent numbers in logs: only the step number, the request type and its
-        # partition count, which are the same on neighbouring datasets (a FilteredSum step aside, which happens
-        # only on the accounted δ_pass event).
-        log.debug("step %d (%s) over %d partitions", self._step, type(request).__name__, len(indices))
-        return aggregate
+        return merge(*partials)
 
     def close(self) -> None:
         if self._parts is not None:

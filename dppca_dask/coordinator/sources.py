@@ -9,17 +9,19 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from dppca_dask._sizeof import register_fields
 from dppca_dask.errors import InferredSchemaWarning, InvalidInputError, InvalidParameterError
 from dppca_dask.storage import MatrixStore, open_matrix, row_norms_of, validate_csr_block, validate_dense_block
 
-__all__ = ["INFERRED_SCHEMA_CAVEAT", "PartitionData", "PartitionSource", "as_source", "schema_caveats"]
+__all__ = ["INFERRED_SCHEMA_CAVEAT", "PartitionData", "PartitionSource", "as_source", "scatter_inputs",
+           "schema_caveats"]
 
 #: Rows per partition when in-memory data is split for the workers.
 _IN_MEMORY_TARGET_BYTES = 32 * 2**20
@@ -41,6 +43,9 @@ class PartitionData:
         return int(np.asarray(b).nbytes + self.norms.nbytes)
 
 
+register_fields(PartitionData)  # so that Dask's scheduler sees a persisted partition's real size
+
+
 def load_store_partition(store: MatrixStore, index: int) -> PartitionData:
     """Read partition ``index`` of a store as float64 with its row norms (runs on a worker)."""
     block = store.read_partition(index, dtype=np.float64)  # checked and canonical
@@ -49,7 +54,8 @@ def load_store_partition(store: MatrixStore, index: int) -> PartitionData:
 
 
 def make_partition(index: int, block: Any) -> PartitionData:
-    """Wrap an in-memory block (the block travels inside the task, so a lost worker can recompute it)."""
+    """Wrap an in-memory block as float64 with its row norms (on a cluster the block is scattered to the worker
+    once: :func:`scatter_inputs`)."""
     if sp.issparse(block):
         block = sp.csr_array(block, dtype=np.float64)
     else:
@@ -73,6 +79,9 @@ class PartitionSource:
     store: MatrixStore | None = None
     always_persist: bool = False
     """In-memory inputs always live on the workers."""
+    in_memory: bool = False
+    """The loaders' arguments hold the blocks themselves (numpy or scipy input): :func:`scatter_inputs` sends
+    each block to its worker once instead of inside a task."""
 
 
 def _split_rows(n_rows: int, bytes_per_row: float) -> list[tuple[int, int]]:
@@ -141,7 +150,26 @@ def as_source(data: Any) -> PartitionSource:
         loaders=tuple((make_partition, (i, b)) for i, b in enumerate(blocks)),
         description={"kind": kind},
         always_persist=True,
+        in_memory=True,
     )
+
+
+def scatter_inputs(source: PartitionSource, client: Any, placement: Sequence[str | None]) -> tuple[Any, ...]:
+    """Send the blocks of an in-memory source to the workers once, partition ``i`` to ``placement[i]``.
+
+    Returns the loaders with each block replaced by its future, for tasks that build the partitions where the
+    blocks are (``client.scatter``: the block travels once, from the client to its worker, and never inside a task
+    graph through the scheduler). Scattered data has no lineage: the client keeps the blocks (the source holds them),
+    and :class:`~dppca_dask.coordinator.Coordinator` scatters them again if a worker holding one is lost.
+    Other sources are returned unchanged. ``placement`` depends only on the public partition index.
+    """
+    if not source.in_memory:
+        return source.loaders
+    loaders = []
+    for (loader, (index, block)), worker in zip(source.loaders, placement):
+        future = client.scatter(block, workers=[worker] if worker else None, hash=False)
+        loaders.append((loader, (index, future)))
+    return tuple(loaders)
 
 
 def _block_bytes(block: Any) -> int:

@@ -133,9 +133,13 @@ def block_partial(
     chosen_bins = bins[chosen]
     pieces = []
     bin_weights = np.zeros((grid.n_points, k))
+    # Take the chosen rows out once: the products below cost their non-zeros only (a product with the whole block
+    # would copy its index arrays whenever their integer type differs from the selector's).
+    taken = block[chosen] if sp.issparse(block) else np.asarray(block)[chosen]
+    positions = np.arange(chosen.shape[0])
     for j in range(k):
-        selector = sp.csr_array((weights[chosen, j], (chosen_bins, chosen)), shape=(grid.n_points, n))
-        pieces.append(sp.csr_array(selector @ (block if sp.issparse(block) else np.asarray(block))))
+        selector = sp.csr_array((weights[chosen, j], (chosen_bins, positions)), shape=(grid.n_points, chosen.shape[0]))
+        pieces.append(sp.csr_array(selector @ taken))
         np.add.at(bin_weights[:, j], chosen_bins, projections[chosen, j])
     bin_sums = sp.csr_array(sp.hstack(pieces, format="csr")) if pieces else sp.csr_array((grid.n_points, 0))
     return BlockPartial(histogram=histogram, full_sum=full_sum, bin_sums=bin_sums, bin_weights=bin_weights,

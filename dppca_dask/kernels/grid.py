@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dppca_dask.errors import InvalidParameterError
+from dppca_dask.kernels._jit import HAVE_NUMBA, jit
 
 __all__ = ["ThresholdGrid"]
 
@@ -63,10 +64,63 @@ class ThresholdGrid:
         """Histogram length: one bin per grid index plus the "never filtered" bin ``J + 1``."""
         return self.n_points + 1
 
+    @property
+    def ascending(self) -> np.ndarray:
+        """The grid values in ascending order (read-only)."""
+        return self._ascending
+
     def bins(self, scores: np.ndarray) -> np.ndarray:
         """``bin(s) = min{j : s > θ_j}`` for each score (``n_points`` when no grid value is below ``s``)."""
+        scores = np.asarray(scores, dtype=np.float64)
+        if HAVE_NUMBA and scores.ndim == 1:
+            return self.bins_and_histogram(scores)[0]
+        return self.bins_searchsorted(scores)
+
+    def bins_searchsorted(self, scores: np.ndarray) -> np.ndarray:
+        """:meth:`bins` by binary search (numpy only)."""
         below = np.searchsorted(self._ascending, scores, side="left")  # number of grid values < s
         return (self.n_points - below).astype(np.int64)
 
+    def bins_and_histogram(self, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`bins` of a 1-D array of scores and their histogram (length :attr:`n_bins`).
+
+        With numba, a guess from ``θ_j = top·2^(-j/g)`` (``j ≈ g·log2(top/s)``) corrected by exact comparisons
+        against the grid values, so the result is the definition's whatever the rounding of the logarithm.
+        """
+        scores = np.asarray(scores, dtype=np.float64)
+        if not HAVE_NUMBA or _bins_jit is None:
+            bins = self.bins_searchsorted(scores)
+            return bins, np.bincount(bins, minlength=self.n_bins).astype(np.int64)
+        with np.errstate(divide="ignore"):
+            logs = np.log2(scores)  # -inf for 0; vectorised, far cheaper than a call per score
+        bins = np.empty(scores.shape[0], dtype=np.int64)
+        histogram = np.zeros(self.n_bins, dtype=np.int64)
+        _bins_jit(scores, logs, self.thetas, math.log2(self.top), float(self.per_octave), bins, histogram)
+        return bins, histogram
+
     def to_json(self) -> dict[str, float | int]:
         return {"top": self.top, "per_octave": self.per_octave, "n_points": self.n_points}
+
+
+def _bins_loop(scores, logs, thetas, log_top, per_octave, bins, histogram):  # type: ignore[no-untyped-def]  # noqa: ANN001
+    """``bins[i] = min{j : scores[i] > thetas[j]}`` (``n_points`` if none) and their histogram."""
+    n_points = thetas.shape[0]
+    for i in range(scores.shape[0]):
+        score = scores[i]
+        guess = per_octave * (log_top - logs[i])  # +inf for a zero score; NaN never reaches a kernel
+        if guess >= n_points:
+            b = n_points
+        elif guess < 0 or guess != guess:  # (NaN: bin 0, as the binary search places it)
+            b = 0
+        else:
+            b = min(int(guess) + 1, n_points)
+        # The guess may be off by rounding: step to the exact bin (θ strictly descending, so it is unique).
+        while b > 0 and score > thetas[b - 1]:
+            b -= 1
+        while b < n_points and score <= thetas[b]:
+            b += 1
+        bins[i] = b
+        histogram[b] += 1
+
+
+_bins_jit = jit(_bins_loop)

@@ -16,6 +16,10 @@ accounted for in δ (:func:`dppca_dask.algorithms.adaptive_power.pass_row_budget
 
 Clipping scales a row to norm ``min(‖a‖, c)`` (it never drops rows); it is applied through per-row factors
 ``f = min(1, c/‖a‖)`` so the stored block is never copied: ``A'x = f ⊙ (Ax)`` and ``A'ᵀw = Aᵀ(f ⊙ w)``.
+
+Cost: the private step is the plain step's two products (``A x`` and ``Aᵀw``, scipy's compiled loops) plus O(n)
+vectorised work on the rows' scores (bins by :meth:`~dppca_dask.kernels.grid.ThresholdGrid.bins_and_histogram`,
+compiled when numba is installed) and O(nnz of the top rows) for their contributions; nothing per row in Python.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from dppca_dask.kernels._jit import HAVE_NUMBA, jit
 from dppca_dask.kernels.grid import ThresholdGrid
 
 __all__ = [
@@ -68,8 +73,17 @@ def _scores(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float)
     if np.isfinite(row_norm_bound):
         # ‖a'‖·|⟨a', x⟩| ≤ c² in exact arithmetic; rounding may exceed it by a few ulps. Clamping keeps every row
         # out of bin 0, so the top grid value θ_0 = c² never filters a row (F_0 = 0 on every dataset).
-        scores = np.minimum(scores, row_norm_bound * row_norm_bound)
+        np.minimum(scores, row_norm_bound * row_norm_bound, out=scores)
     return factors, projections, scores
+
+
+def _sweep(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float,
+           grid: ThresholdGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One pass: each row's weight ``f·(a'ᵀx)``, its bin, the bins' histogram and ``Σ a'(a'ᵀx) = Aᵀ(f·(a'ᵀx))``."""
+    factors, projections, scores = _scores(block, norms, x, row_norm_bound)
+    bins, histogram = grid.bins_and_histogram(scores)
+    weights = factors * projections  # a'(a'ᵀx) = f·a·(a'ᵀx)
+    return weights, bins, histogram, _transpose_times(block, weights)
 
 
 def _transpose_times(block: Any, weights: np.ndarray) -> np.ndarray:
@@ -78,11 +92,66 @@ def _transpose_times(block: Any, weights: np.ndarray) -> np.ndarray:
 
 
 def _binned_sums(block: Any, rows: np.ndarray, bins: np.ndarray, weights: np.ndarray, n_bins: int) -> sp.csr_array:
-    """``Σ_{rows of bin b} weights_i·a_i`` for each bin, as a sparse ``n_bins × d`` matrix (one sparse product)."""
-    selector = sp.csr_array((weights, (bins, rows)), shape=(n_bins, block.shape[0]))
-    if sp.issparse(block):
+    """``Σ_{rows of bin b} weights_i·a_i`` for each bin, as a sparse ``n_bins × d`` matrix.
+
+    The cost is the non-zeros of those rows: a compiled loop for a CSR block when numba is installed, else one
+    sparse product, with the rows taken out first unless the block has 64-bit indices (a product with the whole
+    block copies its index arrays when they are 32-bit). Both sum each bin's rows in ascending row order and drop
+    exact zeros, as ``selector @ block`` does, so all three give the same values (column order within a row may
+    differ: none is sorted).
+    """
+    if _binned_jit is not None and HAVE_NUMBA and sp.issparse(block) and block.format == "csr":
+        order = np.argsort(bins, kind="stable")  # rows ascending within each bin
+        rows, bins, weights = rows[order], bins[order], weights[order]
+        capacity = int((block.indptr[rows + 1] - block.indptr[rows]).sum())  # the rows' non-zeros: an upper bound
+        out_indices = np.empty(capacity, dtype=np.int64)
+        out_data = np.empty(capacity, dtype=np.float64)
+        out_indptr = np.zeros(n_bins + 1, dtype=np.int64)
+        _binned_jit(block.indptr, block.indices, np.asarray(block.data, dtype=np.float64), rows, bins, weights,
+                    block.shape[1], out_indptr, out_indices, out_data)
+        nnz = int(out_indptr[-1])
+        return sp.csr_array((out_data[:nnz], out_indices[:nnz], out_indptr), shape=(n_bins, block.shape[1]))
+    if sp.issparse(block) and block.indices.dtype == np.int64 and block.indptr.dtype == np.int64:
+        # 64-bit indices are not copied by the product, and taking the rows out first costs more than it saves
+        selector = sp.csr_array((weights, (bins, rows)), shape=(n_bins, block.shape[0]))
         return sp.csr_array(selector @ block)
-    return sp.csr_array(selector @ np.asarray(block))
+    taken = block[rows] if sp.issparse(block) else np.asarray(block)[rows]
+    selector = sp.csr_array((weights, (bins, np.arange(rows.shape[0]))), shape=(n_bins, rows.shape[0]))
+    return sp.csr_array(selector @ taken)
+
+
+def _binned_loop(indptr, indices, data, rows, bins, weights, d, out_indptr, out_indices, out_data):  # type: ignore[no-untyped-def]  # noqa: ANN001
+    """Rows sorted by bin (ascending within a bin): each bin's weighted sum as one CSR row, zeros dropped."""
+    sums = np.zeros(d)
+    touched = np.zeros(d, dtype=np.bool_)
+    columns = np.empty(d, dtype=np.int64)
+    n_bins = out_indptr.shape[0] - 1
+    nnz = 0
+    r = 0
+    for b in range(n_bins):
+        count = 0
+        while r < rows.shape[0] and bins[r] == b:
+            row, w = rows[r], weights[r]
+            for jj in range(indptr[row], indptr[row + 1]):
+                col = indices[jj]
+                sums[col] += data[jj] * w
+                if not touched[col]:
+                    touched[col] = True
+                    columns[count] = col
+                    count += 1
+            r += 1
+        for k in range(count):  # in first-touch order (scipy's product leaves its columns unsorted too)
+            col = columns[k]
+            if sums[col] != 0:
+                out_indices[nnz] = col
+                out_data[nnz] = sums[col]
+                nnz += 1
+            sums[col] = 0.0
+            touched[col] = False
+        out_indptr[b + 1] = nnz
+
+
+_binned_jit = jit(_binned_loop)
 
 
 def power_partial(
@@ -100,11 +169,7 @@ def power_partial(
     ``block`` is a float64 ``csr_array`` or dense array of the partition's rows, ``norms`` their stored L2 norms,
     ``x`` the broadcast unit vector.
     """
-    factors, projections, scores = _scores(block, norms, x, row_norm_bound)
-    weights = factors * projections  # a'(a'ᵀx) = f·a·(a'ᵀx)
-    full_sum = _transpose_times(block, weights)
-    bins = grid.bins(scores)
-    histogram = np.bincount(bins, minlength=grid.n_bins).astype(np.int64)
+    weights, bins, histogram, full_sum = _sweep(block, norms, x, row_norm_bound, grid)
     cumulative = np.cumsum(histogram[: grid.n_points])
     cut = int(np.searchsorted(cumulative, top_m, side="right")) - 1  # largest j with F_j <= top_m
     chosen = np.flatnonzero(bins <= cut) if cut >= 0 else np.zeros(0, dtype=np.int64)
@@ -149,7 +214,7 @@ def filtered_sum(
     above: int = -1,
 ) -> np.ndarray:
     """Exact ``Σ a'(a'ᵀx)`` over the partition's rows of bin in ``(above, index]`` (the second pass)."""
-    factors, projections, scores = _scores(block, norms, x, row_norm_bound)
+    factors, projections, scores = _scores(block, norms, x, row_norm_bound)  # the first pass's scores and bins
     bins = grid.bins(scores)
     weights = np.where((bins <= index) & (bins > above), factors * projections, 0.0)
     return _transpose_times(block, weights)

@@ -1,0 +1,46 @@
+"""Optional compiled loops: numba when it is installed (and not disabled), else nothing.
+
+Every compiled loop in :mod:`dppca_dask.kernels` has a numpy/scipy counterpart that computes the same values; the
+tests compare the two bit for bit. Set ``DPPCA_DASK_NUMBA=0`` to use the numpy/scipy code only.
+
+numba itself is imported, and a loop compiled (or loaded from numba's on-disk cache), on the loop's first call,
+so that importing the package stays light (numba takes seconds to import).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["HAVE_NUMBA", "jit"]
+
+#: Whether compiled loops are used (numba installed and not disabled by ``DPPCA_DASK_NUMBA=0``).
+HAVE_NUMBA = importlib.util.find_spec("numba") is not None and os.environ.get("DPPCA_DASK_NUMBA", "1") != "0"
+
+
+class _Lazy:
+    """``function`` compiled by numba on first call (cached on disk, releasing the GIL)."""
+
+    __slots__ = ("compiled", "function", "lock")
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+        self.compiled: Callable[..., Any] | None = None
+        self.lock = threading.Lock()
+
+    def __call__(self, *args: Any) -> Any:
+        if self.compiled is None:
+            with self.lock:
+                if self.compiled is None:
+                    import numba
+
+                    self.compiled = numba.njit(cache=True, nogil=True, error_model="numpy")(self.function)
+        return self.compiled(*args)
+
+
+def jit(function: Callable[..., Any]) -> Callable[..., Any] | None:
+    """``function`` compiled on first call, or ``None`` without numba."""
+    return _Lazy(function) if HAVE_NUMBA else None

@@ -1,0 +1,77 @@
+"""Partitions are placed on the workers by their public index; in-memory inputs travel once, by scatter, and a lost
+worker's scattered blocks are sent again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from dppca_dask.algorithms.requests import PlainGramTimes
+from dppca_dask.coordinator import Coordinator, as_source
+
+
+def _matrix(rng: np.random.Generator, n_rows: int) -> sp.csr_array:
+    return sp.csr_array(sp.random(n_rows, 30, density=0.2, random_state=rng, format="csr"))
+
+
+def test_partitions_go_round_robin_by_index(local_client: Any, rng: np.random.Generator,
+                                            monkeypatch: Any) -> None:
+    from dppca_dask.coordinator import sources
+
+    monkeypatch.setattr(sources, "_IN_MEMORY_TARGET_BYTES", 20_000)  # several partitions from a small matrix
+    matrix = _matrix(rng, 2_400)
+    source = as_source(matrix)
+    assert source.n_partitions >= 4
+    workers = sorted(local_client.scheduler_info(n_workers=-1)["workers"])
+    with Coordinator(local_client, source) as coordinator:
+        from distributed import wait
+
+        wait(coordinator._parts)
+        who = local_client.who_has(coordinator._parts)  # where each partition was built (steps may copy them)
+        assert [sorted(who[f.key]) for f in coordinator._parts] == [[workers[i % 2]] for i in range(len(who))]
+        x = np.arange(30.0)
+        dense = matrix.toarray()
+        np.testing.assert_allclose(coordinator.execute(PlainGramTimes(x)), dense.T @ (dense @ x))
+
+
+def test_in_memory_blocks_are_scattered_not_embedded(local_client: Any, rng: np.random.Generator,
+                                                     monkeypatch: Any) -> None:
+    from distributed import Future
+
+    from dppca_dask.coordinator import sources
+
+    monkeypatch.setattr(sources, "_IN_MEMORY_TARGET_BYTES", 20_000)
+    source = as_source(_matrix(rng, 1_200))
+    workers = sorted(local_client.scheduler_info(n_workers=-1)["workers"])
+    placement = [workers[i % 2] for i in range(source.n_partitions)]
+    loaders = sources.scatter_inputs(source, local_client, placement)
+    blocks = [args[1] for _loader, args in loaders]
+    assert all(isinstance(b, Future) for b in blocks)
+    who = local_client.who_has(blocks)
+    assert [sorted(who[b.key]) for b in blocks] == [[w] for w in placement]
+    store_source = sources.PartitionSource(1, 1, 1, 8, ((len, ("x",)),), {"kind": "store"})
+    assert sources.scatter_inputs(store_source, local_client, [None]) is store_source.loaders
+
+
+def test_lost_scattered_blocks_are_sent_again(rng: np.random.Generator, monkeypatch: Any) -> None:
+    from distributed import Client, LocalCluster
+
+    from dppca_dask.coordinator import sources
+
+    monkeypatch.setattr(sources, "_IN_MEMORY_TARGET_BYTES", 20_000)
+    matrix = _matrix(rng, 1_600)
+    dense = matrix.toarray()
+    x = np.arange(30.0)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        with Coordinator(client, as_source(matrix)) as coordinator:
+            np.testing.assert_allclose(coordinator.execute(PlainGramTimes(x)), dense.T @ (dense @ x))
+            victim = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+            token = coordinator._token
+            for worker in list(cluster.workers.values()):  # lost with its data (not retired, which moves it)
+                if worker.address == victim:
+                    client.sync(worker.close)
+            np.testing.assert_allclose(coordinator.execute(PlainGramTimes(x)), dense.T @ (dense @ x))
+            assert coordinator._token != token  # the partitions were built again from blocks scattered again
