@@ -222,7 +222,8 @@ def pca(
         Makes the run reproducible; the result is then **not private** (``privacy.private`` is false) and a
         :class:`~dppca_dask.errors.NotPrivateWarning` is issued.
     persist
-        Keep partitions in worker memory (``None``: when they fit in 60% of the cluster's memory).
+        Keep partitions in worker memory between steps (``None``: the ``dppca_dask.persist`` setting, false by
+        default: partitions are re-read every step). Never decided from the data's size, which is private.
     svt_share
         Share of the zCDP budget given to the sparse vector steps (adaptive power).
     beta

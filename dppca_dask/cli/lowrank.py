@@ -61,7 +61,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
     add_cluster_arguments(p)
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
-                   help="keep partitions in worker memory (default: when they fit)")
+                   help="keep partitions in worker memory between steps (default: the dppca_dask.persist setting, false)")
     p.add_argument("--seed", type=int, default=None, help="reproducible run; the result is then NOT private")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--timings", action="store_true",

@@ -63,7 +63,8 @@ def register(subparsers: Any) -> None:
                         "values only), else the cluster")
     add_cluster_arguments(p)
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
-                   help="keep partitions in worker memory (default: when they fit)")
+                   help="keep partitions in worker memory between steps (default: the dppca_dask.persist setting, "
+                        "false: re-read every step)")
     p.add_argument("--seed", type=int, default=None, help="reproducible run; the result is then NOT private")
     p.add_argument("--out", default=None, help="directory to write components.zarr and result.json")
     p.add_argument("--json", action="store_true", help="print one JSON object")

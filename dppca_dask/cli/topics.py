@@ -44,7 +44,7 @@ def register(subparsers: Any) -> None:
                    help="public clipping bound of each document's second-moment product (default: min(1, 3.5/sqrt(d)))")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
-                   help="keep partitions in worker memory (default: when they fit)")
+                   help="keep partitions in worker memory between steps (default: the dppca_dask.persist setting, false)")
     p.add_argument("--seed", type=int, default=None, help="reproducible run; the result is then NOT private")
     p.add_argument("--out", default=None, help="directory to write result.json and topics.npy")
     p.add_argument("--json", action="store_true", help="print one JSON object")

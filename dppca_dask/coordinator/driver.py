@@ -4,8 +4,10 @@ For each request of an algorithm it maps one kernel over the partitions (a futur
 partition, the broadcast vector sent afresh as a task of its own), reduces the partials with a tree of fan-in
 ``fan_in`` on the workers down to at most ``fan_in`` partials, and gathers and merges those into the exact
 aggregate. Partitions are placed on the workers round-robin by their public index (``Coordinator._place``). The task graph of a step has a constant size, whatever the
-iteration. Partitions are either persisted on the workers (when they fit in about 60% of the cluster's memory, or
-when asked) or re-read from the store by every step (out-of-core).
+iteration. Partitions are either persisted on the workers (when asked: ``persist=True`` or the ``dppca_dask.persist``
+setting; in-memory inputs always) or re-read from the store by every step (out-of-core). The choice is never made
+from the data's size: whether partitions are persisted shows in task names, memory and timings, and the number of
+stored entries or rows is private.
 
 Retried tasks and recomputed partitions return the same exact aggregate (kernels are deterministic), and noise is
 drawn by the algorithm only after the aggregate is back at the coordinator, so neither can cause a second draw.
@@ -20,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import dask
 import numpy as np
 
 from dppca_dask.algorithms.requests import (
@@ -41,8 +44,6 @@ __all__ = ["Coordinator", "LocalExecutor", "StepPlan", "execute_request_locally"
 
 log = logging.getLogger(__name__)
 
-#: Fraction of the cluster's memory that persisted partitions may use.
-PERSIST_MEMORY_FRACTION = 0.6
 
 
 # ----------------------------------------------------------------------------------- kernel adapters (workers)
@@ -224,8 +225,8 @@ class Coordinator:
     source
         The partitions (see :func:`dppca_dask.coordinator.sources.as_source`).
     persist
-        Keep partitions in worker memory between steps. ``None`` decides: persist when the float64 partitions
-        fit in 60% of the workers' total memory limit (in-memory inputs are always persisted).
+        Keep partitions in worker memory between steps. ``None``: the ``dppca_dask.persist`` setting (false by
+        default). In-memory inputs are always persisted. Never decided from the data's size, which is private.
     fan_in
         Children per node of the tree reduction.
     """
@@ -245,7 +246,9 @@ class Coordinator:
         self.source = source
         self.fan_in = fan_in
         self.retries = retries
-        self.persisted = bool(source.always_persist or persist or (persist is None and self._fits_in_memory()))
+        if persist is None:
+            persist = bool(dask.config.get("dppca_dask.persist", False))
+        self.persisted = bool(source.always_persist or persist)
         self._token = uuid.uuid4().hex[:8]
         self._step = 0
         self._parts: list[Any] | None = None
@@ -256,15 +259,6 @@ class Coordinator:
     @property
     def n_cols(self) -> int:
         return self.source.n_cols
-
-    def _fits_in_memory(self) -> bool:
-        try:
-            info = self.client.scheduler_info(n_workers=-1)
-            limits = [w.get("memory_limit") or 0 for w in info.get("workers", {}).values()]
-        except Exception:  # a scheduler that does not report memory: do not persist
-            return False
-        total = sum(limits)
-        return bool(total) and self.source.nbytes <= PERSIST_MEMORY_FRACTION * total
 
     def _place(self) -> list[str | None]:
         """The worker each partition is placed on: partition ``i`` on the ``i mod W``-th of the workers sorted by

@@ -23,8 +23,19 @@ from dppca_dask.storage import MatrixStore, open_matrix, row_norms_of, validate_
 __all__ = ["INFERRED_SCHEMA_CAVEAT", "PartitionData", "PartitionSource", "as_source", "scatter_inputs",
            "schema_caveats"]
 
-#: Rows per partition when in-memory data is split for the workers.
-_IN_MEMORY_TARGET_BYTES = 32 * 2**20
+
+def _in_memory_partitions() -> int:
+    """How many partitions in-memory data is split into: the ``dppca_dask.in-memory-partitions`` setting, else
+    ``dask.system.CPU_COUNT``. Public by construction: never the rows, entries or bytes of the data, which would
+    show in the number of tasks of every step."""
+    import dask
+    import dask.system
+
+    configured = dask.config.get("dppca_dask.in-memory-partitions", None)
+    count = int(configured) if configured is not None else int(dask.system.CPU_COUNT or 1)
+    if count < 1:
+        raise InvalidParameterError(f"dppca_dask.in-memory-partitions must be >= 1; got {configured}")
+    return count
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +82,8 @@ class PartitionSource:
     n_cols: int
     n_partitions: int
     nbytes: int
-    """Estimated memory of all partitions as float64 (decides whether to persist them on workers)."""
+    """Estimated memory of all partitions as float64 (private: it depends on the rows and entries; never used to
+    decide what a run does)."""
     loaders: tuple[tuple[Callable[..., PartitionData], tuple[Any, ...]], ...]
     """For each partition, a function and its arguments returning the :class:`PartitionData`."""
     description: dict[str, Any]
@@ -84,9 +96,9 @@ class PartitionSource:
     each block to its worker once instead of inside a task."""
 
 
-def _split_rows(n_rows: int, bytes_per_row: float) -> list[tuple[int, int]]:
-    step = max(int(_IN_MEMORY_TARGET_BYTES // max(bytes_per_row, 1.0)), 1)
-    n_parts = max(math.ceil(n_rows / step), 1)
+def _split_rows(n_rows: int) -> list[tuple[int, int]]:
+    """Equal row ranges, as many as :func:`_in_memory_partitions` says (some empty when there are fewer rows)."""
+    n_parts = _in_memory_partitions()
     bounds = np.linspace(0, n_rows, n_parts + 1).astype(int)
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
@@ -122,7 +134,7 @@ def as_source(data: Any) -> PartitionSource:
         if data.ndim != 2:
             raise InvalidInputError(f"expected a 2-D matrix; got {data.ndim} dimensions")
         csr = validate_csr_block(data, n_cols=int(data.shape[1]), source="input matrix")
-        bounds = _split_rows(csr.shape[0], (csr.nnz * 12) / max(csr.shape[0], 1) + 16)
+        bounds = _split_rows(csr.shape[0])
         blocks = [csr[a:b] for a, b in bounds]
         kind = "scipy.sparse"
     elif isinstance(data, np.ndarray) or hasattr(data, "__array__"):
@@ -130,7 +142,7 @@ def as_source(data: Any) -> PartitionSource:
         if arr.ndim != 2:
             raise InvalidInputError(f"expected a 2-D matrix; got an array with {arr.ndim} dimensions")
         arr = validate_dense_block(arr, n_cols=int(arr.shape[1]), source="input array")
-        bounds = _split_rows(arr.shape[0], arr.shape[1] * 8 + 8)
+        bounds = _split_rows(arr.shape[0])
         blocks = [arr[a:b] for a, b in bounds]
         kind = "numpy"
     else:

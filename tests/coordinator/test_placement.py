@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import dask
 import numpy as np
 import scipy.sparse as sp
 
@@ -20,7 +21,7 @@ def test_partitions_go_round_robin_by_index(local_client: Any, rng: np.random.Ge
                                             monkeypatch: Any) -> None:
     from dppca_dask.coordinator import sources
 
-    monkeypatch.setattr(sources, "_IN_MEMORY_TARGET_BYTES", 20_000)  # several partitions from a small matrix
+    monkeypatch.setitem(dask.config.config, "dppca_dask", {**dask.config.config.get("dppca_dask", {}), "in-memory-partitions": 6})
     matrix = _matrix(rng, 2_400)
     source = as_source(matrix)
     assert source.n_partitions >= 4
@@ -42,7 +43,7 @@ def test_in_memory_blocks_are_scattered_not_embedded(local_client: Any, rng: np.
 
     from dppca_dask.coordinator import sources
 
-    monkeypatch.setattr(sources, "_IN_MEMORY_TARGET_BYTES", 20_000)
+    monkeypatch.setitem(dask.config.config, "dppca_dask", {**dask.config.config.get("dppca_dask", {}), "in-memory-partitions": 6})
     source = as_source(_matrix(rng, 1_200))
     workers = sorted(local_client.scheduler_info(n_workers=-1)["workers"])
     placement = [workers[i % 2] for i in range(source.n_partitions)]
@@ -60,7 +61,7 @@ def test_lost_scattered_blocks_are_sent_again(rng: np.random.Generator, monkeypa
 
     from dppca_dask.coordinator import sources
 
-    monkeypatch.setattr(sources, "_IN_MEMORY_TARGET_BYTES", 20_000)
+    monkeypatch.setitem(dask.config.config, "dppca_dask", {**dask.config.config.get("dppca_dask", {}), "in-memory-partitions": 6})
     matrix = _matrix(rng, 1_600)
     dense = matrix.toarray()
     x = np.arange(30.0)

@@ -74,7 +74,7 @@ def _assert_same(got, want) -> None:  # noqa: ANN001
 @pytest.mark.parametrize("bound", [1.0, 0.5, 4.0])
 def test_power_partial_equals_the_previous_kernel(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch,
                                                    compiled: bool, index_dtype: type, bound: float) -> None:
-    if compiled and not _jit.HAVE_NUMBA:
+    if compiled and not _jit.NUMBA_INSTALLED:
         pytest.skip("numba is not installed")
     monkeypatch.setattr(grid_module, "HAVE_NUMBA", compiled)
     monkeypatch.setattr(power_module, "HAVE_NUMBA", compiled)
@@ -120,8 +120,9 @@ def test_boundary_rows_land_in_the_bins_of_the_definition() -> None:
     assert d == rows.shape[1]
 
 
-@pytest.mark.skipif(not _jit.HAVE_NUMBA, reason="numba is not installed")
-def test_compiled_bins_equal_the_binary_search(rng: np.random.Generator) -> None:
+@pytest.mark.skipif(not _jit.NUMBA_INSTALLED, reason="numba is not installed")
+def test_compiled_bins_equal_the_binary_search(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(grid_module, "HAVE_NUMBA", True)
     for grid in (ThresholdGrid.for_bound(1.0), ThresholdGrid.for_bound(3.0, per_octave=3, octaves=7),
                  ThresholdGrid(top=0.7, per_octave=1, n_points=1), ThresholdGrid(top=2.0, per_octave=5, n_points=40)):
         thetas = grid.thetas
