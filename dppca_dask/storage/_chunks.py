@@ -16,6 +16,7 @@ it); a chunk whose size does not match the array's chunk raises :class:`ValueErr
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,52 @@ from typing import Any
 import numpy as np
 import zarr
 
-__all__ = ["ChunkLayout", "chunk_layout", "prefetch_range", "read_range"]
+__all__ = ["BufferPool", "ChunkLayout", "chunk_layout", "prefetch_range", "read_range"]
+
+
+class BufferPool:
+    """Arrays for partition reads, reused once nothing refers to them any more.
+
+    An out-of-core worker reads a partition of tens of millions of values every step and drops it after the kernel;
+    a fresh array of that size is mapped anew by the allocator each time, and the operating system then faults in
+    and zeroes every page on first write, which costs several times the copy itself. The pool keeps one array per
+    type and hands out views of it; a view (and every view of it, and a sparse block built on it) refers to the
+    pooled array, so when its reference count is back to the pool's own reference it is free, and the next read
+    reuses its pages. While it is in use (a partition persisted, or two reads at once), reads get arrays of their
+    own. Once a run is over, a process keeps at most one partition's values and indices (the largest read).
+    """
+
+    def __init__(self) -> None:
+        self._arrays: dict[np.dtype[Any], np.ndarray] = {}
+        self._lock = threading.Lock()  # threads of one worker must not both take the same free array
+
+    def take(self, n: int, dtype: Any) -> np.ndarray:
+        """An uninitialised array of ``n`` elements of ``dtype`` (a view of the pooled array when it is free)."""
+        import sys
+
+        dtype = np.dtype(dtype)
+        if n * dtype.itemsize < 2**22:  # small arrays: the allocator reuses their memory anyway
+            return np.empty(n, dtype=dtype)
+        with self._lock:
+            pooled = self._arrays.get(dtype)
+            # References to a free pooled array: the dict, the name ``pooled``, getrefcount's argument.
+            if pooled is not None and sys.getrefcount(pooled) == 3:
+                if pooled.size >= n:
+                    return pooled[:n]
+                del self._arrays[dtype], pooled  # too small: replaced by the larger one below
+            fresh = np.empty(n, dtype=dtype)
+            if dtype not in self._arrays:
+                self._arrays[dtype] = fresh
+            return fresh[:n]
+
+    def clear(self) -> None:
+        """Drop the pooled arrays (their memory is freed once the partitions using them are)."""
+        with self._lock:
+            self._arrays.clear()
+
+
+#: The pool of this process's partition reads.
+POOL = BufferPool()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +135,7 @@ def read_range(layout: ChunkLayout, start: int, stop: int, *, dtype: Any = None,
     if not 0 <= start <= stop <= layout.length:
         raise ValueError(f"range [{start}, {stop}) outside the array's {layout.length} elements")
     out_dtype = layout.dtype if dtype is None else np.dtype(dtype)
-    out = np.empty(stop - start, dtype=out_dtype)
+    out = POOL.take(stop - start, out_dtype)
     chunk = layout.chunk
     scratch = np.empty(chunk, dtype=layout.dtype) if out_dtype != layout.dtype and stop > start else None
     for index in range(start // chunk, -(-stop // chunk)):

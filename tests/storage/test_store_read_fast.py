@@ -14,7 +14,7 @@ import zarr
 from dppca_dask.coordinator.sources import load_store_partition
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, StoreCorruptError
 from dppca_dask.storage import _format, open_matrix, write_matrix
-from dppca_dask.storage._chunks import chunk_layout, prefetch_range, read_range
+from dppca_dask.storage._chunks import BufferPool, chunk_layout, prefetch_range, read_range
 from dppca_dask.storage.validate import safe_row_norms
 
 
@@ -145,10 +145,8 @@ def test_what_a_worker_gets_is_float64_values_with_int32_indices_without_copies(
     part = load_store_partition(store, 0)
     block = part.block
     assert block.dtype == np.float64 and block.indices.dtype == np.int32 and block.indptr.dtype == np.int32
-    # contiguous arrays of the block's own size (no view of a larger buffer), which scipy uses as they are
-    for array in (block.data, block.indices, block.indptr):
-        base = array if array.base is None else array.base
-        assert array.flags.c_contiguous and base.nbytes == array.nbytes
+    # contiguous arrays, which scipy uses as they are
+    assert all(a.flags.c_contiguous for a in (block.data, block.indices, block.indptr))
     product = block @ np.ones(block.shape[1])
     np.testing.assert_allclose(product, sp.csr_array(matrix[:50], dtype=np.float64) @ np.ones(block.shape[1]))
 
@@ -211,3 +209,44 @@ def test_prefetch_ignores_missing_chunks(tmp_path: Path) -> None:
     assert layout is not None
     prefetch_range(layout, 0, 100)  # chunks 5-9 were never written
     prefetch_range(layout, 20, 20)
+
+
+def test_buffer_pool_reuses_an_array_only_once_nothing_refers_to_it() -> None:
+    def address(array: np.ndarray) -> int:
+        return int(array.__array_interface__["data"][0])
+
+    pool = BufferPool()
+    n = 2**20  # 8 MiB of float64: pooled
+    first = pool.take(n, np.float64)
+    where = address(first)
+    block = sp.csr_array((first, np.zeros(n, np.int32), np.array([0, n], np.int32)), shape=(1, 3))
+    view = block.data[10:]
+    del first
+    assert address(pool.take(n, np.float64)) != where  # the block holds it
+    del block
+    assert address(pool.take(n, np.float64)) != where  # a view of the block's values holds it
+    del view
+    again = pool.take(n - 5, np.float64)
+    assert address(again) == where and again.size == n - 5  # free: reused, whatever its contents
+    other = pool.take(n, np.int32)
+    assert address(other) != where and other.dtype == np.int32
+    del again
+    larger = pool.take(2 * n, np.float64)  # too small: replaced
+    assert larger.size == 2 * n
+    small = pool.take(100, np.float64)  # small arrays are never pooled
+    assert small.base is None
+    pool.clear()
+
+
+def test_reads_into_reused_arrays_are_exact(tmp_path: Path, rng: np.random.Generator) -> None:
+    # Partitions large enough for the pool, read one after the other into the same arrays.
+    n_rows, n_cols = 6_000, 2_000
+    matrix = sp.random_array((n_rows, n_cols), density=0.25, format="csr", dtype=np.float64, rng=rng)
+    store = write_matrix(tmp_path / "s.zarr", matrix, rows_per_partition=2_000)
+    for _ in range(2):
+        for part in store.partitions:
+            block, norms = store.read_partition_with_norms(part.index, dtype=np.float64)
+            expected = matrix[part.row_start : part.row_stop]
+            assert (block != expected).nnz == 0
+            np.testing.assert_allclose(norms, safe_row_norms(expected), rtol=1e-13)
+            del block
