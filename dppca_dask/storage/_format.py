@@ -65,7 +65,7 @@ DENSE_ENCODING = {"encoding-type": "array", "encoding-version": "0.2.0"}
 #: (16.6·10⁶ float32 values and int32 indices per partition, one core, chunks read straight into the result):
 #: uncompressed chunks read at page-cache speed, 1.4-2.9x faster than Blosc lz4 with byte shuffle, which takes 2.3x
 #: less disk; Blosc zstd takes 2.7x less disk and reads 2-3x slower than lz4
-#: (``benchmarks/bench_read_path.py --codecs``). Every codec here is read by zarr and AnnData alike.
+#: (``benchmarks/bench_read_path.py``). Every codec here is read by zarr and AnnData alike.
 CODECS = ("none", "lz4", "zstd")
 #: Codec of new stores: the fastest to read, since every out-of-core step re-reads every partition.
 DEFAULT_CODEC = "none"

@@ -3,6 +3,13 @@
 ``open_matrix(path)`` reads only metadata. ``MatrixStore.read_partition(i)`` reads one row partition (a
 ``scipy.sparse.csr_array`` or a dense block) and is meant to run inside a Dask task on a worker; the whole matrix
 is never loaded on the client unless ``to_scipy`` is called explicitly for a small store.
+
+The read path of an out-of-core step (``read_partition_with_norms``) streams: chunk files of a store's own layout are
+decoded straight into the partition's arrays (:mod:`._chunks`), values are converted to float64 and their rows'
+sums of squares taken chunk by chunk while still in cache, the arrays are reused from the previous partition once it
+is released, and the operating system is asked to read the next partition ahead. Every check stays: row pointers
+against the partition table, one probe per chunk for lost chunks, column indices in range, canonical form, finite
+values and norms computed from the values read (never the stored ones).
 """
 
 from __future__ import annotations
