@@ -108,10 +108,15 @@ def write_low_coherence(
     dtype: Any = np.float64,
     overwrite: bool = False,
     progress: bool | None = None,
+    codec: str | None = None,
 ) -> Any:
-    """Generate the matrix straight into a store (bounded memory) and return the opened store."""
+    """Generate the matrix straight into a store (bounded memory) and return the opened store.
+
+    ``codec`` compresses the chunks (``"none"``, ``"lz4"``, ``"zstd"``; ``None``: the store default, see
+    :class:`~dppca_dask.storage.StoreWriter`)."""
     from dppca_dask._progress import progress_bar
     from dppca_dask.storage import StoreWriter
+    from dppca_dask.storage._format import DEFAULT_CODEC
 
     bar = progress_bar(total=spec.n_rows, desc="generating", unit="row", enabled=progress)
     try:
@@ -123,6 +128,7 @@ def write_low_coherence(
             overwrite=overwrite,
             schema="declared",  # the width is the generator's public parameter
             source={"kind": "generated", "generator": "low_coherence", **spec.__dict__},
+            codec=codec or DEFAULT_CODEC,
         ) as writer:
             for block in low_coherence_blocks(spec, rows_per_block=min(rows_per_partition or 50_000, 50_000)):
                 writer.append(block)

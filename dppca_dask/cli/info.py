@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         f"{info['nnz_per_partition_max']} entries each)",
         f"dtype:          {info['dtype']}",
         f"format version: {version}",
-        f"size on disk:   {_size(info['size_on_disk'])}",
+        f"size on disk:   {_size(info['size_on_disk'])}" + (f" (codec: {info['codec']})" if info.get("codec") else ""),
     ]
     if info.get("created"):
         lines.append(f"created:        {info['created']} (generation {info['generation']})")

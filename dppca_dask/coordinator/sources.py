@@ -59,8 +59,8 @@ register_fields(PartitionData)  # so that Dask's scheduler sees a persisted part
 
 def load_store_partition(store: MatrixStore, index: int) -> PartitionData:
     """Read partition ``index`` of a store as float64 with its row norms (runs on a worker)."""
-    block = store.read_partition(index, dtype=np.float64)  # checked and canonical
-    norms = store.read_checked_norms(index, block)  # from the values multiplied, never the stored norms
+    # Checked and canonical; norms from the values multiplied, never the stored norms.
+    block, norms = store.read_partition_with_norms(index, dtype=np.float64)
     return PartitionData(index, block, norms)
 
 

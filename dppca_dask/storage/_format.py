@@ -18,7 +18,8 @@ before this layout keep ``row_norms``, ``obs_ids`` and ``var_ids`` at the root; 
 current path, then at the old one (:func:`locate`), and appends keep an old store's layout.
 
 The ``dppca_dask`` attribute of the root group is the single source of truth: ``format_version``, ``layout``,
-``n_rows``, ``n_cols``, ``nnz``, ``dtype``, the partition table (row range, nnz range and optional timestamp of each
+``n_rows``, ``n_cols``, ``nnz``, ``dtype``, ``codec`` (how the arrays' chunks are compressed, :data:`CODECS`; absent in
+stores written before it was recorded, which use Blosc lz4), the partition table (row range, nnz range and optional timestamp of each
 partition), ``store_id`` (random, assigned at creation) and ``generation`` (incremented by every append). Arrays may
 be longer than the committed extents after an interrupted append; readers only look inside the committed extents and
 writers trim the rest before writing.
@@ -60,9 +61,27 @@ CSR_ENCODING = {"encoding-type": "csr_matrix", "encoding-version": "0.1.0"}
 DENSE_ENCODING = {"encoding-type": "array", "encoding-version": "0.2.0"}
 
 
-def compressors() -> list[zarr.codecs.BloscCodec]:
-    """Blosc lz4 with byte shuffle: the fastest codec to write and read in our measurements."""
-    return [zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")]
+#: Codecs a store's arrays can be written with (recorded as ``codec`` in the metadata). Measured on a generated store
+#: (16.6·10⁶ float32 values and int32 indices per partition, one core, chunks read straight into the result):
+#: uncompressed chunks read at page-cache speed, 1.4-2.9x faster than Blosc lz4 with byte shuffle, which takes 2.3x
+#: less disk; Blosc zstd takes 2.7x less disk and reads 2-3x slower than lz4
+#: (``benchmarks/bench_read_path.py``). Every codec here is read by zarr and AnnData alike.
+CODECS = ("none", "lz4", "zstd")
+#: Codec of new stores: the fastest to read, since every out-of-core step re-reads every partition.
+DEFAULT_CODEC = "none"
+#: Codec of stores written before the metadata recorded one.
+LEGACY_CODEC = "lz4"
+
+
+def compressors(codec: str = DEFAULT_CODEC) -> list[zarr.codecs.BloscCodec] | None:
+    """zarr compressors of ``codec`` (one of :data:`CODECS`): none, Blosc lz4 or Blosc zstd with byte shuffle."""
+    if codec == "none":
+        return None
+    if codec == "lz4":
+        return [zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")]
+    if codec == "zstd":
+        return [zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")]
+    raise ValueError(f"unknown codec {codec!r}; expected one of {', '.join(CODECS)}")
 
 
 DATAFRAME_ENCODING = {"encoding-type": "dataframe", "encoding-version": "0.2.0"}

@@ -3,6 +3,13 @@
 ``open_matrix(path)`` reads only metadata. ``MatrixStore.read_partition(i)`` reads one row partition (a
 ``scipy.sparse.csr_array`` or a dense block) and is meant to run inside a Dask task on a worker; the whole matrix
 is never loaded on the client unless ``to_scipy`` is called explicitly for a small store.
+
+The read path of an out-of-core step (``read_partition_with_norms``) streams: chunk files of a store's own layout are
+decoded straight into the partition's arrays (:mod:`._chunks`), values are converted to float64 and their rows'
+sums of squares taken chunk by chunk while still in cache, the arrays are reused from the previous partition once it
+is released, and the operating system is asked to read the next partition ahead. Every check stays: row pointers
+against the partition table, one probe per chunk for lost chunks, column indices in range, canonical form, finite
+values and norms computed from the values read (never the stored ones).
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ import functools
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -28,7 +35,14 @@ from dppca_dask.errors import (
     UnsupportedStoreVersionError,
 )
 from dppca_dask.storage import _format
-from dppca_dask.storage.validate import canonical_csr, check_csr_arrays, check_row_norms, safe_row_norms
+from dppca_dask.storage._chunks import ChunkLayout, chunk_layout, prefetch_range, read_range
+from dppca_dask.storage.validate import (
+    canonical_csr,
+    check_csr_arrays,
+    check_row_norms,
+    safe_row_norms,
+    squared_row_sums,
+)
 
 __all__ = ["MatrixStore", "Partition", "open_matrix"]
 
@@ -151,13 +165,36 @@ class MatrixStore:
             it is damage, :class:`StoreCorruptError`).
         """
         part = self._partition(index)
-        block = self._read_raw(part)
+        block = self._read_raw(part, dtype)
         self._check_finite(part, block)
-        if dtype is not None:
-            block = block.astype(dtype, copy=False)
         if self.layout == "csr":
             block = canonical_csr(block)
         return block
+
+    def read_partition_with_norms(self, index: int, *, dtype: np.dtype[Any] | type | None = None
+                                  ) -> tuple[Any, np.ndarray]:
+        """Partition ``index`` as :meth:`read_partition` gives it, with its checked row norms
+        (:meth:`read_checked_norms`), in fewer passes over the values: what a worker calls for every step.
+
+        The finiteness check rides on the norms: a NaN or infinite value makes its row's sum of squares non-finite,
+        and only then are the values scanned again (to name the value, or to tell an overflowing norm from a
+        non-finite value). The checks and their errors are those of :meth:`read_partition` and
+        :meth:`read_checked_norms`.
+        """
+        part = self._partition(index)
+        if self.layout != "csr":
+            raw = self._read_raw(part, dtype)
+            self._check_finite(part, raw)
+            return raw, self.read_checked_norms(index, raw)
+        squares = _SquaredRowSums()
+        raw = self._read_raw(part, dtype, squares)
+        block = canonical_csr(raw)
+        # Sums of the values as read are the canonical rows' sums when nothing had to be summed or sorted.
+        sums = squares.result() if block is raw else squared_row_sums(block)
+        if np.isfinite(sums).all():
+            return block, np.sqrt(sums)
+        self._check_finite(part, raw)  # raises on a NaN or infinite value
+        return block, self.read_checked_norms(index, block)  # raises on a norm that overflows
 
     def read_checked_norms(self, index: int, block: Any) -> np.ndarray:
         """L2 norms of the rows of ``block`` (partition ``index`` as read), refusing rows whose norm overflows.
@@ -204,12 +241,15 @@ class MatrixStore:
             block = self.read_partition(index)
         return row_norms_of(block)
 
-    def _read_raw(self, part: Partition) -> Any:
-        """The partition as stored (structure checked, not canonicalised); read errors become StoreCorruptError."""
+    def _read_raw(self, part: Partition, dtype: np.dtype[Any] | type | None = None,
+                  squares: _SquaredRowSums | None = None) -> Any:
+        """The partition as stored (structure checked, not canonicalised), values converted to ``dtype`` when given
+        (and their squared row sums accumulated into ``squares``, CSR only); read errors become StoreCorruptError."""
         try:
             if self.layout == "csr":
-                return self._read_csr(part)
-            return self._read_dense(part)
+                return self._read_csr(part, dtype, squares)
+            block = self._read_dense(part)
+            return block if dtype is None else block.astype(dtype, copy=False)
         except (StoreCorruptError, InvalidInputError):
             raise
         except Exception as exc:  # zarr/codec errors on damaged chunks
@@ -338,7 +378,15 @@ class MatrixStore:
             "created": self.metadata.get("created"),
             "source": self.metadata.get("source"),
             "timestamps": any(p.timestamp is not None for p in self.partitions),
+            "codec": self.codec,
         }
+
+    @property
+    def codec(self) -> str | None:
+        """How the chunks are compressed (``"none"``, ``"lz4"``, ``"zstd"``); ``None`` for an AnnData store."""
+        if self.format_version is None:
+            return None
+        return str(self.metadata.get("codec", _format.LEGACY_CODEC))
 
     # ---------------------------------------------------------------------------------------------- internals
     def _partition(self, index: int) -> Partition:
@@ -348,60 +396,90 @@ class MatrixStore:
             )
         return self.partitions[index]
 
-    def _read_csr(self, part: Partition) -> sp.csr_array:
+    def _read_csr(self, part: Partition, dtype: np.dtype[Any] | type | None = None,
+                  squares: _SquaredRowSums | None = None) -> sp.csr_array:
         key = self.matrix_key
-        indptr = np.asarray(_open(self.path, f"{key}/indptr", self.fingerprint)[part.row_start : part.row_stop + 1])
-        if part.nnz:
-            data = np.asarray(_open(self.path, f"{key}/data", self.fingerprint)[part.nnz_start : part.nnz_stop])
-            indices = np.asarray(
-                _open(self.path, f"{key}/indices", self.fingerprint)[part.nnz_start : part.nnz_stop]
-            )
-        else:
-            data = np.zeros(0, dtype=self.dtype)
-            indices = np.zeros(0, dtype=np.int32)
-        self._check_csr(part, indptr, data, indices)
+        if part.index + 1 < len(self.partitions):  # read-ahead: the OS fetches the next partition meanwhile
+            after = self.partitions[part.index + 1]
+            for name in ("data", "indices"):
+                layout = _layout(self.path, f"{key}/{name}", self.fingerprint)
+                if layout is not None and after.nnz:
+                    prefetch_range(layout, after.nnz_start, after.nnz_stop)
+        indptr = _read_range(self.path, f"{key}/indptr", self.fingerprint, part.row_start, part.row_stop + 1)
+        self._check_pointers(part, indptr)
         indptr = indptr.astype(np.int64, copy=False) - part.nnz_start
+        if squares is not None:
+            squares.start(indptr)
+        if part.nnz:
+            data = _read_range(self.path, f"{key}/data", self.fingerprint, part.nnz_start, part.nnz_stop,
+                               dtype=dtype, visit=None if squares is None else squares.add)
+            indices = _read_range(self.path, f"{key}/indices", self.fingerprint, part.nnz_start, part.nnz_stop)
+        else:
+            data = np.zeros(0, dtype=self.dtype if dtype is None else dtype)
+            indices = np.zeros(0, dtype=np.int32)
+        self._check_chunks(part, indptr, data, indices)
         check_csr_arrays(indptr, indices, data, n_rows=part.n_rows, n_cols=self.n_cols, source=self.path,
-                         partition=part.index, first_row=part.row_start, error=StoreCorruptError)
+                         partition=part.index, first_row=part.row_start, error=StoreCorruptError, index_range=False)
         if indices.dtype != np.int32 and self.n_cols < 2**31 and part.nnz < 2**31:
             indices = indices.astype(np.int32)
+        if indices.dtype == np.int32 and part.nnz < 2**31:
             indptr = indptr.astype(np.int32)
-        return sp.csr_array((data, indices, indptr), shape=(part.n_rows, self.n_cols))
-
-    def _check_csr(self, part: Partition, indptr: np.ndarray, data: np.ndarray, indices: np.ndarray) -> None:
-        """Cheap structural checks that catch lost chunks (fill values) and inconsistent metadata."""
-
-        def corrupt(what: str, row: int | None = None) -> StoreCorruptError:
-            return StoreCorruptError(
-                f"partition {part.index} of store '{self.path}' is damaged: {what}; re-ingest the store from "
-                "its source",
+        block = sp.csr_array((data, indices, indptr), shape=(part.n_rows, self.n_cols), copy=False)
+        # Column indices in range: with sorted, unique indices in every row (one scan, which the canonical form
+        # needs anyway) the first and last index of each row bound them all; otherwise every index is compared.
+        if part.nnz and block.has_canonical_format:
+            filled = indptr[1:] > indptr[:-1]
+            low, high = int(indices[indptr[:-1][filled]].min()), int(indices[indptr[1:][filled] - 1].max())
+        elif part.nnz:
+            low, high = int(indices.min()), int(indices.max())
+        else:
+            low, high = 0, 0
+        if high >= self.n_cols or (self.format_version is None and low < 0):
+            raise StoreCorruptError(
+                f"partition {part.index} of store '{self.path}' is damaged: column indices outside [0, {self.n_cols});"
+                " re-ingest the store from its source",
                 source=self.path,
                 partition=part.index,
-                row=row,
             )
+        check_csr_arrays(indptr, indices, data, n_rows=part.n_rows, n_cols=self.n_cols, source=self.path,
+                         partition=part.index, first_row=part.row_start, error=StoreCorruptError,
+                         index_range=(low, high))
+        return block
 
+    def _corrupt(self, part: Partition, what: str, row: int | None = None) -> StoreCorruptError:
+        return StoreCorruptError(
+            f"partition {part.index} of store '{self.path}' is damaged: {what}; re-ingest the store from its source",
+            source=self.path,
+            partition=part.index,
+            row=row,
+        )
+
+    def _check_pointers(self, part: Partition, indptr: np.ndarray) -> None:
+        """Row pointers against the partition table, before anything is located with them: catches a lost or
+        damaged chunk of ``indptr`` (fill value -1) and metadata that contradicts the arrays."""
         if indptr.shape != (part.n_rows + 1,):
-            raise corrupt("'indptr' holds the wrong number of row pointers for the partition")
+            raise self._corrupt(part, "'indptr' holds the wrong number of row pointers for the partition")
         if part.n_rows and (indptr[0] != part.nnz_start or indptr[-1] != part.nnz_stop):
-            raise corrupt("the row pointers disagree with the partition table")
+            raise self._corrupt(part, "the row pointers disagree with the partition table")
         steps = np.diff(indptr)
         if steps.size and steps.min() < 0:
             row = part.row_start + int(np.flatnonzero(steps < 0)[0])
-            raise corrupt("row pointers decrease (a chunk of 'indptr' is missing or damaged)", row)
+            raise self._corrupt(part, "row pointers decrease (a chunk of 'indptr' is missing or damaged)", row)
+
+    def _check_chunks(self, part: Partition, indptr: np.ndarray, data: np.ndarray, indices: np.ndarray) -> None:
+        """One element per chunk of ``data`` and ``indices``: a chunk lost from a dppca_dask store reads as the fill
+        value (NaN / -1). ``indptr`` is relative to the partition."""
+        corrupt = functools.partial(self._corrupt, part)
         if part.nnz == 0 or self.format_version is None:
-            if part.nnz and (indices.min() < 0 or indices.max() >= self.n_cols):
-                raise corrupt(f"column indices outside [0, {self.n_cols})")
             return
         # One element per zarr chunk: a missing chunk reads as the fill value (NaN / -1) everywhere.
         chunk = int(self.metadata.get("nnz_chunk", _format.NNZ_CHUNK))
         first = -(-part.nnz_start // chunk) * chunk
         probes = np.concatenate(([0], np.arange(first, part.nnz_stop, chunk) - part.nnz_start)).astype(np.int64)
         if np.isnan(data[probes]).any() or (indices[probes] < 0).any():
-            pos = part.nnz_start + int(probes[np.flatnonzero(np.isnan(data[probes]) | (indices[probes] < 0))[0]])
+            pos = int(probes[np.flatnonzero(np.isnan(data[probes]) | (indices[probes] < 0))[0]])
             row = part.row_start + int(np.searchsorted(indptr, pos, side="right")) - 1
             raise corrupt("a chunk of 'data' or 'indices' is missing", row)
-        if indices.max() >= self.n_cols:
-            raise corrupt(f"column indices outside [0, {self.n_cols})")
 
     def _read_dense(self, part: Partition) -> np.ndarray:
         block = np.asarray(_open(self.path, self.matrix_key, self.fingerprint)[part.row_start : part.row_stop])
@@ -422,9 +500,69 @@ class MatrixStore:
         return block
 
 
+class _SquaredRowSums:
+    """Each row's sum of squared values, accumulated chunk by chunk while a partition's values are read.
+
+    The squares of one chunk go to a reusable buffer the size of a chunk (no array of the whole partition), and
+    their per-row sums (``numpy.add.reduceat`` over the row starts inside the chunk) to the rows they belong to.
+    Empty rows are skipped: the starts of the non-empty rows increase strictly, as ``reduceat`` needs.
+    """
+
+    def __init__(self) -> None:
+        self._buffer = np.empty(0)
+
+    def start(self, indptr: np.ndarray) -> None:
+        """``indptr``: the partition's row pointers, relative to its first value (checked: starts at 0, monotone)."""
+        counts = np.diff(indptr)
+        self._n_rows = counts.size
+        self._rows = np.flatnonzero(counts > 0)
+        self._starts = np.asarray(indptr[:-1][self._rows], dtype=np.int64)
+        self._sums = np.zeros(self._rows.size)
+
+    def add(self, offset: int, values: np.ndarray) -> None:
+        n = values.size
+        if n == 0:
+            return
+        if self._buffer.size < n:
+            self._buffer = np.empty(n)
+        with np.errstate(over="ignore", invalid="ignore"):
+            squares = np.square(values, out=self._buffer[:n], dtype=np.float64)
+            first = int(np.searchsorted(self._starts, offset, side="right")) - 1  # the row holding values[0]
+            stop = int(np.searchsorted(self._starts, offset + n, side="left"))
+            segments = self._starts[first:stop] - offset
+            segments[0] = 0
+            self._sums[first:stop] += np.add.reduceat(squares, segments)
+
+    def result(self) -> np.ndarray:
+        sums = np.zeros(self._n_rows)
+        sums[self._rows] = self._sums
+        return sums
+
+
 def row_norms_of(block: Any) -> np.ndarray:
     """L2 norm of each row of a canonical CSR or dense block (float64, safe against overflow of the squares)."""
     return safe_row_norms(block)
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(path: str, key: str, version: str) -> ChunkLayout | None:
+    """How to read the chunks of one array directly (:mod:`._chunks`), or None to read it through zarr."""
+    return chunk_layout(_open(path, key, version))
+
+
+def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dtype: Any = None,
+                visit: Callable[[int, np.ndarray], None] | None = None) -> np.ndarray:
+    """Elements ``[start, stop)`` of a 1-D array of a store, each chunk decoded straight into the result (see
+    :func:`._chunks.read_range` for ``dtype`` and ``visit``; through zarr, ``visit`` sees the whole range)."""
+    layout = _layout(path, key, version)
+    if layout is not None:
+        return read_range(layout, start, stop, dtype=dtype, visit=visit)
+    values = np.asarray(_open(path, key, version)[start:stop])
+    if dtype is not None:
+        values = values.astype(dtype, copy=False)
+    if visit is not None:
+        visit(0, values)
+    return values
 
 
 @functools.lru_cache(maxsize=64)

@@ -21,6 +21,7 @@ __all__ = [
     "check_row_norms",
     "check_sparse_structure",
     "safe_row_norms",
+    "squared_row_sums",
     "validate_csr_block",
     "validate_dense_block",
 ]
@@ -45,6 +46,7 @@ def check_csr_arrays(
     first_row: int = 0,
     error: type[Exception] = InvalidInputError,
     axis: str = "row",
+    index_range: tuple[int, int] | Literal[False] | None = None,
 ) -> None:
     """Check the compressed-sparse structure of a block before any scipy routine trusts it.
 
@@ -52,7 +54,9 @@ def check_csr_arrays(
     ``indices`` without bounds checks: a decreasing or out-of-range ``indptr`` corrupts memory (SIGABRT). This checks,
     vectorised, that the arrays are 1-D integers of consistent lengths, that ``indptr`` starts at 0, never decreases
     and ends at ``len(indices)``, and that every index is in ``[0, n_cols)``. ``axis`` names the compressed axis in
-    messages (``"row"`` for CSR, ``"column"`` for CSC). Raises ``error`` (an :class:`InvalidInputError` by default,
+    messages (``"row"`` for CSR, ``"column"`` for CSC). ``index_range`` is the smallest and largest index when the
+    caller knows them already (from the ends of sorted rows), or ``False`` to leave the index range to a second call
+    once they are known; the indices are scanned only to name a bad one. Raises ``error`` (an :class:`InvalidInputError` by default,
     :class:`StoreCorruptError` for stores) naming the first bad row.
     """
     indptr, indices, data = np.asarray(indptr), np.asarray(indices), np.asarray(data)
@@ -84,7 +88,10 @@ def check_csr_arrays(
                    first_row + int(np.argmax(steps < 0)))
     if int(indptr[-1]) != indices.shape[0]:
         raise fail("'indptr' does not end at the number of stored entries")
-    if indices.size and (indices.min() < 0 or indices.max() >= n_cols):  # two reductions, no mask unless bad
+    if index_range is False or not indices.size:
+        return
+    low, high = (int(indices.min()), int(indices.max())) if index_range is None else index_range
+    if low < 0 or high >= n_cols:  # two reductions (or none), no mask unless bad
         bad = (indices < 0) | (indices >= n_cols)
         if bad.any():
             pos = int(np.argmax(bad))
@@ -162,6 +169,22 @@ def canonical_csr(csr: sp.csr_array) -> sp.csr_array:
     return csr
 
 
+def squared_row_sums(csr: sp.csr_array) -> np.ndarray:
+    """Sum of the squared values of each row of a CSR block, in float64 (``inf`` where a square or sum overflows,
+    ``NaN`` where a value is NaN): two passes over the values, no copy of the block."""
+    n_rows = csr.shape[0]
+    sums = np.zeros(n_rows)
+    if csr.nnz == 0:
+        return sums
+    counts = np.diff(csr.indptr)
+    # reduceat over the starts of the non-empty rows only: they increase strictly and the last segment runs to the
+    # end of data (a clamped start of a trailing empty row would cut the last row short).
+    filled = counts > 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums[filled] = np.add.reduceat(np.square(csr.data, dtype=np.float64), csr.indptr[:-1][filled])
+    return sums
+
+
 def safe_row_norms(block: Any) -> np.ndarray:
     """L2 norm of each row of a canonical CSR or dense block, without overflow or underflow of the squares.
 
@@ -175,16 +198,13 @@ def safe_row_norms(block: Any) -> np.ndarray:
             n_rows = csr.shape[0]
             if csr.nnz == 0:
                 return np.zeros(n_rows)
-            data = np.asarray(csr.data, dtype=np.float64)
-            counts = np.diff(csr.indptr)
-            # reduceat over the starts of the non-empty rows only: they increase strictly and the last segment runs
-            # to the end of data (a clamped start of a trailing empty row would cut the last row short).
-            filled = counts > 0
-            starts = csr.indptr[:-1][filled]
-            sums = np.zeros(n_rows)
-            sums[filled] = np.add.reduceat(np.square(data), starts)
+            sums = squared_row_sums(csr)
             if np.isfinite(sums).all():
                 return np.sqrt(sums)
+            data = np.asarray(csr.data, dtype=np.float64)
+            counts = np.diff(csr.indptr)
+            filled = counts > 0
+            starts = csr.indptr[:-1][filled]
             top = np.zeros(n_rows)
             top[filled] = np.maximum.reduceat(np.abs(data), starts)
             owner = np.repeat(np.arange(n_rows), counts)

@@ -89,6 +89,10 @@ class StoreWriter:
     schema
         ``"declared"`` when the shape (the number of columns) was given by the data owner as public input,
         ``"inferred"`` when it was read off the data; recorded in the metadata (see :attr:`MatrixStore.schema`).
+    codec
+        How chunks are compressed, recorded in the metadata: ``"none"`` (the default: the fastest to read, and
+        every out-of-core step re-reads every partition), ``"lz4"`` (Blosc lz4, about 2x smaller on disk) or
+        ``"zstd"`` (Blosc zstd, smaller still, slower to read). See :data:`dppca_dask.storage._format.CODECS`.
     """
 
     def __init__(
@@ -105,8 +109,12 @@ class StoreWriter:
         target_partition_bytes: int = _format.TARGET_PARTITION_BYTES,
         progress: Callable[[int], None] | None = None,
         schema: Schema = "inferred",
+        codec: str = _format.DEFAULT_CODEC,
     ) -> None:
         self.path = os.path.abspath(os.fspath(path))
+        if codec not in _format.CODECS:
+            raise InvalidParameterError(f"codec must be one of {', '.join(map(repr, _format.CODECS))}; got {codec!r}")
+        self.codec = codec
         if schema not in ("declared", "inferred"):
             raise InvalidParameterError(f"schema must be 'declared' or 'inferred'; got {schema!r}")
         self.schema: Schema = schema
@@ -236,7 +244,7 @@ class StoreWriter:
         else:
             out = parent.create_array(
                 key, shape=arr.shape, dtype=arr.dtype, chunks=(max(min(arr.size, 2**20), 1),),
-                compressors=_format.compressors(), attributes=encoding,
+                compressors=_format.compressors(self.codec), attributes=encoding,
             )
         if arr.size:
             out[:] = arr
@@ -270,6 +278,7 @@ class StoreWriter:
             "rows_per_partition": self.rows_per_partition,
             "nnz_chunk": _format.NNZ_CHUNK,
             "row_chunk": self._row_chunk,
+            "codec": self.codec,
             **self._extra,
         }
         group.attrs.update({_format.ATTR_KEY: meta})
@@ -368,15 +377,15 @@ class StoreWriter:
             index_dtype = np.int32 if self.n_cols < 2**31 else np.int64
             self._arrays["data"] = x.create_array(
                 "data", shape=(0,), dtype=self.dtype, chunks=(_format.NNZ_CHUNK,), fill_value=np.nan,
-                compressors=_format.compressors(),
+                compressors=_format.compressors(self.codec),
             )
             self._arrays["indices"] = x.create_array(
                 "indices", shape=(0,), dtype=index_dtype, chunks=(_format.NNZ_CHUNK,), fill_value=-1,
-                compressors=_format.compressors(),
+                compressors=_format.compressors(self.codec),
             )
             self._arrays["indptr"] = x.create_array(
                 "indptr", shape=(1,), dtype=np.int64, chunks=(row_chunk,), fill_value=-1,
-                compressors=_format.compressors(),
+                compressors=_format.compressors(self.codec),
             )
             self._arrays["indptr"][0:1] = np.zeros(1, dtype=np.int64)
         else:
@@ -386,11 +395,11 @@ class StoreWriter:
             self.rows_per_partition = rpp
             self._arrays["X"] = group.create_array(
                 "X", shape=(0, self.n_cols), dtype=self.dtype, chunks=(row_chunk, self.n_cols), fill_value=np.nan,
-                compressors=_format.compressors(), attributes=dict(_format.DENSE_ENCODING),
+                compressors=_format.compressors(self.codec), attributes=dict(_format.DENSE_ENCODING),
             )
         self._arrays["row_norms"] = group.require_group("obs").create_array(
             "row_norms", shape=(0,), dtype=np.float64, chunks=(row_chunk,), fill_value=np.nan,
-            compressors=_format.compressors(), attributes=dict(_format.DENSE_ENCODING),
+            compressors=_format.compressors(self.codec), attributes=dict(_format.DENSE_ENCODING),
         )
         self._row_chunk = row_chunk
         return rpp
@@ -472,12 +481,14 @@ def write_matrix(
     overwrite: bool = False,
     source: Mapping[str, Any] | None = None,
     schema: Schema = "inferred",
+    codec: str = _format.DEFAULT_CODEC,
 ) -> MatrixStore:
     """Write an in-memory scipy sparse matrix or numpy array to a new store and open it.
 
     ``layout`` defaults to ``"csr"`` for sparse input and ``"dense"`` for numpy input; ``dtype`` defaults to the
     input's float type (float32 stays float32, everything else becomes float64). ``schema="declared"`` records
-    that the matrix's number of columns is public input (see :attr:`MatrixStore.schema`).
+    that the matrix's number of columns is public input (see :attr:`MatrixStore.schema`); ``codec`` is the
+    compression of the chunks (see :class:`StoreWriter`).
     """
     if layout is None:
         layout = "csr" if sp.issparse(matrix) else "dense"
@@ -502,6 +513,7 @@ def write_matrix(
         overwrite=overwrite,
         source=dict(source or {"kind": "in-memory", "type": type(matrix).__name__}),
         schema=schema,
+        codec=codec,
     ) as writer:
         name = (source or {}).get("path")
         for start in range(0, int(matrix.shape[0]), step):

@@ -64,12 +64,12 @@ def test_info_human_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     code, out, _ = run(capsys, "info", str(tmp_path / "s.zarr"))
     assert code == 0
     for text in ("shape:          3 x 3 (csr)", "stored entries: 3", "partitions:     2", "dtype:          float64",
-                 "format version: 1", "size on disk:"):
+                 "format version: 1", "size on disk:", "(codec: none)"):
         assert text in out
     code, out, _ = run(capsys, "info", str(tmp_path / "s.zarr"), "--json")
     info = json.loads(out)
     assert {"n_rows": 3, "n_cols": 3, "nnz": 3, "n_partitions": 2}.items() <= info.items()
-    assert info["size_on_disk"] > 0 and info["format_version"] == 1
+    assert info["size_on_disk"] > 0 and info["format_version"] == 1 and info["codec"] == "none"
 
 
 def test_info_on_an_anndata_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
