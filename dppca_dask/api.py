@@ -296,6 +296,9 @@ def pca(
     def released(state: Any, events: tuple[Any, ...]) -> None:
         if on_release is not None:
             on_release(state, events)  # checkpoint first: what is logged below must be on disk
+        if getattr(state, "stage", "iteration") != "iteration":  # a block run's quantile, mean or variance
+            log.debug("released the %s", state.stage)
+            return
         if getattr(state, "pending_index", None) is not None:  # an AboveThreshold step; its Gaussian step follows
             log.debug("released the threshold step of iteration %d/%d", len(iteration_times) + 1, plan.total_steps)
             return

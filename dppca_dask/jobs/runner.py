@@ -361,10 +361,8 @@ def _load_result(spec: JobSpec, output: str) -> Any:
     return load_result(output)
 
 
-def _checkpoint(output: str, job_id: str, fingerprint: str) -> Any:
+def _checkpoint(output: str, job_id: str, fingerprint: str, load_state: Any) -> Any:
     """The released state of an interrupted attempt of ``job_id`` (adaptive power), or None."""
-    from dppca_dask.algorithms.adaptive_power import AdaptivePowerState
-
     path = os.path.join(output, CHECKPOINT)
     if not os.path.exists(path):
         return None
@@ -378,7 +376,7 @@ def _checkpoint(output: str, job_id: str, fingerprint: str) -> Any:
             f"changed since (fingerprint {saved.get('store_fingerprint')}, now {fingerprint}); it cannot resume on "
             "other data. Restore the store, or give the run a new job id (new budget)"
         )
-    return AdaptivePowerState.from_json(saved["state"])
+    return load_state(saved["state"])
 
 
 def run_job(
@@ -464,6 +462,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     from dppca_dask.ledger import CHARGED, RESERVED
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.mechanisms import NoiseSource, default_sampler
+    from dppca_dask.methods import get_mechanism
     from dppca_dask.storage import open_matrix
 
     job_id = spec.job_id(date)
@@ -507,8 +506,9 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     security = _security(spec)
     resume = None
     if resuming:
-        if spec.mechanism == "adaptive-power":
-            resume = _checkpoint(output, job_id, store.fingerprint)
+        load_state = get_mechanism(spec.mechanism, spec.kind).load_state
+        if load_state is not None:
+            resume = _checkpoint(output, job_id, store.fingerprint, load_state)
         if resume is None and (previous.status == CHARGED or previous.first_release is not None):
             if previous.status == RESERVED:  # released something (a checkpoint, a result being written): spent
                 ledger.charge(dataset, job_id, outcome="failed")
@@ -598,7 +598,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     _finalise(output)
     log.info("job %s completed in %.1f s; charged to %s", job_id, time.perf_counter() - t0, dataset)
     status = "resumed-and-completed" if resume is not None else "completed"
-    resumed_from = None if resume is None else resume.component * _n_iter(spec) + resume.iteration
+    resumed_from = None if resume is None else resume.released_iterations(_n_iter(spec))
     return JobOutcome(job_id, status, output, entry, result, resumed_from)
 
 
