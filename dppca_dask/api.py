@@ -45,6 +45,7 @@ from dppca_dask.methods._params import (  # noqa: F401 (re-exported: the public 
     PCA_DEFAULTS,
     ROW_NORM_BOUND_RANGE,
     PCAParameters,
+    default_mechanism,
     validate_parameters,
 )
 from dppca_dask.results import PCAResult
@@ -108,7 +109,7 @@ class ReleasePlan:
     private: bool
 
 
-def plan_release(n_cols: int, *, mechanism: str = "adaptive-power", epsilon: float, delta: float,
+def plan_release(n_cols: int, *, mechanism: str | None = None, epsilon: float, delta: float,
                  n_rows: int | None = None, **parameters: Any) -> ReleasePlan:
     """Validate ``pca``'s public parameters and say what the run will spend, without reading any data.
 
@@ -121,6 +122,8 @@ def plan_release(n_cols: int, *, mechanism: str = "adaptive-power", epsilon: flo
 
     names = set(inspect.signature(validate_parameters).parameters) - {"mechanism", "epsilon", "delta"}
     given = {k: v for k, v in parameters.items() if k in names}
+    if mechanism is None:
+        mechanism = default_mechanism(given.get("n_components", PCA_DEFAULTS["n_components"]))
     params = validate_parameters(mechanism=mechanism, epsilon=epsilon, delta=delta, **{**PCA_DEFAULTS, **given})
     plan = _plan(params, int(n_cols), None if n_rows is None else int(n_rows))
     if plan.planned_events is not None:  # under either calibration: what the noise actually gives
@@ -139,7 +142,7 @@ def pca(
     n_components: int = 1,
     n_iter: int | None = None,
     row_norm_bound: float | str = 1.0,
-    mechanism: str = "adaptive-power",
+    mechanism: str | None = None,
     client: Any = None,
     seed: int | None = None,
     persist: bool | None = None,
@@ -185,8 +188,10 @@ def pca(
         Gauss on the centred Gram matrix; both release the explained variance from 5% of the budget
         (``result.explained_variance``, ``explained_variance_ratio``, ``singular_values``, ``mean``).
     mechanism
-        ``"adaptive-power"`` (default; seed 004), ``"analyze-gauss"`` (baseline), ``"private-power"`` (seed 000:
-        entry-level privacy, see below) or ``"exact"`` (not private).
+        ``"adaptive-power"`` (seed 004; k components by k sequential runs), ``"adaptive-power-block"`` (k
+        components in one block of T releases), ``"analyze-gauss"`` (baseline), ``"private-power"`` (seed 000:
+        entry-level privacy, see below) or ``"exact"`` (not private). None (default):
+        :func:`~dppca_dask.methods._params.default_mechanism` (adaptive power; the block version for k > 1).
     client
         ``None`` (an embedded ``LocalCluster``), a scheduler address, or a ``distributed.Client``; ``"local"``
         runs in this process without Dask (small data, tests).
@@ -250,6 +255,8 @@ def pca(
     """
     started_wall = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.perf_counter()
+    if mechanism is None:
+        mechanism = default_mechanism(n_components)
     centring, row_norm_bound = centring_options(mechanism, center, row_norm_bound)
     params = validate_parameters(
         mechanism=mechanism,

@@ -26,8 +26,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("store", help="a dppca_dask store or an AnnData zarr store")
     p.add_argument("--epsilon", type=float, required=True, help="total privacy budget epsilon")
     p.add_argument("--delta", type=float, required=True, help="total privacy budget delta")
-    p.add_argument("--mechanism", default="adaptive-power", choices=mechanism_names("pca"),
-                   help=mechanism_help("pca"))
+    p.add_argument("--mechanism", default=None, choices=mechanism_names("pca"),
+                   help=mechanism_help("pca") + " (default: adaptive-power, adaptive-power-block for more than one "
+                   "component)")
     p.add_argument("--n-components", type=int, default=1, help="number of components (default 1)")
     p.add_argument("--n-iter", type=int, default=None, help=f"iterations per component (default {DEFAULT_N_ITER})")
     p.add_argument("--row-norm-bound", type=_bound, default=1.0,
@@ -217,6 +218,10 @@ def run(args: argparse.Namespace) -> int:
     from dppca_dask.algorithms.block_power import BLOCK_POWER
     from dppca_dask.errors import InvalidParameterError
 
+    if args.mechanism is None:
+        from dppca_dask.methods._params import default_mechanism
+
+        args.mechanism = default_mechanism(args.n_components)
     _check_plot(args.plot)
     center = _center(args)
     if args.plot and not (center or args.row_norm_bound == "auto" or args.mechanism == BLOCK_POWER):
