@@ -333,6 +333,8 @@ def pca(
     extras: dict[str, Any] = {}
     if centring.auto_bound:
         extras["row_norm_bound"] = float(output.row_norm_bound)  # released by the private quantile
+    if getattr(output, "decision", None) is not None:
+        extras["auto"] = dict(output.decision)  # released values and public constants only
     if params.mechanism == "exact":
         extras["eigenvalues"] = np.asarray(output.eigenvalues).tolist()
         extras["passes"] = output.n_passes
@@ -358,7 +360,8 @@ def pca(
         }
     return PCAResult(
         components=output.components,
-        mechanism=BLOCK_POWER if centring.active and params.mechanism == "adaptive-power" else params.mechanism,
+        mechanism=getattr(output, "mechanism", None) or (
+            BLOCK_POWER if centring.active and params.mechanism == "adaptive-power" else params.mechanism),
         privacy=report,
         thresholds=thresholds,
         provenance=provenance,

@@ -324,6 +324,12 @@ class BlockPowerOutput:
     events: tuple[Any, ...] = field(default=())
     row_norm_bound: float | None = None
     """The bound c used (the released one with ``row_norm_bound="auto"``)."""
+    basis: np.ndarray | None = None
+    """All ``width`` left singular vectors of the last release (width×d; the components are its first k rows)."""
+    mechanism: str | None = None
+    """The mechanism that released the components, when the run chose it (``mechanism="auto"``)."""
+    decision: dict[str, Any] | None = None
+    """The released values behind that choice, and the rule (``mechanism="auto"``)."""
 
 
 def _orthonormal(y: np.ndarray) -> np.ndarray:
@@ -373,6 +379,8 @@ def block_power_run(
     on_release: Callable[[BlockPowerState, tuple[Any, ...]], None] | None = None,
     oversample: int = 0,
     resume: BlockPowerState | None = None,
+    start: np.ndarray | None = None,
+    release_prefix: str = "",
 ) -> AlgorithmRun[BlockPowerOutput]:
     """Block adaptive power iteration as a generator of requests (see the module docstring).
 
@@ -403,6 +411,11 @@ def block_power_run(
         are emitted again without drawing any noise (an AboveThreshold step released just before the
         interruption included: ``resume.pending_index``), and the run continues with the next release. With the
         same noise for the remaining releases the result equals an uninterrupted run's.
+    start
+        A released (or public) d×width iterate to start from instead of a random one (a warm start: the iterate
+        of an earlier release is post-processing).
+    release_prefix
+        Prepended to the keys of the start and the iterations' releases (two block runs under one noise source).
 
     Notes
     -----
@@ -533,8 +546,10 @@ def block_power_run(
             if length > row_norm_bound:  # post-processing: the true mean of rows of norm <= c has norm <= c
                 mean = mean * (row_norm_bound / length)
             emit("mean", 0)
+    if x is None and start is not None:
+        x = _orthonormal(np.asarray(start, dtype=np.float64).reshape(n_cols, width))
     if x is None:
-        with noise.release("block/init", data_independent=True):  # the start is pure noise
+        with noise.release(release_prefix + "block/init", data_independent=True):  # the start is pure noise
             start = noise.gaussian(1.0, size=(n_cols, width))
         x = _orthonormal(np.asarray(start, dtype=np.float64).reshape(n_cols, width))
     if noisy is None:
@@ -552,7 +567,8 @@ def block_power_run(
         else:
             filtered_counts = np.cumsum(aggregate.histogram[:n_points])
             svt = above_threshold(filtered_counts[::-1], cutoff=cutoff, epsilon=epsilon_svt, noise=noise,
-                                  release=block_release_key(t, "svt"), form=svt_form, threshold_scale=rho_scale,
+                                  release=release_prefix + block_release_key(t, "svt"), form=svt_form,
+                                  threshold_scale=rho_scale,
                                   query_scale=nu_scale)
             index = 0 if svt.index is None else n_points - 1 - svt.index  # no answer: θ = c², nothing filtered
             events.append(svt_step)
@@ -565,13 +581,14 @@ def block_power_run(
             product = product - (yield BlockFilteredSum(x=x, row_norm_bound=row_norm_bound, grid=grid, index=index,
                                                         cuts=incomplete, mean=mean))
         noisy, gauss_event = gaussian_mechanism(product, l2_sensitivity=theta, noise_multiplier=noise_multiplier,
-                                                noise=noise, release=block_release_key(t, "gaussian"))
+                                                noise=noise, release=release_prefix + block_release_key(t, "gaussian"))
         del product
         events.append(gauss_event)
         x = _orthonormal(noisy)
         thresholds.append(theta)
         emit("iteration", t + 1)
-    components = ordered_basis(noisy)[:n_components]
+    basis = ordered_basis(noisy)
+    components = basis[:n_components]
     if variance_multiplier is not None:
         if resume is not None and resume.variance is not None:  # released before the interruption
             from dp_accounting import GaussianDpEvent
@@ -588,7 +605,7 @@ def block_power_run(
             emit("explained-variance", n_iter)
     return BlockPowerOutput(components=components, thresholds=np.asarray([thresholds], dtype=np.float64),
                             mean=mean, mean_count=mean_count, variance=variance, events=tuple(events),
-                            row_norm_bound=float(row_norm_bound))
+                            row_norm_bound=float(row_norm_bound), basis=basis)
 
 
 # ------------------------------------------------------------------------------------------------ the planner
@@ -632,6 +649,8 @@ def plan_block_power(
     quantile_share: float = DEFAULT_QUANTILE_SHARE,
     norm_grid: Any = None,
     oversample: int = DEFAULT_OVERSAMPLE,
+    start: np.ndarray | None = None,
+    release_prefix: str = "",
 ) -> Any:
     """Calibrate a block run from public parameters only (a :class:`~dppca_dask.methods.MechanismPlan`).
 
@@ -691,7 +710,7 @@ def plan_block_power(
             noise_multiplier=cal["noise_multiplier"], cutoff=cal["cutoff"], grid=grid, noise=noise,
             svt_form=cal["svt_form"], pass_delta=pass_delta, top_m=top_m, center=center,
             mean_multiplier=mean_multiplier, variance_multiplier=variance_multiplier, on_release=on_release,
-            oversample=oversample, resume=resume,
+            oversample=oversample, resume=resume, start=start, release_prefix=release_prefix,
         )
 
     def resumed_keys(resume: Any) -> list[str]:
@@ -702,12 +721,12 @@ def plan_block_power(
             keys.append("row-norm-quantile")
         if uses_mean and resume.mean is not None:
             keys.append("mean")
-        if resume.x is not None:
-            keys.append("block/init")
+        if resume.x is not None and start is None:
+            keys.append(release_prefix + "block/init")
         for t in range(resume.iteration):
-            keys += [block_release_key(t, "svt"), block_release_key(t, "gaussian")]
+            keys += [release_prefix + block_release_key(t, what) for what in ("svt", "gaussian")]
         if resume.pending_index is not None:
-            keys.append(block_release_key(resume.iteration, "svt"))
+            keys.append(release_prefix + block_release_key(resume.iteration, "svt"))
         if resume.variance is not None:
             keys.append("explained-variance")
         return keys
@@ -794,7 +813,7 @@ class CentringOptions:
 
 
 #: Mechanisms of :func:`~dppca_dask.pca` that accept ``center`` and ``row_norm_bound="auto"``.
-CENTRING_MECHANISMS = ("adaptive-power", BLOCK_POWER, "analyze-gauss")
+CENTRING_MECHANISMS = ("adaptive-power", BLOCK_POWER, "analyze-gauss", "auto")
 
 
 def centring_options(mechanism: str, center: Any, row_norm_bound: Any) -> tuple[CentringOptions, Any]:
@@ -834,6 +853,10 @@ def plan_with_centring(params: Any, n_cols: int, options: CentringOptions) -> An
         from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
 
         return plan_centred_gauss(params, n_cols, center=options.center, auto_bound=options.auto_bound)
+    if params.mechanism == "auto":
+        from dppca_dask.algorithms.auto_choice import plan_auto
+
+        return plan_auto(params, n_cols, center=options.center, auto_bound=options.auto_bound)
     return plan_block_power(params, n_cols, center=options.center, auto_bound=options.auto_bound)
 
 

@@ -173,3 +173,19 @@ BLOCK_MECHANISM = Mechanism(
     neighbouring=ADD_REMOVE_ROW, private=True, validate=pca_validator("adaptive-power-block"),
     plan=pca_planner(_plan_block), load_state=_load_block_state,
 )
+
+
+def _plan_auto(params: PCAParameters, n_cols: int) -> MechanismPlan:
+    from dppca_dask.algorithms.auto_choice import plan_auto
+
+    return plan_auto(params, n_cols)
+
+
+#: An accounted choice between block adaptive power and Analyze Gauss from a released pilot threshold.
+AUTO_MECHANISM = Mechanism(
+    name="auto", entry="pca",
+    summary="adaptive-power-block or analyze-gauss, chosen from a private pilot run's released threshold (10% of "
+            "the budget); adaptive power only above max_dense_dim",
+    neighbouring=ADD_REMOVE_ROW, private=True, validate=pca_validator("auto"),
+    plan=pca_planner(_plan_auto),
+)

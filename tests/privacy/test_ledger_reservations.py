@@ -20,6 +20,8 @@ JOB_MECHANISMS = [
     ("adaptive-power", {"n_iter": 3}),
     ("adaptive-power", {"n_iter": 2, "n_components": 2}),
     ("analyze-gauss", {}),
+    ("auto", {"n_iter": 2}),
+    ("adaptive-power-block", {"n_iter": 2, "n_components": 2}),
     ("private-power", {"n_iter": 3, "coherence": 400.0}),
     ("private-power", {"n_iter": 2, "c_doubling": True}),
     ("private-low-rank", {"rank": 2}),
