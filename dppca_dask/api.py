@@ -188,10 +188,12 @@ def pca(
         Gauss on the centred Gram matrix; both release the explained variance from 5% of the budget
         (``result.explained_variance``, ``explained_variance_ratio``, ``singular_values``, ``mean``).
     mechanism
-        ``"adaptive-power"`` (seed 004; k components by k sequential runs), ``"adaptive-power-block"`` (k
-        components in one block of T releases), ``"analyze-gauss"`` (baseline), ``"private-power"`` (seed 000:
-        entry-level privacy, see below) or ``"exact"`` (not private). None (default):
-        :func:`~dppca_dask.methods._params.default_mechanism` (adaptive power; the block version for k > 1).
+        ``"auto"`` (the default, also for None): block adaptive power or Analyze Gauss, chosen from a private
+        pilot run (10% of the budget; block adaptive power only above ``max_dense_dim``; ``result.mechanism``
+        names the choice, ``result.extras["auto"]`` the pilot's released thresholds); ``"adaptive-power"`` (seed
+        004; k components by k sequential runs), ``"adaptive-power-block"`` (k components in one block of T
+        releases), ``"analyze-gauss"`` (baseline), ``"private-power"`` (seed 000: entry-level privacy, see
+        below) or ``"exact"`` (not private).
     client
         ``None`` (an embedded ``LocalCluster``), a scheduler address, or a ``distributed.Client``; ``"local"``
         runs in this process without Dask (small data, tests).
@@ -304,7 +306,6 @@ def pca(
         if on_release is not None:
             on_release(state, events)  # checkpoint first: what is logged below must be on disk
         if getattr(state, "stage", "iteration") != "iteration":  # a block run's quantile, mean or variance
-            log.debug("released the %s", state.stage)
             return
         if getattr(state, "pending_index", None) is not None:  # an AboveThreshold step; its Gaussian step follows
             log.debug("released the threshold step of iteration %d/%d", len(iteration_times) + 1, plan.total_steps)

@@ -55,7 +55,8 @@ class DPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Total privacy budget of one ``fit`` (ignored by ``mechanism="exact"``).
     mechanism : str, default=None
         ``"adaptive-power"``, ``"adaptive-power-block"``, ``"analyze-gauss"``, ``"private-power"`` or ``"exact"``
-        (not private). None: as :func:`dppca_dask.pca` (adaptive power; the block version for k > 1).
+        (not private), or ``"auto"``. None: as :func:`dppca_dask.pca` (``"auto"``: block adaptive power or
+        Analyze Gauss, chosen from a private pilot run).
     n_iter, row_norm_bound, seed, persist, svt_share, beta, grid_per_octave, grid_octaves, calibration, \
 max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings
         As in :func:`dppca_dask.pca`. ``seed`` makes the fit reproducible and **not private**.

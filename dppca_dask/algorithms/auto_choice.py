@@ -136,7 +136,7 @@ def plan_auto(
         return auto_run(n_cols=n_cols, params=params, pilot_params=pilot_params, main_params=main_params,
                         center=center, auto=auto, mean_multiplier=mean_multiplier, gamma=gamma,
                         power_multiplier=power_multiplier, gauss_multiplier=gauss_multiplier,
-                        main_event=main_event, noise=noise)
+                        main_event=main_event, noise=noise, on_release=on_release)
 
     planned: list[Any] = []
     if auto is not None:
@@ -182,8 +182,12 @@ def auto_run(
     gauss_multiplier: float,
     main_event: Any,
     noise: NoiseSource,
+    on_release: Callable[..., None] | None = None,
 ) -> AlgorithmRun[BlockPowerOutput]:
-    """The run of ``mechanism="auto"`` as a generator of requests (see the module docstring)."""
+    """The run of ``mechanism="auto"`` as a generator of requests (see the module docstring).
+
+    ``on_release`` receives the released states of the pilot's and the chosen block run's iterations (progress);
+    the events passed with them are those of the inner run (a resume is not offered)."""
     from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
     from dppca_dask.mechanisms.centred import private_mean
 
@@ -213,7 +217,7 @@ def auto_run(
     main_params = dataclasses.replace(main_params, row_norm_bound=bound)
     # Step 2: the pilot
     pilot = plan_block_power(pilot_params, n_cols, center=mean, explained_variance=False, release_prefix="decision/")
-    pilot_out = yield from pilot.make_run(noise, None, None)
+    pilot_out = yield from pilot.make_run(noise, on_release, None)
     events.extend(pilot_out.events)
     theta = float(pilot_out.thresholds[0, -1])
     sensitivity = centred_bound(bound, mean) ** 2
@@ -228,7 +232,7 @@ def auto_run(
         plan = plan_centred_gauss(main_params, n_cols, center=mean)
     else:
         plan = plan_block_power(main_params, n_cols, center=mean, start=pilot_out.basis.T)
-    output = yield from plan.make_run(noise, None, None)
+    output = yield from plan.make_run(noise, on_release, None)
     events.append(main_event)  # the branch's own events compose to at most this, whichever branch ran
     return dataclasses.replace(output, mean=mean if isinstance(center, str) else output.mean, mean_count=mean_count,
                                events=tuple(events), row_norm_bound=bound, mechanism=chosen, decision=decision)

@@ -27,8 +27,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--epsilon", type=float, required=True, help="total privacy budget epsilon")
     p.add_argument("--delta", type=float, required=True, help="total privacy budget delta")
     p.add_argument("--mechanism", default=None, choices=mechanism_names("pca"),
-                   help=mechanism_help("pca") + " (default: adaptive-power, adaptive-power-block for more than one "
-                   "component)")
+                   help=mechanism_help("pca") + " (default: auto)")
     p.add_argument("--n-components", type=int, default=1, help="number of components (default 1)")
     p.add_argument("--n-iter", type=int, default=None, help=f"iterations per component (default {DEFAULT_N_ITER})")
     p.add_argument("--row-norm-bound", type=_bound, default=1.0,

@@ -280,7 +280,7 @@ def test_pca_command_timings_only_on_request_and_parameter_abuse_exit_2(tmp_path
     assert main(["pca", str(path), "--epsilon", "1", "--delta", "1e-6", "--json", "--scheduler", address]) == 0
     assert "timings" not in json.loads(capsys.readouterr().out)
     assert main(["pca", str(path), "--epsilon", "1", "--delta", "1e-6", "--json", "--timings",
-                 "--scheduler", address]) == 0
+                 "--mechanism", "adaptive-power", "--scheduler", address]) == 0
     timings = json.loads(capsys.readouterr().out)["timings"]
     assert "NOT covered by the privacy guarantee" in timings["note"] and len(timings["iterations"]) == 5
     assert main(["pca", str(path), "--epsilon", "1", "--delta", "1e-6", "--timings", "--scheduler", address]) == 0
@@ -299,7 +299,7 @@ def test_pca_command_timings_only_on_request_and_parameter_abuse_exit_2(tmp_path
 def test_paper_calibration_uses_the_papers_svt_scales(small) -> None:
     noise = AuditingNoiseSource(5)
     result = pca(small, epsilon=1.0, delta=1e-6, n_iter=2, client="local", noise=noise, calibration="paper",
-                 progress=False)
+                 progress=False, mechanism="adaptive-power")
     cal = result.provenance["calibration"]
     eps_svt = cal["epsilon_svt"]
     assert cal["svt_form"] == "general"
