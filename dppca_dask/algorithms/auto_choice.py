@@ -88,6 +88,11 @@ def plan_auto(
     from dppca_dask.mechanisms.quantile import NormGrid
     from dppca_dask.methods._registry import MechanismPlan
 
+    if params.calibration != "standard":
+        raise InvalidParameterError(
+            f"mechanism={AUTO!r} needs calibration='standard' (its chosen release is reported as the (epsilon, delta) "
+            f"it is calibrated to); got calibration={params.calibration!r}; name the mechanism to reproduce a paper"
+        )
     block_params = dataclasses.replace(params, mechanism="adaptive-power-block")
     if n_cols > params.max_dense_dim:  # Analyze Gauss cannot run: a decision on the public d alone
         plan = plan_block_power(block_params, n_cols, center=center, auto_bound=auto_bound, mean_share=mean_share,

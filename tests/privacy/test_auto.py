@@ -124,3 +124,12 @@ def test_above_max_dense_dim_the_choice_depends_on_the_public_d_only(seed: int) 
     result = pca(matrix, client="local", noise=noise, progress=False, mechanism="auto", **params)
     assert result.mechanism == "adaptive-power-block" and "max_dense_dim" in result.extras["auto"]["rule"]
     assert not any(r.release.startswith("decision/") for r in noise.records)
+
+
+def test_the_paper_calibration_is_refused_before_any_draw() -> None:
+    from dppca_dask.errors import InvalidParameterError
+
+    noise = AuditingNoiseSource(0)
+    with pytest.raises(InvalidParameterError, match="mechanism='auto' needs calibration='standard'"):
+        pca(np.ones((50, 4)), epsilon=1.0, delta=1e-6, calibration="paper", client="local", noise=noise)
+    assert noise.released_keys == frozenset()
