@@ -229,7 +229,8 @@ def auto_vs_both(name: str, matrix: Any, *, epsilons: list[float], repeats: int,
     executor = LocalExecutor(as_source(matrix))
     n, d = matrix.shape
     print(f"\n## auto on {name}: n={n}, d={d}, nnz={matrix.nnz:,}, row_norm_bound={bound}, k={n_components}, "
-          f"sigma1^2/n={values[0] / n:.4f}, gap (sigma1^2-sigma2^2)/sigma1^2={(values[0] - values[1]) / values[0]:.3f}, "
+          f"sigma1^2/n={values[0] / n:.4f}, "
+          f"gap (sigma1^2-sigma2^2)/sigma1^2={(values[0] - values[1]) / values[0]:.3f}, "
           f"delta={DELTA}, T={DEFAULT_N_ITER}, {repeats} runs")
     mechanisms = ("adaptive-power", "adaptive-power-block", "analyze-gauss", "auto")
     rows, out = [], []

@@ -34,8 +34,8 @@ def register(subparsers: Any) -> None:
                    help="public L2 clipping bound of rows (default 1), or 'auto': the 90th percentile of the row norms, "
                         "released privately from 5%% of epsilon")
     p.add_argument("--center", choices=("none", "private"), default=None,
-                   help="'private' (default for adaptive-power and analyze-gauss): centre the rows at their private "
-                        "mean (10%% of the budget) and release the explained variance (5%%); 'none': components of "
+                   help="'private' (default for auto, adaptive-power and analyze-gauss): centre the rows at their "
+                        "private mean (10%% of the budget) and release the explained variance (5%%); 'none': components of "
                         "the uncentred rows")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="write a scree plot of the released explained variance ratio (needs matplotlib)")

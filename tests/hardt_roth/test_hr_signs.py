@@ -25,7 +25,8 @@ def test_flip_factor_signs_keeps_the_product_and_matches_svd_flip(rng: np.random
     assert empty[0].shape == (5, 0) and empty[1].shape == (0, 4)
 
 
-@pytest.mark.parametrize(("mechanism", "kwargs"), [("randomized-response", {}), ("private-low-rank", {"oversampling": 0})])
+@pytest.mark.parametrize(("mechanism", "kwargs"), [("randomized-response", {}),
+                                                  ("private-low-rank", {"oversampling": 0})])
 def test_signs_are_stable_across_runs_with_different_noise(rng: np.random.Generator, tmp_path, mechanism: str,
                                                            kwargs: dict) -> None:
     # a clear rank-1 matrix whose largest coordinate is well separated: different noise, same signs
