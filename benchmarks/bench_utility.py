@@ -14,12 +14,18 @@ coherence regime at ε = 1 with the default T.
     python benchmarks/bench_utility.py --quick
     python benchmarks/bench_utility.py --iters 3 5 8 10 --repeats 5      # the sweep behind DEFAULT_N_ITER
     python benchmarks/bench_utility.py --block --w8a PATH/w8a.svm           # block vs sequential, k = 2..20
+    python benchmarks/bench_utility.py --auto --w8a PATH/w8a.svm --epsilons 1 2   # auto against both mechanisms
 
 ``--block`` compares the block version (``mechanism="adaptive-power-block"``: T releases of a d×k block) with the
 sequential one (``"adaptive-power"``: k runs of T releases) at equal (ε, δ), for k ∈ {2, 5, 10, 20}, on w8a (when
 given) and on a generated sparse matrix with a planted rank-20 spectrum. Error is the subspace error
 ``1 − ‖V Uᵀ‖_F²/k`` (the mean sin² of the principal angles) against the exact top-k right singular vectors of the
 clipped matrix, median over repetitions; both spend the whole budget on the components.
+
+``--auto`` runs ``mechanism="auto"`` (a pilot from 10% of the budget decides between block adaptive power and
+Analyze Gauss) against adaptive power (sequential and block) and Analyze Gauss, each with the whole budget, on the
+low- and high-coherence data (smaller than above: d = 1,000) and on w8a (when given, at c = 1 and at ``--bound``),
+uncentred, k = 1. The last line is ``ratio <the largest auto error / best other error over all regimes and ε>``.
 """
 
 from __future__ import annotations
@@ -207,6 +213,79 @@ def block_main(args: argparse.Namespace) -> None:
                         epsilon=args.epsilons[0], repeats=repeats, bound=1.0, n_iter=DEFAULT_N_ITER)
 
 
+def auto_vs_both(name: str, matrix: Any, *, epsilons: list[float], repeats: int, bound: float,
+                 n_components: int = 1) -> list[tuple[str, float, float, float]]:
+    """Median subspace error of ``mechanism="auto"`` against adaptive power (sequential and block) and Analyze Gauss
+    at equal (ε, δ), each run as :func:`dppca_dask.pca` plans it (uncentred, fixed bound). Returns
+    ``(name, ε, auto error, best other error)`` per ε."""
+    from dppca_dask.api import validate_parameters
+    from dppca_dask.kernels.power import gram_matrix
+    from dppca_dask.methods import get_mechanism
+
+    norms = np.sqrt(np.asarray(matrix.multiply(matrix).sum(axis=1)).ravel())
+    gram = gram_matrix(matrix, norms, row_norm_bound=bound)
+    values, vectors = top_eigenpairs(gram, n_components + 1)
+    truth = vectors[:n_components]
+    executor = LocalExecutor(as_source(matrix))
+    n, d = matrix.shape
+    print(f"\n## auto on {name}: n={n}, d={d}, nnz={matrix.nnz:,}, row_norm_bound={bound}, k={n_components}, "
+          f"sigma1^2/n={values[0] / n:.4f}, "
+          f"gap (sigma1^2-sigma2^2)/sigma1^2={(values[0] - values[1]) / values[0]:.3f}, "
+          f"delta={DELTA}, T={DEFAULT_N_ITER}, {repeats} runs")
+    mechanisms = ("adaptive-power", "adaptive-power-block", "analyze-gauss", "auto")
+    rows, out = [], []
+    for eps in epsilons:
+        row: dict[str, Any] = {"epsilon": eps}
+        chosen: list[str] = []
+        for mechanism in mechanisms:
+            params = validate_parameters(mechanism=mechanism, epsilon=eps, delta=DELTA, n_components=n_components,
+                                         n_iter=None, row_norm_bound=bound, svt_share=SVT_SHARE, beta=0.05,
+                                         grid_per_octave=4, grid_octaves=24, calibration="standard",
+                                         max_dense_dim=4096)
+            plan = get_mechanism(mechanism, "pca").plan(params, n_cols=d)
+            errors = []
+            for r in range(repeats):
+                result = run_algorithm(executor, plan.make_run(_noise(7919 * r + int(100 * eps)), None, None))
+                errors.append(subspace_error(result.components, truth))
+                if mechanism == "auto":
+                    chosen.append("B" if result.mechanism == "adaptive-power-block" else "G")
+            row[mechanism] = _common.median(errors)
+        best = min(row[m] for m in mechanisms[:3])
+        row["auto/best"] = row["auto"] / best if best > 0 else float("inf")
+        row["auto chose"] = "".join(chosen)
+        rows.append(row)
+        out.append((name, eps, row["auto"], best))
+    print("median subspace error (sin^2 for k = 1); auto chose: B = adaptive-power-block, G = analyze-gauss")
+    print(_common.table(rows, ["epsilon", *mechanisms, "auto/best", "auto chose"]))
+    return out
+
+
+def auto_main(args: argparse.Namespace) -> None:
+    repeats = args.repeats or 5
+    if args.quick:
+        low = PlantedSpec(n_rows=60_000, n_cols=600, nnz_per_row=30, support=60, signal_share=0.015, seed=11)
+        high = PlantedSpec(n_rows=20_000, n_cols=600, nnz_per_row=30, support=60, signal_share=0.5, seed=12)
+    else:
+        low = PlantedSpec(n_rows=300_000, n_cols=1_000, nnz_per_row=30, support=100, signal_share=0.005, seed=11)
+        high = PlantedSpec(n_rows=100_000, n_cols=1_000, nnz_per_row=30, support=100, signal_share=0.5, seed=12)
+    results = []
+    for name, spec in (("low coherence", low), ("high coherence", high)):
+        results += auto_vs_both(f"{name} (signal share {spec.signal_share})", low_coherence_matrix(spec),
+                                epsilons=args.epsilons, repeats=repeats, bound=1.0)
+    if args.w8a:
+        from sklearn.datasets import load_svmlight_file
+
+        import scipy.sparse as sp
+
+        features, _labels = load_svmlight_file(args.w8a, n_features=300)
+        matrix = sp.csr_array(features, dtype=np.float64)
+        results += auto_vs_both("w8a", matrix, epsilons=args.epsilons, repeats=repeats, bound=1.0)
+        results += auto_vs_both("w8a", matrix, epsilons=args.epsilons, repeats=repeats, bound=args.bound)
+    worst = max(a / b if b > 0 else float("inf") for _n, _e, a, b in results)
+    print(f"auto within {worst:.3g}x of the better mechanism in every regime" + (" (target 1.5x)"))
+    print(f"ratio {worst:.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller data, fewer runs (< 1 minute)")
@@ -219,7 +298,12 @@ def main() -> None:
     parser.add_argument("--ks", type=int, nargs="+", default=[2, 5, 10, 20])
     parser.add_argument("--w8a", default=None, help="path of w8a.svm (LIBSVM) for --block")
     parser.add_argument("--bound", type=float, default=4.0, help="row_norm_bound on w8a for --block (default 4)")
+    parser.add_argument("--auto", action="store_true",
+                        help="mechanism='auto' against adaptive power and Analyze Gauss (see above)")
     args = parser.parse_args()
+    if args.auto:
+        auto_main(args)
+        return
     if args.block:
         block_main(args)
         return

@@ -45,6 +45,7 @@ from dppca_dask.methods._params import (  # noqa: F401 (re-exported: the public 
     PCA_DEFAULTS,
     ROW_NORM_BOUND_RANGE,
     PCAParameters,
+    default_mechanism,
     validate_parameters,
 )
 from dppca_dask.results import PCAResult
@@ -111,7 +112,7 @@ class ReleasePlan:
     and budget shares)."""
 
 
-def plan_release(n_cols: int, *, mechanism: str = "adaptive-power", epsilon: float, delta: float,
+def plan_release(n_cols: int, *, mechanism: str | None = None, epsilon: float, delta: float,
                  n_rows: int | None = None, **parameters: Any) -> ReleasePlan:
     """Validate ``pca``'s public parameters and say what the run will spend, without reading any data.
 
@@ -126,6 +127,8 @@ def plan_release(n_cols: int, *, mechanism: str = "adaptive-power", epsilon: flo
 
     names = set(inspect.signature(validate_parameters).parameters) - {"mechanism", "epsilon", "delta"}
     given = {k: v for k, v in parameters.items() if k in names}
+    if mechanism is None:
+        mechanism = default_mechanism(given.get("n_components", PCA_DEFAULTS["n_components"]))
     # centring and row_norm_bound="auto" as pca() takes them (same default), planned as pca() plans them
     center = parameters.get("center", inspect.signature(pca).parameters["center"].default)
     centring, bound = centring_options(mechanism, center, given.get("row_norm_bound", PCA_DEFAULTS["row_norm_bound"]))
@@ -150,7 +153,7 @@ def pca(
     n_components: int = 1,
     n_iter: int | None = None,
     row_norm_bound: float | str = 1.0,
-    mechanism: str = "adaptive-power",
+    mechanism: str | None = None,
     client: Any = None,
     seed: int | None = None,
     persist: bool | None = None,
@@ -202,8 +205,12 @@ def pca(
         Gauss on the centred Gram matrix; both release the explained variance from 5% of the budget
         (``result.explained_variance``, ``explained_variance_ratio``, ``singular_values``, ``mean``).
     mechanism
-        ``"adaptive-power"`` (default; seed 004), ``"analyze-gauss"`` (baseline), ``"private-power"`` (seed 000:
-        entry-level privacy, see below) or ``"exact"`` (not private).
+        ``"auto"`` (the default, also for None): block adaptive power or Analyze Gauss, chosen from a private
+        pilot run (10% of the budget; block adaptive power only above ``max_dense_dim``; ``result.mechanism``
+        names the choice, ``result.extras["auto"]`` the pilot's released thresholds); ``"adaptive-power"`` (seed
+        004; k components by k sequential runs), ``"adaptive-power-block"`` (k components in one block of T
+        releases), ``"analyze-gauss"`` (baseline), ``"private-power"`` (seed 000: entry-level privacy, see
+        below) or ``"exact"`` (not private).
     client
         ``None`` (an embedded ``LocalCluster``), a scheduler address, or a ``distributed.Client``; ``"local"``
         runs in this process, calling the kernels directly (the reference the Dask path is tested against).
@@ -279,6 +286,8 @@ def pca(
     """
     started_wall = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.perf_counter()
+    if mechanism is None:
+        mechanism = default_mechanism(n_components)
     centring, row_norm_bound = centring_options(mechanism, center, row_norm_bound)
     params = validate_parameters(
         mechanism=mechanism,
@@ -328,6 +337,8 @@ def pca(
     def released(state: Any, events: tuple[Any, ...]) -> None:
         if on_release is not None:
             on_release(state, events)  # checkpoint first: what is logged below must be on disk
+        if getattr(state, "stage", "iteration") != "iteration":  # a block run's quantile, mean or variance
+            return
         if getattr(state, "pending_index", None) is not None:  # an AboveThreshold step; its Gaussian step follows
             log.debug("released the threshold step of iteration %d/%d", len(iteration_times) + 1, plan.total_steps)
             return
@@ -355,6 +366,8 @@ def pca(
     extras: dict[str, Any] = {}
     if centring.auto_bound:
         extras["row_norm_bound"] = float(output.row_norm_bound)  # released by the private quantile
+    if getattr(output, "decision", None) is not None:
+        extras["auto"] = dict(output.decision)  # released values and public constants only
     if params.mechanism == "exact":
         extras["eigenvalues"] = np.asarray(output.eigenvalues).tolist()
         extras["passes"] = output.n_passes
@@ -381,7 +394,8 @@ def pca(
         }
     return PCAResult(
         components=output.components,
-        mechanism=BLOCK_POWER if centring.active and params.mechanism == "adaptive-power" else params.mechanism,
+        mechanism=getattr(output, "mechanism", None) or (
+            BLOCK_POWER if centring.active and params.mechanism == "adaptive-power" else params.mechanism),
         privacy=report,
         thresholds=thresholds,
         provenance=provenance,

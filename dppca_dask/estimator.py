@@ -65,8 +65,10 @@ class DPPCA(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
         Number of components k.
     epsilon, delta : float, default=1.0, 1e-6
         Total privacy budget of one ``fit`` (ignored by ``mechanism="exact"``).
-    mechanism : str, default="adaptive-power"
-        ``"adaptive-power"``, ``"analyze-gauss"``, ``"private-power"`` or ``"exact"`` (not private).
+    mechanism : str, default=None
+        ``"adaptive-power"``, ``"adaptive-power-block"``, ``"analyze-gauss"``, ``"private-power"`` or ``"exact"``
+        (not private), or ``"auto"``. None: as :func:`dppca_dask.pca` (``"auto"``: block adaptive power or
+        Analyze Gauss, chosen from a private pilot run).
     n_iter, row_norm_bound, seed, persist, svt_share, beta, grid_per_octave, grid_octaves, calibration, \
 max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings, executor
         As in :func:`dppca_dask.pca`. ``seed`` makes the fit reproducible and **not private**. ``executor``
@@ -127,7 +129,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         *,
         epsilon: float = 1.0,
         delta: float = 1e-6,
-        mechanism: str = "adaptive-power",
+        mechanism: str | None = None,
         n_iter: int | None = None,
         row_norm_bound: float | str = 1.0,
         seed: int | None = None,
@@ -193,7 +195,12 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
             return self.center
         from dppca_dask.algorithms.block_power import CENTRING_MECHANISMS
 
-        return "private" if self.mechanism in CENTRING_MECHANISMS else False
+        return "private" if self._mechanism() in CENTRING_MECHANISMS else False
+
+    def _mechanism(self) -> str:
+        from dppca_dask.methods._params import default_mechanism
+
+        return self.mechanism if self.mechanism is not None else default_mechanism(self.n_components)
 
     def fit(
         self,
@@ -229,7 +236,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
             n_components=self.n_components,
             n_iter=self.n_iter,
             row_norm_bound=self.row_norm_bound,
-            mechanism=self.mechanism,
+            mechanism=self._mechanism(),
             client=client,
             seed=self.seed,
             persist=self.persist,

@@ -34,6 +34,7 @@ from dppca_dask import __version__
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.methods import mechanism_names
 from dppca_dask.results import LowRankResult, load_lowrank  # their home is the shared result module
+from dppca_dask.signs import flip_factor_signs
 
 __all__ = ["LowRankPlan", "LowRankResult", "load_lowrank", "lowrank", "plan_lowrank", "validate_lowrank"]
 
@@ -145,7 +146,9 @@ def lowrank(
     -------
     LowRankResult
         ``left``, ``right``, the privacy report (its ``neighbouring`` names the relation), provenance, timings
-        and released byproducts.
+        and released byproducts. Signs are deterministic, as scikit-learn's ``svd_flip`` makes them: the
+        largest-magnitude entry of each row of ``right`` is positive, and the matching column of ``left`` carries
+        the sign (``left @ right`` is unchanged), so that two runs are comparable factor by factor.
 
     Notes
     -----
@@ -247,6 +250,7 @@ def lowrank(
         timing_values = {"total": finished - t0, "calibration": t_calibrated - t0, "run": finished - t_calibrated,
                          "note": "wall-clock seconds; they depend on the data and are NOT covered by the privacy "
                                  "guarantee"}
+    left, right = flip_factor_signs(left, right)  # deterministic signs, as svd_flip (post-processing)
     return LowRankResult(left=left, right=right, mechanism=mechanism, privacy=report, provenance=provenance,
                          timings=timing_values, extras=extras)
 

@@ -133,6 +133,10 @@ class AdaptivePowerState:
     """The released threshold index of iteration ``iteration`` when its SVT step is released but its Gaussian
     step is not (a resume reuses it and draws no second SVT noise); None between iterations."""
 
+    def released_iterations(self, n_iter: int) -> int:
+        """Iterations (both steps) released before the interruption, over all components."""
+        return self.component * n_iter + self.iteration
+
     def to_json(self) -> dict[str, Any]:
         return {
             "component": self.component,

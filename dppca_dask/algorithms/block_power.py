@@ -204,20 +204,108 @@ _register_requests()
 
 
 # ------------------------------------------------------------------------------------------------ the run
+#: The stages of a block run, in order: each :class:`BlockPowerState` says which release it follows.
+BLOCK_STAGES = ("row-norm-bound", "mean", "iteration", "explained-variance")
+
+
+def _array_json(value: np.ndarray | None) -> Any:
+    return None if value is None else np.asarray(value, dtype=np.float64).tolist()
+
+
+def _array_from(value: Any) -> np.ndarray | None:
+    return None if value is None else np.asarray(value, dtype=np.float64)
+
+
 @dataclass(frozen=True)
 class BlockPowerState:
-    """Released values after each release (all differentially private or public): for progress and logs."""
+    """Everything a block run has released so far: enough to resume it without drawing any released noise again.
+
+    Every field is a differentially private output (the released bound, mean, count, iterates, thresholds and
+    variances) or a public counter, so the state may be written to disk as a checkpoint. A state follows every
+    release (``stage``): the row-norm quantile, the private mean, each iteration's AboveThreshold step
+    (``pending_index`` set) and Gaussian step, and the explained variance.
+    """
 
     iteration: int
     """Iterations released (both steps)."""
-    x: np.ndarray
-    """The current released orthonormal iterate (d×k)."""
+    x: np.ndarray | None
+    """The current released orthonormal iterate (d×width); None before the start is drawn."""
     thresholds: tuple[tuple[float, ...], ...] = ()
     """Released θ (one tuple: the block has one threshold per iteration)."""
     pending_index: int | None = None
     """The released threshold index of iteration ``iteration`` before its Gaussian step; None otherwise."""
     mean: np.ndarray | None = None
     """The released (or given) centre."""
+    stage: str = "iteration"
+    """The release this state follows (one of :data:`BLOCK_STAGES`)."""
+    released: np.ndarray | None = None
+    """The last Gaussian release ``Y`` (d×width), whose singular vectors order the components; None before."""
+    row_norm_bound: float | None = None
+    """The released bound c (``row_norm_bound="auto"``); None otherwise or before its release."""
+    mean_count: float | None = None
+    """The released row count of the private mean."""
+    variance: ExplainedVariance | None = None
+    """The released explained variance (after the last release)."""
+
+    def released_iterations(self, n_iter: int) -> int:
+        """Iterations released before the interruption (for reports)."""
+        return self.iteration
+
+    def to_json(self) -> dict[str, Any]:
+        variance = None
+        if self.variance is not None:
+            v = self.variance
+            variance = {"explained_variance": _array_json(v.explained_variance),
+                        "singular_values": _array_json(v.singular_values),
+                        "explained_variance_ratio": _array_json(v.explained_variance_ratio),
+                        "total_variance": float(v.total_variance), "count": float(v.count)}
+        return {
+            "kind": "block",
+            "stage": self.stage,
+            "iteration": self.iteration,
+            "x": _array_json(self.x),
+            "thresholds": [list(t) for t in self.thresholds],
+            "pending_index": self.pending_index,
+            "mean": _array_json(self.mean),
+            "released": _array_json(self.released),
+            "row_norm_bound": self.row_norm_bound,
+            "mean_count": self.mean_count,
+            "variance": variance,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> BlockPowerState:
+        stage = str(obj.get("stage", "iteration"))
+        if obj.get("kind") != "block" or stage not in BLOCK_STAGES:
+            raise InvalidParameterError(
+                f"not the checkpoint of a block run (kind {obj.get('kind')!r}, stage {stage!r}); resume a block run "
+                "with the state it wrote"
+            )
+        pending = obj.get("pending_index")
+        v = obj.get("variance")
+        variance = None
+        if v is not None:
+            variance = ExplainedVariance(
+                explained_variance=np.asarray(v["explained_variance"], dtype=np.float64),
+                singular_values=np.asarray(v["singular_values"], dtype=np.float64),
+                explained_variance_ratio=np.asarray(v["explained_variance_ratio"], dtype=np.float64),
+                total_variance=float(v["total_variance"]), count=float(v["count"]))
+        x = _array_from(obj.get("x"))
+        released = _array_from(obj.get("released"))
+        bound = obj.get("row_norm_bound")
+        count = obj.get("mean_count")
+        return cls(
+            iteration=int(obj["iteration"]),
+            x=None if x is None else np.atleast_2d(x.T).T,
+            thresholds=tuple(tuple(float(t) for t in row) for row in obj.get("thresholds", ())),
+            pending_index=None if pending is None else int(pending),
+            mean=_array_from(obj.get("mean")),
+            stage=stage,
+            released=None if released is None else np.atleast_2d(released.T).T,
+            row_norm_bound=None if bound is None else float(bound),
+            mean_count=None if count is None else float(count),
+            variance=variance,
+        )
 
 
 @dataclass(frozen=True)
@@ -236,6 +324,12 @@ class BlockPowerOutput:
     events: tuple[Any, ...] = field(default=())
     row_norm_bound: float | None = None
     """The bound c used (the released one with ``row_norm_bound="auto"``)."""
+    basis: np.ndarray | None = None
+    """All ``width`` left singular vectors of the last release (width×d; the components are its first k rows)."""
+    mechanism: str | None = None
+    """The mechanism that released the components, when the run chose it (``mechanism="auto"``)."""
+    decision: dict[str, Any] | None = None
+    """The released values behind that choice, and the rule (``mechanism="auto"``)."""
 
 
 def _orthonormal(y: np.ndarray) -> np.ndarray:
@@ -284,6 +378,9 @@ def block_power_run(
     variance_multiplier: float | None = None,
     on_release: Callable[[BlockPowerState, tuple[Any, ...]], None] | None = None,
     oversample: int = 0,
+    resume: BlockPowerState | None = None,
+    start: np.ndarray | None = None,
+    release_prefix: str = "",
 ) -> AlgorithmRun[BlockPowerOutput]:
     """Block adaptive power iteration as a generator of requests (see the module docstring).
 
@@ -305,6 +402,20 @@ def block_power_run(
         Extra columns p of the iterate (public): the block has width ``min(d, k + p)`` and the top k of the last
         release are returned. The sensitivity is θ whatever the width, so the noise per entry does not grow with
         p, while the top components converge at the rate of ``σ_{k+p+1}/σ_k`` instead of ``σ_{k+1}/σ_k``.
+    on_release
+        Called after every release (the quantile, the mean, each AboveThreshold step, each Gaussian step and the
+        explained variance) with a :class:`BlockPowerState` of released values only and the events emitted so far
+        (checkpointing, progress).
+    resume
+        The last state an interrupted run passed to ``on_release``: every release it holds is reused, its events
+        are emitted again without drawing any noise (an AboveThreshold step released just before the
+        interruption included: ``resume.pending_index``), and the run continues with the next release. With the
+        same noise for the remaining releases the result equals an uninterrupted run's.
+    start
+        A released (or public) d×width iterate to start from instead of a random one (a warm start: the iterate
+        of an earlier release is post-processing).
+    release_prefix
+        Prepended to the keys of the start and the iterations' releases (two block runs under one noise source).
 
     Notes
     -----
@@ -358,43 +469,110 @@ def block_power_run(
     thresholds: list[float] = []
     mean_count: float | None = None
 
-    def emit(state: BlockPowerState) -> None:
+    variance: ExplainedVariance | None = None
+    released: float | None = None  # the released bound (row_norm_bound="auto")
+    x: np.ndarray | None = None
+    noisy: np.ndarray | None = None
+    first, pending = 0, None
+    if resume is not None:
+        first, pending, x, noisy = resume.iteration, resume.pending_index, resume.x, resume.released
+        if not 0 <= first <= n_iter or (x is None and (first > 0 or pending is not None)):
+            raise InvalidParameterError(
+                f"resume.iteration must be in [0, {n_iter}] with a released iterate; got {first}; resume with the "
+                "state the interrupted run wrote"
+            )
+        if x is not None and x.shape != (n_cols, width):
+            raise InvalidParameterError(
+                f"resume.x must have shape ({n_cols}, {width}) for this run; got {x.shape}; resume with the same "
+                "parameters as the interrupted run"
+            )
+        if first > 0 and (noisy is None or noisy.shape != (n_cols, width)):
+            raise InvalidParameterError(
+                "resume.released must hold the last Gaussian release of the interrupted run; resume with the state "
+                "it wrote"
+            )
+        thresholds = list(resume.thresholds[0]) if resume.thresholds else []
+        if len(thresholds) != first:
+            raise InvalidParameterError(
+                f"resume.thresholds must hold one released threshold per released iteration ({first}); got "
+                f"{len(thresholds)}"
+            )
+
+    def emit(stage: str, iteration: int, pending_index: int | None = None) -> None:
         if on_release is not None:
-            on_release(state, tuple(events))
+            on_release(BlockPowerState(
+                iteration=iteration, x=x, thresholds=(tuple(thresholds),), pending_index=pending_index, mean=mean,
+                stage=stage, released=None if noisy is x else noisy, row_norm_bound=released,
+                mean_count=mean_count, variance=variance), tuple(events))
 
     if auto is not None:
-        from dppca_dask.mechanisms.quantile import private_quantile
+        if resume is not None and resume.row_norm_bound is not None:  # released before the interruption
+            row_norm_bound = released = float(resume.row_norm_bound)
+            events.append(EpsilonDeltaDpEvent(float(auto.epsilon), 0.0))
+        else:
+            from dppca_dask.mechanisms.quantile import private_quantile
 
-        counted = yield NormCounts(candidates=auto.grid.values)
-        row_norm_bound, quantile_event = private_quantile(
-            counted.counts, counted.count, grid=auto.grid, quantile=auto.quantile, epsilon=auto.epsilon, noise=noise)
-        del counted
-        events.append(quantile_event)
+            counted = yield NormCounts(candidates=auto.grid.values)
+            row_norm_bound, quantile_event = private_quantile(
+                counted.counts, counted.count, grid=auto.grid, quantile=auto.quantile, epsilon=auto.epsilon,
+                noise=noise)
+            del counted
+            released = float(row_norm_bound)
+            events.append(quantile_event)
+            emit("row-norm-bound", 0)
         bound = centred_bound(row_norm_bound, center)
         grid = ThresholdGrid.for_bound(bound, per_octave=grid.per_octave, octaves=(grid.n_points - 1) // grid.per_octave)
+    if pending is not None and not 0 <= pending < n_points:
+        raise InvalidParameterError(
+            f"resume.pending_index must be a grid index in [0, {n_points}); got {pending}; resume with the state the "
+            "interrupted run wrote"
+        )
     if isinstance(center, str):
-        totals = yield MeanStep(row_norm_bound=row_norm_bound)
         assert mean_multiplier is not None
-        mean, mean_count, mean_event = private_mean(totals.total, totals.count, row_norm_bound=row_norm_bound,
-                                                    noise_multiplier=mean_multiplier, noise=noise, release="mean")
-        del totals
-        events.append(mean_event)
-        length = float(np.linalg.norm(mean))
-        if length > row_norm_bound:  # post-processing: the true mean of rows of norm <= c has norm <= c
-            mean = mean * (row_norm_bound / length)
-    with noise.release("block/init", data_independent=True):  # the start is pure noise
-        start = noise.gaussian(1.0, size=(n_cols, width))
-    x = _orthonormal(np.asarray(start, dtype=np.float64).reshape(n_cols, width))
-    noisy = x
-    for t in range(n_iter):
+        if resume is not None and resume.mean is not None:  # released before the interruption
+            mean, mean_count = np.asarray(resume.mean, dtype=np.float64), resume.mean_count
+            if mean.shape != (n_cols,):
+                raise InvalidParameterError(f"resume.mean must have length {n_cols}; got shape {mean.shape}")
+            from dp_accounting import GaussianDpEvent
+
+            events.append(GaussianDpEvent(mean_multiplier))
+        else:
+            totals = yield MeanStep(row_norm_bound=row_norm_bound)
+            mean, mean_count, mean_event = private_mean(totals.total, totals.count, row_norm_bound=row_norm_bound,
+                                                        noise_multiplier=mean_multiplier, noise=noise, release="mean")
+            del totals
+            events.append(mean_event)
+            length = float(np.linalg.norm(mean))
+            if length > row_norm_bound:  # post-processing: the true mean of rows of norm <= c has norm <= c
+                mean = mean * (row_norm_bound / length)
+            emit("mean", 0)
+    if x is None and start is not None:
+        x = _orthonormal(np.asarray(start, dtype=np.float64).reshape(n_cols, width))
+    if x is None:
+        with noise.release(release_prefix + "block/init", data_independent=True):  # the start is pure noise
+            start = noise.gaussian(1.0, size=(n_cols, width))
+        x = _orthonormal(np.asarray(start, dtype=np.float64).reshape(n_cols, width))
+    if noisy is None:
+        noisy = x
+    if first:
+        from dp_accounting import GaussianDpEvent
+
+        events.extend([svt_step, GaussianDpEvent(noise_multiplier)] * first)  # released before the interruption
+    if pending is not None:
+        events.append(svt_step)  # released before the interruption; its index is reused, never drawn again
+    for t in range(first, n_iter):
         aggregate = yield BlockPowerStep(x=x, row_norm_bound=row_norm_bound, grid=grid, top_m=top_m, mean=mean)
-        filtered_counts = np.cumsum(aggregate.histogram[:n_points])
-        svt = above_threshold(filtered_counts[::-1], cutoff=cutoff, epsilon=epsilon_svt, noise=noise,
-                              release=block_release_key(t, "svt"), form=svt_form, threshold_scale=rho_scale,
-                              query_scale=nu_scale)
-        index = 0 if svt.index is None else n_points - 1 - svt.index  # no answer: θ = c², nothing filtered
-        events.append(svt_step)
-        emit(BlockPowerState(iteration=t, x=x, thresholds=(tuple(thresholds),), pending_index=index, mean=mean))
+        if pending is not None:
+            index, pending = pending, None
+        else:
+            filtered_counts = np.cumsum(aggregate.histogram[:n_points])
+            svt = above_threshold(filtered_counts[::-1], cutoff=cutoff, epsilon=epsilon_svt, noise=noise,
+                                  release=release_prefix + block_release_key(t, "svt"), form=svt_form,
+                                  threshold_scale=rho_scale,
+                                  query_scale=nu_scale)
+            index = 0 if svt.index is None else n_points - 1 - svt.index  # no answer: θ = c², nothing filtered
+            events.append(svt_step)
+            emit("iteration", t, index)
         theta = float(grid.thetas[index])
         filtered, incomplete = B.select_block_filtered(aggregate, index, mean)
         product = aggregate.full_sum - filtered
@@ -403,24 +581,31 @@ def block_power_run(
             product = product - (yield BlockFilteredSum(x=x, row_norm_bound=row_norm_bound, grid=grid, index=index,
                                                         cuts=incomplete, mean=mean))
         noisy, gauss_event = gaussian_mechanism(product, l2_sensitivity=theta, noise_multiplier=noise_multiplier,
-                                                noise=noise, release=block_release_key(t, "gaussian"))
+                                                noise=noise, release=release_prefix + block_release_key(t, "gaussian"))
         del product
         events.append(gauss_event)
         x = _orthonormal(noisy)
         thresholds.append(theta)
-        emit(BlockPowerState(iteration=t + 1, x=x, thresholds=(tuple(thresholds),), mean=mean))
-    components = ordered_basis(noisy)[:n_components]
-    variance = None
+        emit("iteration", t + 1)
+    basis = ordered_basis(noisy)
+    components = basis[:n_components]
     if variance_multiplier is not None:
-        totals = yield VarianceStep(components=components, row_norm_bound=row_norm_bound, mean=mean)
-        variance, variance_event = private_variances(
-            totals.projected, totals.total, totals.count, row_norm_bound=bound,
-            noise_multiplier=variance_multiplier, noise=noise, release="explained-variance")
-        del totals
-        events.append(variance_event)
+        if resume is not None and resume.variance is not None:  # released before the interruption
+            from dp_accounting import GaussianDpEvent
+
+            variance = resume.variance
+            events.append(GaussianDpEvent(variance_multiplier))
+        else:
+            totals = yield VarianceStep(components=components, row_norm_bound=row_norm_bound, mean=mean)
+            variance, variance_event = private_variances(
+                totals.projected, totals.total, totals.count, row_norm_bound=bound,
+                noise_multiplier=variance_multiplier, noise=noise, release="explained-variance")
+            del totals
+            events.append(variance_event)
+            emit("explained-variance", n_iter)
     return BlockPowerOutput(components=components, thresholds=np.asarray([thresholds], dtype=np.float64),
                             mean=mean, mean_count=mean_count, variance=variance, events=tuple(events),
-                            row_norm_bound=float(row_norm_bound))
+                            row_norm_bound=float(row_norm_bound), basis=basis)
 
 
 # ------------------------------------------------------------------------------------------------ the planner
@@ -443,6 +628,14 @@ DEFAULT_OVERSAMPLE = 2
 BLOCK_POWER = "adaptive-power-block"
 
 
+def _check_resume(resume: Any) -> BlockPowerState | None:
+    if resume is not None and not isinstance(resume, BlockPowerState):
+        raise InvalidParameterError(
+            f"mechanism={BLOCK_POWER!r} resumes from the BlockPowerState its run wrote; got {type(resume).__name__}"
+        )
+    return resume
+
+
 def plan_block_power(
     params: Any,
     n_cols: int,
@@ -456,6 +649,8 @@ def plan_block_power(
     quantile_share: float = DEFAULT_QUANTILE_SHARE,
     norm_grid: Any = None,
     oversample: int = DEFAULT_OVERSAMPLE,
+    start: np.ndarray | None = None,
+    release_prefix: str = "",
 ) -> Any:
     """Calibrate a block run from public parameters only (a :class:`~dppca_dask.methods.MechanismPlan`).
 
@@ -508,18 +703,33 @@ def plan_block_power(
                             pass_delta=pass_delta)
 
     def make_run(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
-        if resume is not None:
-            raise InvalidParameterError(
-                f"mechanism={BLOCK_POWER!r} does not resume an interrupted run (its T releases are few); run it again"
-            )
+        _check_resume(resume)
         return block_power_run(
             n_cols=n_cols, n_iter=params.n_iter, n_components=params.n_components,
             row_norm_bound=auto if auto is not None else params.row_norm_bound, epsilon_svt=cal["epsilon_svt"],
             noise_multiplier=cal["noise_multiplier"], cutoff=cal["cutoff"], grid=grid, noise=noise,
             svt_form=cal["svt_form"], pass_delta=pass_delta, top_m=top_m, center=center,
             mean_multiplier=mean_multiplier, variance_multiplier=variance_multiplier, on_release=on_release,
-            oversample=oversample,
+            oversample=oversample, resume=resume, start=start, release_prefix=release_prefix,
         )
+
+    def resumed_keys(resume: Any) -> list[str]:
+        if _check_resume(resume) is None:
+            return []
+        keys = []
+        if auto is not None and resume.row_norm_bound is not None:
+            keys.append("row-norm-quantile")
+        if uses_mean and resume.mean is not None:
+            keys.append("mean")
+        if resume.x is not None and start is None:
+            keys.append(release_prefix + "block/init")
+        for t in range(resume.iteration):
+            keys += [release_prefix + block_release_key(t, what) for what in ("svt", "gaussian")]
+        if resume.pending_index is not None:
+            keys.append(release_prefix + block_release_key(resume.iteration, "svt"))
+        if resume.variance is not None:
+            keys.append("explained-variance")
+        return keys
 
     planned: list[Any] = []
     if auto is not None:
@@ -571,6 +781,7 @@ def plan_block_power(
         calibration,
         base.paper_figure,
         params.n_iter,
+        resumed_keys=resumed_keys,
         planned_events=tuple(planned),
         replace_one=(replace_one, power_method + "; the private mean's sensitivity doubles from sqrt(2) to 2 "
                      "(noise multiplier divided by sqrt(2)); the explained variance's stays sqrt(3)"),
@@ -602,7 +813,7 @@ class CentringOptions:
 
 
 #: Mechanisms of :func:`~dppca_dask.pca` that accept ``center`` and ``row_norm_bound="auto"``.
-CENTRING_MECHANISMS = ("adaptive-power", BLOCK_POWER, "analyze-gauss")
+CENTRING_MECHANISMS = ("adaptive-power", BLOCK_POWER, "analyze-gauss", "auto")
 
 
 def centring_options(mechanism: str, center: Any, row_norm_bound: Any) -> tuple[CentringOptions, Any]:
@@ -642,6 +853,10 @@ def plan_with_centring(params: Any, n_cols: int, options: CentringOptions) -> An
         from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
 
         return plan_centred_gauss(params, n_cols, center=options.center, auto_bound=options.auto_bound)
+    if params.mechanism == "auto":
+        from dppca_dask.algorithms.auto_choice import plan_auto
+
+        return plan_auto(params, n_cols, center=options.center, auto_bound=options.auto_bound)
     return plan_block_power(params, n_cols, center=options.center, auto_bound=options.auto_bound)
 
 

@@ -29,16 +29,16 @@ def register(subparsers: Any) -> None:
                    help="analyse layers/NAME of the AnnData file or store instead of X")
     p.add_argument("--epsilon", type=float, required=True, help="total privacy budget epsilon")
     p.add_argument("--delta", type=float, required=True, help="total privacy budget delta")
-    p.add_argument("--mechanism", default="adaptive-power", choices=mechanism_names("pca"),
-                   help=mechanism_help("pca"))
+    p.add_argument("--mechanism", default=None, choices=mechanism_names("pca"),
+                   help=mechanism_help("pca") + " (default: auto)")
     p.add_argument("--n-components", type=int, default=1, help="number of components (default 1)")
     p.add_argument("--n-iter", type=int, default=None, help=f"iterations per component (default {DEFAULT_N_ITER})")
     p.add_argument("--row-norm-bound", type=_bound, default=1.0,
                    help="public L2 clipping bound of rows (default 1), or 'auto': the 90th percentile of the row norms, "
                         "released privately from 5%% of epsilon")
     p.add_argument("--center", choices=("none", "private"), default=None,
-                   help="'private' (default for adaptive-power and analyze-gauss): centre the rows at their private "
-                        "mean (10%% of the budget) and release the explained variance (5%%); 'none': components of "
+                   help="'private' (default for auto, adaptive-power and analyze-gauss): centre the rows at their "
+                        "private mean (10%% of the budget) and release the explained variance (5%%); 'none': components of "
                         "the uncentred rows")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="write a scree plot of the released explained variance ratio (needs matplotlib)")
@@ -226,6 +226,10 @@ def run(args: argparse.Namespace) -> int:
     from dppca_dask.algorithms.block_power import BLOCK_POWER
     from dppca_dask.errors import InvalidParameterError
 
+    if args.mechanism is None:
+        from dppca_dask.methods._params import default_mechanism
+
+        args.mechanism = default_mechanism(args.n_components)
     _check_plot(args.plot)
     center = _center(args)
     if args.plot and not (center or args.row_norm_bound == "auto" or args.mechanism == BLOCK_POWER):

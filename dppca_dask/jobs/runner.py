@@ -19,9 +19,9 @@ Running the same job id again:
 - after success, does nothing (idempotent per job id and date) and reports the existing result;
 - after a crash with a complete result in ``.pending/`` (written, not yet charged): charges it and moves it into
   place, without computing a second release;
-- after a crash or a failure, continues under the same reservation: sequential adaptive power iteration resumes
-  from its last checkpoint without repeating a released iteration (so the total released is exactly one run's),
-  other mechanisms (a centred run, the topic model, ...) start again only if nothing of theirs was released;
+- after a crash or a failure, continues under the same reservation: adaptive power iteration (sequential or block,
+  centred or not) resumes from its last checkpoint without repeating a release (so the total released is exactly
+  one run's); other mechanisms (``auto``, the topic model, ...) start again only if nothing of theirs was released;
 - between the charge and the move of the result, finishes the move.
 
 A result already in the output directory for the job id is never released again, whatever the ledger says.
@@ -374,10 +374,8 @@ def _load_result(spec: JobSpec, output: str) -> Any:
     return load_result(output)
 
 
-def _checkpoint(output: str, job_id: str, fingerprint: str) -> Any:
+def _checkpoint(output: str, job_id: str, fingerprint: str, load_state: Any) -> Any:
     """The released state of an interrupted attempt of ``job_id`` (adaptive power), or None."""
-    from dppca_dask.algorithms.adaptive_power import AdaptivePowerState
-
     path = os.path.join(output, CHECKPOINT)
     if not os.path.exists(path):
         return None
@@ -391,7 +389,7 @@ def _checkpoint(output: str, job_id: str, fingerprint: str) -> Any:
             f"changed since (fingerprint {saved.get('store_fingerprint')}, now {fingerprint}); it cannot resume on "
             "other data. Restore the store, or give the run a new job id (new budget)"
         )
-    return AdaptivePowerState.from_json(saved["state"])
+    return load_state(saved["state"])
 
 
 def run_job(
@@ -477,6 +475,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     from dppca_dask.ledger import CHARGED, RESERVED
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.mechanisms import NoiseSource, default_sampler
+    from dppca_dask.methods import get_mechanism
     from dppca_dask.storage import open_matrix
 
     job_id = spec.job_id(date)
@@ -520,8 +519,9 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     security = _security(spec)
     resume = None
     if resuming:
-        if _resumable(spec):
-            resume = _checkpoint(output, job_id, store.fingerprint)
+        load_state = _state_loader(spec)
+        if load_state is not None:
+            resume = _checkpoint(output, job_id, store.fingerprint, load_state)
         if resume is None and (previous.status == CHARGED or previous.first_release is not None):
             if previous.status == RESERVED:  # released something (a checkpoint, a result being written): spent
                 ledger.charge(dataset, job_id, outcome="failed")
@@ -612,16 +612,20 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     _finalise(output)
     log.info("job %s completed in %.1f s; charged to %s", job_id, time.perf_counter() - t0, dataset)
     status = "resumed-and-completed" if resume is not None else "completed"
-    resumed_from = None if resume is None else resume.component * _n_iter(spec) + resume.iteration
+    resumed_from = None if resume is None else resume.released_iterations(_n_iter(spec))
     return JobOutcome(job_id, status, output, entry, result, resumed_from)
 
 
-def _resumable(spec: JobSpec) -> bool:
-    """Whether the job's run checkpoints its releases and resumes from them: sequential adaptive power iteration
-    (uncentred, fixed bound); a centred run is one block of T releases and starts again instead."""
+def _state_loader(spec: JobSpec) -> Any:
+    """How the job's run reads its checkpoint back, or None for a run that does not resume: the mechanism's own
+    reader, except that a centred adaptive power run (or one with ``row_norm_bound="auto"``) is a block run and
+    checkpoints block states."""
     params = spec.parameters
-    return (spec.mechanism == "adaptive-power" and params.get("center", "none") == "none"
-            and params.get("row_norm_bound") != "auto")
+    name = spec.mechanism
+    if name == "adaptive-power" and (params.get("center", "none") not in ("none", False, None)
+                                     or params.get("row_norm_bound") == "auto"):
+        name = "adaptive-power-block"
+    return get_mechanism(name, spec.kind).load_state
 
 
 def _n_iter(spec: JobSpec) -> int:

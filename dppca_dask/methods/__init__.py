@@ -24,6 +24,7 @@ from dppca_dask.methods.hardt_roth import private_power as _hr_private_power  # 
 
 register(adaptive_power.MECHANISM)
 register(adaptive_power.BLOCK_MECHANISM)
+register(adaptive_power.AUTO_MECHANISM)
 register(analyze_gauss.MECHANISM)
 register(exact.MECHANISM)
 register(_hr_private_power.MECHANISM)

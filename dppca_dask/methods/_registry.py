@@ -54,6 +54,9 @@ class Mechanism:
     """``plan(params, *, n_rows, n_cols) -> plan``: calibration, planned events and the run factory
     (``n_rows`` may be None when the entry point does not know it before the run)."""
     default_n_iter: int | None = None
+    load_state: Callable[[Mapping[str, Any]], Any] | None = None
+    """Reads the released state a run passed to ``on_release`` back from its JSON form (``state.to_json()``), for
+    mechanisms whose interrupted runs resume (a job's checkpoint); None: an interrupted run does not resume."""
 
 
 _REGISTRY: dict[tuple[str, str], Mechanism] = {}

@@ -139,11 +139,23 @@ def _adaptive_events(epsilon_svt: float, svt_delta: float, multiplier: float, co
     return (dp_event.SelfComposedDpEvent(pair, count),)
 
 
+def _load_sequential_state(obj: Any) -> Any:
+    from dppca_dask.algorithms.adaptive_power import AdaptivePowerState
+
+    return AdaptivePowerState.from_json(dict(obj))
+
+
+def _load_block_state(obj: Any) -> Any:
+    from dppca_dask.algorithms.block_power import BlockPowerState
+
+    return BlockPowerState.from_json(dict(obj))
+
+
 MECHANISM = Mechanism(
     name="adaptive-power", entry="pca",
     summary="top components by noisy power iteration, rows of large norm filtered by sparse vector (default)",
     neighbouring=ADD_REMOVE_ROW, private=True, validate=pca_validator("adaptive-power"),
-    plan=pca_planner(_plan_adaptive_power),
+    plan=pca_planner(_plan_adaptive_power), load_state=_load_sequential_state,
 )
 
 
@@ -159,5 +171,21 @@ BLOCK_MECHANISM = Mechanism(
     name="adaptive-power-block", entry="pca",
     summary="k components in one block of T noisy power steps (T releases, not k·T), with explained variance",
     neighbouring=ADD_REMOVE_ROW, private=True, validate=pca_validator("adaptive-power-block"),
-    plan=pca_planner(_plan_block),
+    plan=pca_planner(_plan_block), load_state=_load_block_state,
+)
+
+
+def _plan_auto(params: PCAParameters, n_cols: int) -> MechanismPlan:
+    from dppca_dask.algorithms.auto_choice import plan_auto
+
+    return plan_auto(params, n_cols)
+
+
+#: An accounted choice between block adaptive power and Analyze Gauss from a released pilot threshold.
+AUTO_MECHANISM = Mechanism(
+    name="auto", entry="pca",
+    summary="adaptive-power-block or analyze-gauss, chosen from a private pilot run's released threshold (10% of "
+            "the budget); adaptive power only above max_dense_dim",
+    neighbouring=ADD_REMOVE_ROW, private=True, validate=pca_validator("auto"),
+    plan=pca_planner(_plan_auto),
 )

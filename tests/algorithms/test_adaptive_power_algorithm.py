@@ -160,9 +160,11 @@ def test_coordinator_and_local_executor_agree_for_every_input_type(tmp_path, loc
         warnings.simplefilter("ignore")
         for persist in (True, False):
             results[f"cluster-persist={persist}"] = pca(str(path), epsilon=1.0, delta=1e-6, n_iter=4, seed=seed,
-                                                        client=local_client, persist=persist, progress=False)
+                                                        client=local_client, persist=persist, progress=False,
+                                                        mechanism="adaptive-power")
         for name, data in inputs.items():
-            results[name] = pca(data, epsilon=1.0, delta=1e-6, n_iter=4, seed=seed, client="local", progress=False)
+            results[name] = pca(data, epsilon=1.0, delta=1e-6, n_iter=4, seed=seed, client="local", progress=False,
+                                mechanism="adaptive-power")
     reference = results.pop("path")
     for name, result in results.items():
         np.testing.assert_array_equal(result.thresholds, reference.thresholds, err_msg=name)

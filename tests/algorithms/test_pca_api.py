@@ -56,7 +56,8 @@ def small(rng: np.random.Generator) -> sp.csr_array:
     ({"row_norm_bound": 1e-300}, r"row_norm_bound must be in \[1e-100, 1e\+100\]; got 1e-300"),
     ({"n_iter": 1_000_000}, r"n_iter must be an integer in \[1, 10000\]; got 1000000; a few iterations suffice"),
     ({"n_iter": True}, "n_iter must be an integer >= 1; got True"),
-    ({"n_iter": 5_000, "n_components": 3}, r"n_iter × n_components must be <= 10000; got 5000 × 3 = 15000"),
+    ({"n_iter": 5_000, "n_components": 3, "mechanism": "adaptive-power"},
+     r"n_iter × n_components must be <= 10000; got 5000 × 3 = 15000"),
     ({"n_components": True}, "n_components must be an integer >= 1; got True"),
     ({"beta": 0.0}, r"beta must be in \(0, 1\); got 0.0; e.g. 0.05"),
     ({"svt_share": "x"}, r"svt_share must be a number in \(0, 1\); got 'x'"),
@@ -129,14 +130,14 @@ def test_resume_continues_without_redrawing_and_reports_the_whole_run(small) -> 
 
     with pytest.warns(NotPrivateWarning):
         full = pca(small, epsilon=1.0, delta=1e-6, n_iter=6, n_components=2, seed=9, client="local",
-                   on_release=keep, progress=False)
+                   on_release=keep, progress=False, mechanism="adaptive-power")
     assert len(states) == 2 * 12  # a checkpoint after every release: each SVT step and each Gaussian step
     whole = [s for s in states if s.pending_index is None]
     middle = whole[7]  # component 1, iteration 2 (after 6 + 2 iterations)
     assert (middle.component, middle.iteration) == (1, 2)
     noise = NoiseSource(np.random.default_rng(10), private=True)
     resumed = pca(small, epsilon=1.0, delta=1e-6, n_iter=6, n_components=2, client="local", resume=middle,
-                  noise=noise, progress=False, timings=True)
+                  noise=noise, progress=False, timings=True, mechanism="adaptive-power")
     np.testing.assert_array_equal(resumed.components[0], full.components[0])  # finished before the interruption
     np.testing.assert_array_equal(resumed.thresholds[:, :2], full.thresholds[:, :2])
     assert resumed.privacy.epsilon == pytest.approx(full.privacy.epsilon, rel=1e-9)  # the whole run's events
@@ -156,7 +157,7 @@ def test_resume_between_an_svt_step_and_its_gaussian_step_reuses_the_released_in
 
     first = AuditingNoiseSource(3)
     full = pca(small, epsilon=1.0, delta=1e-6, n_iter=4, n_components=2, client="local", noise=first,
-               on_release=keep, progress=False)
+               on_release=keep, progress=False, mechanism="adaptive-power")
     pending = [(s, e) for s, e in states if s.pending_index is not None]
     assert len(pending) == 8
     crash, events_at_crash = pending[5]  # component 1, iteration 1: its SVT released, its Gaussian not
@@ -168,7 +169,7 @@ def test_resume_between_an_svt_step_and_its_gaussian_step_reuses_the_released_in
 
     second = AuditingNoiseSource(4)
     resumed = pca(small, epsilon=1.0, delta=1e-6, n_iter=4, n_components=2, client="local", noise=second,
-                  resume=crash, progress=False)
+                  resume=crash, progress=False, mechanism="adaptive-power")
     svt_draws = [r.release for r in second.records if r.kind == "svt"]
     assert svt_draws == ["component-1/iter-2/svt", "component-1/iter-3/svt"]  # no second draw of iter-1
     gauss_draws = [r.release for r in second.records if r.kind == "gaussian"]
@@ -280,7 +281,7 @@ def test_pca_command_timings_only_on_request_and_parameter_abuse_exit_2(tmp_path
     assert main(["pca", str(path), "--epsilon", "1", "--delta", "1e-6", "--json", "--scheduler", address]) == 0
     assert "timings" not in json.loads(capsys.readouterr().out)
     assert main(["pca", str(path), "--epsilon", "1", "--delta", "1e-6", "--json", "--timings",
-                 "--scheduler", address]) == 0
+                 "--mechanism", "adaptive-power", "--scheduler", address]) == 0
     timings = json.loads(capsys.readouterr().out)["timings"]
     assert "NOT covered by the privacy guarantee" in timings["note"] and len(timings["iterations"]) == 5
     assert main(["pca", str(path), "--epsilon", "1", "--delta", "1e-6", "--timings", "--scheduler", address]) == 0
@@ -299,7 +300,7 @@ def test_pca_command_timings_only_on_request_and_parameter_abuse_exit_2(tmp_path
 def test_paper_calibration_uses_the_papers_svt_scales(small) -> None:
     noise = AuditingNoiseSource(5)
     result = pca(small, epsilon=1.0, delta=1e-6, n_iter=2, client="local", noise=noise, calibration="paper",
-                 progress=False)
+                 progress=False, mechanism="adaptive-power")
     cal = result.provenance["calibration"]
     eps_svt = cal["epsilon_svt"]
     assert cal["svt_form"] == "general"

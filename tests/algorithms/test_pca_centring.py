@@ -51,7 +51,7 @@ def test_centred_noise_off_through_pca_equals_scikit_learn(rows: np.ndarray) -> 
 
 def test_released_statistics_in_json_and_on_disk(rows: np.ndarray, tmp_path, seed: int) -> None:
     result = pca(rows, epsilon=1.0, delta=1e-6, n_components=3, center="private", row_norm_bound="auto",
-                 client="local", noise=AuditingNoiseSource(seed), progress=False)
+                 client="local", noise=AuditingNoiseSource(seed), progress=False, mechanism="adaptive-power")
     out = json.loads(json.dumps(result.to_dict()))
     for key in ("explained_variance", "explained_variance_ratio", "singular_values", "mean"):
         assert len(out[key]) == (30 if key == "mean" else 3)
@@ -67,7 +67,8 @@ def test_released_statistics_in_json_and_on_disk(rows: np.ndarray, tmp_path, see
     back = load_result(tmp_path / "r")
     np.testing.assert_array_equal(back.explained_variance, result.explained_variance)
     np.testing.assert_array_equal(back.mean, result.mean)
-    plain = pca(rows, epsilon=1.0, delta=1e-6, client="local", noise=AuditingNoiseSource(seed), progress=False)
+    plain = pca(rows, epsilon=1.0, delta=1e-6, client="local", noise=AuditingNoiseSource(seed), progress=False,
+                mechanism="adaptive-power")
     assert plain.mean is None and plain.explained_variance is None and "mean" not in plain.to_dict()
 
 
@@ -97,11 +98,14 @@ def test_cli_centres_by_default_and_writes_a_scree_plot(rows: np.ndarray, tmp_pa
                  "--scheduler", "local", "--row-norm-bound", "auto", "--plot", str(plot)])
     assert code == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert out["mechanism"] == "adaptive-power-block" and len(out["explained_variance_ratio"]) == 3
+    # the default mechanism, auto, releases the components of the one it chose, centred, with their variance
+    assert out["mechanism"] in ("adaptive-power-block", "analyze-gauss") and len(out["explained_variance_ratio"]) == 3
     assert out["provenance"]["parameters"]["center"] == "private" and len(out["mean"]) == 30
+    assert out["provenance"]["parameters"]["mechanism"] == "auto"
+    assert out["extras"]["auto"]["chosen"] == out["mechanism"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["pca", str(store), "--epsilon", "1", "--delta", "1e-6", "--center", "none", "--json",
-                 "--scheduler", "local"]) == 0
+                 "--mechanism", "adaptive-power", "--scheduler", "local"]) == 0
     plain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert plain["mechanism"] == "adaptive-power" and "explained_variance" not in plain
 

@@ -40,15 +40,18 @@ sys.exit(main(sys.argv[2:]))
 MECHANISMS = {
     "analyze-gauss": {"name": "analyze-gauss"},
     "adaptive-power": {"name": "adaptive-power", "n_iter": 2, "center": "none"},  # sequential: resumes
+    "adaptive-power-block": {"name": "adaptive-power-block", "n_iter": 2, "n_components": 2},  # centred block
     "private-low-rank": {"name": "private-low-rank", "rank": 2},
     "randomized-response": {"name": "randomized-response", "rank": 2},
     "private-power": {"name": "private-power", "n_iter": 2, "coherence": 300.0},
 }
 POINTS = ("reserved", "computed", "noted", "pending-written", "pending-complete", "charged")
 #: Run by default (about 30 s); the whole matrix (about 5 minutes on 2 cores) is marked slow.
-FAST = {("analyze-gauss", "computed"), ("analyze-gauss", "pending-complete"), ("private-low-rank", "pending-written")}
+FAST = {("analyze-gauss", "computed"), ("analyze-gauss", "pending-complete"), ("private-low-rank", "pending-written"),
+        ("adaptive-power-block", "noted")}
 CASES = [pytest.param(m, p, marks=() if (m, p) in FAST else pytest.mark.slow)
-         for m in MECHANISMS for p in POINTS] + [pytest.param("adaptive-power", "checkpoint", marks=pytest.mark.slow)]
+         for m in MECHANISMS for p in POINTS] + [pytest.param(m, "checkpoint", marks=pytest.mark.slow)
+                                                 for m in ("adaptive-power", "adaptive-power-block")]
 
 
 def _identity(directory: Path, lowrank: bool) -> str | None:
@@ -94,7 +97,7 @@ def test_a_kill_at_every_point_leaves_one_release_per_charge(tmp_path: Path, sma
     # Killed after the release was recorded but before the result was complete: the re-run refuses (exit 3)
     # rather than release again, and the ledger keeps the charge; adaptive power iteration instead resumes from
     # its checkpoint of released iterates (no new noise for them). Otherwise the re-run completes.
-    resumes = mechanism == "adaptive-power" and point in ("checkpoint", "computed", "noted", "pending-written")
+    resumes = mechanism.startswith("adaptive-power") and point in ("checkpoint", "computed", "noted", "pending-written")
     expected = 3 if point in ("noted", "pending-written") and not resumes else 0
     assert code == expected, captured.err
     if code == 0:

@@ -135,8 +135,12 @@ def test_crash_between_charge_and_result_is_finished_by_a_rerun(tmp_path: Path, 
     assert json.loads((out / "result.json").read_text()) == before and not (out / ".pending").exists()
 
 
+@pytest.mark.parametrize("mechanism", [
+    pytest.param({"name": "adaptive-power"}, id="sequential"),
+    pytest.param({"name": "adaptive-power-block", "n_components": 2}, id="block", marks=pytest.mark.slow),
+])
 def test_coordinator_killed_mid_job_resumes_from_its_last_release(tmp_path: Path, local_client,
-                                                                 write_spec) -> None:
+                                                                 write_spec, mechanism: dict) -> None:
     """SIGKILL the job process after some releases; the re-run continues under the same reservation from the
     checkpoint, keeps the released iterations (same thresholds) and is charged once."""
     from dppca_dask.datasets import PlantedSpec, write_low_coherence
@@ -146,7 +150,7 @@ def test_coordinator_killed_mid_job_resumes_from_its_last_release(tmp_path: Path
                                            signal_share=0.02, seed=3), rows_per_partition=12_000, progress=False)
     declare_schema(store)
     n_iter = 40
-    spec = write_spec(base_doc(tmp_path, str(store), n_iter=n_iter, persist=False))
+    spec = write_spec(base_doc(tmp_path, str(store), **{**mechanism, "n_iter": n_iter, "persist": False}))
     args = [sys.executable, "-m", "dppca_dask", "run", str(spec), "--scheduler", local_client.scheduler.address,
             "--date", "2026-01-01"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -188,7 +192,17 @@ def test_coordinator_killed_mid_job_resumes_from_its_last_release(tmp_path: Path
     thresholds = result["thresholds"][0]
     assert len(thresholds) == n_iter
     assert thresholds[:done] == saved["state"]["thresholds"][0]  # released values reused, not redrawn
-    assert result["privacy"]["epsilon"] == pytest.approx(0.8, rel=1e-3)  # as private as an uninterrupted run
+    # as private as an uninterrupted run: the report composes the events the plan reserved
+    from dppca_dask.accounting import event_to_json, summarise_events
+    from dppca_dask.api import plan_release
+
+    plan = plan_release(400, epsilon=0.8, delta=1e-7, mechanism=mechanism["name"], n_iter=n_iter,
+                        n_components=mechanism.get("n_components", 1))
+    assert result["privacy"]["events"] == json.loads(json.dumps([event_to_json(e)
+                                                                 for e in summarise_events(plan.events)]))
+    assert result["privacy"]["epsilon"] <= 0.8 + 1e-9
+    if mechanism["name"] == "adaptive-power":
+        assert result["privacy"]["epsilon"] == pytest.approx(0.8, rel=1e-3)
     assert not checkpoint.exists()
 
 

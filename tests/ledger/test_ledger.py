@@ -62,7 +62,7 @@ def test_refusal_names_requested_spent_remaining_and_total_and_is_recorded(tmp_p
 
 def test_pld_composition_is_tighter_than_adding_epsilons(tmp_path: Path) -> None:
     """Four (0.5, 1e-7) adaptive-power runs fit a total of (1, 1e-6): their sum of ε is 2."""
-    plan = plan_release(300, epsilon=0.5, delta=1e-7)
+    plan = plan_release(300, epsilon=0.5, delta=1e-7, mechanism="adaptive-power")
     ledger = _new(tmp_path / "ledger.sqlite")
     for i in range(4):
         _reserve(ledger, f"run-{i}", list(plan.events), eps=0.5, delta=1e-7)

@@ -298,7 +298,7 @@ def test_a_tiny_pure_epsilon_reserves_in_under_a_second_and_never_under_reports(
     ledger = Ledger.create(tmp_path / "ledger.sqlite")
     ledger.init_dataset("ds", total_epsilon=10.0, total_delta=1e-6)
     tiny = [EpsilonDeltaDpEvent(1e-5), dp_event.GaussianDpEvent(6.0)]
-    plan = list(plan_release(300, epsilon=0.5, delta=1e-7, n_iter=3).events)
+    plan = list(plan_release(300, epsilon=0.5, delta=1e-7, n_iter=3, mechanism="adaptive-power").events)
     ledger.reserve("ds", "first", epsilon=0.5, delta=1e-7, events=plan, mechanism="m", neighbouring=ROW)
     started = time.perf_counter()
     ledger.reserve("ds", "tiny", epsilon=1.0, delta=0.0, events=tiny, mechanism="m", neighbouring=ROW)

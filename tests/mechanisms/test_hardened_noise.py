@@ -326,7 +326,8 @@ def test_pca_run_with_hardened_default_is_private(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(hardened, "_draw", counting_draw)
     monkeypatch.setenv(SAMPLER_ENV, "hardened")
-    result = dppca_dask.pca(matrix, epsilon=1.0, delta=1e-6, client="local", progress=False)
+    result = dppca_dask.pca(matrix, epsilon=1.0, delta=1e-6, client="local", progress=False,
+                            mechanism="adaptive-power")
     assert result.private and result.components.shape == (1, 20)
     assert result.provenance["noise_sampler"] == "hardened"
     # default T = 5: a start vector, then per iteration the SVT (ρ, then ν) and the Gaussian step

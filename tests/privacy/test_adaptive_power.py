@@ -42,7 +42,8 @@ PART_ROWS = (N_LOW - 1_000) // OTHER_PARTS  # 300; partition 0 holds the H filte
 GRID = ThresholdGrid.for_bound(1.0)
 INDEX = 40  # the released grid index on both neighbours
 THETA = float(GRID.thetas[INDEX])
-PARAMS: dict[str, Any] = {"epsilon": 1.0, "delta": 1e-6, "beta": 1e-6, "progress": False}
+PARAMS: dict[str, Any] = {"epsilon": 1.0, "delta": 1e-6, "beta": 1e-6, "progress": False,
+                          "mechanism": "adaptive-power"}
 
 
 def _x0(seed: int) -> np.ndarray:
@@ -168,7 +169,7 @@ def test_passes_task_names_logs_and_fields_match_on_a_local_cluster(
     assert np.shape(da_["thresholds"]) == np.shape(db_["thresholds"]) == (1, 3)
     assert da_["privacy"] == db_["privacy"]  # computed from public parameters only
     # the events the run emitted are what the ledger reserves (plan_release)
-    plan = plan_release(D, epsilon=1.0, delta=1e-6, n_iter=3, beta=1e-6)
+    plan = plan_release(D, epsilon=1.0, delta=1e-6, n_iter=3, beta=1e-6, mechanism="adaptive-power")
     planned = [event_to_json(e) for e in summarise_events(plan.events)]
     assert ra.privacy.events == tuple(planned) == rb.privacy.events
 
@@ -178,7 +179,8 @@ def test_planned_events_are_the_emitted_events_under_either_calibration(seed: in
     base, _ = _dataset(seed)
     result = pca(_dask(base[:2_000]), n_iter=2, client="local", noise=AuditingNoiseSource(seed),
                  calibration=calibration, **PARAMS)
-    plan = plan_release(D, epsilon=1.0, delta=1e-6, n_iter=2, beta=1e-6, calibration=calibration)
+    plan = plan_release(D, epsilon=1.0, delta=1e-6, n_iter=2, beta=1e-6, calibration=calibration,
+                        mechanism="adaptive-power")
     assert result.privacy.events == tuple(event_to_json(e) for e in summarise_events(plan.events))
 
 

@@ -160,10 +160,10 @@ def test_task_names_logs_and_fields_match_on_a_local_cluster(local_client: Any, 
     assert ra.privacy.epsilon <= 1.0
 
 
-def test_block_run_refuses_to_resume(seed: int) -> None:
+def test_block_run_refuses_to_resume_from_another_state(seed: int) -> None:
     from dppca_dask.errors import InvalidParameterError
 
     base, _ = _dataset(seed)
     noise = AuditingNoiseSource(seed)
-    with pytest.raises(InvalidParameterError, match="does not resume an interrupted run"):
+    with pytest.raises(InvalidParameterError, match="resumes from the BlockPowerState"):
         pca(_dask(base[:1000]), n_iter=1, client="local", noise=noise, resume=object(), **PARAMS)

@@ -24,6 +24,9 @@ JOB_MECHANISMS = [
     ("adaptive-power", {"n_iter": 2, "center": "private", "row_norm_bound": "auto"}),
     ("analyze-gauss", {"center": "none"}),
     ("analyze-gauss", {}),  # centred by default
+    ("auto", {"n_iter": 2}),  # centred by default: the mean, the pilot and the chosen release
+    ("auto", {"n_iter": 2, "center": "none"}),
+    ("adaptive-power-block", {"n_iter": 2, "n_components": 2}),
     ("private-power", {"n_iter": 3, "coherence": 400.0}),
     ("private-power", {"n_iter": 2, "c_doubling": True}),
     ("private-low-rank", {"rank": 2}),

@@ -16,11 +16,12 @@ from dppca_dask.methods import _registry
 
 
 def test_entries_list_their_mechanisms_in_registration_order() -> None:
-    assert mechanism_names("pca") == ("adaptive-power", "adaptive-power-block", "analyze-gauss", "exact",
+    assert mechanism_names("pca") == ("adaptive-power", "adaptive-power-block", "auto", "analyze-gauss", "exact",
                                       "private-power")
     assert mechanism_names("lowrank") == ("private-low-rank", "randomized-response", "private-power")
     assert api.mechanisms() == mechanism_names("pca")
-    assert spec.PCA_JOB_MECHANISMS == ("adaptive-power", "adaptive-power-block", "analyze-gauss", "private-power")
+    assert spec.PCA_JOB_MECHANISMS == ("adaptive-power", "adaptive-power-block", "auto", "analyze-gauss",
+                                       "private-power")
     assert spec.LOWRANK_JOB_MECHANISMS == ("private-low-rank", "randomized-response")
     for entry in ("pca", "lowrank"):
         for name in mechanism_names(entry):

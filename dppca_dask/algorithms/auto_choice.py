@@ -1,0 +1,244 @@
+"""``mechanism="auto"``: an accounted choice between block adaptive power iteration and Analyze Gauss.
+
+Adaptive power adds noise of std ``m·θ`` per coordinate of ``A(t)X`` (m: its noise multiplier for T iterations,
+θ: the released filter threshold); Analyze Gauss adds noise of std ``σ·(c + r)²`` per entry of the Gram matrix
+(σ: its multiplier for one release, ``(c + r)²``: the Gram's sensitivity). Both errors are, to first order, the
+noise projected on the top directions over the eigen-gap — the same gap for both — so the mechanism with the
+smaller noise per entry wins (the seed 004 spec's §5: adaptive power wins by the factor ≈ ``(σ(c+r)²/(mθ))²`` when
+θ settles far below c², and loses when θ stays near c²). θ is the one unknown, and it is private: the run
+releases it first.
+
+1. (``row_norm_bound="auto"``) the bound c, (``center="private"``) the mean, each once, as in a block run;
+2. the *pilot*: a block run of :data:`DEFAULT_PILOT_ITER` iterations from the public share
+   :data:`DEFAULT_DECISION_SHARE` of (ε, δ) (its own release keys ``decision/...``); its last released threshold θ̂
+   estimates the threshold a full run would settle at;
+3. the *decision*, post-processing of θ̂ and public constants: adaptive power when ``m·θ̂ ≤ γ·σ·(c + r)²``
+   (γ = :data:`DEFAULT_GAMMA`), else Analyze Gauss;
+4. the chosen mechanism with the rest of the budget (its explained variance included), centred at the released
+   mean; adaptive power starts from the pilot's released iterate (post-processing), so the pilot's iterations are
+   not lost when it wins.
+
+For ``d`` above ``max_dense_dim`` Analyze Gauss cannot run, and ``auto`` is block adaptive power with the whole
+budget: that branch depends on the public d only.
+
+Privacy contract: add/remove one row. Events, in order: the quantile's and the mean's (as in
+:func:`~dppca_dask.algorithms.block_power.plan_block_power`), the pilot's T_p pairs of AboveThreshold and Gaussian
+events (the decision costs nothing more: it is post-processing of the pilot's released θ), then one
+``EpsilonDeltaDpEvent(ε_main, δ_main)`` for the chosen mechanism. Both branches are calibrated from public
+parameters to be (ε_main, δ_main)-DP (their own events compose to at most that: calibration never overshoots and
+their parts are split by basic composition), so the event does not depend on the branch, and the ledger reserves
+exactly the events the run emits. The parts compose to at most the user's total by basic composition; the report
+composes the events with the PLD accountant. What the run does after the decision (Analyze Gauss's dense Gram
+pass, or adaptive power's T passes) depends on the data only through the released decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from dppca_dask.algorithms.block_power import (
+    DEFAULT_MEAN_SHARE,
+    DEFAULT_NORM_QUANTILE,
+    DEFAULT_QUANTILE_SHARE,
+    AutoBound,
+    BlockPowerOutput,
+    MeanStep,
+    NormCounts,
+    centred_bound,
+    plan_block_power,
+)
+from dppca_dask.algorithms.requests import AlgorithmRun
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.mechanisms import NoiseSource
+
+__all__ = ["AUTO", "DEFAULT_DECISION_SHARE", "DEFAULT_GAMMA", "DEFAULT_PILOT_ITER", "plan_auto"]
+
+#: The mechanism's name in the registry.
+AUTO = "auto"
+#: Public share of the user's (ε, δ) spent on the pilot whose released threshold decides.
+DEFAULT_DECISION_SHARE = 0.1
+#: Iterations of the pilot.
+DEFAULT_PILOT_ITER = 2
+#: Adaptive power is chosen when its predicted noise per entry ``m·θ̂`` is at most γ times Analyze Gauss's.
+DEFAULT_GAMMA = 1.0
+
+
+def plan_auto(
+    params: Any,
+    n_cols: int,
+    *,
+    center: str | np.ndarray | None = None,
+    auto_bound: bool = False,
+    decision_share: float = DEFAULT_DECISION_SHARE,
+    pilot_iter: int = DEFAULT_PILOT_ITER,
+    gamma: float = DEFAULT_GAMMA,
+    mean_share: float = DEFAULT_MEAN_SHARE,
+    quantile_share: float = DEFAULT_QUANTILE_SHARE,
+    quantile: float = DEFAULT_NORM_QUANTILE,
+) -> Any:
+    """Calibrate ``mechanism="auto"`` from public parameters only (see the module docstring)."""
+    from dp_accounting import GaussianDpEvent
+
+    from dppca_dask import accounting
+    from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
+    from dppca_dask.mechanisms.quantile import NormGrid
+    from dppca_dask.methods._registry import MechanismPlan
+
+    if params.calibration != "standard":
+        raise InvalidParameterError(
+            f"mechanism={AUTO!r} needs calibration='standard' (its chosen release is reported as the (epsilon, delta) "
+            f"it is calibrated to); got calibration={params.calibration!r}; name the mechanism to reproduce a paper"
+        )
+    block_params = dataclasses.replace(params, mechanism="adaptive-power-block")
+    if n_cols > params.max_dense_dim:  # Analyze Gauss cannot run: a decision on the public d alone
+        plan = plan_block_power(block_params, n_cols, center=center, auto_bound=auto_bound, mean_share=mean_share,
+                                quantile_share=quantile_share, quantile=quantile)
+        inner = plan.make_run
+
+        def make_block(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
+            return _labelled(inner(noise, on_release, resume), {
+                "chosen": "adaptive-power-block",
+                "rule": f"d = {n_cols} > max_dense_dim = {params.max_dense_dim}: Analyze Gauss cannot run"})
+
+        plan.make_run = make_block
+        plan.calibration = {**dict(plan.calibration), "auto": {"rule": "d above max_dense_dim"}}
+        return plan
+
+    if not (0.0 < decision_share < 1.0):
+        raise InvalidParameterError(f"decision_share must be in (0, 1); got {decision_share}")
+    uses_mean = isinstance(center, str)
+    used = decision_share + (mean_share if uses_mean else 0.0)
+    used_epsilon = used + (quantile_share if auto_bound else 0.0)
+    if used_epsilon >= 1.0:
+        raise InvalidParameterError(
+            f"the decision, mean and quantile shares must leave budget for the release; got {used_epsilon:g}")
+    epsilon_main, delta_main = params.epsilon * (1.0 - used_epsilon), params.delta * (1.0 - used)
+    pilot_params = dataclasses.replace(block_params, epsilon=params.epsilon * decision_share,
+                                       delta=params.delta * decision_share, n_iter=pilot_iter)
+    main_params = dataclasses.replace(block_params, epsilon=epsilon_main, delta=delta_main)
+    mean_multiplier = (accounting.calibrate_gaussian(epsilon=params.epsilon * mean_share,
+                                                     delta=params.delta * mean_share) if uses_mean else None)
+    auto = (AutoBound(grid=NormGrid(), quantile=quantile, epsilon=params.epsilon * quantile_share)
+            if auto_bound else None)
+    given = None if center is None or uses_mean else np.asarray(center, dtype=np.float64)
+    # the calibrations do not depend on the released bound or mean (only the grids do): plan them once here
+    probe_center = given if given is not None else (np.zeros(n_cols) if uses_mean else None)
+    pilot_probe = plan_block_power(pilot_params, n_cols, center=probe_center, explained_variance=False,
+                                   release_prefix="decision/")
+    block_probe = plan_block_power(main_params, n_cols, center=probe_center)
+    gauss_probe = plan_centred_gauss(main_params, n_cols, center=probe_center)
+    power_multiplier = float(block_probe.calibration["noise_multiplier"])
+    gauss_multiplier = float(gauss_probe.calibration["noise_multiplier"])
+    main_event = accounting.EpsilonDeltaDpEvent(epsilon_main, delta_main)
+
+    def make_run(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
+        if resume is not None:
+            raise InvalidParameterError(f"mechanism={AUTO!r} does not resume an interrupted run; run it again")
+        return auto_run(n_cols=n_cols, params=params, pilot_params=pilot_params, main_params=main_params,
+                        center=center, auto=auto, mean_multiplier=mean_multiplier, gamma=gamma,
+                        power_multiplier=power_multiplier, gauss_multiplier=gauss_multiplier,
+                        main_event=main_event, noise=noise, on_release=on_release)
+
+    planned: list[Any] = []
+    if auto is not None:
+        planned.append(accounting.EpsilonDeltaDpEvent(auto.epsilon, 0.0))
+    if mean_multiplier is not None:
+        planned.append(GaussianDpEvent(mean_multiplier))
+    planned.extend(pilot_probe.planned_events or ())
+    planned.append(main_event)
+    calibration = {
+        "auto": {"decision_share": decision_share, "pilot_iter": pilot_iter, "gamma": gamma,
+                 "rule": "adaptive-power-block if m * theta_pilot <= gamma * sigma * (c + r)^2, else analyze-gauss",
+                 "power_noise_multiplier": power_multiplier, "gauss_noise_multiplier": gauss_multiplier,
+                 "main": {"epsilon": epsilon_main, "delta": delta_main}},
+        "pilot": dict(pilot_probe.calibration),
+        "mean_noise_multiplier": mean_multiplier,
+        "center": "private" if uses_mean else ("given" if given is not None else "none"),
+        "row_norm_quantile": None if auto is None else {"quantile": quantile, "epsilon": auto.epsilon,
+                                                        "grid": auto.grid.to_json()},
+        "shares": {"row_norm_quantile_epsilon": quantile_share if auto_bound else 0.0,
+                   "mean": mean_share if uses_mean else 0.0, "decision": decision_share,
+                   "release_epsilon": 1.0 - used_epsilon, "release_delta": 1.0 - used},
+    }
+    return MechanismPlan(make_run, pilot_probe.neighbouring, calibration, None, pilot_iter + params.n_iter,
+                         planned_events=tuple(planned))
+
+
+def _labelled(run: Any, decision: dict[str, Any]) -> AlgorithmRun[BlockPowerOutput]:
+    output = yield from run
+    return dataclasses.replace(output, mechanism=decision["chosen"], decision=decision)
+
+
+def auto_run(
+    *,
+    n_cols: int,
+    params: Any,
+    pilot_params: Any,
+    main_params: Any,
+    center: str | np.ndarray | None,
+    auto: AutoBound | None,
+    mean_multiplier: float | None,
+    gamma: float,
+    power_multiplier: float,
+    gauss_multiplier: float,
+    main_event: Any,
+    noise: NoiseSource,
+    on_release: Callable[..., None] | None = None,
+) -> AlgorithmRun[BlockPowerOutput]:
+    """The run of ``mechanism="auto"`` as a generator of requests (see the module docstring).
+
+    ``on_release`` receives the released states of the pilot's and the chosen block run's iterations (progress);
+    the events passed with them are those of the inner run (a resume is not offered)."""
+    from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
+    from dppca_dask.mechanisms.centred import private_mean
+
+    events: list[Any] = []
+    bound = float(params.row_norm_bound)
+    if auto is not None:  # Step 1: the bound, as a block run releases it
+        from dppca_dask.mechanisms.quantile import private_quantile
+
+        counted = yield NormCounts(candidates=auto.grid.values)
+        bound, quantile_event = private_quantile(counted.counts, counted.count, grid=auto.grid,
+                                                 quantile=auto.quantile, epsilon=auto.epsilon, noise=noise)
+        del counted
+        events.append(quantile_event)
+    mean: np.ndarray | None = None if center is None or isinstance(center, str) else np.asarray(center, float)
+    mean_count = None
+    if isinstance(center, str):  # the mean, once; both later runs use it as a given (released) centre
+        assert mean_multiplier is not None
+        totals = yield MeanStep(row_norm_bound=bound)
+        mean, mean_count, mean_event = private_mean(totals.total, totals.count, row_norm_bound=bound,
+                                                    noise_multiplier=mean_multiplier, noise=noise, release="mean")
+        del totals
+        events.append(mean_event)
+        length = float(np.linalg.norm(mean))
+        if length > bound:  # post-processing: the true mean of rows of norm <= c has norm <= c
+            mean = mean * (bound / length)
+    pilot_params = dataclasses.replace(pilot_params, row_norm_bound=bound)
+    main_params = dataclasses.replace(main_params, row_norm_bound=bound)
+    # Step 2: the pilot
+    pilot = plan_block_power(pilot_params, n_cols, center=mean, explained_variance=False, release_prefix="decision/")
+    pilot_out = yield from pilot.make_run(noise, on_release, None)
+    events.extend(pilot_out.events)
+    theta = float(pilot_out.thresholds[0, -1])
+    sensitivity = centred_bound(bound, mean) ** 2
+    # Step 3: the decision (post-processing of the released θ and public constants)
+    predicted_power, predicted_gauss = power_multiplier * theta, gauss_multiplier * sensitivity
+    chosen = "adaptive-power-block" if predicted_power <= gamma * predicted_gauss else "analyze-gauss"
+    decision = {"chosen": chosen, "pilot_thresholds": [float(t) for t in pilot_out.thresholds[0]],
+                "predicted_noise": {"adaptive-power-block": predicted_power, "analyze-gauss": predicted_gauss},
+                "gamma": gamma}
+    # Step 4: the chosen mechanism, with the rest of the budget
+    if chosen == "analyze-gauss":
+        plan = plan_centred_gauss(main_params, n_cols, center=mean)
+    else:
+        plan = plan_block_power(main_params, n_cols, center=mean, start=pilot_out.basis.T)
+    output = yield from plan.make_run(noise, on_release, None)
+    events.append(main_event)  # the branch's own events compose to at most this, whichever branch ran
+    return dataclasses.replace(output, mean=mean if isinstance(center, str) else output.mean, mean_count=mean_count,
+                               events=tuple(events), row_norm_bound=bound, mechanism=chosen, decision=decision)
+
