@@ -620,6 +620,8 @@ def _state_loader(spec: JobSpec) -> Any:
     """How the job's run reads its checkpoint back, or None for a run that does not resume: the mechanism's own
     reader, except that a centred adaptive power run (or one with ``row_norm_bound="auto"``) is a block run and
     checkpoints block states."""
+    from dppca_dask.methods import get_mechanism
+
     params = spec.parameters
     name = spec.mechanism
     if name == "adaptive-power" and (params.get("center", "none") not in ("none", False, None)
