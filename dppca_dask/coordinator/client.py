@@ -648,8 +648,8 @@ class InProcessClient:
     """Runs the coordinator's tasks in this process, on a pool of threads, without distributed.
 
     It offers the part of ``distributed.Client`` that :class:`~dppca_dask.coordinator.driver.Coordinator` and the
-    preflight use (``submit`` with keys and futures as arguments, ``compute`` of a ``Delayed``,
-    ``scheduler_info``), so a run goes through the same coordinator code: the same tasks, the same tree
+    preflight use (``submit`` with keys and futures as arguments, ``compute`` of a ``Delayed``, ``scatter``,
+    ``gather``, ``scheduler_info``), so a run goes through the same coordinator code: the same tasks, the same tree
     reduction, the same passes, only without the scheduler's processes and their start-up. Tasks run in the order
     they are submitted (a first-in, first-out queue); a task waits for the futures among its arguments, which were
     all submitted before it, so the queue always makes progress. The kernels release the GIL in scipy and numpy,
@@ -661,7 +661,7 @@ class InProcessClient:
         Threads of the pool (default: configuration ``dppca_dask.executor.threads``, else
         ``dask.system.CPU_COUNT``).
     memory_limit
-        Bytes the run may keep in memory, reported to the coordinator's persist decision as one worker's limit
+        Bytes the run may keep in memory, reported by :meth:`scheduler_info` as its one worker's limit
         (default: the machine's memory).
     """
 
@@ -685,10 +685,11 @@ class InProcessClient:
         self._pool: Any = ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix="dppca-task")
 
     def submit(self, func: Any, *args: Any, key: str | None = None, retries: int | None = None,
-               **kwargs: Any) -> _InProcessFuture:
+               workers: Any = None, allow_other_workers: bool = False, **kwargs: Any) -> _InProcessFuture:
         """Queue ``func(*args, **kwargs)``; futures among the arguments are replaced by their results first.
-        ``retries`` is accepted for the coordinator's sake: a task here has no worker to lose."""
-        del retries
+        ``retries`` and the placement options (``workers``, ``allow_other_workers``) are accepted for the
+        coordinator's sake: here there is one worker, this process, and no worker to lose."""
+        del retries, workers, allow_other_workers
 
         def call() -> Any:
             return func(*_resolve(args), **_resolve(kwargs))
@@ -700,6 +701,15 @@ class InProcessClient:
     def compute(self, collection: Any) -> _InProcessFuture:
         """A future of a Dask collection computed with Dask's synchronous scheduler in a thread of the pool."""
         return self.submit(lambda: collection.compute(scheduler="sync"), key="compute")
+
+    def scatter(self, data: Any, workers: Any = None, hash: bool = True, **kwargs: Any) -> Any:  # noqa: A002
+        """The data itself: it is already where the tasks run."""
+        del workers, hash, kwargs
+        return data
+
+    def gather(self, futures: Any) -> Any:
+        """The results of ``futures`` (a future, or a list of them), in order."""
+        return _resolve(futures)
 
     def scheduler_info(self, n_workers: int = -1) -> dict[str, Any]:
         """One worker, this process, with :attr:`memory_limit`."""

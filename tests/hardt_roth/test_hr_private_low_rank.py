@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -131,7 +132,8 @@ def test_projection_sensitivity_brute_force(rng: np.random.Generator) -> None:
     w, _ = np.linalg.qr(rng.standard_normal((m, k)))
     a = rng.standard_normal((m, n))
     alphas = np.max(np.abs(w), axis=0)
-    executor = LocalExecutor(as_source(a))
+    with dask.config.set({"dppca_dask.in-memory-partitions": 1}):  # all m rows in partition 0
+        executor = LocalExecutor(as_source(a))
     base = executor.execute(LeftProjection(left={0: w})).total.T
     np.testing.assert_allclose(base, w.T @ a, atol=1e-12)
     for i in range(m):

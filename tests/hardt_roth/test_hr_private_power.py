@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -84,7 +85,8 @@ def test_embedding_product_equals_the_explicit_embedding(rng: np.random.Generato
     a = sp.random(23, 9, density=0.4, random_state=np.random.default_rng(5), format="csr")
     embedded = sp.bmat([[None, a], [a.T, None]]).toarray()
     x = rng.standard_normal(32)
-    executor = LocalExecutor(as_source(a))
+    with dask.config.set({"dppca_dask.in-memory-partitions": 1}):  # all 23 rows in partition 0
+        executor = LocalExecutor(as_source(a))
     offsets = [0, 23]
     agg = executor.execute(EmbeddedProduct(x_cols=x[23:], x_rows={0: x[offsets[0] : offsets[1]]}))
     np.testing.assert_allclose(np.concatenate([assemble(agg), agg.total]), embedded @ x, atol=1e-12)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dask
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -140,7 +141,8 @@ def test_preflight_everywhere(tmp_path: Path, local_client) -> None:
         assert preflight(coordinator.source, coordinator) == 3
     with Coordinator(local_client, as_source(good), persist=False) as coordinator:
         assert preflight(coordinator.source, coordinator) == 3
-    assert preflight(np.ones((3, 2)), LocalExecutor(as_source(np.ones((3, 2))))) == 1
+    with dask.config.set({"dppca_dask.in-memory-partitions": 2}):  # in-memory inputs: a configured count
+        assert preflight(np.ones((3, 2)), LocalExecutor(as_source(np.ones((3, 2))))) == 2
     import dask.array as da
 
     assert preflight(da.ones((8, 2), chunks=(4, 2)), local_client) == 2
