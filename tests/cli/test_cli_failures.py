@@ -411,7 +411,8 @@ def test_ctrl_c_during_a_run_exits_130_and_leaves_no_process(tmp_path: Path) -> 
     write_low_coherence(str(data), spec, rows_per_partition=5_000, overwrite=True)
     # Its own session, so that the SIGINT goes to the whole process group, as Ctrl-C in a terminal does.
     proc = subprocess.Popen([sys.executable, "-m", "dppca_dask", "pca", str(data), "--epsilon", "1", "--delta",
-                             "1e-6", "--n-iter", "5000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             "1e-6", "--n-iter", "5000", "--mechanism", "adaptive-power", "--executor", "cluster"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
     try:
         # Wait until the embedded cluster is up: the command handles SIGINT again (it ignores it while it starts
