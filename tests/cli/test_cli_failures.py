@@ -388,9 +388,9 @@ def test_scheduler_killed_mid_run_exits_5_in_one_line(tmp_path: Path) -> None:
     *logged, line = err.strip().splitlines()
     assert line.startswith("dppca-dask pca: error: the run lost its Dask cluster (scheduler tcp://127.0.0.1:")
     assert "no result was released" in line
-    # Without -q distributed may log its own one-line warnings or errors (a failed reconnection), nothing else:
-    # in the CLI's format or the nanny's ("distributed.nanny WARNING: ...").
-    assert all(re.search(r"(^|\s)distributed\.[\w.]+", entry) for entry in logged), logged
+    # Without -q distributed (and asyncio under it) may log their own one-line warnings or errors (a failed
+    # reconnection), nothing else: in the CLI's format or the nanny's ("distributed.nanny WARNING: ...").
+    assert all(re.search(r"(^|\s)(distributed\.[\w.]+|asyncio|tornado[\w.]*) ", entry) for entry in logged), logged
     assert elapsed < 45
 
 
@@ -436,10 +436,16 @@ def test_ctrl_c_during_a_run_exits_130_and_leaves_no_process(tmp_path: Path) -> 
     assert "Traceback" not in err
     *logged, line = err.strip().splitlines()
     assert line == "dppca-dask pca: interrupted"
-    # only distributed's own log lines before it (in its format or the nanny's: "distributed.nanny WARNING: ...")
-    assert all(re.search(r"(^|\s)distributed\.[\w.]+", entry) for entry in logged), logged
-    time.sleep(1)
-    left = [p.pid for p in psutil.process_iter() if _session(p) == proc.pid and p.status() != psutil.STATUS_ZOMBIE]
+    # only the libraries' own one-line log entries before it (distributed's, in its format or the nanny's; under
+    # load asyncio's "Future exception was never retrieved" of a connection closed by the shutdown)
+    assert all(re.search(r"(^|\s)(distributed\.[\w.]+|asyncio|tornado[\w.]*) ", entry) for entry in logged), logged
+    # The workers exit on their own after the command (their nanny kills a stuck one after a few seconds).
+    deadline = time.monotonic() + 20
+    while True:
+        left = [p.pid for p in psutil.process_iter() if _session(p) == proc.pid and _alive(p)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
     assert left == [], "processes of the interrupted command are still running"
 
 
@@ -450,6 +456,13 @@ def _ignores_sigint(pid: int) -> bool:
     except (OSError, StopIteration):
         return False
     return bool(int(mask, 16) & (1 << (signal.SIGINT - 1)))
+
+
+def _alive(process: object) -> bool:
+    try:
+        return process.status() != "zombie"  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - gone in the meantime
+        return False
 
 
 def _session(process: object) -> int | None:
