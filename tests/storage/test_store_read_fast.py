@@ -241,7 +241,7 @@ def test_buffer_pool_reuses_an_array_only_once_nothing_refers_to_it() -> None:
 def test_reads_into_reused_arrays_are_exact(tmp_path: Path, rng: np.random.Generator) -> None:
     # Partitions large enough for the pool, read one after the other into the same arrays.
     n_rows, n_cols = 6_000, 2_000
-    matrix = sp.random_array((n_rows, n_cols), density=0.25, format="csr", dtype=np.float64, rng=rng)
+    matrix = sp.csr_array(sp.random(n_rows, n_cols, density=0.25, format="csr", dtype=np.float64, random_state=rng))
     store = write_matrix(tmp_path / "s.zarr", matrix, rows_per_partition=2_000)
     for _ in range(2):
         for part in store.partitions:
