@@ -460,8 +460,10 @@ def _executor_choice(source: PartitionSource, client: Any, executor: str) -> Any
             raise InvalidParameterError("client='local' runs in this process; it cannot use executor='cluster'")
         return ExecutorChoice("in-process", "client='local' was given")
     # A store's partitions were fixed at ingest and are public; the blocks of other inputs (an AnnData file's
-    # blocks are sized by its stored entries) are not, so only the width counts for them.
-    public_partitions = source.n_partitions if source.store is not None else None
+    # blocks, and the partitions of an AnnData store opened directly, are sized by its stored entries) are not, so
+    # only the width counts for them.
+    ingested = source.store is not None and source.store.format_version is not None
+    public_partitions = source.n_partitions if ingested else None
     return choose_executor(client, executor, n_cols=source.n_cols, n_partitions=public_partitions)
 
 
