@@ -435,11 +435,14 @@ class MatrixStore:
         else:
             low, high = 0, 0
         if high >= self.n_cols or (self.format_version is None and low < 0):
+            pos = int(np.argmax((indices < 0) | (indices >= self.n_cols)))
+            row = part.row_start + int(np.searchsorted(indptr, pos, side="right")) - 1
             raise StoreCorruptError(
-                f"partition {part.index} of store '{self.path}' is damaged: column indices outside [0, {self.n_cols});"
-                " re-ingest the store from its source",
+                f"partition {part.index} of store '{self.path}' is damaged: column indices outside [0, {self.n_cols})"
+                f" (column {int(indices[pos])} at row {row}); re-ingest the store from its source",
                 source=self.path,
                 partition=part.index,
+                row=row,
             )
         check_csr_arrays(indptr, indices, data, n_rows=part.n_rows, n_cols=self.n_cols, source=self.path,
                          partition=part.index, first_row=part.row_start, error=StoreCorruptError,
