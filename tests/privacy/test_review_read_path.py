@@ -6,7 +6,7 @@ describe them. Each case damages one thing after ingest, the way a bad copy, a p
 an index beyond the width or negative, a chunk file cut short, the array's codec changed in its metadata.
 (Repeated or unsorted indices inside a row are not refused by a private run: it sums and sorts them, so the norms
 it clips with are those of the row it multiplies, and ``info --check`` reports them; see
-``test_store_read_path.py``.) Deterministic: no noise is ever drawn.
+``tests/storage/test_store_structure.py`` and ``test_store_read_path.py``.) Deterministic: no noise is ever drawn.
 """
 
 from __future__ import annotations

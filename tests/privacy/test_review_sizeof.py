@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 import scipy.sparse as sp
 from dask.sizeof import sizeof
 
