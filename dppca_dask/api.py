@@ -382,8 +382,9 @@ def pca(
         "noise_sampler": noise.sampler if noise is not None else None,
         "package": {"dppca_dask": __version__, **_versions()},
         "started": started_wall.isoformat(timespec="seconds"),
-        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if timings:  # with the start, the duration: data-dependent, so only when timings are asked for
+        provenance["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     timing_values: dict[str, Any] = {}
     if timings:
         timing_values = {

@@ -243,8 +243,9 @@ def lowrank(
         "noise_sampler": noise.sampler,
         "package": {"dppca_dask": __version__, **_versions()},
         "started": started_wall.isoformat(timespec="seconds"),
-        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if timings:  # with the start, the duration: data-dependent, so only when timings are asked for
+        provenance["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     timing_values: dict[str, Any] = {}
     if timings:
         timing_values = {"total": finished - t0, "calibration": t_calibrated - t0, "run": finished - t_calibrated,

@@ -625,8 +625,7 @@ def window(
         "input": {"fingerprint": plan.store.fingerprint, "schema": plan.store.schema},
         "seeded": not noise.private,
         "noise_sampler": noise.sampler,
-        "started": started,
-        "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "started": started,  # no finishing time: with the start it gives the duration, which depends on the data
     }
     return WindowRelease(noisy, shift, plan.release, plan.selection, report, plan.labels, dict(plan.calibration),
                          provenance)

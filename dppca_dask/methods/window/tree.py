@@ -130,6 +130,5 @@ def tree_window(
     calibration = {"release": "gaussian", "structure": "binary-tree", "noise_multiplier": multiplier,
                    "levels": levels, "horizon": int(horizon), "nodes": len(cover), "row_norm_bound": c}
     provenance = {"mechanism": "sliding-window", "structure": "binary-tree",
-                  "input": {"fingerprint": store.fingerprint, "schema": store.schema}, "seeded": not noise.private,
-                  "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+                  "input": {"fingerprint": store.fingerprint, "schema": store.schema}, "seeded": not noise.private}
     return WindowRelease(released, 0.0, "gaussian", plan.selection, report, False, calibration, provenance)
