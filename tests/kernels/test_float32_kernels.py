@@ -127,6 +127,7 @@ def test_private_step_on_a_float32_store_equals_an_exact_float64_reference(tmp_p
     x /= np.linalg.norm(x)
     for part in store.partitions:
         loaded = load_store_partition(store, part.index)
+        assert loaded.block.dtype == np.float64  # converted once, while read: no product converts anything
         rows = matrix[part.row_start : part.row_stop].toarray().astype(np.float64)
         norms = np.sqrt((rows * rows).sum(axis=1))
         np.testing.assert_allclose(loaded.norms, norms, rtol=1e-12, atol=0)
