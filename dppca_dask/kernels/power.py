@@ -25,13 +25,13 @@ Value types. Every value that bears sensitivity (scores, bins, the histogram, ``
 accumulated in float64. Store partitions reach the kernels as float64: the read converts float32 values chunk by
 chunk as it decodes them, once per read (:meth:`~dppca_dask.storage.MatrixStore.read_partition_with_norms`), so no
 product converts anything. That was chosen by measurement (``benchmarks/bench_read_path.py``, one partition of
-1.25·10⁷ float32 entries, one core, load 7): the kernel takes 0.162 s on the float64 block, 0.372 s on the float32
-block through scipy's products (which convert all values to float64 on every product) and 0.214 s on the float32
-block through the chunked loops of :mod:`dppca_dask.kernels._sparse` (values converted chunk by chunk in cache, both
-products fused). Reading the partition as float64 costs 0.267 s against 0.214 s kept as float32: out of core both
-choices cost the same per step (0.43 s), and persisted, float64 is 1.3x faster per step for 1.5x the memory. A
-float32 CSR block handed to a kernel directly takes the chunked loops, whose values equal the float64 computation's
-bit for bit.
+1.25·10⁷ float32 entries, one core; two runs, at load 7 and 15): the kernel takes 0.16-0.22 s on the float64 block,
+0.37-0.66 s on the float32 block through scipy's products (which convert all values to float64 on every product)
+and 0.21-0.31 s on the float32 block through the chunked loops of :mod:`dppca_dask.kernels._sparse` (values
+converted chunk by chunk in cache, both products fused). Reading the partition as float64 costs 0.27-0.39 s against
+0.21-0.30 s kept as float32: out of core both choices cost the same per step (0.43 s against 0.43 s, 0.60 s against
+0.61 s), and persisted, float64 is 1.3-1.5x faster per step for 1.5x the memory. A float32 CSR block handed to a
+kernel directly takes the chunked loops, whose values equal the float64 computation's bit for bit.
 """
 
 from __future__ import annotations
