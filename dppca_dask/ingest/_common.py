@@ -52,6 +52,8 @@ class IngestOptions:
     """The number of columns declared by the data owner (public input), or ``None`` to infer it from the data."""
     limits: SizeLimits = SizeLimits()
     """Largest working memory and disk footprint the declared shape may need (default: what the machine has)."""
+    codec: str = _format.DEFAULT_CODEC
+    """How the store's chunks are compressed (one of :data:`dppca_dask.storage._format.CODECS`), recorded in it."""
 
     def check_size(self, *, n_rows: int | None, n_cols: int, nnz: int | None = None, layout: Layout = "csr",
                    value_bytes: int = 8, source: object = "the input") -> None:
@@ -122,6 +124,7 @@ class IngestOptions:
                 source=dict(source),
                 progress=advance,
                 schema=self.schema,
+                codec=self.codec,
             ) as writer:
                 yield writer
 

@@ -93,7 +93,7 @@ _RESERVED_ARGUMENTS = frozenset({
 })
 _INGEST_KEYS = frozenset({
     "source", "format", "rows_per_partition", "dtype", "on_duplicate", "row_column", "col_column", "value_column",
-    "zero_based", "n_features",
+    "zero_based", "n_features", "codec",
 })
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TABLES = {

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from dppca_dask.kernels import _sparse
 from dppca_dask.kernels.grid import ThresholdGrid
 from dppca_dask.kernels.power import clip_factors
 
@@ -73,7 +74,7 @@ def centred_norms(block: Any, norms: np.ndarray, mean: np.ndarray | None, row_no
     clipped = factors * norms
     if mean is None:
         return clipped
-    cross = factors * np.asarray(block @ mean, dtype=np.float64).ravel()
+    cross = factors * _sparse.times(block, mean).ravel()
     return np.sqrt(np.maximum(clipped * clipped - 2.0 * cross + float(mean @ mean), 0.0))
 
 
@@ -81,7 +82,7 @@ def _projections(block: Any, norms: np.ndarray, x: np.ndarray, mean: np.ndarray 
                  row_norm_bound: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Clip factors ``f``, centred norms ``‖ã‖`` and projections ``P = ÃX`` (n×k)."""
     factors = clip_factors(norms, row_norm_bound)
-    product = np.asarray(block @ x, dtype=np.float64).reshape(block.shape[0], x.shape[1])
+    product = _sparse.times(block, x).reshape(block.shape[0], x.shape[1])
     projections = factors[:, None] * product
     if mean is not None:
         projections = projections - (mean @ x)[None, :]
@@ -102,7 +103,7 @@ def _block_scores(
 def _centred_sum(block: Any, factors: np.ndarray, projections: np.ndarray, mean: np.ndarray | None) -> np.ndarray:
     """``Σ_i ã_i P_iᵀ`` = ``Aᵀ(f ⊙ P) − μ(1ᵀP)`` (d×k)."""
     weights = factors[:, None] * projections
-    out = np.asarray(block.T @ weights, dtype=np.float64).reshape(block.shape[1], projections.shape[1])
+    out = _sparse.transpose_times(block, weights).reshape(block.shape[1], projections.shape[1])
     if mean is not None:
         out = out - np.outer(mean, projections.sum(axis=0))
     return out
@@ -207,7 +208,7 @@ class MeanPartial:
 def mean_partial(block: Any, norms: np.ndarray, *, row_norm_bound: float) -> MeanPartial:
     """``Σ min(1, c/‖a‖)·a`` over the partition's rows, and their number."""
     factors = clip_factors(norms, row_norm_bound)
-    return MeanPartial(np.asarray(block.T @ factors, dtype=np.float64).ravel(), int(block.shape[0]))
+    return MeanPartial(_sparse.transpose_times(block, factors).ravel(), int(block.shape[0]))
 
 
 def merge_mean_partials(*parts: MeanPartial) -> MeanPartial:
@@ -253,7 +254,7 @@ def centred_gram_matrix(block: Any, norms: np.ndarray, *, row_norm_bound: float,
         gram = scaled_dense.T @ scaled_dense
     if mean is None:
         return gram
-    s_clipped = np.asarray(block.T @ factors, dtype=np.float64).ravel()
+    s_clipped = _sparse.transpose_times(block, factors).ravel()
     return gram - np.outer(mean, s_clipped) - np.outer(s_clipped, mean) + block.shape[0] * np.outer(mean, mean)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from dppca_dask.kernels import _sparse
 from dppca_dask.kernels.power import clip_factors
 
 __all__ = [
@@ -74,7 +75,7 @@ def _factors(norms: np.ndarray, row_norm_bound: float | None) -> np.ndarray | No
 
 def rows_times(block: Any, norms: np.ndarray, x: np.ndarray, *, row_norm_bound: float | None = None) -> np.ndarray:
     """``A'_p x`` for a vector or matrix ``x`` (rows clipped to ``row_norm_bound``; None or ``inf``: not clipped)."""
-    product = np.asarray(block @ x, dtype=np.float64)
+    product = _sparse.times(block, x)
     factors = _factors(norms, row_norm_bound)
     if factors is None:
         return product
@@ -88,7 +89,7 @@ def transpose_times(
     factors = _factors(norms, row_norm_bound)
     if factors is not None:
         y = factors * y if y.ndim == 1 else factors[:, None] * y
-    return np.asarray(block.T @ y, dtype=np.float64)
+    return _sparse.transpose_times(block, y)
 
 
 def dense_rows(block: Any, norms: np.ndarray, *, row_norm_bound: float | None = None) -> np.ndarray:

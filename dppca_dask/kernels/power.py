@@ -20,6 +20,18 @@ Clipping scales a row to norm ``min(‖a‖, c)`` (it never drops rows); it is a
 Cost: the private step is the plain step's two products (``A x`` and ``Aᵀw``, scipy's compiled loops) plus O(n)
 vectorised work on the rows' scores (bins by :meth:`~dppca_dask.kernels.grid.ThresholdGrid.bins_and_histogram`,
 compiled when numba is installed) and O(nnz of the top rows) for their contributions; nothing per row in Python.
+
+Value types. Every value that bears sensitivity (scores, bins, the histogram, ``S_p`` and the bins' sums) is
+accumulated in float64. Store partitions reach the kernels as float64: the read converts float32 values chunk by
+chunk as it decodes them, once per read (:meth:`~dppca_dask.storage.MatrixStore.read_partition_with_norms`), so no
+product converts anything. That was chosen by measurement (``benchmarks/bench_read_path.py``, one partition of
+1.25·10⁷ float32 entries, one core; two runs, at load 7 and 15): the kernel takes 0.16-0.22 s on the float64 block,
+0.37-0.66 s on the float32 block through scipy's products (which convert all values to float64 on every product)
+and 0.21-0.31 s on the float32 block through the chunked loops of :mod:`dppca_dask.kernels._sparse` (values
+converted chunk by chunk in cache, both products fused). Reading the partition as float64 costs 0.27-0.39 s against
+0.21-0.30 s kept as float32: out of core both choices cost the same per step (0.43 s against 0.43 s, 0.60 s against
+0.61 s), and persisted, float64 is 1.3-1.5x faster per step for 1.5x the memory. A float32 CSR block handed to a
+kernel directly takes the chunked loops, whose values equal the float64 computation's bit for bit.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from dppca_dask.kernels import _sparse
 from dppca_dask.kernels._jit import HAVE_NUMBA, jit
 from dppca_dask.kernels.grid import ThresholdGrid
 
@@ -68,18 +81,27 @@ def clip_factors(norms: np.ndarray, row_norm_bound: float) -> np.ndarray:
 
 def _scores(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float) -> tuple[np.ndarray, ...]:
     factors = clip_factors(norms, row_norm_bound)
-    projections = factors * np.asarray(block @ x).ravel()  # a'ᵀx for each clipped row
+    projections = factors * _sparse.times(block, x).ravel()  # a'ᵀx for each clipped row
+    return (factors, projections, _clamped_scores(norms, projections, row_norm_bound))
+
+
+def _clamped_scores(norms: np.ndarray, projections: np.ndarray, row_norm_bound: float) -> np.ndarray:
     scores = np.minimum(norms, row_norm_bound) * np.abs(projections)
     if np.isfinite(row_norm_bound):
         # ‖a'‖·|⟨a', x⟩| ≤ c² in exact arithmetic; rounding may exceed it by a few ulps. Clamping keeps every row
         # out of bin 0, so the top grid value θ_0 = c² never filters a row (F_0 = 0 on every dataset).
         np.minimum(scores, row_norm_bound * row_norm_bound, out=scores)
-    return factors, projections, scores
+    return scores
 
 
 def _sweep(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float,
            grid: ThresholdGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One pass: each row's weight ``f·(a'ᵀx)``, its bin, the bins' histogram and ``Σ a'(a'ᵀx) = Aᵀ(f·(a'ᵀx))``."""
+    if _sparse.chunked(block) and block.dtype != np.float64 and x.ndim == 1:  # float32: see kernels._sparse
+        factors = clip_factors(norms, row_norm_bound)
+        projections, weights, full_sum = _sparse.sweep(block, factors, x)
+        bins, histogram = grid.bins_and_histogram(_clamped_scores(norms, projections, row_norm_bound))
+        return weights, bins, histogram, full_sum
     factors, projections, scores = _scores(block, norms, x, row_norm_bound)
     bins, histogram = grid.bins_and_histogram(scores)
     weights = factors * projections  # a'(a'ᵀx) = f·a·(a'ᵀx)
@@ -88,7 +110,7 @@ def _sweep(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float,
 
 def _transpose_times(block: Any, weights: np.ndarray) -> np.ndarray:
     """``blockᵀ @ weights`` as a dense float64 vector."""
-    return np.asarray(block.T @ weights, dtype=np.float64).ravel()
+    return _sparse.transpose_times(block, weights).ravel()
 
 
 def _binned_sums(block: Any, rows: np.ndarray, bins: np.ndarray, weights: np.ndarray, n_bins: int) -> sp.csr_array:
@@ -107,12 +129,14 @@ def _binned_sums(block: Any, rows: np.ndarray, bins: np.ndarray, weights: np.nda
         out_indices = np.empty(capacity, dtype=np.int64)
         out_data = np.empty(capacity, dtype=np.float64)
         out_indptr = np.zeros(n_bins + 1, dtype=np.int64)
-        _binned_jit(block.indptr, block.indices, np.asarray(block.data, dtype=np.float64), rows, bins, weights,
+        _binned_jit(block.indptr, block.indices, block.data, rows, bins, weights,  # float32 values: exact products
                     block.shape[1], out_indptr, out_indices, out_data)
         nnz = int(out_indptr[-1])
         return sp.csr_array((out_data[:nnz], out_indices[:nnz], out_indptr), shape=(n_bins, block.shape[1]))
-    if sp.issparse(block) and block.indices.dtype == np.int64 and block.indptr.dtype == np.int64:
-        # 64-bit indices are not copied by the product, and taking the rows out first costs more than it saves
+    if (sp.issparse(block) and block.indices.dtype == np.int64 and block.indptr.dtype == np.int64
+            and block.data.dtype == np.float64):
+        # 64-bit indices and float64 values are not copied by the product, and taking the rows out first costs more
+        # than it saves
         selector = sp.csr_array((weights, (bins, rows)), shape=(n_bins, block.shape[0]))
         return sp.csr_array(selector @ block)
     taken = block[rows] if sp.issparse(block) else np.asarray(block)[rows]
@@ -224,14 +248,14 @@ def gram_times(block: Any, norms: np.ndarray, x: np.ndarray, *, row_norm_bound: 
     """``A'ᵀA'x`` for the partition's rows clipped to ``row_norm_bound`` (no filtering); ``x`` is d or d×b."""
     factors = clip_factors(norms, row_norm_bound)
     weights = factors * factors
-    product = np.asarray(block @ x)
+    product = _sparse.times(block, x)
     product = weights * product if product.ndim == 1 else weights[:, None] * product
-    return np.asarray(block.T @ product, dtype=np.float64)
+    return _sparse.transpose_times(block, product)
 
 
 def plain_gram_times(block: Any, x: np.ndarray) -> np.ndarray:
     """``AᵀAx`` for the partition (no clipping): the non-private reference step."""
-    return np.asarray(block.T @ np.asarray(block @ x), dtype=np.float64)
+    return _sparse.transpose_times(block, _sparse.times(block, x))
 
 
 def gram_matrix(block: Any, norms: np.ndarray, *, row_norm_bound: float) -> np.ndarray:

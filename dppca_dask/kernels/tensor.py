@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from dppca_dask.kernels import _sparse
 from dppca_dask.kernels.power import clip_factors
 
 __all__ = [
@@ -74,14 +75,19 @@ def moment_partial(
     Memory: the n×L product ``P`` and the d×L result, never d² (``P = XU``, ``Xᵀ(P∘P)``).
     """
     factors = clip_factors(norms, row_norm_bound)
-    p = np.asarray(block @ u, dtype=np.float64) * factors[:, None]
+    p = _sparse.times(block, u) * factors[:, None]
     square = p * p
-    vector = np.asarray(block.T @ (square * factors[:, None]), dtype=np.float64)
+    vector = _sparse.transpose_times(block, square * factors[:, None])
     return vector, (square * p).sum(axis=0)
 
 
 def _lengths(block: Any) -> np.ndarray:
-    return np.asarray(block.sum(axis=1), dtype=np.float64).ravel()
+    """Each row's sum, accumulated in float64 whatever the block's value type."""
+    if not sp.issparse(block):
+        return np.asarray(block, dtype=np.float64).sum(axis=1)
+    if block.dtype != np.float64 and _sparse.chunked(block):
+        return _sparse.times(block, np.ones(block.shape[1]))
+    return np.asarray(block.astype(np.float64, copy=False).sum(axis=1), dtype=np.float64).ravel()
 
 
 def _weights(lengths: np.ndarray, order: int) -> np.ndarray:
@@ -103,15 +109,14 @@ def topic_partial(block: Any, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     of a probability tensor, so ``‖W ᵀ·‖`` of it is at most ``max_i ‖Wᵀe_i‖ · max_j (e_jᵀWu)²`` for ``v = Wu``.
     """
     w = _weights(_lengths(block), 3)
-    s = np.asarray(block @ v, dtype=np.float64)  # n×L, cᵀv
-    q = np.asarray(block @ (v * v), dtype=np.float64)  # n×L, cᵀv∘²
-    r = np.asarray(block @ (v * v * v), dtype=np.float64)  # n×L, cᵀv∘³
-    ct = block.T
-    weighted_lengths = np.asarray(ct @ w, dtype=np.float64)  # Σ w c (d)
+    s = _sparse.times(block, v)  # n×L, cᵀv
+    q = _sparse.times(block, (v * v))  # n×L, cᵀv∘²
+    r = _sparse.times(block, (v * v * v))  # n×L, cᵀv∘³
+    weighted_lengths = _sparse.transpose_times(block, w)  # Σ w c (d)
     vector = (
-        np.asarray(ct @ (w[:, None] * s * s), dtype=np.float64)
-        - 2.0 * np.asarray(ct @ (w[:, None] * s), dtype=np.float64) * v
-        - np.asarray(ct @ (w[:, None] * q), dtype=np.float64)
+        _sparse.transpose_times(block, (w[:, None] * s * s))
+        - 2.0 * _sparse.transpose_times(block, (w[:, None] * s)) * v
+        - _sparse.transpose_times(block, (w[:, None] * q))
         + 2.0 * weighted_lengths[:, None] * v * v
     )
     scalar = (w[:, None] * (s**3 - 3.0 * s * q + 2.0 * r)).sum(axis=0)
@@ -128,16 +133,16 @@ def whitened_topic_partial(
     ``C(W∘v∘²)`` (n×k each), never a d×d matrix.
     """
     w = _weights(_lengths(block), 3)
-    s = np.asarray(block @ v, dtype=np.float64)
-    q = np.asarray(block @ (v * v), dtype=np.float64)
-    r = np.asarray(block @ (v * v * v), dtype=np.float64)
-    cw = np.asarray(block @ whiten, dtype=np.float64)  # n×k
+    s = _sparse.times(block, v)
+    q = _sparse.times(block, (v * v))
+    r = _sparse.times(block, (v * v * v))
+    cw = _sparse.times(block, whiten)  # n×k
     n_cols = v.shape[1]
     vector = np.zeros((whiten.shape[1], n_cols))
     scalar = np.zeros(n_cols)
     for tau in range(n_cols):
-        cwv = np.asarray(block @ (whiten * v[:, tau, None]), dtype=np.float64)
-        cwv2 = np.asarray(block @ (whiten * (v[:, tau, None] ** 2)), dtype=np.float64)
+        cwv = _sparse.times(block, (whiten * v[:, tau, None]))
+        cwv2 = _sparse.times(block, (whiten * (v[:, tau, None] ** 2)))
         st, qt = s[:, tau], q[:, tau]
         g = w[:, None] * (cw * (st * st - qt)[:, None] - 2.0 * cwv * st[:, None] + 2.0 * cwv2)
         norms = np.linalg.norm(g, axis=1)
@@ -156,10 +161,11 @@ def pair_partial(block: Any, y: np.ndarray, *, min_length: int = 2, clip: float 
     """
     lengths = _lengths(block)
     w = _weights(lengths, 2) * (lengths >= min_length)
-    cy = np.asarray(block @ y, dtype=np.float64)
+    cy = _sparse.times(block, y)
     if clip is not None:
         # ‖c(cᵀY) − c∘Y‖_F² = ‖c‖²‖cᵀY‖² − 2 Σ_i c_i² Y_i·(cᵀY) + Σ_i c_i² ‖Y_i‖²
-        squared = block.multiply(block) if sp.issparse(block) else np.asarray(block) ** 2
+        values = block.astype(np.float64, copy=False)  # squares and their sums in float64 (float32 blocks too)
+        squared = values.multiply(values) if sp.issparse(values) else np.asarray(values) ** 2
         c2y = np.asarray(squared @ y, dtype=np.float64)
         c_norm2 = np.asarray(squared.sum(axis=1), dtype=np.float64).ravel()
         frob2 = (c_norm2 * (cy * cy).sum(axis=1) - 2.0 * (c2y * cy).sum(axis=1)
@@ -167,8 +173,7 @@ def pair_partial(block: Any, y: np.ndarray, *, min_length: int = 2, clip: float 
         norms = w * np.sqrt(np.maximum(frob2, 0.0))
         with np.errstate(divide="ignore"):
             w = w * np.where(norms > clip, clip / np.where(norms > 0, norms, 1.0), 1.0)
-    ct = block.T
-    return np.asarray(ct @ (w[:, None] * cy), dtype=np.float64) - np.asarray(ct @ w, dtype=np.float64)[:, None] * y
+    return _sparse.transpose_times(block, (w[:, None] * cy)) - _sparse.transpose_times(block, w)[:, None] * y
 
 
 def first_partial(block: Any, *, min_length: int = 3) -> np.ndarray:
@@ -180,7 +185,7 @@ def first_partial(block: Any, *, min_length: int = 3) -> np.ndarray:
     keep = lengths >= max(min_length, 1)
     inverse = np.zeros_like(lengths)
     inverse[keep] = 1.0 / lengths[keep]
-    return np.append(np.asarray(block.T @ inverse, dtype=np.float64), float(keep.sum()))
+    return np.append(_sparse.transpose_times(block, inverse), float(keep.sum()))
 
 
 def count_violation(block: Any) -> int:
