@@ -1,4 +1,4 @@
-"""Helpers of the job tests: paths, job spec documents rendered as TOML, and a job killed at a chosen point."""
+"""Shared code of the job tests: paths, job spec documents rendered as TOML, and a job killed at a chosen point."""
 
 from __future__ import annotations
 
