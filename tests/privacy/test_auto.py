@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_block_power import K, _dask, _dataset, _neighbour, THETA, D
+from test_block_power import K, _dask, _dataset, _neighbour, THETA, D, traced_neighbours
 
 from dppca_dask import pca
 from dppca_dask.accounting import epsilon_for, event_from_json, event_to_json, summarise_events
 from dppca_dask.api import plan_release
 from dppca_dask.datasets import PlantedSpec, low_coherence_matrix
 from dppca_dask.mechanisms.testing import AuditingNoiseSource
-from privacy_harness import assert_within_sensitivity, traced_neighbour_runs
+from privacy_harness import assert_within_sensitivity
 
 PARAMS: dict[str, Any] = {"epsilon": 1.0, "delta": 1e-6, "beta": 0.05, "progress": False, "mechanism": "auto",
                           "n_components": K, "n_iter": 2}
@@ -57,11 +57,7 @@ def test_the_decision_statistic_moves_within_its_sensitivity(seed: int, kind: st
 @pytest.mark.parametrize("kind", ["boundary", "huge-norm"])
 def test_task_names_logs_and_fields_match_on_a_local_cluster(local_client: Any, seed: int, kind: str,
                                                              caplog: pytest.LogCaptureFixture) -> None:
-    base, x0 = _dataset(seed)
-    runs = traced_neighbour_runs(
-        local_client, caplog, (base, _neighbour(base, x0, kind, seed)),
-        lambda matrix, noise: pca(_dask(matrix), client=local_client, noise=noise, persist=False, **PARAMS),
-        lambda: PilotAuditing(seed))
+    runs = traced_neighbours(local_client, caplog, seed, kind, lambda: PilotAuditing(seed), **PARAMS)
     (ra, a, tasks_a, logs_a), (rb, b, tasks_b, logs_b) = runs
     assert_within_sensitivity(a.records[:2], b.records[:2])
     assert ra.mechanism == rb.mechanism

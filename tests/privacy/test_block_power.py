@@ -122,14 +122,20 @@ def test_the_maximal_row_moves_the_variance_release_by_its_sensitivity_bound(see
     assert variance > (np.sqrt(2.0) / np.sqrt(3.0)) * 0.99  # total and count move by 1 each, the projections too
 
 
+def traced_neighbours(client: Any, caplog: pytest.LogCaptureFixture, seed: int, kind: str,
+                      make_noise: Any, **params: Any) -> list[tuple[Any, Any, list[str], list[str]]]:
+    """``pca`` on the dataset and its ``kind`` neighbour through ``client``, traced
+    (:func:`privacy_harness.traced_neighbour_runs`)."""
+    base, x0 = _dataset(seed)
+    return traced_neighbour_runs(
+        client, caplog, (base, _neighbour(base, x0, kind, seed)),
+        lambda matrix, noise: pca(_dask(matrix), client=client, noise=noise, persist=False, **params), make_noise)
+
+
 @pytest.mark.parametrize("kind", ["boundary", "huge-norm"])
 def test_task_names_logs_and_fields_match_on_a_local_cluster(local_client: Any, seed: int, kind: str,
                                                              caplog: pytest.LogCaptureFixture) -> None:
-    base, x0 = _dataset(seed)
-    runs = traced_neighbour_runs(
-        local_client, caplog, (base, _neighbour(base, x0, kind, seed)),
-        lambda matrix, noise: pca(_dask(matrix), n_iter=2, client=local_client, noise=noise, persist=False, **PARAMS),
-        lambda: AuditingNoiseSource(seed))
+    runs = traced_neighbours(local_client, caplog, seed, kind, lambda: AuditingNoiseSource(seed), n_iter=2, **PARAMS)
     (ra, a, tasks_a, logs_a), (rb, b, tasks_b, logs_b) = runs
     assert_within_sensitivity(a.records[:2], b.records[:2])
     assert tasks_a == tasks_b and not any("blockfilteredsum" in t for t in tasks_a)
