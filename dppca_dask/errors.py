@@ -57,13 +57,9 @@ class InvalidParameterError(DppcaError, ValueError):
     exit_code = 2
 
 
-class InvalidInputError(DppcaError, ValueError):
-    """The data is invalid: NaN or infinite values, bad indices, wrong shape, duplicate entries.
-
-    Attributes ``source``, ``partition`` and ``row`` locate the problem when they are known.
-    """
-
-    exit_code = 2
+class _LocatedError(DppcaError):
+    """An error about the data, located by the attributes ``source``, ``partition`` and ``row`` when they are
+    known (see :func:`format_location`)."""
 
     def __init__(
         self,
@@ -77,6 +73,15 @@ class InvalidInputError(DppcaError, ValueError):
         self.source = None if source is None else str(source)
         self.partition = partition
         self.row = row
+
+
+class InvalidInputError(_LocatedError, ValueError):
+    """The data is invalid: NaN or infinite values, bad indices, wrong shape, duplicate entries.
+
+    Attributes ``source``, ``partition`` and ``row`` locate the problem when they are known.
+    """
+
+    exit_code = 2
 
 
 class StoreNotFoundError(DppcaError, FileNotFoundError):
@@ -85,23 +90,13 @@ class StoreNotFoundError(DppcaError, FileNotFoundError):
     exit_code = 2
 
 
-class StoreCorruptError(DppcaError, OSError):
-    """A store is damaged: a missing or undecodable chunk, inconsistent metadata."""
+class StoreCorruptError(_LocatedError, OSError):
+    """A store is damaged: a missing or undecodable chunk, inconsistent metadata.
+
+    Attributes ``source``, ``partition`` and ``row`` locate the problem when they are known.
+    """
 
     exit_code = 2
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        source: object | None = None,
-        partition: int | None = None,
-        row: int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.source = None if source is None else str(source)
-        self.partition = partition
-        self.row = row
 
 
 class UnsupportedStoreVersionError(DppcaError, ValueError):

@@ -169,6 +169,16 @@ class _Leaves:
     def gaussian_only(self) -> bool:
         return not (self.epsilon_delta or self.laplace or self.zcdp or self.other)
 
+    def add_multiplier(self, table: dict[float, int], event: str, multiplier: float, count: int) -> None:
+        """Count ``count`` Gaussian or Laplace leaves of noise multiplier ``multiplier`` in ``table``: a multiplier
+        of 0 adds no noise (not private), an infinite one releases nothing (no privacy cost)."""
+        if math.isnan(multiplier) or multiplier < 0:
+            raise InvalidParameterError(f"{event}.noise_multiplier must be >= 0; got {multiplier}")
+        if multiplier == 0.0:
+            self.non_private = True
+        elif not math.isinf(multiplier):
+            table[multiplier] = table.get(multiplier, 0) + count
+
 
 def _leaves(events: Events) -> _Leaves:
     out = _Leaves()
@@ -176,21 +186,9 @@ def _leaves(events: Events) -> _Leaves:
         if isinstance(leaf, dp_event.NonPrivateDpEvent):
             out.non_private = True
         elif isinstance(leaf, dp_event.GaussianDpEvent):
-            m = float(leaf.noise_multiplier)
-            if math.isnan(m) or m < 0:
-                raise InvalidParameterError(f"GaussianDpEvent.noise_multiplier must be >= 0; got {m}")
-            if m == 0.0:
-                out.non_private = True
-            elif not math.isinf(m):
-                out.gaussian[m] = out.gaussian.get(m, 0) + count
+            out.add_multiplier(out.gaussian, "GaussianDpEvent", float(leaf.noise_multiplier), count)
         elif isinstance(leaf, dp_event.LaplaceDpEvent):
-            b = float(leaf.noise_multiplier)
-            if math.isnan(b) or b < 0:
-                raise InvalidParameterError(f"LaplaceDpEvent.noise_multiplier must be >= 0; got {b}")
-            if b == 0.0:
-                out.non_private = True
-            elif not math.isinf(b):
-                out.laplace[b] = out.laplace.get(b, 0) + count
+            out.add_multiplier(out.laplace, "LaplaceDpEvent", float(leaf.noise_multiplier), count)
         elif isinstance(leaf, EpsilonDeltaDpEvent):
             eps, delta = float(leaf.epsilon), float(leaf.delta)
             if math.isnan(eps) or eps < 0 or math.isnan(delta) or not 0.0 <= delta <= 1.0:

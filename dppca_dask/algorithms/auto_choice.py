@@ -46,10 +46,11 @@ from dppca_dask.algorithms.block_power import (
     DEFAULT_QUANTILE_SHARE,
     AutoBound,
     BlockPowerOutput,
-    MeanStep,
-    NormCounts,
     centred_bound,
     plan_block_power,
+    plan_centred_releases,
+    release_private_mean,
+    release_row_norm_bound,
 )
 from dppca_dask.algorithms.requests import AlgorithmRun
 from dppca_dask.errors import InvalidParameterError
@@ -81,11 +82,8 @@ def plan_auto(
     quantile: float = DEFAULT_NORM_QUANTILE,
 ) -> Any:
     """Calibrate ``mechanism="auto"`` from public parameters only (see the module docstring)."""
-    from dp_accounting import GaussianDpEvent
-
     from dppca_dask import accounting
     from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
-    from dppca_dask.mechanisms.quantile import NormGrid
     from dppca_dask.methods._registry import MechanismPlan
 
     if params.calibration != "standard":
@@ -111,19 +109,15 @@ def plan_auto(
     if not (0.0 < decision_share < 1.0):
         raise InvalidParameterError(f"decision_share must be in (0, 1); got {decision_share}")
     uses_mean = isinstance(center, str)
-    used = decision_share + (mean_share if uses_mean else 0.0)
-    used_epsilon = used + (quantile_share if auto_bound else 0.0)
-    if used_epsilon >= 1.0:
-        raise InvalidParameterError(
-            f"the decision, mean and quantile shares must leave budget for the release; got {used_epsilon:g}")
-    epsilon_main, delta_main = params.epsilon * (1.0 - used_epsilon), params.delta * (1.0 - used)
+    shared = plan_centred_releases(params, center=center, auto_bound=auto_bound, quantile=quantile,
+                                   quantile_share=quantile_share, mean_share=mean_share, explained_variance=None,
+                                   other_shares={"decision": decision_share}, main="release",
+                                   main_label="the release")
+    epsilon_main, delta_main = params.epsilon * (1.0 - shared.used_epsilon), params.delta * (1.0 - shared.used)
     pilot_params = dataclasses.replace(block_params, epsilon=params.epsilon * decision_share,
                                        delta=params.delta * decision_share, n_iter=pilot_iter)
     main_params = dataclasses.replace(block_params, epsilon=epsilon_main, delta=delta_main)
-    mean_multiplier = (accounting.calibrate_gaussian(epsilon=params.epsilon * mean_share,
-                                                     delta=params.delta * mean_share) if uses_mean else None)
-    auto = (AutoBound(grid=NormGrid(), quantile=quantile, epsilon=params.epsilon * quantile_share)
-            if auto_bound else None)
+    auto, mean_multiplier = shared.auto, shared.mean_multiplier
     given = None if center is None or uses_mean else np.asarray(center, dtype=np.float64)
     # the calibrations do not depend on the released bound or mean (only the grids do): plan them once here
     probe_center = given if given is not None else (np.zeros(n_cols) if uses_mean else None)
@@ -143,11 +137,7 @@ def plan_auto(
                         power_multiplier=power_multiplier, gauss_multiplier=gauss_multiplier,
                         main_event=main_event, noise=noise, on_release=on_release)
 
-    planned: list[Any] = []
-    if auto is not None:
-        planned.append(accounting.EpsilonDeltaDpEvent(auto.epsilon, 0.0))
-    if mean_multiplier is not None:
-        planned.append(GaussianDpEvent(mean_multiplier))
+    planned = shared.planned_events()
     planned.extend(pilot_probe.planned_events or ())
     planned.append(main_event)
     calibration = {
@@ -157,12 +147,9 @@ def plan_auto(
                  "main": {"epsilon": epsilon_main, "delta": delta_main}},
         "pilot": dict(pilot_probe.calibration),
         "mean_noise_multiplier": mean_multiplier,
-        "center": "private" if uses_mean else ("given" if given is not None else "none"),
-        "row_norm_quantile": None if auto is None else {"quantile": quantile, "epsilon": auto.epsilon,
-                                                        "grid": auto.grid.to_json()},
-        "shares": {"row_norm_quantile_epsilon": quantile_share if auto_bound else 0.0,
-                   "mean": mean_share if uses_mean else 0.0, "decision": decision_share,
-                   "release_epsilon": 1.0 - used_epsilon, "release_delta": 1.0 - used},
+        "center": shared.center,
+        "row_norm_quantile": shared.quantile_json,
+        "shares": dict(shared.shares),
     }
     return MechanismPlan(make_run, pilot_probe.neighbouring, calibration, None, pilot_iter + params.n_iter,
                          planned_events=tuple(planned))
@@ -194,30 +181,19 @@ def auto_run(
     ``on_release`` receives the released states of the pilot's and the chosen block run's iterations (progress);
     the events passed with them are those of the inner run (a resume is not offered)."""
     from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
-    from dppca_dask.mechanisms.centred import private_mean
 
     events: list[Any] = []
     bound = float(params.row_norm_bound)
     if auto is not None:  # Step 1: the bound, as a block run releases it
-        from dppca_dask.mechanisms.quantile import private_quantile
-
-        counted = yield NormCounts(candidates=auto.grid.values)
-        bound, quantile_event = private_quantile(counted.counts, counted.count, grid=auto.grid,
-                                                 quantile=auto.quantile, epsilon=auto.epsilon, noise=noise)
-        del counted
+        bound, quantile_event = yield from release_row_norm_bound(auto, noise)
         events.append(quantile_event)
     mean: np.ndarray | None = None if center is None or isinstance(center, str) else np.asarray(center, float)
     mean_count = None
     if isinstance(center, str):  # the mean, once; both later runs use it as a given (released) centre
         assert mean_multiplier is not None
-        totals = yield MeanStep(row_norm_bound=bound)
-        mean, mean_count, mean_event = private_mean(totals.total, totals.count, row_norm_bound=bound,
-                                                    noise_multiplier=mean_multiplier, noise=noise, release="mean")
-        del totals
+        mean, mean_count, mean_event = yield from release_private_mean(bound, mean_multiplier=mean_multiplier,
+                                                                        noise=noise)
         events.append(mean_event)
-        length = float(np.linalg.norm(mean))
-        if length > bound:  # post-processing: the true mean of rows of norm <= c has norm <= c
-            mean = mean * (bound / length)
     pilot_params = dataclasses.replace(pilot_params, row_norm_bound=bound)
     main_params = dataclasses.replace(main_params, row_norm_bound=bound)
     # Step 2: the pilot

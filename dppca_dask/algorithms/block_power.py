@@ -40,7 +40,7 @@ start at ``(c + r)²`` or above (checked before any release), and the variance r
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,10 +64,16 @@ __all__ = [
     "MeanStep",
     "NormCounts",
     "VarianceStep",
+    "CentredReleases",
     "block_power_run",
     "block_release_key",
     "centred_bound",
+    "check_center",
     "ordered_basis",
+    "plan_centred_releases",
+    "release_explained_variance",
+    "release_private_mean",
+    "release_row_norm_bound",
 ]
 
 
@@ -201,6 +207,58 @@ def _register_requests() -> None:
 
 
 _register_requests()
+
+
+# ------------------------------------------------------------------------------------------------ shared releases
+def check_center(center: str | np.ndarray | None, n_cols: int, mean_multiplier: float | None) -> np.ndarray | None:
+    """Validate a run's ``center`` before any release; return the given (public) mean, or None."""
+    if isinstance(center, str):
+        if center != "private":
+            raise InvalidParameterError(f"center must be None, 'private' or a mean vector; got {center!r}")
+        if mean_multiplier is None:
+            raise InvalidParameterError("center='private' needs mean_multiplier (the mean's noise multiplier)")
+        return None
+    if center is None:
+        return None
+    mean = np.array(center, dtype=np.float64)
+    if mean.shape != (n_cols,) or not np.all(np.isfinite(mean)):
+        raise InvalidParameterError(
+            f"a given mean must be a finite vector of length {n_cols}; got shape {mean.shape}"
+        )
+    return mean
+
+
+def release_row_norm_bound(auto: AutoBound, noise: NoiseSource) -> Generator[Any, Any, tuple[float, Any]]:
+    """Release the bound c of ``row_norm_bound="auto"``: one pass of :class:`NormCounts`, then
+    :func:`~dppca_dask.mechanisms.quantile.private_quantile` (``EpsilonDeltaDpEvent(auto.epsilon, 0)``)."""
+    from dppca_dask.mechanisms.quantile import private_quantile
+
+    counted = yield NormCounts(candidates=auto.grid.values)
+    return private_quantile(counted.counts, counted.count, grid=auto.grid, quantile=auto.quantile,
+                            epsilon=auto.epsilon, noise=noise)
+
+
+def release_private_mean(row_norm_bound: float, *, mean_multiplier: float,
+                         noise: NoiseSource) -> Generator[Any, Any, tuple[np.ndarray, float, Any]]:
+    """Release the centre of ``center="private"``: one pass of :class:`MeanStep`, then
+    :func:`~dppca_dask.mechanisms.centred.private_mean` (the mean projected onto the ball of radius c,
+    ``GaussianDpEvent(mean_multiplier)``); returns the mean, the released count and the event."""
+    totals = yield MeanStep(row_norm_bound=row_norm_bound)
+    return private_mean(totals.total, totals.count, row_norm_bound=row_norm_bound,
+                        noise_multiplier=mean_multiplier, noise=noise, release="mean")
+
+
+def release_explained_variance(components: np.ndarray, row_norm_bound: float, mean: np.ndarray | None, *,
+                               centred_row_bound: float, variance_multiplier: float,
+                               noise: NoiseSource) -> Generator[Any, Any, tuple[ExplainedVariance, Any]]:
+    """Release the explained variance of the released ``components`` (k×d) for rows clipped to ``row_norm_bound``
+    and centred at the released or public ``mean``: one pass of :class:`VarianceStep`, then
+    :func:`~dppca_dask.mechanisms.centred.private_variances` with the public bound ``centred_row_bound`` (c + r,
+    :func:`centred_bound` of the run's ``center``) on the centred rows' norms
+    (``GaussianDpEvent(variance_multiplier)``)."""
+    totals = yield VarianceStep(components=components, row_norm_bound=row_norm_bound, mean=mean)
+    return private_variances(totals.projected, totals.total, totals.count, row_norm_bound=centred_row_bound,
+                             noise_multiplier=variance_multiplier, noise=noise, release="explained-variance")
 
 
 # ------------------------------------------------------------------------------------------------ the run
@@ -434,18 +492,7 @@ def block_power_run(
     if isinstance(oversample, bool) or not isinstance(oversample, (int, np.integer)) or oversample < 0:
         raise InvalidParameterError(f"oversample must be an integer >= 0; got {oversample!r}")
     width = min(n_cols, n_components + int(oversample))
-    mean: np.ndarray | None = None
-    if isinstance(center, str):
-        if center != "private":
-            raise InvalidParameterError(f"center must be None, 'private' or a mean vector; got {center!r}")
-        if mean_multiplier is None:
-            raise InvalidParameterError("center='private' needs mean_multiplier (the mean's noise multiplier)")
-    elif center is not None:
-        mean = np.array(center, dtype=np.float64)
-        if mean.shape != (n_cols,) or not np.all(np.isfinite(mean)):
-            raise InvalidParameterError(
-                f"a given mean must be a finite vector of length {n_cols}; got shape {mean.shape}"
-            )
+    mean = check_center(center, n_cols, mean_multiplier)
     auto = row_norm_bound if isinstance(row_norm_bound, AutoBound) else None
     if auto is not None:
         row_norm_bound = float(auto.grid.values[-1])  # validated below as the largest candidate; replaced by the release
@@ -510,13 +557,7 @@ def block_power_run(
             row_norm_bound = released = float(resume.row_norm_bound)
             events.append(EpsilonDeltaDpEvent(float(auto.epsilon), 0.0))
         else:
-            from dppca_dask.mechanisms.quantile import private_quantile
-
-            counted = yield NormCounts(candidates=auto.grid.values)
-            row_norm_bound, quantile_event = private_quantile(
-                counted.counts, counted.count, grid=auto.grid, quantile=auto.quantile, epsilon=auto.epsilon,
-                noise=noise)
-            del counted
+            row_norm_bound, quantile_event = yield from release_row_norm_bound(auto, noise)
             released = float(row_norm_bound)
             events.append(quantile_event)
             emit("row-norm-bound", 0)
@@ -537,14 +578,9 @@ def block_power_run(
 
             events.append(GaussianDpEvent(mean_multiplier))
         else:
-            totals = yield MeanStep(row_norm_bound=row_norm_bound)
-            mean, mean_count, mean_event = private_mean(totals.total, totals.count, row_norm_bound=row_norm_bound,
-                                                        noise_multiplier=mean_multiplier, noise=noise, release="mean")
-            del totals
+            mean, mean_count, mean_event = yield from release_private_mean(
+                row_norm_bound, mean_multiplier=mean_multiplier, noise=noise)
             events.append(mean_event)
-            length = float(np.linalg.norm(mean))
-            if length > row_norm_bound:  # post-processing: the true mean of rows of norm <= c has norm <= c
-                mean = mean * (row_norm_bound / length)
             emit("mean", 0)
     if x is None and start is not None:
         x = _orthonormal(np.asarray(start, dtype=np.float64).reshape(n_cols, width))
@@ -596,11 +632,9 @@ def block_power_run(
             variance = resume.variance
             events.append(GaussianDpEvent(variance_multiplier))
         else:
-            totals = yield VarianceStep(components=components, row_norm_bound=row_norm_bound, mean=mean)
-            variance, variance_event = private_variances(
-                totals.projected, totals.total, totals.count, row_norm_bound=bound,
-                noise_multiplier=variance_multiplier, noise=noise, release="explained-variance")
-            del totals
+            variance, variance_event = yield from release_explained_variance(
+                components, row_norm_bound, mean, centred_row_bound=bound, variance_multiplier=variance_multiplier,
+                noise=noise)
             events.append(variance_event)
             emit("explained-variance", n_iter)
     return BlockPowerOutput(components=components, thresholds=np.asarray([thresholds], dtype=np.float64),
@@ -626,6 +660,134 @@ DEFAULT_NORM_QUANTILE = 0.9
 DEFAULT_OVERSAMPLE = 2
 #: The mechanism's name in the registry.
 BLOCK_POWER = "adaptive-power-block"
+
+
+@dataclass(frozen=True)
+class CentredReleases:
+    """The releases a centred plan makes beside its main one, calibrated from public shares of the user's (ε, δ):
+    the row-norm quantile (``auto_bound``), the private mean (``center="private"``) and the explained variance.
+
+    Built by :func:`plan_centred_releases`, the one place where the block, centred Analyze Gauss and ``auto``
+    planners split the budget; each planner gives its main release ``(1 − used_epsilon, 1 − used)`` of (ε, δ).
+    """
+
+    auto: AutoBound | None
+    """The private bound's grid, quantile and ε; None for a public bound."""
+    quantile: float
+    """The quantile of row norms the bound aims at (public)."""
+    mean_multiplier: float | None
+    """The private mean's noise multiplier; None without a private mean."""
+    variance_multiplier: float | None
+    """The explained variance's noise multiplier; None when the plan releases none of its own."""
+    used: float
+    """The share of ε and of δ spent beside the main release (mean, variance and the planner's other shares)."""
+    used_epsilon: float
+    """``used`` plus the quantile's share of ε (it spends no δ)."""
+    center: str
+    """``"private"``, ``"given"`` or ``"none"`` (provenance)."""
+    shares: dict[str, float]
+    """Every share, in the order of the plan's provenance, the main release's last."""
+
+    def planned_events(self) -> list[Any]:
+        """The events released before the main one, in order: the quantile's, then the mean's."""
+        from dp_accounting import GaussianDpEvent
+
+        from dppca_dask.accounting.events import EpsilonDeltaDpEvent
+
+        planned: list[Any] = []
+        if self.auto is not None:
+            planned.append(EpsilonDeltaDpEvent(self.auto.epsilon, 0.0))
+        if self.mean_multiplier is not None:
+            planned.append(GaussianDpEvent(self.mean_multiplier))
+        return planned
+
+    def replace_one_head(self, flat: list[Any]) -> list[Any]:
+        """The replace-one-row events of the quantile and the mean, popped from the front of ``flat``.
+
+        Replacing a row moves each quantile utility by at most 100 instead of ``max(a, 100 − a)`` (ε grows by
+        ``100/max(a, 100 − a)``), and the mean's scaled sum by at most 2 with the count fixed (sensitivity 2
+        instead of √2: the noise multiplier divided by √2).
+        """
+        from dp_accounting import GaussianDpEvent
+
+        from dppca_dask.accounting.events import EpsilonDeltaDpEvent
+
+        head: list[Any] = []
+        if self.auto is not None and flat:
+            percent = round(self.quantile * 100)
+            head.append(EpsilonDeltaDpEvent(flat.pop(0).epsilon * 100.0 / max(percent, 100 - percent), 0.0))
+        if self.mean_multiplier is not None and flat:
+            head.append(GaussianDpEvent(flat.pop(0).noise_multiplier / math.sqrt(2.0)))
+        return head
+
+    @property
+    def quantile_json(self) -> dict[str, Any] | None:
+        """The private bound's provenance (its quantile, ε and grid); None for a public bound."""
+        if self.auto is None:
+            return None
+        return {"quantile": self.quantile, "epsilon": self.auto.epsilon, "grid": self.auto.grid.to_json()}
+
+
+def plan_centred_releases(
+    params: Any,
+    *,
+    center: str | np.ndarray | None,
+    auto_bound: bool,
+    quantile: float,
+    quantile_share: float,
+    mean_share: float,
+    explained_variance: bool | None,
+    variance_share: float = 0.0,
+    norm_grid: Any = None,
+    other_shares: Mapping[str, float] | None = None,
+    main: str,
+    main_label: str,
+) -> CentredReleases:
+    """Split ``params``'s (ε, δ) by public shares and calibrate the releases beside the main one.
+
+    ``mean_share`` of (ε, δ) goes to the private mean (``center="private"``), ``variance_share`` to the explained
+    variance (``explained_variance``; None: the plan has no variance release of its own and no such share),
+    ``quantile_share`` of ε (no δ) to the row-norm quantile (``auto_bound``), each of ``other_shares`` to the
+    planner's own parts; the main release (``main``, provenance keys ``{main}_epsilon`` and ``{main}_delta``) gets
+    the rest. The parts compose by basic composition to at most the total. Public values only: nothing here
+    depends on the data.
+    """
+    from dppca_dask import accounting
+    from dppca_dask.mechanisms.quantile import NormGrid
+
+    others = dict(other_shares or {})
+    uses_mean = isinstance(center, str)
+    with_variance = bool(explained_variance)
+    used = (mean_share if uses_mean else 0.0) + (variance_share if with_variance else 0.0)
+    for share in others.values():
+        used += share
+    used_epsilon = used + (quantile_share if auto_bound else 0.0)
+    if not (0.0 <= used and used_epsilon < 1.0):
+        parts = [*others, "mean", *(["variance"] if explained_variance is not None else []), "quantile"]
+        raise InvalidParameterError(
+            f"the {', '.join(parts[:-1])} and {parts[-1]} shares must leave budget for {main_label}; got "
+            f"{used_epsilon:g} of the total"
+        )
+    mean_multiplier = (accounting.calibrate_gaussian(epsilon=params.epsilon * mean_share,
+                                                     delta=params.delta * mean_share) if uses_mean else None)
+    variance_multiplier = (accounting.calibrate_gaussian(epsilon=params.epsilon * variance_share,
+                                                         delta=params.delta * variance_share)
+                           if with_variance else None)
+    auto = None
+    if auto_bound:
+        auto = AutoBound(grid=norm_grid if norm_grid is not None else NormGrid(), quantile=quantile,
+                         epsilon=params.epsilon * quantile_share)
+    shares: dict[str, float] = {"row_norm_quantile_epsilon": quantile_share if auto_bound else 0.0,
+                                "mean": mean_share if uses_mean else 0.0}
+    if explained_variance is not None:
+        shares["explained_variance"] = variance_share if with_variance else 0.0
+    shares.update(others)
+    shares[f"{main}_epsilon"] = 1.0 - used_epsilon
+    shares[f"{main}_delta"] = 1.0 - used
+    return CentredReleases(
+        auto=auto, quantile=quantile, mean_multiplier=mean_multiplier, variance_multiplier=variance_multiplier,
+        used=used, used_epsilon=used_epsilon,
+        center="private" if uses_mean else ("given" if center is not None else "none"), shares=shares)
 
 
 def _check_resume(resume: Any) -> BlockPowerState | None:
@@ -665,38 +827,23 @@ def plan_block_power(
     """
     import dataclasses
 
-    from dp_accounting import GaussianDpEvent
-
-    from dppca_dask import accounting
     from dppca_dask.methods._registry import MechanismPlan
     from dppca_dask.methods.adaptive_power import _plan_adaptive_power
 
-    from dppca_dask.mechanisms.quantile import NormGrid
-
+    shared = plan_centred_releases(params, center=center, auto_bound=auto_bound, quantile=quantile,
+                                   quantile_share=quantile_share, mean_share=mean_share,
+                                   explained_variance=explained_variance, variance_share=variance_share,
+                                   norm_grid=norm_grid, main="iterations", main_label="the iterations")
     uses_mean = isinstance(center, str)
-    used = (mean_share if uses_mean else 0.0) + (variance_share if explained_variance else 0.0)
-    used_epsilon = used + (quantile_share if auto_bound else 0.0)
-    if not (0.0 <= used and used_epsilon < 1.0):
-        raise InvalidParameterError(
-            f"the mean, variance and quantile shares must leave budget for the iterations; got {used_epsilon:g} of "
-            "the total"
-        )
     power_params = dataclasses.replace(params, mechanism="adaptive-power", n_components=1,
-                                       epsilon=params.epsilon * (1.0 - used_epsilon),
-                                       delta=params.delta * (1.0 - used))
-    auto = None
-    if auto_bound:
-        auto = AutoBound(grid=norm_grid if norm_grid is not None else NormGrid(), quantile=quantile,
-                         epsilon=params.epsilon * quantile_share)
+                                       epsilon=params.epsilon * (1.0 - shared.used_epsilon),
+                                       delta=params.delta * (1.0 - shared.used))
+    auto = shared.auto
     base = _plan_adaptive_power(power_params, n_cols)
     cal = dict(base.calibration)
     bound = centred_bound(float(auto.grid.values[-1]) if auto is not None else params.row_norm_bound, center)
     grid = ThresholdGrid.for_bound(bound, per_octave=params.grid_per_octave, octaves=params.grid_octaves)
-    mean_multiplier = (accounting.calibrate_gaussian(epsilon=params.epsilon * mean_share,
-                                                     delta=params.delta * mean_share) if uses_mean else None)
-    variance_multiplier = (accounting.calibrate_gaussian(epsilon=params.epsilon * variance_share,
-                                                         delta=params.delta * variance_share)
-                           if explained_variance else None)
+    mean_multiplier, variance_multiplier = shared.mean_multiplier, shared.variance_multiplier
     pass_delta = cal["delta_split"]["pass_probability"]
     top_m = pass_row_budget(cutoff=cal["cutoff"], threshold_scale=cal["svt_threshold_scale"],
                             query_scale=cal["svt_query_scale"], n_queries=grid.n_points, n_releases=params.n_iter,
@@ -731,30 +878,22 @@ def plan_block_power(
             keys.append("explained-variance")
         return keys
 
-    planned: list[Any] = []
-    if auto is not None:
-        planned.append(accounting.EpsilonDeltaDpEvent(auto.epsilon, 0.0))
-    if mean_multiplier is not None:
-        planned.append(GaussianDpEvent(mean_multiplier))
+    planned = shared.planned_events()
     planned.extend(base.planned_events or ())
     if variance_multiplier is not None:
+        from dp_accounting import GaussianDpEvent
+
         planned.append(GaussianDpEvent(variance_multiplier))
     assert base.replace_one is not None
     power_replace, power_method = base.replace_one
 
     def replace_one(events: tuple[Any, ...]) -> list[Any]:
-        # replacing one row: the mean's scaled sum moves by <= 2, its count by 0 (sensitivity 2 instead of √2);
-        # the variance's entries by <= √3 as under add/remove (two non-negative vectors of L1 norm <= 1 differ by
-        # <= √2 in L2, the total by <= 1, the count by 0); the iterations as in the sequential version
+        # replacing one row: the quantile and the mean as in CentredReleases.replace_one_head; the variance's
+        # entries by <= √3 as under add/remove (two non-negative vectors of L1 norm <= 1 differ by <= √2 in L2, the
+        # total by <= 1, the count by 0); the iterations as in the sequential version
         flat = list(events)
-        head: list[Any] = []
+        head = shared.replace_one_head(flat)
         tail: list[Any] = []
-        if auto is not None and flat:  # replacing a row moves each utility by <= 100 instead of max(a, 100 - a)
-            first = flat.pop(0)
-            percent = round(quantile * 100)
-            head.append(accounting.EpsilonDeltaDpEvent(first.epsilon * 100.0 / max(percent, 100 - percent), 0.0))
-        if mean_multiplier is not None and flat:
-            head.append(GaussianDpEvent(flat.pop(0).noise_multiplier / math.sqrt(2.0)))
         if variance_multiplier is not None and flat and len(flat) % 2 == 1:
             tail = [flat.pop()]
         return head + power_replace(tuple(flat)) + tail
@@ -765,14 +904,10 @@ def plan_block_power(
         "top_m": top_m,
         "centred_bound": None if auto is not None else bound,
         "block_width": min(n_cols, params.n_components + oversample),
-        "center": "private" if uses_mean else ("given" if center is not None else "none"),
-        "shares": {"row_norm_quantile_epsilon": quantile_share if auto_bound else 0.0,
-                   "mean": mean_share if uses_mean else 0.0,
-                   "explained_variance": variance_share if explained_variance else 0.0,
-                   "iterations_epsilon": 1.0 - used_epsilon, "iterations_delta": 1.0 - used},
+        "center": shared.center,
+        "shares": dict(shared.shares),
         "mean_noise_multiplier": mean_multiplier,
-        "row_norm_quantile": None if auto is None else {"quantile": quantile, "epsilon": auto.epsilon,
-                                                        "grid": auto.grid.to_json()},
+        "row_norm_quantile": shared.quantile_json,
         "variance_noise_multiplier": variance_multiplier,
     }
     return MechanismPlan(

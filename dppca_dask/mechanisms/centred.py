@@ -17,7 +17,14 @@ from dppca_dask.mechanisms._validation import positive_finite
 from dppca_dask.mechanisms.gaussian import gaussian_mechanism
 from dppca_dask.mechanisms.noise import NoiseSource
 
-__all__ = ["ExplainedVariance", "MEAN_SENSITIVITY", "VARIANCE_SENSITIVITY", "private_mean", "private_variances"]
+__all__ = [
+    "ExplainedVariance",
+    "MEAN_SENSITIVITY",
+    "VARIANCE_SENSITIVITY",
+    "private_mean",
+    "private_variances",
+    "project_onto_ball",
+]
 
 #: L2 sensitivity of ``(Σ a'/c, n)``: the sum of rows clipped to c moves by at most c, the count by 1.
 MEAN_SENSITIVITY = math.sqrt(2.0)
@@ -36,7 +43,8 @@ def private_mean(
     noise: NoiseSource,
     release: str = "mean",
 ) -> tuple[np.ndarray, float, Any]:
-    """Release the mean of rows clipped to ``c``: ``μ = c·z_sum / max(z_count, 1)`` for one Gaussian release ``z``.
+    """Release the mean of rows clipped to ``c``: ``μ = c·z_sum / max(z_count, 1)`` for one Gaussian release ``z``,
+    projected onto the ball of radius c.
 
     Parameters
     ----------
@@ -48,19 +56,38 @@ def private_mean(
     Returns
     -------
     mean, noisy_count, event
-        The released mean (length d), the released count and ``GaussianDpEvent(noise_multiplier)``.
+        The released mean (length d, norm at most c), the released count and ``GaussianDpEvent(noise_multiplier)``.
 
     Notes
     -----
     Privacy contract: add/remove one row; the released vector ``(Σ a'/c, n) + N(0, (m·√2)²·I)`` has L2
     sensitivity √2 (:data:`MEAN_SENSITIVITY`); the division is post-processing.
+
+    So is the projection onto the ball of radius c (:func:`project_onto_ball`): a fixed function of the released
+    mean and the public bound c that reads no data. It loses nothing either: every clipped row ``a'`` has
+    ``‖a'‖ ≤ c``, so the true mean, a convex combination of them, lies in the ball, and the projection moves the
+    released mean no farther from it (projection onto a convex set is non-expansive). Rows centred at the released
+    mean then have a public bound whatever the noise drew: ``‖a' − μ‖ ≤ ‖a'‖ + ‖μ‖ ≤ 2c`` (the ``r = c`` of
+    :func:`~dppca_dask.algorithms.block_power.centred_bound`).
     """
     bound = positive_finite("row_norm_bound", row_norm_bound)
     value = np.append(np.asarray(total, dtype=np.float64) / bound, float(count))
     noisy, event = gaussian_mechanism(value, l2_sensitivity=MEAN_SENSITIVITY, noise_multiplier=noise_multiplier,
                                       noise=noise, release=release)
     noisy_count = float(noisy[-1])
-    return bound * noisy[:-1] / max(noisy_count, 1.0), noisy_count, event
+    return project_onto_ball(bound * noisy[:-1] / max(noisy_count, 1.0), row_norm_bound), noisy_count, event
+
+
+def project_onto_ball(vector: np.ndarray, radius: float) -> np.ndarray:
+    """``vector`` if its L2 norm is at most ``radius``, else ``vector`` scaled to norm ``radius``.
+
+    The Euclidean projection onto the closed ball of radius ``radius`` about the origin: it never moves a point
+    of the ball, and moves any other point to the nearest point of the ball.
+    """
+    length = float(np.linalg.norm(vector))
+    if length > radius:
+        return vector * (radius / length)
+    return vector
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dp_accounting import GaussianDpEvent
 from numpy.typing import ArrayLike
 
 from dppca_dask.mechanisms._validation import as_release_value, positive_finite
-from dppca_dask.mechanisms.hardened import inflated_sensitivity, round_to_lattice
+from dppca_dask.mechanisms.hardened import on_lattice
 from dppca_dask.mechanisms.noise import NoiseSource
 
 __all__ = ["gaussian_mechanism"]
@@ -75,9 +75,7 @@ def gaussian_mechanism(
     multiplier = positive_finite("noise_multiplier", noise_multiplier)
     exact = as_release_value(value, release)
     lattice = noise.lattice_exponent(multiplier * sensitivity)
-    if lattice is not None:
-        exact = round_to_lattice(exact, lattice)
-        sensitivity = inflated_sensitivity(sensitivity, lattice, exact.size, norm="l2")
+    exact, sensitivity = on_lattice(exact, sensitivity, lattice, norm="l2")
     std = multiplier * sensitivity
     with noise.release(release):
         noise.audit(kind="gaussian", exact=exact, sensitivity=sensitivity, scale=std)

@@ -57,6 +57,7 @@ __all__ = [
     "discrete_laplace",
     "inflated_sensitivity",
     "lattice_exponent",
+    "on_lattice",
     "round_to_lattice",
 ]
 
@@ -109,6 +110,15 @@ def inflated_sensitivity(sensitivity: float, k: int, n_coordinates: int, *, norm
         raise InvalidParameterError(f"norm must be 'l1' or 'l2'; got {norm!r}")
     # Two steps up cover the rounding of the square root and of the sum.
     return math.nextafter(math.nextafter(float(sensitivity) + extra, math.inf), math.inf)
+
+
+def on_lattice(exact: np.ndarray, sensitivity: float, k: int | None, *, norm: str) -> tuple[np.ndarray, float]:
+    """The value a mechanism noises and the sensitivity it calibrates to: ``exact`` rounded to ``2^k·Z``
+    (:func:`round_to_lattice`) with the sensitivity of the rounded value (:func:`inflated_sensitivity`), or both
+    unchanged for ``k=None`` (the float sampler, which has no lattice)."""
+    if k is None:
+        return exact, sensitivity
+    return round_to_lattice(exact, k), inflated_sensitivity(sensitivity, k, exact.size, norm=norm)
 
 
 def _import_opendp() -> Any:

@@ -8,7 +8,7 @@ from dp_accounting import LaplaceDpEvent
 from numpy.typing import ArrayLike
 
 from dppca_dask.mechanisms._validation import as_release_value, positive_finite
-from dppca_dask.mechanisms.hardened import inflated_sensitivity, round_to_lattice
+from dppca_dask.mechanisms.hardened import on_lattice
 from dppca_dask.mechanisms.noise import NoiseSource
 
 __all__ = ["laplace_mechanism"]
@@ -73,9 +73,7 @@ def laplace_mechanism(
     epsilon = positive_finite("epsilon", epsilon)
     exact = as_release_value(value, release)
     lattice = noise.lattice_exponent(sensitivity / epsilon)
-    if lattice is not None:
-        exact = round_to_lattice(exact, lattice)
-        sensitivity = inflated_sensitivity(sensitivity, lattice, exact.size, norm="l1")
+    exact, sensitivity = on_lattice(exact, sensitivity, lattice, norm="l1")
     with noise.release(release):
         noise.audit(kind="laplace", exact=exact, sensitivity=sensitivity, scale=sensitivity / epsilon)
         drawn = noise.laplace(sensitivity / epsilon, size=exact.shape if exact.ndim else None, lattice=lattice)

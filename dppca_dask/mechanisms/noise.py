@@ -389,14 +389,7 @@ class NoiseSource:
         lattice
             Exponent k of the hardened sampler's lattice (ignored by the float sampler).
         """
-        scale = _check_scale("scale", scale)
-        k = self._lattice(scale, lattice) if self._sampler == "hardened" else None
-        self._require_release("Laplace")
-        if k is not None:
-            from dppca_dask.mechanisms.hardened import discrete_laplace
-
-            return discrete_laplace(scale, size, k)
-        return self._laplace(scale, size)
+        return self._sample_noise("Laplace", _check_scale("scale", scale), size, lattice)
 
     def gaussian(self, std: float, size: Shape = None, *, lattice: int | None = None) -> Any:
         """Gaussian noise ``N(0, std²)``, float64; only inside a release.
@@ -413,14 +406,19 @@ class NoiseSource:
         lattice
             Exponent k of the hardened sampler's lattice (ignored by the float sampler).
         """
-        std = _check_scale("std", std)
-        k = self._lattice(std, lattice) if self._sampler == "hardened" else None
-        self._require_release("Gaussian")
-        if k is not None:
-            from dppca_dask.mechanisms.hardened import discrete_gaussian
+        return self._sample_noise("Gaussian", _check_scale("std", std), size, lattice)
 
-            return discrete_gaussian(std, size, k)
-        return self._gaussian(std, size)
+    def _sample_noise(self, sampler: str, scale: float, size: Shape, lattice: int | None) -> Any:
+        """One draw of ``sampler`` (``"Laplace"`` or ``"Gaussian"``) at a checked scale: the hardened sampler's
+        exact discrete noise on its lattice, else the float sampler's; only inside a release."""
+        k = self._lattice(scale, lattice) if self._sampler == "hardened" else None
+        self._require_release(sampler)
+        if k is not None:
+            from dppca_dask.mechanisms import hardened
+
+            discrete = hardened.discrete_laplace if sampler == "Laplace" else hardened.discrete_gaussian
+            return discrete(scale, size, k)
+        return self._laplace(scale, size) if sampler == "Laplace" else self._gaussian(scale, size)
 
     # -- audit ----------------------------------------------------------------------------------------------
 

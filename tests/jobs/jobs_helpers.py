@@ -1,7 +1,11 @@
-"""Helpers of the job tests: paths, and job spec documents rendered as TOML."""
+"""Shared code of the job tests: paths, job spec documents rendered as TOML, and a job killed at a chosen point."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +71,40 @@ def declare_schema(store: str | Path, value: str | None = "declared") -> None:
     meta = dict(group.attrs[_format.ATTR_KEY])
     meta["schema"] = "inferred" if value is None else value
     group.attrs[_format.ATTR_KEY] = meta
+
+
+#: The exit code of a job process killed at its kill point.
+KILLED = 77
+#: Runs the CLI with the job runner's kill point ``sys.argv[1]`` exiting the process at once (``os._exit``: no
+#: cleanup, no ``finally``, as a killed process); the CLI's arguments follow.
+KILL_SCRIPT = """
+import os, sys
+from dppca_dask.jobs import runner
+
+point = sys.argv[1]
+
+def kill(name):
+    if name == point:
+        os._exit({killed})
+
+runner._kill_point = kill
+from dppca_dask.cli import main
+sys.exit(main(sys.argv[2:]))
+""".format(killed=KILLED)
+
+
+def run_killed_at(point: str, args: Sequence[str], tmp_path: Path) -> None:
+    """Run ``dppca-dask *args`` in a new process killed at the runner's kill point ``point``; fail unless it was
+    killed there."""
+    script = tmp_path / "killer.py"
+    script.write_text(KILL_SCRIPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    killed = subprocess.run([sys.executable, str(script), point, *args], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == KILLED, killed.stderr[-2000:]
+
+
+def released_results(out: Path, identity: Callable[[Path], str | None]) -> set[str]:
+    """The identities of the results a job left in its output directory ``out`` and in ``out/.pending`` (a
+    directory without a result is left out)."""
+    return {identity(out / ".pending"), identity(out)} - {None}

@@ -6,36 +6,19 @@ before the charge computed a new release each time (four distinct results for on
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from jobs_helpers import REPO, base_doc
+from jobs_helpers import base_doc, released_results, run_killed_at
 
 from dppca_dask.cli import main
 from dppca_dask.ledger import CHARGED, Ledger
 
 DATE = "2026-04-01"
-KILLED = 77
-_SCRIPT = """
-import os, sys
-from dppca_dask.jobs import runner
-
-point = sys.argv[1]
-
-def kill(name):
-    if name == point:
-        os._exit({killed})
-
-runner._kill_point = kill
-from dppca_dask.cli import main
-sys.exit(main(sys.argv[2:]))
-""".format(killed=KILLED)
 
 MECHANISMS = {
     "analyze-gauss": {"name": "analyze-gauss"},
@@ -82,15 +65,11 @@ def test_a_kill_at_every_point_leaves_one_release_per_charge(tmp_path: Path, sma
     doc["privacy"]["epsilon"] = 0.5
     spec = write_spec(doc)
     lowrank = "rank" in doc["mechanism"]
-    script = tmp_path / "killer.py"
-    script.write_text(_SCRIPT)
+    identity = functools.partial(_identity, lowrank=lowrank)
     args = ["run", str(spec), "--scheduler", local_client.scheduler.address, "--date", DATE]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    killed = subprocess.run([sys.executable, str(script), point, *args], cwd=REPO, env=env, capture_output=True,
-                            text=True, timeout=300)
-    assert killed.returncode == KILLED, killed.stderr[-2000:]
+    run_killed_at(point, args, tmp_path)
     out = tmp_path / "out" / "test-job" / DATE
-    released = {_identity(out / ".pending", lowrank), _identity(out, lowrank)} - {None}
+    released = released_results(out, identity)
 
     code = main([*args, "--json"])
     captured = capsys.readouterr()
@@ -105,7 +84,7 @@ def test_a_kill_at_every_point_leaves_one_release_per_charge(tmp_path: Path, sma
         assert status == {"pending-complete": "completed-from-pending", "charged": "already-completed"}.get(
             point, "resumed-and-completed" if resumes else "completed"), status
         assert not (out / ".pending").exists()
-    released |= {_identity(out / ".pending", lowrank), _identity(out, lowrank)} - {None}
+    released |= released_results(out, identity)
     assert len(released) <= 1, released  # at most one release ...
 
     budget = Ledger(tmp_path / "ledger.sqlite").budget("ds")
@@ -113,5 +92,5 @@ def test_a_kill_at_every_point_leaves_one_release_per_charge(tmp_path: Path, sma
     assert budget.sum_epsilon == pytest.approx(0.5)
     assert main([*args]) in (0, 3)  # a third run changes nothing
     capsys.readouterr()
-    assert {_identity(out / ".pending", lowrank), _identity(out, lowrank)} - {None} <= released
+    assert released_results(out, identity) <= released
     assert Ledger(tmp_path / "ledger.sqlite").budget("ds").sum_epsilon == pytest.approx(0.5)

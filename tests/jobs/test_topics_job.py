@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from jobs_helpers import declare_schema
+from jobs_helpers import declare_schema, released_results, run_killed_at
 
 from dppca_dask.cli import main
 from dppca_dask.ledger import CHARGED, Ledger
@@ -172,30 +172,18 @@ def test_a_killed_topics_job_leaves_one_release_per_charge(tmp_path: Path, corpu
     """As tests/jobs/test_job_kill_points.py for the topic model, which releases only at the end: killed after its
     result was complete the re-run finishes it; killed after the release was recorded but before that, the re-run
     refuses (exit 3); killed before, it runs again under the same reservation."""
-    import os
-    import subprocess
-    import sys
-
-    from jobs_helpers import REPO
-    from test_job_kill_points import _SCRIPT, KILLED
-
     spec = write_spec(topics_doc(tmp_path, corpus_store))
-    script = tmp_path / "killer.py"
-    script.write_text(_SCRIPT)
     args = ["run", str(spec), "--scheduler", local_client.scheduler.address, "--date", DATE]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    killed = subprocess.run([sys.executable, str(script), point, *args], cwd=REPO, env=env, capture_output=True,
-                            text=True, timeout=300)
-    assert killed.returncode == KILLED, killed.stderr[-2000:]
+    run_killed_at(point, args, tmp_path)
     out = tmp_path / "out" / DATE
-    released = {_topics_identity(out / ".pending"), _topics_identity(out)} - {None}
+    released = released_results(out, _topics_identity)
     code = main([*args, "--json"])
     captured = capsys.readouterr()
     assert code == (3 if point == "pending-written" else 0), captured.err
     if code == 0:
         assert json.loads(captured.out)["status"] == {"pending-complete": "completed-from-pending"}.get(point,
                                                                                                        "completed")
-    released |= {_topics_identity(out / ".pending"), _topics_identity(out)} - {None}
+    released |= released_results(out, _topics_identity)
     assert len(released) <= 1, released
     budget = Ledger(tmp_path / "ledger.sqlite").budget("corpus")
     assert [e.status for e in budget.entries] == [CHARGED] and budget.sum_epsilon == pytest.approx(500.0)

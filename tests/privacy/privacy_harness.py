@@ -11,11 +11,16 @@ both runs draw identical noise. ``assert_within_sensitivity`` then checks, relea
 
 Tests build worst-case neighbours for each mechanism (a row on the filter boundary, duplicate entries, an entry
 change, a symmetric pair, ...) and run through the real ``local_client`` LocalCluster as well as in-process.
+``traced_neighbour_runs`` runs a mechanism on each neighbour through a cluster and collects what an observer of
+the run sees besides the result (privacy invariant 8): the names of the tasks and the library's log lines.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from dppca_dask.mechanisms.testing import AuditRecord
@@ -51,3 +56,46 @@ def assert_within_sensitivity(
         )
         ratios.append(moved / a.sensitivity)
     return ratios
+
+
+#: A run's token in a task name (each run names its tasks ``...-<8 hex digits>-...``).
+_RUN_TOKEN = re.compile(r"-[0-9a-f]{8}-")
+#: A released threshold in a log line.
+_RELEASED_THETA = re.compile(r"theta=[0-9.e+-]+")
+
+
+def task_names(stream: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The keys of a task stream's tasks, sorted, with each run's token replaced by ``-<run>-``."""
+    return sorted(_RUN_TOKEN.sub("-<run>-", str(t["key"])) for t in stream)
+
+
+def log_lines(records: Iterable[logging.LogRecord], *, mask_theta: bool = True) -> list[str]:
+    """The messages of the library's log records; with ``mask_theta`` each released ``theta=...`` reads
+    ``theta=<released>`` (a released value may differ between neighbours; everything else must not)."""
+    lines = [r.getMessage() for r in records if r.name.startswith("dppca_dask")]
+    return [_RELEASED_THETA.sub("theta=<released>", line) for line in lines] if mask_theta else lines
+
+
+def traced_run(client: Any, caplog: Any, run: Callable[[], Any], *, mask_theta: bool = True
+               ) -> tuple[Any, list[str], list[str]]:
+    """``run()`` with every DEBUG log line of the library captured and ``client``'s task stream recorded: the
+    result, the task names (:func:`task_names`) and the log lines (:func:`log_lines`)."""
+    from distributed import get_task_stream
+
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="dppca_dask"), get_task_stream(client) as stream:
+        result = run()
+    return result, task_names(stream.data), log_lines(caplog.records, mask_theta=mask_theta)
+
+
+def traced_neighbour_runs(client: Any, caplog: Any, datasets: Iterable[Any], run: Callable[[Any, Any], Any],
+                          make_noise: Callable[[], Any], *, mask_theta: bool = True
+                          ) -> list[tuple[Any, Any, list[str], list[str]]]:
+    """``run(dataset, noise)`` on each neighbour, each with a fresh ``make_noise()`` (the same seed, so the same
+    draws), through :func:`traced_run`: per neighbour the result, its noise source, task names and log lines."""
+    runs = []
+    for dataset in datasets:
+        noise = make_noise()
+        result, tasks, logs = traced_run(client, caplog, lambda: run(dataset, noise), mask_theta=mask_theta)
+        runs.append((result, noise, tasks, logs))
+    return runs

@@ -17,8 +17,6 @@ Laplace noise exceeds 30 of its scales (cut-off ``6·ln(1/β)/ε_svt`` with β =
 from __future__ import annotations
 
 import json
-import logging
-import re
 from typing import Any
 
 import dask.array as da
@@ -32,7 +30,7 @@ from dppca_dask.api import plan_release
 from dppca_dask.coordinator.driver import _step_plan
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.mechanisms.testing import AuditingNoiseSource
-from privacy_harness import assert_within_sensitivity
+from privacy_harness import assert_within_sensitivity, traced_neighbour_runs
 
 D = 50
 H = 300  # filtered rows, all in partition 0
@@ -123,35 +121,16 @@ def test_every_partition_gets_the_whole_row_budget() -> None:
     assert _step_plan(step, 64).kwargs["top_m"] == 1234  # never a share: all filtered rows may sit in one
 
 
-def _task_names(stream: list[dict[str, Any]]) -> list[str]:
-    names = [str(t["key"]) for t in stream]
-    return sorted(re.sub(r"-[0-9a-f]{8}-", "-<run>-", n) for n in names)
-
-
-def _log_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    lines = [r.getMessage() for r in caplog.records if r.name.startswith("dppca_dask")]
-    return [re.sub(r"theta=[0-9.e+-]+", "theta=<released>", line) for line in lines]
-
-
-def _run_on_cluster(client: Any, matrix: np.ndarray, seed: int, caplog: pytest.LogCaptureFixture
-                    ) -> tuple[Any, AuditingNoiseSource, list[str], list[str]]:
-    from distributed import get_task_stream
-
-    noise = AuditingNoiseSource(seed)
-    caplog.clear()
-    with caplog.at_level(logging.DEBUG, logger="dppca_dask"), get_task_stream(client) as stream:
-        result = pca(_dask(matrix), n_iter=3, client=client, noise=noise, persist=False, **PARAMS)
-    return result, noise, _task_names(stream.data), _log_lines(caplog)
-
-
 @pytest.mark.parametrize("kind", ["boundary", "filtered-same-partition", "huge-norm"])
 def test_passes_task_names_logs_and_fields_match_on_a_local_cluster(
     local_client: Any, seed: int, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     base, x0 = _dataset(seed)
     other = _neighbour(base, x0, kind, seed)
-    ra, a, tasks_a, logs_a = _run_on_cluster(local_client, base, seed, caplog)
-    rb, b, tasks_b, logs_b = _run_on_cluster(local_client, other, seed, caplog)
+    (ra, a, tasks_a, logs_a), (rb, b, tasks_b, logs_b) = traced_neighbour_runs(
+        local_client, caplog, (base, other),
+        lambda matrix, noise: pca(_dask(matrix), n_iter=3, client=local_client, noise=noise, persist=False, **PARAMS),
+        lambda: AuditingNoiseSource(seed))
     # the first iteration is crafted: same decision, pre-noise values within the sensitivity
     assert_within_sensitivity(a.records[:2], b.records[:2])
     # passes and task names: three one-pass steps over the 16 partitions, no second pass, on both neighbours

@@ -7,8 +7,6 @@ equality for a row of norm c on one coordinate. Deterministic: no statistical as
 
 from __future__ import annotations
 
-import logging
-import re
 from typing import Any
 
 import dask.array as da
@@ -19,7 +17,7 @@ from dppca_dask import pca
 from dppca_dask.accounting import event_to_json, summarise_events
 from dppca_dask.api import plan_release
 from dppca_dask.mechanisms.testing import AuditingNoiseSource
-from privacy_harness import assert_within_sensitivity
+from privacy_harness import assert_within_sensitivity, traced_neighbour_runs
 
 D = 20
 PARAMS: dict[str, Any] = {"epsilon": 1.0, "delta": 1e-6, "mechanism": "analyze-gauss", "progress": False}
@@ -73,18 +71,11 @@ def test_pre_noise_values_move_within_the_sensitivity(seed: int, kind: str, rati
 def test_tasks_logs_fields_and_events_match_on_a_local_cluster(
     local_client: Any, seed: int, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from distributed import get_task_stream
-
     base = _base(seed)
-    runs = []
-    for matrix in (base, _with(base, _extra("one-coordinate-max-norm", 1.0))):
-        noise = AuditingNoiseSource(seed)
-        caplog.clear()
-        with caplog.at_level(logging.DEBUG, logger="dppca_dask"), get_task_stream(local_client) as stream:
-            result = pca(_dask(matrix), client=local_client, noise=noise, persist=False, **PARAMS)
-        tasks = sorted(re.sub(r"-[0-9a-f]{8}-", "-<run>-", str(t["key"])) for t in stream.data)
-        logs = [r.getMessage() for r in caplog.records if r.name.startswith("dppca_dask")]
-        runs.append((result, noise, tasks, logs))
+    runs = traced_neighbour_runs(
+        local_client, caplog, (base, _with(base, _extra("one-coordinate-max-norm", 1.0))),
+        lambda matrix, noise: pca(_dask(matrix), client=local_client, noise=noise, persist=False, **PARAMS),
+        lambda: AuditingNoiseSource(seed), mask_theta=False)
     (ra, a, tasks_a, logs_a), (rb, b, tasks_b, logs_b) = runs
     assert_within_sensitivity(a.records, b.records)
     assert tasks_a == tasks_b and sum(1 for t in tasks_a if "-map-" in t) == 5

@@ -12,13 +12,11 @@ thresholds. Deterministic (seeded Gaussian noise, no Laplace noise).
 
 from __future__ import annotations
 
-import logging
-import re
 from typing import Any
 
 import numpy as np
 import pytest
-from test_block_power import K, _dask, _dataset, _neighbour, THETA, D
+from test_block_power import K, _dask, _dataset, _neighbour, THETA, D, traced_neighbours
 
 from dppca_dask import pca
 from dppca_dask.accounting import epsilon_for, event_from_json, event_to_json, summarise_events
@@ -40,15 +38,6 @@ class PilotAuditing(AuditingNoiseSource):
         return np.zeros(size) if size is not None else 0.0
 
 
-def _task_names(stream: list[dict[str, Any]]) -> list[str]:
-    return sorted(re.sub(r"-[0-9a-f]{8}-", "-<run>-", str(t["key"])) for t in stream)
-
-
-def _log_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    lines = [r.getMessage() for r in caplog.records if r.name.startswith("dppca_dask")]
-    return [re.sub(r"theta=[0-9.e+-]+", "theta=<released>", line) for line in lines]
-
-
 @pytest.mark.parametrize("kind", ["boundary", "huge-norm", "zero"])
 def test_the_decision_statistic_moves_within_its_sensitivity(seed: int, kind: str) -> None:
     base, x0 = _dataset(seed)
@@ -68,16 +57,7 @@ def test_the_decision_statistic_moves_within_its_sensitivity(seed: int, kind: st
 @pytest.mark.parametrize("kind", ["boundary", "huge-norm"])
 def test_task_names_logs_and_fields_match_on_a_local_cluster(local_client: Any, seed: int, kind: str,
                                                              caplog: pytest.LogCaptureFixture) -> None:
-    from distributed import get_task_stream
-
-    base, x0 = _dataset(seed)
-    runs = []
-    for matrix in (base, _neighbour(base, x0, kind, seed)):
-        noise = PilotAuditing(seed)
-        caplog.clear()
-        with caplog.at_level(logging.DEBUG, logger="dppca_dask"), get_task_stream(local_client) as stream:
-            result = pca(_dask(matrix), client=local_client, noise=noise, persist=False, **PARAMS)
-        runs.append((result, noise, _task_names(stream.data), _log_lines(caplog)))
+    runs = traced_neighbours(local_client, caplog, seed, kind, lambda: PilotAuditing(seed), **PARAMS)
     (ra, a, tasks_a, logs_a), (rb, b, tasks_b, logs_b) = runs
     assert_within_sensitivity(a.records[:2], b.records[:2])
     assert ra.mechanism == rb.mechanism

@@ -17,8 +17,6 @@ beyond 30 of its scales to differ). Everything else is deterministic.
 
 from __future__ import annotations
 
-import logging
-import re
 from typing import Any
 
 import dask.array as da
@@ -31,7 +29,7 @@ from dppca_dask.algorithms.block_power import BLOCK_POWER, DEFAULT_OVERSAMPLE, _
 from dppca_dask.api import plan_release
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.mechanisms.testing import AuditingNoiseSource
-from privacy_harness import assert_within_sensitivity
+from privacy_harness import assert_within_sensitivity, traced_neighbour_runs
 
 D = 50
 K = 2
@@ -124,28 +122,20 @@ def test_the_maximal_row_moves_the_variance_release_by_its_sensitivity_bound(see
     assert variance > (np.sqrt(2.0) / np.sqrt(3.0)) * 0.99  # total and count move by 1 each, the projections too
 
 
-def _task_names(stream: list[dict[str, Any]]) -> list[str]:
-    return sorted(re.sub(r"-[0-9a-f]{8}-", "-<run>-", str(t["key"])) for t in stream)
-
-
-def _log_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    lines = [r.getMessage() for r in caplog.records if r.name.startswith("dppca_dask")]
-    return [re.sub(r"theta=[0-9.e+-]+", "theta=<released>", line) for line in lines]
+def traced_neighbours(client: Any, caplog: pytest.LogCaptureFixture, seed: int, kind: str,
+                      make_noise: Any, **params: Any) -> list[tuple[Any, Any, list[str], list[str]]]:
+    """``pca`` on the dataset and its ``kind`` neighbour through ``client``, traced
+    (:func:`privacy_harness.traced_neighbour_runs`)."""
+    base, x0 = _dataset(seed)
+    return traced_neighbour_runs(
+        client, caplog, (base, _neighbour(base, x0, kind, seed)),
+        lambda matrix, noise: pca(_dask(matrix), client=client, noise=noise, persist=False, **params), make_noise)
 
 
 @pytest.mark.parametrize("kind", ["boundary", "huge-norm"])
 def test_task_names_logs_and_fields_match_on_a_local_cluster(local_client: Any, seed: int, kind: str,
                                                              caplog: pytest.LogCaptureFixture) -> None:
-    from distributed import get_task_stream
-
-    base, x0 = _dataset(seed)
-    runs = []
-    for matrix in (base, _neighbour(base, x0, kind, seed)):
-        noise = AuditingNoiseSource(seed)
-        caplog.clear()
-        with caplog.at_level(logging.DEBUG, logger="dppca_dask"), get_task_stream(local_client) as stream:
-            result = pca(_dask(matrix), n_iter=2, client=local_client, noise=noise, persist=False, **PARAMS)
-        runs.append((result, noise, _task_names(stream.data), _log_lines(caplog)))
+    runs = traced_neighbours(local_client, caplog, seed, kind, lambda: AuditingNoiseSource(seed), n_iter=2, **PARAMS)
     (ra, a, tasks_a, logs_a), (rb, b, tasks_b, logs_b) = runs
     assert_within_sensitivity(a.records[:2], b.records[:2])
     assert tasks_a == tasks_b and not any("blockfilteredsum" in t for t in tasks_a)
