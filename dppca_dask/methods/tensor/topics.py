@@ -269,7 +269,12 @@ def _topic_run(
     small = (small + small.T) / 2 / scale - a * np.outer(y.T @ mean1, y.T @ mean1)
     sigma, q = np.linalg.eigh(small)
     sigma, q = sigma[::-1], q[:, ::-1]
-    floor = max(float(sigma[0]), 1e-300) * 1e-6  # a public rule on released values
+    # A public rule on released values: eigenvalues are floored at 1e-6 of the top one, and the top one at the
+    # eigenvalue release's noise scale. Below that scale (few documents for the budget) the released second moment
+    # is noise: its top eigenvalue may be zero or negative, and whitening by it would make every later
+    # sensitivity infinite and stop the run after its first releases. The run goes on and releases noise instead.
+    noise_scale = sensitivity * m_a / scale if noise is not None else 0.0
+    floor = max(float(sigma[0]), noise_scale, 1e-300) * 1e-6
     sigma = np.maximum(sigma, floor)
     basis = y @ q
     whiten = basis / np.sqrt(sigma)  # d × k
