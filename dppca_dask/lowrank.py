@@ -88,6 +88,7 @@ def lowrank(
     symmetric: bool = False,
     signed_values: bool = False,
     client: Any = None,
+    executor: str = "auto",
     seed: int | None = None,
     persist: bool | None = None,
     noise: Any = None,
@@ -139,6 +140,11 @@ def lowrank(
         (spec §1.4; beyond the paper). On an asymmetric store the value is always the signed ``ûᵀAv̂``.
     client, seed, persist, noise
         As in :func:`dppca_dask.pca`; a ``seed`` (or a non-private ``noise``) makes the result not private.
+    executor
+        As in :func:`dppca_dask.pca`: ``"auto"`` (default) runs in this process when no client is given or active
+        and the input is small by its public shape (``dppca_dask.executor.in-process-max-partitions`` partitions,
+        ``in-process-max-columns`` declared columns), else on an embedded ``LocalCluster``; ``"local"`` or
+        ``"cluster"`` force either. ``provenance["executor"]`` states where it ran.
     timings
         Return wall-clock timings (they depend on the data and are not covered by the guarantee); default no.
 
@@ -157,7 +163,7 @@ def lowrank(
     mechanism; private power composes its rounds and values exactly (see each algorithm's Notes).
     """
     from dppca_dask.accounting import build_report
-    from dppca_dask.api import _execute, _noise_source, _versions
+    from dppca_dask.api import _execute, _executor_choice, _noise_source, _versions
     from dppca_dask.coordinator import as_source
     from dppca_dask.coordinator.sources import schema_caveats
 
@@ -183,6 +189,7 @@ def lowrank(
     if not isinstance(timings, (bool, np.bool_)):
         raise InvalidParameterError(f"timings must be True or False; got {timings!r}")
     source = as_source(data)
+    choice = _executor_choice(source, client, executor)  # public values only: the width and partition count
     planned = _plan_shape(parameters, neighbouring, int(source.n_rows), int(source.n_cols))
     caveats = schema_caveats(source)
     calibration_info = dict(planned.calibration)
@@ -202,7 +209,7 @@ def lowrank(
         noise = _noise_source(seed)  # a seed warns NotPrivateWarning here
     t_calibrated = time.perf_counter()
     run = _make_run(mechanism, parameters, n_cols, noise)
-    output = _execute(source, client, persist, run)
+    output = _execute(source, client, persist, run, choice)
     finished = time.perf_counter()
 
     events = list(output.events)
@@ -240,6 +247,7 @@ def lowrank(
         "calibration": calibration_info,
         "input": dict(source.description),
         "seeded": seed is not None or not noise.private,
+        "executor": choice.executor,
         "noise_sampler": noise.sampler,
         "package": {"dppca_dask": __version__, **_versions()},
         "started": started_wall.isoformat(timespec="seconds"),

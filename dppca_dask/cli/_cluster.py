@@ -1,4 +1,5 @@
-"""Options of the embedded LocalCluster shared by the commands that run on Dask (``pca``, ``lowrank``, ``run``)."""
+"""Options shared by the commands that release (``pca``, ``lowrank``, ``window``, ``topics``, ``run``): where the run
+executes (``--executor``) and the shape of the embedded LocalCluster."""
 
 from __future__ import annotations
 
@@ -6,7 +7,14 @@ import argparse
 import contextlib
 from typing import Any
 
-__all__ = ["add_cluster_arguments", "apply_cluster_arguments"]
+__all__ = ["EXECUTOR_HELP", "add_cluster_arguments", "add_executor_argument", "apply_cluster_arguments"]
+
+#: What ``--executor`` does (the same for every command that releases).
+EXECUTOR_HELP = (
+    "where to run without --scheduler: 'local' in this process (a pool of threads, no cluster to start), 'cluster' "
+    "on Dask (the active client or an embedded LocalCluster), 'auto' (default) in this process for stores of few "
+    "partitions and columns (dppca_dask.executor.* in Dask's configuration: public values only), else the cluster"
+)
 
 _FIELDS = (
     ("n_workers", "n-workers"),
@@ -16,11 +24,18 @@ _FIELDS = (
 )
 
 
+def add_executor_argument(parser: argparse.ArgumentParser, *, text: str = EXECUTOR_HELP,
+                          default: str | None = "auto") -> None:
+    """``--executor {auto,local,cluster}`` (the values of :data:`dppca_dask.coordinator.client.EXECUTORS`) with
+    the help ``text``."""
+    parser.add_argument("--executor", choices=("auto", "local", "cluster"), default=default, help=text)
+
+
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "embedded Dask cluster",
-        "used when no scheduler is given and no Dask client is active; defaults from Dask's configuration "
-        "(dppca_dask.cluster.*)",
+        "used when no scheduler is given, no Dask client is active and the run does not execute in this process "
+        "(--executor); defaults from Dask's configuration (dppca_dask.cluster.*)",
     )
     group.add_argument("--n-workers", type=int, default=None, metavar="N",
                        help="worker processes (default: the cores this process may use)")

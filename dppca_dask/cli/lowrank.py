@@ -16,14 +16,15 @@ SUMMARY = "differentially private low-rank approximation of a store (factors wri
 
 
 def register(subparsers: Any) -> None:
-    from dppca_dask.cli._cluster import add_cluster_arguments
+    from dppca_dask.cli._cluster import add_cluster_arguments, add_executor_argument
     from dppca_dask.methods import mechanism_help, mechanism_names
 
     p = subparsers.add_parser(
         "lowrank",
         help=SUMMARY,
         description="Compute a differentially private low-rank approximation B = left @ right of a matrix store "
-                    "on Dask and write the factors to a directory (factors.zarr and result.json).",
+                    "(in this process or on Dask, see --executor) and write the factors to a directory "
+                    "(factors.zarr and result.json).",
     )
     p.add_argument("store", help="a dppca_dask store or an AnnData zarr store")
     p.add_argument("--mechanism", default="private-low-rank", choices=mechanism_names("lowrank"),
@@ -59,6 +60,7 @@ def register(subparsers: Any) -> None:
     pp.add_argument("--signed-values", action="store_true",
                     help="release Rayleigh quotients (private sign estimate; indefinite symmetric stores)")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
+    add_executor_argument(p)
     add_cluster_arguments(p)
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
                    help="keep partitions in worker memory between steps (default: the dppca_dask.persist setting, false)")
@@ -125,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         mechanism=args.mechanism,
         calibration=args.calibration,
         client=args.scheduler,
+        executor=args.executor,
         seed=args.seed,
         persist=args.persist,
         timings=args.timings,

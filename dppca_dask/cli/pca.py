@@ -15,7 +15,7 @@ SUMMARY = "differentially private principal components of a store"
 
 def register(subparsers: Any) -> None:
     from dppca_dask.api import DEFAULT_N_ITER, DEFAULT_SVT_SHARE
-    from dppca_dask.cli._cluster import add_cluster_arguments
+    from dppca_dask.cli._cluster import add_cluster_arguments, add_executor_argument
     from dppca_dask.methods import mechanism_help, mechanism_names
 
     p = subparsers.add_parser(
@@ -56,11 +56,7 @@ def register(subparsers: Any) -> None:
                    help="private-power: the store is a square matrix A (PSD for more than one component); runs on "
                         "(A + A^T)/2, A itself when symmetric")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
-    p.add_argument("--executor", choices=("auto", "local", "cluster"), default="auto",
-                   help="where to run without --scheduler: 'local' in this process (a pool of threads, no cluster "
-                        "to start), 'cluster' on an embedded Dask LocalCluster, 'auto' (default) in this process for "
-                        "stores of few partitions and columns (dppca_dask.executor.* in Dask's configuration: public "
-                        "values only), else the cluster")
+    add_executor_argument(p)
     add_cluster_arguments(p)
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
                    help="keep partitions in worker memory between steps (default: the dppca_dask.persist setting, "

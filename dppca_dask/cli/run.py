@@ -13,7 +13,7 @@ SUMMARY = "run a job spec (TOML) under its privacy-budget ledger"
 
 
 def register(subparsers: Any) -> None:
-    from dppca_dask.cli._cluster import add_cluster_arguments
+    from dppca_dask.cli._cluster import add_cluster_arguments, add_executor_argument
 
     p = subparsers.add_parser(
         "run",
@@ -30,6 +30,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--date", default=None, help="run date YYYY-MM-DD, part of the job id (default: today, UTC)")
     p.add_argument("--job-id", default=None, help="override [job] id (the job id is then ID@DATE)")
     p.add_argument("--scheduler", default=None, help="override [cluster] address (tcp://HOST:PORT or tls://...)")
+    add_executor_argument(p, text="override [cluster] executor: where to run without a scheduler ('local' in this "
+                                  "process, 'cluster' on an embedded LocalCluster, 'auto' by the store's public "
+                                  "shape)", default=None)
     add_cluster_arguments(p)
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="TABLE.KEY=VALUE",
                    help="override a value of the spec (TOML syntax; repeatable), e.g. --set privacy.epsilon=0.5")
@@ -51,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         overrides.append(f"job.id={json.dumps(args.job_id)}")
     if args.scheduler:
         overrides.append(f"cluster.address={json.dumps(args.scheduler)}")
+    if args.executor is not None:
+        overrides.append(f"cluster.executor={json.dumps(args.executor)}")
     spec = load_job(args.job, overrides=overrides)
     if args.dry_run:
         return _dry_run(spec, args)
@@ -99,6 +104,11 @@ def _dry_run(spec: Any, args: argparse.Namespace) -> int:
         print("parameters: " + ", ".join(f"{k}={v}" for k, v in sorted(checked.parameters.items())))
     for line in checked.releases:
         print(f"reserves: {line}")
+    if checked.executor:
+        print(f"executor: {checked.executor['executor']} ([cluster] executor = \"{checked.executor['asked']}\": "
+              f"{checked.executor['reason']})")
+    if checked.layer is not None:
+        print(f"data: layer '{checked.layer}' of {spec.data.ingest['source']} ([data.ingest] layer)")
     for note in checked.notes:
         print(f"note: {note}")
     print(f"result would be written to: {checked.output}")

@@ -13,6 +13,7 @@ SUMMARY = "differentially private topic model of a document-word count store"
 
 
 def register(subparsers: Any) -> None:
+    from dppca_dask.cli._cluster import add_cluster_arguments, add_executor_argument
     from dppca_dask.methods.tensor.topics import (
         DEFAULT_PCA_ITER,
         DEFAULT_PCA_SHARE,
@@ -43,6 +44,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--pair-bound", type=float, default=None,
                    help="public clipping bound of each document's second-moment product (default: min(1, 3.5/sqrt(d)))")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
+    add_executor_argument(p)
+    add_cluster_arguments(p)
     p.add_argument("--persist", action=argparse.BooleanOptionalAction, default=None,
                    help="keep partitions in worker memory between steps (default: the dppca_dask.persist setting, false)")
     p.add_argument("--seed", type=int, default=None, help="reproducible run; the result is then NOT private")
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         args.store, n_topics=args.n_topics, epsilon=args.epsilon, delta=args.delta, alpha0=args.alpha0,
         n_restarts=args.n_restarts, n_iter=args.n_iter, pca_iter=args.pca_iter, pca_share=args.pca_share,
         pair_bound=args.pair_bound,
-        client=args.scheduler, persist=args.persist, seed=args.seed,
+        client=args.scheduler, executor=args.executor, persist=args.persist, seed=args.seed,
     )
     if args.out:
         result.save(args.out)

@@ -13,6 +13,7 @@ SUMMARY = "private covariance, PCA or regression of a sliding window of partitio
 
 
 def register(subparsers: Any) -> None:
+    from dppca_dask.cli._cluster import EXECUTOR_HELP, add_cluster_arguments, add_executor_argument
     from dppca_dask.mechanisms.wishart import TAU_RULES
     from dppca_dask.methods import mechanism_help, mechanism_names
 
@@ -48,6 +49,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tau-rule", choices=TAU_RULES, default="thm11", help="Wishart degrees of freedom rule")
     p.add_argument("--sketch-rows", type=int, default=None, help="JL release: rows of the sketch (default d)")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
+    add_executor_argument(p, text=EXECUTOR_HELP.replace("stores of few partitions", "windows of few partitions"))
+    add_cluster_arguments(p)
     p.add_argument("--seed", type=int, default=None, help="reproducible run; the result is then NOT private")
     p.add_argument("--out", default=None, help="directory to write release.json (the released matrix)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -67,6 +70,7 @@ def window_json(result: Any, task: str, *, n_components: int = 1, ridge: float =
         "privacy": {"epsilon": report["epsilon"], "delta": report["delta"], "neighbouring": report["neighbouring"],
                     "report": report},
         "calibration": dict(result.calibration),
+        "executor": result.provenance.get("executor"),
     }
     if task == "pca":
         out["components"] = np.asarray(result.pca(n_components)).tolist()
@@ -85,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         delta=args.delta, release=args.release, structure=args.structure, cache=args.cache,
         labels=args.task == "regression",
         row_norm_bound=args.row_norm_bound, tau_rule=args.tau_rule, sketch_rows=args.sketch_rows,
-        client=args.scheduler, seed=args.seed,
+        client=args.scheduler, executor=args.executor, seed=args.seed,
     )
     out = window_json(result, args.task, n_components=args.n_components, ridge=args.ridge)
     if args.out:

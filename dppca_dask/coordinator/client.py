@@ -597,7 +597,9 @@ def _workers_ignore_sigint() -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------------------------ in-process execution
-#: The values of ``executor`` (:func:`dppca_dask.pca`, ``dppca-dask pca --executor``).
+#: The values of ``executor`` (:func:`dppca_dask.pca`, :func:`~dppca_dask.lowrank.lowrank`,
+#: :func:`~dppca_dask.methods.window.window`, :func:`~dppca_dask.methods.tensor.topics.topics`, ``--executor`` of
+#: their commands, a job's ``[cluster] executor``).
 EXECUTORS = ("auto", "local", "cluster")
 
 

@@ -5,7 +5,8 @@ What is checked, in the order a run checks it: the spec (when it is loaded), the
 ledger, the output path, the store (opened; every partition read and validated, as before a real run), its schema,
 the mechanism's public plan (the DpEvents to reserve, described part by part: a pca job's private mean and
 explained variance, a topic model's whitening and tensor releases), the topic model's word counts, the TLS files
-and the scheduler (when the spec names one), and the budget: the job's events are reserved, under the real rules (composition, relation, store id), in a
+and the scheduler (when the spec names one), where the run would execute (``[cluster] executor``, decided from
+the store's declared width and partition count as the run decides it), and the budget: the job's events are reserved, under the real rules (composition, relation, store id), in a
 private snapshot of the ledger (SQLite's backup API) that is deleted afterwards. The ledger file itself is only read.
 
 A job that refreshes its store from ``[data.ingest]`` is checked against the store as it is now (the refresh is
@@ -47,6 +48,11 @@ class DryRun:
     """The mechanism's parameters as the run takes them (defaults filled in, e.g. a pca job's ``center``)."""
     releases: tuple[str, ...] = field(default_factory=tuple)
     """What the reservation covers, one line per part (public calibrated constants)."""
+    executor: dict[str, str] = field(default_factory=dict)
+    """Where the run would execute: ``{"asked": [cluster] executor, "executor": "in-process" or "cluster",
+    "reason": ...}`` (empty when the run would do nothing)."""
+    layer: str | None = None
+    """The AnnData layer ``[data.ingest]`` would ingest (``None``: ``X``, or no ingest)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +60,7 @@ class DryRun:
             "epsilon": self.epsilon, "delta": self.delta, "neighbouring": self.neighbouring, "dataset": self.dataset,
             "output": self.output, "remaining_epsilon_after": self.remaining_epsilon_after,
             "notes": list(self.notes), "parameters": dict(self.parameters), "releases": list(self.releases),
+            "executor": dict(self.executor), "layer": self.layer,
         }
 
 
@@ -95,12 +102,14 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
     ledger = Ledger(spec.budget.ledger, read_only=True)
     previous = ledger.entry(dataset, job_id)
 
+    layer = (spec.data.ingest or {}).get("layer")
+
     def outcome(status: str, neighbouring: str | None, remaining: float | None, notes: list[str],
-                releases: tuple[str, ...] = ()) -> DryRun:
+                releases: tuple[str, ...] = (), executor: dict[str, str] | None = None) -> DryRun:
         return DryRun(job_id=job_id, status=status, mechanism=spec.mechanism, epsilon=spec.epsilon,
                       delta=spec.delta, neighbouring=neighbouring, dataset=dataset, output=output,
                       remaining_epsilon_after=remaining, notes=tuple(notes), parameters=dict(spec.parameters),
-                      releases=releases)
+                      releases=releases, executor=dict(executor or {}), layer=layer)
 
     if previous is not None and previous.status == CHARGED and previous.outcome == "succeeded":
         return outcome("already-completed", previous.neighbouring, None,
@@ -108,7 +117,9 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
     notes: list[str] = []
     runner._check_output(output)
     if spec.data.ingest is not None:
-        notes.append(f"the store would be refreshed from '{spec.data.ingest['source']}' first; checked as it is now")
+        what = f"layer '{layer}' of " if layer is not None else ""
+        notes.append(f"the store would be refreshed from {what}'{spec.data.ingest['source']}' first; checked as it "
+                     "is now")
         if not os.path.exists(spec.data.ingest["source"]):
             from dppca_dask.errors import JobSpecError
 
@@ -122,6 +133,8 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
     security = runner._security(spec)
     if spec.cluster.address:
         check_scheduler(spec.cluster.address, security=security)
+    choice = runner.job_executor(spec, store)
+    executor = {"asked": spec.cluster.executor, "executor": choice.executor, "reason": choice.reason}
     preflight(store, None)
     runner._check_content(spec, store)
     resuming = previous is not None and previous.status in (RESERVED, CHARGED)
@@ -136,4 +149,5 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
         remaining = float(trial.budget(dataset).remaining_epsilon)
     if resuming:
         notes.append(f"job '{job_id}' has a reservation from an earlier attempt; a run would resume it")
-    return outcome("would-resume" if resuming else "would-run", neighbouring, remaining, notes, plan.describe())
+    return outcome("would-resume" if resuming else "would-run", neighbouring, remaining, notes, plan.describe(),
+                   executor)

@@ -52,7 +52,7 @@ from dppca_dask.errors import (
 )
 from dppca_dask.jobs.spec import JobSpec
 
-__all__ = ["JobOutcome", "job_lock", "run_job", "store_id", "store_schema"]
+__all__ = ["JobOutcome", "job_executor", "job_lock", "run_job", "store_id", "store_schema"]
 
 log = logging.getLogger(__name__)
 
@@ -534,6 +534,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     ledger.check_store(dataset, _job_store_id(spec, store), allow_new_store=allow_new_store)
     if client is None and spec.cluster.address:  # a scheduler that cannot be used fails before reserving
         check_scheduler(spec.cluster.address, security=security)
+    job_executor(spec, store, client)  # so does an executor that cannot be used (local with a client given)
     if noise is None:
         default_sampler()  # a bad noise-sampler setting fails before reserving
 
@@ -636,28 +637,49 @@ def _n_iter(spec: JobSpec) -> int:
     return int(spec.parameters.get("n_iter") or DEFAULT_N_ITER)
 
 
+def job_executor(spec: JobSpec, store: Any, client: Any = None) -> Any:
+    """Where the job's release runs (:func:`~dppca_dask.coordinator.client.choose_executor`, the choice every
+    release makes): ``[cluster] executor`` with the store's declared width and partition count (public values),
+    the scheduler of ``[cluster] address``, or ``client``."""
+    from dppca_dask.coordinator.client import choose_executor
+
+    target = spec.cluster.address if client is None and spec.cluster.address else client
+    return choose_executor(target, spec.cluster.executor, n_cols=int(store.n_cols),
+                           n_partitions=int(store.n_partitions))
+
+
 def _run_mechanism(spec: JobSpec, store: Any, *, client: Any, security: Any, noise: Any, on_release: Any,
                    resume: Any, progress: bool | None, connected: list[bool]) -> Any:
     from dppca_dask.coordinator import connect
 
-    if client is None and spec.cluster.address:
-        target: Any = spec.cluster.address
-    else:
-        target = client
+    choice = job_executor(spec, store, client)
+    if choice.executor == "in-process":
+        log.info("job runs in this process (%s)", choice.reason)
+        connected[0] = True  # nothing to reach: from here on, the data may be read
+        return _call_mechanism(spec, store, client=None, executor="local", noise=noise, on_release=on_release,
+                               resume=resume, progress=progress)
+    target = spec.cluster.address if client is None and spec.cluster.address else client
     with connect(target, n_workers=spec.cluster.n_workers, memory_limit=spec.cluster.memory_limit,
                  security=security) as dask_client:
         connected[0] = True
-        params = dict(spec.parameters)
-        if spec.kind == "topics":
-            from dppca_dask.methods.tensor.topics import topics
+        return _call_mechanism(spec, store, client=dask_client, executor="auto", noise=noise,
+                               on_release=on_release, resume=resume, progress=progress)
 
-            return topics(store, epsilon=spec.epsilon, delta=spec.delta, client=dask_client, noise=noise, **params)
-        if spec.kind == "lowrank":
-            from dppca_dask.lowrank import lowrank
 
-            return lowrank(store, epsilon=spec.epsilon, delta=spec.delta, mechanism=spec.mechanism,
-                           client=dask_client, noise=noise, **params)
-        from dppca_dask.api import pca
+def _call_mechanism(spec: JobSpec, store: Any, *, client: Any, executor: str, noise: Any, on_release: Any,
+                    resume: Any, progress: bool | None) -> Any:
+    params = dict(spec.parameters)
+    if spec.kind == "topics":
+        from dppca_dask.methods.tensor.topics import topics
 
-        return pca(store, epsilon=spec.epsilon, delta=spec.delta, mechanism=spec.mechanism, client=dask_client,
-                   noise=noise, on_release=on_release, resume=resume, progress=progress, **params)
+        return topics(store, epsilon=spec.epsilon, delta=spec.delta, client=client, executor=executor, noise=noise,
+                      **params)
+    if spec.kind == "lowrank":
+        from dppca_dask.lowrank import lowrank
+
+        return lowrank(store, epsilon=spec.epsilon, delta=spec.delta, mechanism=spec.mechanism, client=client,
+                       executor=executor, noise=noise, **params)
+    from dppca_dask.api import pca
+
+    return pca(store, epsilon=spec.epsilon, delta=spec.delta, mechanism=spec.mechanism, client=client,
+               executor=executor, noise=noise, on_release=on_release, resume=resume, progress=progress, **params)

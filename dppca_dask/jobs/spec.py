@@ -12,6 +12,7 @@ source = "../../shared/data/w8a.svm" # svmlight, mtx, npz, h5ad/zarr (AnnData) o
 format = "svmlight"                  # optional; guessed from the extension
 n_features = 300                     # the public number of features (a declared schema; jobs need one)
 rows_per_partition = 10000           # optional
+# layer = "counts"                   # AnnData only: ingest layers/<layer> instead of X
 # Parquet only: row_column = "row_id", col_column = "col_id", value_column = "value", on_duplicate = "sum"
 
 [mechanism]
@@ -37,11 +38,16 @@ total_delta = 1e-6
 path = "../build/jobs/out/{name}/{date}"   # placeholders: {name}, {id}, {date}
 
 [cluster]
-address = ""                         # empty: an embedded LocalCluster; else tcp://HOST:PORT or tls://HOST:PORT
+address = ""                         # empty: this machine (see executor); else tcp://HOST:PORT or tls://HOST:PORT
+executor = "auto"                    # without an address: "auto" (in this process for a store of few partitions and
+                                     # columns, dppca_dask.executor.*; else an embedded LocalCluster), "local" (in
+                                     # this process) or "cluster" (an embedded LocalCluster)
 # n_workers = 2, memory_limit = "2GiB" (embedded cluster); tls_ca_file, tls_cert, tls_key (TLS)
 ```
 
-Every table and key is checked: unknown keys are errors (a misspelt ``total_epsilon`` must not be ignored).
+Every table and key is checked: unknown keys are errors (a misspelt ``total_epsilon`` must not be ignored). Where a
+run executes is the ``[cluster]`` table's business and which matrix it reads the ``[data]`` table's: ``executor``
+or ``layer`` in ``[mechanism]`` is refused with the table it belongs in.
 """
 
 from __future__ import annotations
@@ -89,11 +95,17 @@ _APPEND_KEYS = frozenset({"source", "format", "row_column", "col_column", "value
 #: Arguments of pca/lowrank a job spec cannot set: they are the job's own business or would break its guarantee.
 _RESERVED_ARGUMENTS = frozenset({
     "data", "epsilon", "delta", "mechanism", "client", "seed", "noise", "on_release", "resume", "progress",
-    "calibration",
+    "calibration", "executor", "layer",
 })
+#: Arguments of the entry points that a job sets in another table (an error in ``[mechanism]`` says where).
+_ELSEWHERE = {
+    "executor": "where the run executes is set in [cluster]: executor = \"auto\", \"local\" or \"cluster\"",
+    "layer": "the matrix a job reads belongs with its data: ingest the AnnData layer into the job's store with "
+             "[data.ingest] source = \"FILE.h5ad\", layer = \"NAME\", n_features = D",
+}
 _INGEST_KEYS = frozenset({
     "source", "format", "rows_per_partition", "dtype", "on_duplicate", "row_column", "col_column", "value_column",
-    "zero_based", "n_features", "codec",
+    "zero_based", "n_features", "codec", "layer",
 })
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TABLES = {
@@ -103,7 +115,7 @@ _TABLES = {
     "privacy": {"epsilon", "delta"},
     "budget": {"ledger", "dataset", "total_epsilon", "total_delta", "allow_new_store"},
     "output": {"path"},
-    "cluster": {"address", "n_workers", "memory_limit", "tls_ca_file", "tls_cert", "tls_key"},
+    "cluster": {"address", "executor", "n_workers", "memory_limit", "tls_ca_file", "tls_cert", "tls_key"},
 }
 _REQUIRED = ("job", "data", "mechanism", "privacy", "budget", "output")
 
@@ -134,6 +146,8 @@ class BudgetSpec:
 @dataclass(frozen=True)
 class ClusterSpec:
     address: str = ""
+    executor: str = "auto"
+    """Without an address: ``"auto"``, ``"local"`` or ``"cluster"``, as :func:`dppca_dask.pca`'s ``executor``."""
     n_workers: int | None = None
     memory_limit: str | None = None
     tls_ca_file: str | None = None
@@ -185,7 +199,8 @@ class JobSpec:
             "privacy": {"epsilon": self.epsilon, "delta": self.delta},
             "budget": {k: v for k, v in vars(self.budget).items() if v is not None and v is not False},
             "output": {"path": self.output},
-            "cluster": {k: v for k, v in vars(self.cluster).items() if v not in (None, "")},
+            "cluster": {k: v for k, v in vars(self.cluster).items()
+                        if v not in (None, "") and not (k == "executor" and v == "auto")},
         }
 
 
@@ -259,6 +274,35 @@ def _check_topics(source: str, mech: dict[str, Any], n_features: int | None) -> 
         raise JobSpecError(f"{_where(source, 'mechanism', 'persist')} must be true or false; got {mech['persist']!r}")
 
 
+def _check_layer(source: str, ingest: dict[str, Any]) -> None:
+    """``[data.ingest] layer``: the name of an AnnData layer (the source must be AnnData: ``.h5ad`` or ``.zarr``)."""
+    layer = ingest["layer"]
+    if not isinstance(layer, str) or not layer or "/" in layer:
+        raise JobSpecError(f"{_where(source, 'data.ingest', 'layer')} must be the name of an AnnData layer (a "
+                           f"non-empty string without '/'); got {layer!r}")
+    fmt = ingest.get("format")
+    if fmt is not None and fmt != "anndata":
+        raise JobSpecError(f"{_where(source, 'data.ingest', 'layer')} applies to AnnData sources (.h5ad, .zarr); got "
+                           f"format = {fmt!r}: drop layer, or set format = \"anndata\"")
+
+
+#: The values of ``[cluster] executor`` (those of :data:`dppca_dask.coordinator.client.EXECUTORS`).
+CLUSTER_EXECUTORS = ("auto", "local", "cluster")
+
+
+def _executor(source: str, cluster: Mapping[str, Any], address: str) -> str:
+    """``[cluster] executor``: ``"auto"`` (default), ``"local"`` or ``"cluster"``; ``"local"`` cannot go with a
+    scheduler address."""
+    value = cluster.get("executor", "auto")
+    if value not in CLUSTER_EXECUTORS:
+        raise JobSpecError(f"{_where(source, 'cluster', 'executor')} must be one of "
+                           f"{', '.join(repr(v) for v in CLUSTER_EXECUTORS)}; got {value!r}")
+    if value == "local" and address:
+        raise JobSpecError(f"{_where(source, 'cluster', 'executor')} = \"local\" runs in this process, but [cluster] "
+                           f"address = {address!r} names a scheduler; drop one of them")
+    return str(value)
+
+
 def _check_center(source: str, mechanism: str, mech: dict[str, Any]) -> None:
     """``center`` of a pca job: ``"none"`` or ``"private"``; by default what ``dppca-dask pca`` does (private for
     the mechanisms that centre), written into the parameters so that the plan, the run and ``job.json`` agree."""
@@ -311,6 +355,9 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
             raise JobSpecError(f"{source}: [{table}] must be a table; got {value!r}")
         if keys is not None:
             extra = sorted(set(value) - keys)
+            if table == "data" and "layer" in extra:
+                raise JobSpecError(f"{_where(source, 'data', 'layer')}: a job reads its store's matrix; "
+                                   f"{_ELSEWHERE['layer']}")
             if extra:
                 raise JobSpecError(f"{_where(source, table)}: unknown key(s) {', '.join(extra)}; "
                                    f"valid keys: {', '.join(sorted(keys))}")
@@ -336,6 +383,8 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
                                f"{', '.join(sorted(_INGEST_KEYS))}")
         ingest = dict(raw)
         ingest["source"] = _path(base, _string(source, "data.ingest", "source", raw.get("source")))
+        if "layer" in ingest:
+            _check_layer(source, ingest)
 
     append = None
     if "append" in data:
@@ -363,6 +412,10 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
         raise JobSpecError(f"{_where(source, 'mechanism', 'name')}: unknown mechanism {mechanism!r}{hint}; jobs run "
                            f"{', '.join(runnable)}")
     kind = _kind(mechanism)
+    misplaced = sorted(set(mech) & set(_ELSEWHERE))
+    if misplaced:
+        key = misplaced[0]
+        raise JobSpecError(f"{_where(source, 'mechanism', key)} does not belong in [mechanism]: {_ELSEWHERE[key]}")
     allowed = _mechanism_parameters(kind)
     extra = sorted(set(mech) - allowed)
     if extra:
@@ -427,6 +480,7 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
 
     cluster_raw = obj.get("cluster", {})
     address = _string(source, "cluster", "address", cluster_raw.get("address", ""), empty=True)
+    executor = _executor(source, cluster_raw, address)
     n_workers = cluster_raw.get("n_workers")
     if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
         raise JobSpecError(f"{_where(source, 'cluster', 'n_workers')} must be an integer >= 1; got {n_workers!r}")
@@ -446,7 +500,11 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
     if address and (n_workers is not None or memory_limit is not None):
         raise JobSpecError(f"{_where(source, 'cluster')}: n_workers and memory_limit apply to the embedded cluster "
                            "only (address empty)")
-    cluster = ClusterSpec(address=address, n_workers=n_workers, memory_limit=memory_limit, **tls)
+    if executor == "local" and (n_workers is not None or memory_limit is not None):
+        raise JobSpecError(f"{_where(source, 'cluster')}: n_workers and memory_limit shape the embedded cluster, and "
+                           "executor = \"local\" runs in this process without one; drop them, or use executor = "
+                           "\"cluster\" or \"auto\"")
+    cluster = ClusterSpec(address=address, executor=executor, n_workers=n_workers, memory_limit=memory_limit, **tls)
 
     return JobSpec(
         name=name, id=job_id, source=source, data=DataSpec(store=store, ingest=ingest, n_features=n_features,

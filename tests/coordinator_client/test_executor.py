@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -146,3 +147,76 @@ def test_executor_client_yields_an_in_process_client_for_that_choice() -> None:
         assert tasks.submit(lambda a, b: a + b, 2, tasks.submit(lambda: 3)).result() == 5
         assert tasks.scheduler_info()["workers"]["in-process"]["nthreads"] == tasks.n_threads
     assert tasks._pool is None
+
+
+# ------------------------------------------------------------------- lowrank, window and topics choose alike
+@pytest.fixture
+def stamped(tmp_path: Path) -> str:
+    """Word counts in three stamped partitions (days 1-3), declared width: every entry can release from it."""
+    from dppca_dask.ingest import ingest
+    from dppca_dask.storage import append_partition
+
+    rng = np.random.default_rng(5)
+    blocks = [sp.csr_array(rng.poisson(0.5, size=(60, 12)).astype(float)) for _ in range(3)]
+    store = ingest(blocks[0], tmp_path / "days.zarr", n_features=12, timestamp="2026-11-01")
+    from dppca_dask.methods.window.selection import parse_timestamp
+
+    for day, block in zip(("2026-11-02", "2026-11-03"), blocks[1:]):
+        store = append_partition(store.path, block, timestamp=parse_timestamp(day))
+    return str(store.path)
+
+
+def _entry(entry: str, path: str, **kwargs: object) -> object:
+    budget = {"epsilon": 1.0, "delta": 1e-6, "seed": 3, **kwargs}
+    if entry == "lowrank":
+        return dppca_dask.lowrank(path, rank=2, **budget)
+    if entry == "window":
+        return dppca_dask.window(path, last="3D", **budget)
+    return dppca_dask.topics(path, n_topics=2, n_restarts=1, n_iter=1, pca_iter=1, **budget)
+
+
+@pytest.mark.parametrize("entry", ["lowrank", "window", "topics"])
+def test_every_entry_runs_in_process_by_its_public_shape_and_says_so(entry: str, stamped: str,
+                                                                     no_active_client: object) -> None:
+    with pytest.warns(dppca_dask.errors.NotPrivateWarning):
+        auto = _entry(entry, stamped)
+        local = _entry(entry, stamped, executor="local")
+    assert auto.provenance["executor"] == local.provenance["executor"] == "in-process"
+    with dask.config.set({"dppca_dask.executor.in-process-max-partitions": 2}):  # the choice, not a cluster run
+        from dppca_dask.api import _executor_choice
+
+        assert _executor_choice(as_source(stamped), None, "auto").executor == "cluster"
+    with pytest.raises(InvalidParameterError, match="executor must be one of auto, local, cluster; got 'threads'"):
+        _entry(entry, stamped, executor="threads")
+
+
+@pytest.mark.parametrize("entry", ["lowrank", "window", "topics"])
+def test_every_entry_uses_the_client_given_or_active(entry: str, stamped: str, local_client: object) -> None:
+    with pytest.warns(dppca_dask.errors.NotPrivateWarning):
+        given = _entry(entry, stamped, client=local_client)
+        active = _entry(entry, stamped)  # the session's client is the active one
+        local = _entry(entry, stamped, executor="local")
+    assert (given.provenance["executor"], active.provenance["executor"]) == ("cluster", "cluster")
+    assert local.provenance["executor"] == "in-process"
+    with pytest.raises(InvalidParameterError, match="executor='local' runs in this process, but a Dask client"):
+        _entry(entry, stamped, client=local_client, executor="local")
+
+
+@pytest.mark.parametrize(("command", "options"), [
+    ("lowrank", ["--rank", "2", "--out", "{tmp}/lr"]),
+    ("window", ["--last", "3D"]),
+    ("topics", ["--n-topics", "2", "--n-restarts", "1", "--n-iter", "1", "--pca-iter", "1"]),
+])
+def test_the_commands_take_executor(command: str, options: list[str], stamped: str, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str], no_active_client: object) -> None:
+    from dppca_dask.cli import main
+
+    args = [command, stamped, "--epsilon", "1", "--delta", "1e-6", "--json", "--seed", "1",
+            *(o.replace("{tmp}", str(tmp_path)) for o in options)]
+    with pytest.warns(dppca_dask.errors.NotPrivateWarning):
+        assert main([*args, "--executor", "local"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out.get("executor") or out["provenance"]["executor"]) == "in-process"
+    with pytest.raises(SystemExit) as exited:  # argparse refuses it
+        main([*args, "--executor", "threads"])
+    assert exited.value.code == 2 and "invalid choice: 'threads'" in capsys.readouterr().err

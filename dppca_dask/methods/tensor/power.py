@@ -230,18 +230,13 @@ def tensor_power_method(
     return drive(run, lambda u: (K.dense_vector(current["tensor"], u), K.dense_scalar(current["tensor"], u)))
 
 
-def run_on_source(source: Any, client: Any, run: Generator[Any, Any, Any], persist: bool | None = None) -> Any:
-    """Drive ``run`` over ``source``: in this process (``client="local"``) or on Dask (one pass per request)."""
-    from dppca_dask.coordinator import Coordinator, LocalExecutor, connect, run_algorithm
+def run_on_source(source: Any, client: Any, run: Generator[Any, Any, Any], persist: bool | None = None,
+                  choice: Any = None) -> Any:
+    """Drive ``run`` over ``source`` (one pass per request): in this process (``client="local"``, or ``choice``
+    from :func:`dppca_dask.pca`'s executor choice saying so) or on Dask."""
+    from dppca_dask.api import _execute
 
-    if isinstance(client, str) and client == "local":
-        executor = LocalExecutor(source)
-        try:
-            return run_algorithm(executor, run)
-        finally:
-            executor.close()
-    with connect(client) as dask_client, Coordinator(dask_client, source, persist=persist) as coordinator:
-        return run_algorithm(coordinator, run)
+    return _execute(source, client, persist, run, choice)
 
 
 def moment_power_method(

@@ -269,7 +269,12 @@ def _topic_run(
     small = (small + small.T) / 2 / scale - a * np.outer(y.T @ mean1, y.T @ mean1)
     sigma, q = np.linalg.eigh(small)
     sigma, q = sigma[::-1], q[:, ::-1]
-    floor = max(float(sigma[0]), 1e-300) * 1e-6  # a public rule on released values
+    # A public rule on released values: eigenvalues are floored at 1e-6 of the top one, and the top one at the
+    # eigenvalue release's noise scale. Below that scale (few documents for the budget) the released second moment
+    # is noise: its top eigenvalue may be zero or negative, and whitening by it would make every later
+    # sensitivity infinite and stop the run after its first releases. The run goes on and releases noise instead.
+    noise_scale = sensitivity * m_a / scale if noise is not None else 0.0
+    floor = max(float(sigma[0]), noise_scale, 1e-300) * 1e-6
     sigma = np.maximum(sigma, floor)
     basis = y @ q
     whiten = basis / np.sqrt(sigma)  # d × k
@@ -371,6 +376,7 @@ def topics(
     tensor_clip: float = DEFAULT_TENSOR_CLIP,
     private: bool = True,
     client: Any = None,
+    executor: str = "auto",
     persist: bool | None = None,
     seed: int | None = None,
     noise: Any = None,
@@ -408,7 +414,13 @@ def topics(
     private
         False: the exact (non-private) method of moments, the reference of the benchmarks.
     client
-        None: an embedded LocalCluster; ``"local"``: in this process; or a scheduler address / Client.
+        None (the active Dask client, else see ``executor``); ``"local"``: in this process, kernels called
+        directly; or a scheduler address / Client.
+    executor
+        As in :func:`dppca_dask.pca`: ``"auto"`` (default) runs in this process when no client is given or active
+        and the store is small by its public shape (``dppca_dask.executor.in-process-max-partitions`` partitions,
+        ``in-process-max-columns`` declared columns), else on an embedded ``LocalCluster``; ``"local"`` or
+        ``"cluster"`` force either. ``provenance["executor"]`` states where it ran.
     seed, noise
         A seed (result not private) or a noise source (tests); neither: OS entropy.
 
@@ -432,6 +444,7 @@ def topics(
     to refuse a corpus with fewer documents than topics (public schema).
     """
     from dppca_dask import accounting
+    from dppca_dask.api import _executor_choice
     from dppca_dask.coordinator import as_source
     from dppca_dask.mechanisms import NoiseSource
     from dppca_dask.methods.tensor.power import run_on_source
@@ -440,6 +453,7 @@ def topics(
     source = as_source(data)
     dim = source.n_cols
     _check_params(n_topics, n_restarts, n_iter, pca_iter, pca_share, alpha0, dim)
+    choice = _executor_choice(source, client, executor)  # public values only: the width and partition count
     if pair_bound is None:
         pair_bound = min(1.0, DEFAULT_PAIR_BOUND_SCALE / math.sqrt(dim))
     if not (isinstance(pair_bound, (int, float)) and 0 < float(pair_bound) <= 1):
@@ -472,7 +486,7 @@ def topics(
     run = _topic_run(dim=dim, n_topics=n_topics, n_restarts=n_restarts, n_iter=n_iter, pca_iter=pca_iter,
                      alpha0=float(alpha0), noise=noise, plan=plan, rng=rng, pair_bound=float(pair_bound),
                      tensor_clip=float(tensor_clip))
-    out = run_on_source(source, client, run, persist)
+    out = run_on_source(source, client, run, persist, choice)
     report = None
     if private:
         report = accounting.build_report(
@@ -489,6 +503,7 @@ def topics(
                        "alpha0": alpha0},
         "calibration": plan.to_dict() if plan is not None else None,
         "input": dict(source.description),
+        "executor": choice.executor,
         "seeded": seed is not None or (noise is not None and not noise.private),
         "started": started.isoformat(timespec="seconds"),
     }

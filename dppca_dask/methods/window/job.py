@@ -6,8 +6,9 @@ For the run's date D:
 
 1. ``[data.append]`` (optional): the file ``source`` (``{date}`` replaced by D) is appended to the store stamped
    D, unless a partition stamped D is already there (a re-run does not append twice);
-2. the window ending at D is released once (``dppca_dask.window`` with the ``[mechanism]`` parameters), charged
-   to every partition it reads under the job id ``<id>@D``, and written to the output directory.
+2. the window ending at D is released once (``dppca_dask.window`` with the ``[mechanism]`` parameters, where
+   ``[cluster]`` says: ``address``, or ``executor`` and the embedded cluster's ``n_workers`` and ``memory_limit``),
+   charged to every partition it reads under the job id ``<id>@D``, and written to the output directory.
 
 A re-run of a completed date prints the saved release and spends nothing; a run whose charge is recorded but
 whose result is missing is refused (running it again would be a second release).
@@ -60,8 +61,14 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
         parameters.setdefault("end", date)
         if spec.cluster.address and client is None:
             client = spec.cluster.address
-        result = window(spec.data.store, epsilon=spec.epsilon, delta=spec.delta, ledger=ledger, dataset=dataset,
-                        job_id=job_id, client=client, noise=noise, **parameters)
+        import dask.config
+
+        embedded = {f"dppca_dask.cluster.{key}": value for key, value in (
+            ("n-workers", spec.cluster.n_workers), ("memory-limit", spec.cluster.memory_limit)) if value is not None}
+        with dask.config.set(embedded):  # the embedded cluster's shape, when the release starts one
+            result = window(spec.data.store, epsilon=spec.epsilon, delta=spec.delta, ledger=ledger,
+                            dataset=dataset, job_id=job_id, client=client, executor=spec.cluster.executor,
+                            noise=noise, **parameters)
         os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
         result.save(output)
         entries = [e for e in ledger.find(job_id) if e.dataset.startswith(f"{dataset}/")]

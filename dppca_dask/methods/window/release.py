@@ -344,18 +344,21 @@ def _mechanism(plan: WindowPlan, gram: np.ndarray, noise: NoiseSource, key: str)
     return noisy, shift, event
 
 
-def _execute(source: Any, client: Any, persist: bool | None, run: Any) -> Any:
-    """Drive the release generator in this process (``client="local"``) or on a Dask cluster."""
-    from dppca_dask.coordinator import Coordinator, LocalExecutor, connect, run_algorithm
+def _choose(plan: WindowPlan, client: Any, executor: str) -> Any:
+    """Where the release runs: :func:`dppca_dask.pca`'s choice (public values only), from the window's declared
+    width and its partition count (partitions are chosen from the public partition table)."""
+    from dppca_dask.api import _executor_choice
+    from dppca_dask.methods.window.gram import window_source
 
-    if isinstance(client, str) and client == "local":
-        executor = LocalExecutor(source)
-        try:
-            return run_algorithm(executor, run)
-        finally:
-            executor.close()
-    with connect(client) as dask_client, Coordinator(dask_client, source, persist=persist) as coordinator:
-        return run_algorithm(coordinator, run)
+    return _executor_choice(window_source(plan.store, plan.selection), client, executor)
+
+
+def _execute(source: Any, client: Any, persist: bool | None, run: Any, choice: Any = None) -> Any:
+    """Drive the release generator on ``choice``'s executor (in this process or on Dask), as :func:`dppca_dask.pca`
+    does; ``client="local"`` calls the kernels directly."""
+    from dppca_dask.api import _execute as execute
+
+    return execute(source, client, persist, run, choice)
 
 
 @dataclass(frozen=True)
@@ -493,6 +496,7 @@ def window(
     rank_bound: int = 1,
     max_dense_dim: int = DEFAULT_MAX_DENSE_DIM,
     client: Any = None,
+    executor: str = "auto",
     persist: bool | None = None,
     seed: int | None = None,
     noise: NoiseSource | None = None,
@@ -540,6 +544,12 @@ def window(
         Refuse a dimension above this (the Gram is dense).
     client, persist
         As :func:`dppca_dask.pca` (``"local"`` runs in this process).
+    executor
+        As :func:`dppca_dask.pca`: ``"auto"`` (default) runs in this process when no client is given or active and
+        the window has at most ``dppca_dask.executor.in-process-max-partitions`` partitions and the store at most
+        ``in-process-max-columns`` declared columns (public values: the partition table and the schema), else on
+        an embedded ``LocalCluster``; ``"local"`` or ``"cluster"`` force either. ``provenance["executor"]`` states
+        where it ran.
     seed, noise
         A seed (or a test noise source) makes the release **not private**.
     cache
@@ -566,6 +576,7 @@ def window(
     plan = plan_window(store, last=last, last_rows=last_rows, end=end, epsilon=epsilon, delta=delta,
                        release=release, labels=labels, row_norm_bound=row_norm_bound, tau_rule=tau_rule,
                        sketch_rows=sketch_rows, rank_bound=rank_bound, max_dense_dim=max_dense_dim)
+    choice = _choose(plan, client, executor)
     if noise is not None and seed is not None:
         raise InvalidParameterError("give either seed or noise, not both; a seeded NoiseSource is NoiseSource.from_seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
@@ -607,7 +618,7 @@ def window(
         source = window_source(plan.store, plan.selection)
         run = _window_run(plan, noise, budget)
     try:
-        noisy, shift, events = _execute(source, client, persist, run)
+        noisy, shift, events = _execute(source, client, persist, run, choice)
     except BaseException:
         run.close()  # a failure before the noise (a lost cluster, a bad chunk) returns the reservation
         raise
@@ -623,6 +634,7 @@ def window(
         "mechanism": "sliding-window",
         "structure": structure,
         "input": {"fingerprint": plan.store.fingerprint, "schema": plan.store.schema},
+        "executor": choice.executor,
         "seeded": not noise.private,
         "noise_sampler": noise.sampler,
         "started": started,  # no finishing time: with the start it gives the duration, which depends on the data

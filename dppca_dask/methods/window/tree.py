@@ -58,25 +58,27 @@ def tree_window(
     horizon: int,
     row_norm_bound: float = 1.0,
     client: Any = None,
+    executor: str = "auto",
     noise: NoiseSource | None = None,
     seed: int | None = None,
 ) -> Any:
     """Release the current time window (``last``, ending at the newest partition) from the binary tree.
 
     Returns a :class:`~dppca_dask.methods.window.WindowRelease` whose privacy report covers all releases of the
-    tree up to ``horizon`` partitions (see the module docstring).
+    tree up to ``horizon`` partitions (see the module docstring). ``client`` and ``executor`` choose where it
+    runs, as for :func:`~dppca_dask.methods.window.window`.
     """
     import dataclasses
-    import datetime as _dt
 
     from dppca_dask.methods.window.gram import PartitionGrams, partitions_source
-    from dppca_dask.methods.window.release import WindowRelease, _execute, plan_window
+    from dppca_dask.methods.window.release import WindowRelease, _choose, _execute, plan_window
     from dppca_dask.storage._files import make_private_directory
 
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
         raise InvalidParameterError(f"horizon must be a positive integer (partitions); got {horizon!r}")
     plan = plan_window(store, last=last, epsilon=epsilon, delta=delta, row_norm_bound=row_norm_bound)
     store = plan.store
+    choice = _choose(plan, client, executor)
     if store.n_partitions > horizon:
         raise InvalidParameterError(f"the store has more partitions than the tree's horizon={horizon}; the tree "
                                     "is spent: start a new one with a larger horizon (and a new budget)")
@@ -114,7 +116,7 @@ def tree_window(
         return None
 
     source = partitions_source(store, needed, {"kind": "store", "fingerprint": store.fingerprint})
-    _execute(source, client, None, run())
+    _execute(source, client, None, run(), choice)
     if not os.path.isdir(directory):
         make_private_directory(directory)
     tmp = os.path.join(directory, ".nodes.json.partial")
@@ -130,5 +132,6 @@ def tree_window(
     calibration = {"release": "gaussian", "structure": "binary-tree", "noise_multiplier": multiplier,
                    "levels": levels, "horizon": int(horizon), "nodes": len(cover), "row_norm_bound": c}
     provenance = {"mechanism": "sliding-window", "structure": "binary-tree",
-                  "input": {"fingerprint": store.fingerprint, "schema": store.schema}, "seeded": not noise.private}
+                  "input": {"fingerprint": store.fingerprint, "schema": store.schema}, "executor": choice.executor,
+                  "seeded": not noise.private}
     return WindowRelease(released, 0.0, "gaussian", plan.selection, report, False, calibration, provenance)

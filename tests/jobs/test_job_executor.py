@@ -1,0 +1,162 @@
+"""Where a job runs and which matrix it reads: ``[cluster] executor`` and ``[data.ingest] layer``.
+
+Both used to be ``[mechanism]`` parameters passed through to ``pca()``. The executor is an execution choice (the
+``[cluster]`` table's), decided as every release decides it, from the store's declared width and partition count;
+the layer says which matrix of an AnnData source the job's store holds (the ``[data.ingest]`` table's). Either one
+in ``[mechanism]`` is refused with the table it belongs in; the dry run prints both.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from jobs_helpers import base_doc
+
+from dppca_dask.cli import main
+from dppca_dask.coordinator.client import EXECUTORS
+from dppca_dask.errors import JobSpecError
+from dppca_dask.jobs import parse_job, run_job
+from dppca_dask.jobs.spec import CLUSTER_EXECUTORS
+
+DATE = "2026-11-20"
+
+CASES = [
+    (lambda d: d["mechanism"].update(executor="local"),
+     r'\[mechanism\] executor does not belong in \[mechanism\]: where the run executes is set in \[cluster\]: '
+     r'executor = "auto", "local" or "cluster"'),
+    (lambda d: d["mechanism"].update(layer="counts"),
+     r"\[mechanism\] layer does not belong in \[mechanism\]: .*\[data.ingest\] source = \"FILE.h5ad\", "
+     r"layer = \"NAME\""),
+    (lambda d: d.update(mechanism={"name": "private-low-rank", "rank": 2, "executor": "cluster"}),
+     r"\[mechanism\] executor does not belong in \[mechanism\].*\[cluster\]"),
+    (lambda d: d.update(mechanism={"name": "topics", "n_topics": 2, "layer": "x"}),
+     r"\[mechanism\] layer does not belong in \[mechanism\].*\[data.ingest\]"),
+    (lambda d: d["data"].update(layer="counts"),
+     r"\[data\] layer: a job reads its store's matrix; .*\[data.ingest\] source = \"FILE.h5ad\", layer"),
+    (lambda d: d.update(cluster={"executor": "threads"}),
+     r"\[cluster\] executor must be one of 'auto', 'local', 'cluster'; got 'threads'"),
+    (lambda d: d.update(cluster={"executor": 1}), r"\[cluster\] executor must be one of .*; got 1"),
+    (lambda d: d.update(cluster={"executor": "local", "address": "tcp://h:1"}),
+     r"\[cluster\] executor = \"local\" runs in this process, but \[cluster\] address = 'tcp://h:1' names a "
+     r"scheduler; drop one of them"),
+    (lambda d: d.update(cluster={"executor": "local", "n_workers": 2}),
+     r"\[cluster\]: n_workers and memory_limit shape the embedded cluster, and executor = \"local\" runs in this "
+     r"process"),
+    (lambda d: d["data"].update(ingest={"source": "cells.h5ad", "layer": ""}),
+     r"\[data.ingest\] layer must be the name of an AnnData layer .*got ''"),
+    (lambda d: d["data"].update(ingest={"source": "cells.h5ad", "layer": "a/b"}),
+     r"\[data.ingest\] layer must be the name of an AnnData layer"),
+    (lambda d: d["data"].update(ingest={"source": "x.svm", "format": "svmlight", "layer": "counts"}),
+     r"\[data.ingest\] layer applies to AnnData sources \(.h5ad, .zarr\); got format = 'svmlight'"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "message"), CASES)
+def test_misplaced_and_bad_settings_are_refused_naming_the_table(tmp_path: Path, mutate: Any,
+                                                                  message: str) -> None:
+    doc = copy.deepcopy(base_doc(tmp_path, "store.zarr"))
+    mutate(doc)
+    with pytest.raises(JobSpecError, match=message):
+        parse_job(doc, source="job.toml", base_dir=str(tmp_path))
+
+
+def test_the_settings_parse_where_they_belong(tmp_path: Path) -> None:
+    assert CLUSTER_EXECUTORS == EXECUTORS  # the job's values are the library's
+    doc = base_doc(tmp_path, "store.zarr")
+    spec = parse_job(doc, source="job.toml", base_dir=str(tmp_path))
+    assert spec.cluster.executor == "auto" and "executor" not in spec.to_dict()["cluster"]
+    doc["cluster"] = {"executor": "local"}
+    doc["data"]["ingest"] = {"source": "cells.h5ad", "layer": "counts", "n_features": 20}
+    spec = parse_job(doc, source="job.toml", base_dir=str(tmp_path))
+    assert spec.cluster.executor == "local" and spec.to_dict()["cluster"] == {"executor": "local"}
+    assert spec.data.ingest is not None and spec.data.ingest["layer"] == "counts"
+    assert "executor" not in spec.parameters and "layer" not in spec.parameters
+    doc["cluster"] = {"executor": "cluster", "n_workers": 2, "memory_limit": "1GiB"}
+    assert parse_job(doc, source="job.toml", base_dir=str(tmp_path)).cluster.n_workers == 2
+
+
+def test_a_job_runs_where_cluster_executor_says(tmp_path: Path, small_store: str, write_spec: Any,
+                                                local_client: Any) -> None:
+    # "local" runs in this process even with a Dask client active; "auto" then uses the active client.
+    outcomes = {}
+    for executor in ("local", "auto"):
+        doc = base_doc(tmp_path / executor, small_store, n_iter=2)
+        doc["cluster"] = {"executor": executor}
+        spec = parse_job(doc, source="job.toml", base_dir=str(tmp_path))
+        write_spec(doc)
+        outcomes[executor] = run_job(spec, date=DATE)
+    assert outcomes["local"].result.provenance["executor"] == "in-process"
+    assert outcomes["auto"].result.provenance["executor"] == "cluster"
+    assert json.loads(Path(outcomes["local"].output, "job.json").read_text())["spec"]["cluster"] == \
+        {"executor": "local"}
+
+
+def test_a_client_given_with_executor_local_fails_before_anything_is_reserved(
+        tmp_path: Path, small_store: str, write_spec: Any, local_client: Any) -> None:
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.ledger import Ledger
+
+    doc = base_doc(tmp_path, small_store)
+    doc["cluster"] = {"executor": "local"}
+    write_spec(doc)
+    with pytest.raises(InvalidParameterError, match="executor='local' runs in this process, but a Dask client"):
+        run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date=DATE, client=local_client)
+    assert Ledger(tmp_path / "ledger.sqlite").budget("ds").entries == ()
+
+
+def _anndata(path: Path, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    import anndata
+
+    x = rng.poisson(0.3, size=(300, 20)).astype(np.float32)
+    counts = rng.poisson(2.0, size=(300, 20)).astype(np.float32)
+    anndata.AnnData(X=sp.csr_matrix(x), layers={"counts": sp.csr_matrix(counts)}).write_h5ad(path)
+    return x, counts
+
+
+def test_a_job_ingests_the_layer_and_the_dry_run_says_where_it_runs(tmp_path: Path, write_spec: Any,
+                                                                    rng: np.random.Generator, capsys: Any) -> None:
+    from dppca_dask.storage import open_matrix
+
+    source = tmp_path / "cells.h5ad"
+    _, counts = _anndata(source, rng)
+    store = tmp_path / "cells.zarr"
+    doc = base_doc(tmp_path, str(store), n_iter=2)
+    doc["privacy"]["epsilon"] = 0.3  # the dry run of a second date below must fit the budget
+    doc["data"]["ingest"] = {"source": str(source), "layer": "counts", "n_features": 20}
+    doc["cluster"] = {"executor": "local"}
+    spec_path = write_spec(doc)
+    outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date=DATE)
+    assert outcome.status == "completed" and outcome.result.provenance["executor"] == "in-process"
+    np.testing.assert_array_equal(open_matrix(store).to_scipy().toarray(), counts)  # the layer, not X
+
+    assert main(["run", str(spec_path), "--dry-run", "--date", "2026-11-21", "--json"]) == 0
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["layer"] == "counts"
+    assert checked["executor"]["asked"] == "local" and checked["executor"]["executor"] == "in-process"
+    assert main(["run", str(spec_path), "--dry-run", "--date", "2026-11-21"]) == 0
+    out = capsys.readouterr().out
+    assert 'executor: in-process ([cluster] executor = "local": executor=\'local\' was asked for)' in out
+    assert f"data: layer 'counts' of {source} ([data.ingest] layer)" in out
+    assert f"refreshed from layer 'counts' of '{source}' first" in out
+
+
+def test_run_executor_overrides_the_spec(tmp_path: Path, small_store: str, write_spec: Any, capsys: Any) -> None:
+    import dask.config
+
+    doc = base_doc(tmp_path, small_store)
+    spec_path = write_spec(doc)
+    with dask.config.set({"dppca_dask.cluster.use-active-client": False}):
+        assert main(["run", str(spec_path), "--dry-run", "--date", DATE, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["executor"] == {
+            "asked": "auto", "executor": "in-process",
+            "reason": "4 partition(s) (limit 16) and 300 columns (limit 100000; dppca_dask.executor.in-process-max-*)"}
+        assert main(["run", str(spec_path), "--dry-run", "--date", DATE, "--json", "--executor", "cluster"]) == 0
+        assert json.loads(capsys.readouterr().out)["executor"]["executor"] == "cluster"
+    assert main(["run", str(spec_path), "--date", DATE, "--executor", "local", "--scheduler", "tcp://h:1"]) == 2
+    assert 'executor = "local" runs in this process' in capsys.readouterr().err
