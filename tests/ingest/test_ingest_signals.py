@@ -15,8 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
-from dppca_dask.ingest import ingest
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.ingest import ingest, terminate_cleanly
 from dppca_dask.storage._files import OWNER_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,3 +129,33 @@ def test_a_later_ingest_removes_temporaries_of_a_killed_one(tmp_path: Path) -> N
     assert not os.path.exists(partial) and not os.path.exists(spill)
     assert foreign.is_dir()
     assert sorted(os.listdir(tmp_path)) == [".s.zarr.partial-foreign", "keep.svm", "s.zarr"]
+
+
+# ------------------------------------------------------------------------------ the caller's SIGTERM handling
+def _application_handler(signum: int, frame: object) -> None:  # pragma: no cover - never called
+    raise AssertionError("not reached")
+
+
+@pytest.mark.parametrize("before", [signal.SIG_DFL, signal.SIG_IGN, _application_handler],
+                         ids=["default", "ignored", "application"])
+def test_ingest_leaves_sigterm_handled_as_before(tmp_path: Path, before: object) -> None:
+    # In a long-running process (a notebook, a server) an ingest, finished or failed, leaves SIGTERM as it was.
+    previous = signal.signal(signal.SIGTERM, before)  # type: ignore[arg-type]
+    try:
+        ingest(sp.random(40, 6, density=0.3, format="csr", random_state=1), tmp_path / "a.zarr")
+        assert signal.getsignal(signal.SIGTERM) is before
+        with pytest.raises(InvalidParameterError, match="format must be one of"):
+            ingest(tmp_path / "missing.svm", tmp_path / "b.zarr", format="nope")
+        assert signal.getsignal(signal.SIGTERM) is before
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_while_ingesting_exits_143_and_then_sigterm_is_handled_as_before() -> None:
+    with pytest.raises(SystemExit) as exited:
+        with terminate_cleanly():
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)  # else this kills pytest
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)  # the handler raises here, in the main thread
+    assert exited.value.code == 143
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
