@@ -53,8 +53,18 @@ def leftovers(directory: Path, name: str) -> list[str]:
     return sorted(n for n in os.listdir(directory) if n.startswith(f".{name}.") or n == name)
 
 
+#: ``dppca-dask`` with SIGINT as a terminal gives it (handled, not blocked), whatever this test process inherited: a
+#: test process started in the background by a non-interactive shell has SIGINT ignored, and its children with it.
+AS_FROM_A_TERMINAL = (
+    "import signal, sys; "
+    "signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+    "from dppca_dask.cli import main; sys.exit(main())"
+)
+
+
 def signal_during(argv: list[str], directory: Path, marker: str, signum: int) -> tuple[int, str]:
-    process = subprocess.Popen([sys.executable, "-c", "import sys; from dppca_dask.cli import main; sys.exit(main())", *argv], env=_env(),
+    process = subprocess.Popen([sys.executable, "-c", AS_FROM_A_TERMINAL, *argv], env=_env(),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     try:
