@@ -40,10 +40,8 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-demo
 	$(BIN)/dppca-dask demo --data $(DATA) --n-features $(N_FEATURES) --workdir $(DEMO_DIR)
 
-# Tests marked `isolated` (a Ctrl-C sent to a whole process group) run in a pytest process of their own, after the rest.
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -m 'not isolated' $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -m isolated $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: none among PYTEST_ARGS
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 $(LOWEST_VENV)/.installed: pyproject.toml ci/lowest-constraints.txt
 	$(PYTHON) -m venv $(LOWEST_VENV)

@@ -414,6 +414,8 @@ on_start_exit() {
     # An interrupted or failed start leaves nothing running.
     local rc=$?
     if ((started)) && ((!start_done)); then
+        # The readiness check runs in the background (SIGINT ignored there): it would wait out its timeout.
+        [[ -n $waiter ]] && kill "$waiter" 2>/dev/null || true
         timeout=10
         stop_all >/dev/null 2>&1 || true
     fi
@@ -442,7 +444,7 @@ with Client(address, security=security, timeout=timeout, set_as_default=False) a
 '
 
 cmd_start() {
-    local pid f existing=() ca="" cert="" key="" address="" deadline waiter dead
+    local pid f existing=() ca="" cert="" key="" address="" deadline dead
 
     absolute_run_dir create
     lock_run_dir
@@ -656,6 +658,7 @@ cmd_status() {
 
 started=0
 start_done=0
+waiter=""  # pid of start's readiness check while it runs
 dask_cmd=()
 case $command in
     start) cmd_start ;;

@@ -1,4 +1,11 @@
-"""Shared fixtures.
+"""Shared fixtures, and two guards that hold for every test.
+
+- Signals: a test that leaves SIGINT or SIGTERM handled differently, signals blocked, or this process in another
+  process group fails (``_signal_state_unchanged``).
+- Processes: every process started during the session (directly or not: scheduler and workers started by
+  ``cluster/local.sh`` live in sessions of their own) carries the environment variable ``DPPCA_TEST_SESSION``. At the
+  end of the session none may be left (``_no_process_outlives_the_session``), and a reaper process kills whatever
+  is left when the session ends in any other way (interrupted, killed).
 
 Randomness in tests is always seeded: the ``seed`` fixture is 42 unless ``DPPCA_TEST_SEED`` is set, so a sweep
 (``for s in $(seq 0 99); do DPPCA_TEST_SEED=$s pytest ...; done``) checks that no test depends on one lucky seed.
@@ -8,10 +15,24 @@ Statistical assertions use a false-failure rate of alpha = 1e-6 each unless the 
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
+import time
 
 # One BLAS/OpenMP thread per process, before numpy is imported anywhere (workers inherit the environment).
 for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, "1")
+
+# Mark every process started during this test session (children inherit the environment); see _processes.
+_CLUSTER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cluster")
+if _CLUSTER not in sys.path:
+    sys.path.insert(0, _CLUSTER)
+from _processes import (  # noqa: E402
+    describe, kill_processes, mark_this_session, session_mark, session_processes, start_reaper, stop_reaper,
+)
+
+mark_this_session()
 
 from collections.abc import Iterator  # noqa: E402
 
@@ -20,6 +41,66 @@ import pytest  # noqa: E402
 
 #: False-failure rate of each statistical assertion.
 ALPHA = 1e-6
+
+#: Signals whose handling a test must leave as it found it: a process started afterwards inherits an ignored or
+#: blocked SIGINT (then Ctrl-C, and a test sending it, does nothing), and a Python handler left behind changes what
+#: later tests see.
+GUARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _ignored_signals() -> int:
+    """The kernel's set of ignored signals of this process (``SigIgn`` in ``/proc/self/status``), as a bit mask;
+    it also sees what C code set, which ``signal.getsignal`` does not. 0 where ``/proc`` is missing."""
+    try:
+        with open("/proc/self/status") as status:
+            return next((int(line.split()[1], 16) for line in status if line.startswith("SigIgn:")), 0)
+    except OSError:
+        return 0
+
+
+def _process_signal_state() -> dict[str, object]:
+    """What a child process inherits from this one about signals, and the Python handlers of ``GUARDED_SIGNALS``."""
+    guarded_bits = sum(1 << (signum - 1) for signum in GUARDED_SIGNALS)
+    return {
+        **{f"handler of {signal.Signals(s).name}": signal.getsignal(s) for s in GUARDED_SIGNALS},
+        "ignored signals": _ignored_signals() & guarded_bits,
+        "blocked signals (main thread)": sorted(signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        "process group": os.getpgrp(),
+        "session": os.getsid(0),
+    }
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """Say so when this process was started with SIGINT ignored or blocked (in the background by a non-interactive
+    shell, ``nohup``, some CI runners): every process the tests start inherits it."""
+    ignored = _ignored_signals() & (1 << (signal.SIGINT - 1))
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if not (ignored or blocked):
+        return None
+    return (f"SIGINT is {'ignored' if ignored else 'blocked'} in this test process (started in the background?); "
+            "processes started by the tests inherit that unless they reset it")
+
+
+@pytest.fixture(autouse=True)
+def _signal_state_unchanged() -> Iterator[None]:
+    """Fail the test that leaves SIGINT or SIGTERM handled differently, signals blocked, or this process in another
+    process group or session; restore the handlers and the mask so that the tests after it are not affected."""
+    if threading.current_thread() is not threading.main_thread():  # signals are set in the main thread only
+        yield
+        return
+    before = _process_signal_state()
+    handlers = {s: signal.getsignal(s) for s in GUARDED_SIGNALS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    after = _process_signal_state()
+    if after == before:
+        return
+    for signum, handler in handlers.items():
+        if handler is not None:  # None: set outside Python, cannot be restored from here
+            signal.signal(signum, handler)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    changed = {name: (before[name], after[name]) for name in before if before[name] != after[name]}
+    pytest.fail(f"the test changed this process's signal state (before, after): {changed}", pytrace=False)
 
 
 @pytest.fixture
@@ -56,3 +137,35 @@ def local_client() -> Iterator[object]:
         scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
     ) as cluster, Client(cluster) as client:
         yield client
+
+
+# ----------------------------------------------------------------------------------------- leftover processes
+#: Seconds the processes of the session have to exit after its last fixture (a nanny stops a stuck worker after a
+#: few seconds; the machine may be loaded).
+EXIT_GRACE = 30
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_process_outlives_the_session() -> Iterator[None]:
+    """Fail the session's last test if a process started during the session is still running after every fixture
+    is torn down (and kill it); a reaper, in a session of its own without the mark, does the killing if this
+    process ends without tearing down (SIGKILL, SIGTERM)."""
+    if not os.path.isdir("/proc"):
+        yield
+        return
+    reaper = start_reaper(session_mark())
+    try:
+        yield
+        deadline = time.monotonic() + EXIT_GRACE
+        # This process's multiprocessing resource tracker ends with it: not a leftover.
+        from multiprocessing import resource_tracker
+
+        tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
+        ours = (reaper.pid,) if tracker is None else (reaper.pid, tracker)
+        while (left := session_processes(exclude=ours)) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        described = [describe(pid) for pid in left]
+        kill_processes(left)
+        assert not described, "processes started by the tests outlived the session:\n" + "\n".join(described)
+    finally:
+        stop_reaper(reaper)

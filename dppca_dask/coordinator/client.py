@@ -548,7 +548,7 @@ def connect(
     worker_log_level = max(logging.getLogger("distributed").getEffectiveLevel(), logging.WARNING)
     dashboard = options.dashboard_address
     try:
-        with _workers_ignore_sigint():
+        with _workers_block_sigint():
             local_cluster = LocalCluster(
                 n_workers=options.n_workers,
                 threads_per_worker=options.threads_per_worker,
@@ -579,21 +579,34 @@ def connect(
 
 
 @contextlib.contextmanager
-def _workers_ignore_sigint() -> Iterator[None]:
-    """Start the embedded workers with SIGINT ignored (they inherit it through exec): Ctrl-C in a terminal reaches
-    the whole process group, and this process, not each worker printing its own KeyboardInterrupt traceback, ends
-    the run and closes the cluster. Only in the main thread (elsewhere signals cannot be set)."""
-    import signal
-    import threading
+def _workers_block_sigint() -> Iterator[None]:
+    """Start the embedded cluster with SIGINT blocked in this thread, so that its worker processes never act on it:
+    Ctrl-C in a terminal reaches the whole process group, and this process, not each worker printing its own
+    KeyboardInterrupt traceback, ends the run and closes the cluster.
 
-    if threading.current_thread() is not threading.main_thread():
+    The cluster's event-loop thread, created here, inherits the blocked signal, and so do the threads it starts
+    worker processes from and, through fork and exec, the workers, including those a nanny restarts later. This
+    process's handler of SIGINT is never changed, and this thread's signal mask is restored however the start ends: a
+    Ctrl-C during the start is delivered once it is over (at once if another thread of the process accepts it).
+
+    multiprocessing's resource tracker is started first: starting it unblocks SIGINT in the thread that does so
+    (``multiprocessing.resource_tracker.ensure_running`` ends with ``SIG_UNBLOCK``, whatever the mask was before),
+    which would otherwise be the cluster's event-loop thread when it creates the first worker's queues.
+    """
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks, and no inheritance through spawn
         yield
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from multiprocessing import resource_tracker
+
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     try:
+        resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_SETMASK, {*previous, signal.SIGINT})
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 # ------------------------------------------------------------------------------------------ in-process execution

@@ -250,7 +250,8 @@ def terminate_cleanly() -> Iterator[None]:
     By default SIGTERM kills the process at once, leaving temporary directories of raw data behind. Here it raises
     in the main thread instead: the writer stops, waits for zarr's pending writes and removes its temporaries, and
     the process exits with status 143 (128 + SIGTERM). Further SIGTERMs are ignored during that cleanup. A handler
-    installed by the application is left alone; SIGINT (Ctrl-C) already raises ``KeyboardInterrupt``.
+    installed by the application (or an ignored SIGTERM) is left alone; SIGINT (Ctrl-C) already raises
+    ``KeyboardInterrupt``. On the way out, however the ingest ends, SIGTERM is handled as it was before.
     """
     if threading.current_thread() is not threading.main_thread() or \
             signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
@@ -261,11 +262,11 @@ def terminate_cleanly() -> Iterator[None]:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # let the cleanup finish
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, handler)
+    previous = signal.signal(signal.SIGTERM, handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _ingest(

@@ -14,6 +14,7 @@ Use from another test folder: import the fixtures in that folder's ``conftest.py
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -28,18 +29,26 @@ from typing import Any
 
 import pytest
 
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
+
+from _processes import started_here  # noqa: E402  (re-exported)
+
 __all__ = [
     "CLUSTER_DIR",
     "LOCAL_SH",
     "MAKE_CERTS",
     "LoopbackCluster",
     "free_port",
+    "group_members",
     "live_processes",
     "local_sh",
     "loopback_cluster",
     "loopback_tls_cluster",
     "running_cluster",
     "start_cluster",
+    "started_here",
     "stop_cluster",
 ]
 
@@ -211,6 +220,7 @@ def start_cluster(
         args.append("--tls")
         if cert_dir is not None:
             args += ["--cert-dir", str(cert_dir)]
+    _STARTED.add(run_dir.resolve())
     proc = local_sh(*args)
     if proc.returncode != 0:
         raise RuntimeError(
@@ -224,25 +234,67 @@ def start_cluster(
     return LoopbackCluster(run_dir=run_dir.resolve(), address=address, cert_dir=certs, n_workers=workers)
 
 
+def group_members(pgid: int) -> list[int]:
+    """Running processes (zombies aside) of process group ``pgid`` that this test session started."""
+    import psutil
+
+    out = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE and started_here(proc.pid):
+                out.append(proc.pid)
+        except (OSError, psutil.Error):
+            pass
+    return out
+
+
 def stop_cluster(run_dir: Path, known_pids: Sequence[int] = ()) -> None:
-    """``local.sh stop``; then SIGKILL anything of the cluster still alive (recorded pids, their process groups
-    and ``known_pids``), so no process outlives the test even when ``stop`` itself is broken."""
+    """``local.sh stop``; then SIGKILL anything of the cluster still alive (recorded pids, the process groups they
+    lead (``local.sh`` starts each in a session of its own) and ``known_pids``), so no process outlives the test
+    even when ``stop`` itself is broken or interrupted. Raise ``RuntimeError`` if something survives even that."""
     pids = set(known_pids)
+    groups: set[int] = set()
     for path in (run_dir / "pids").glob("*.pid"):
         pid = _read_pid(path)
         if pid is not None:
             pids.add(pid)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        local_sh("stop", "--run-dir", str(run_dir), "--timeout", "10", timeout=60)
-    leftovers = live_processes(sorted(pids))
-    for pid in leftovers:
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while live_processes(leftovers) and time.monotonic() < deadline:
-        time.sleep(0.1)
+            groups.add(pid)
+    try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            local_sh("stop", "--run-dir", str(run_dir), "--timeout", "10", timeout=60)
+    finally:
+        # Members of a group whose leader is gone too: a nanny's worker process outliving its nanny.
+        leftovers = _cluster_processes(pids, groups)
+        for pid in leftovers:
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (survivors := _cluster_processes(pids, groups)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        _STARTED.discard(run_dir.resolve())
+    if survivors:
+        raise RuntimeError(f"processes of the cluster in {run_dir} survived SIGKILL: {survivors}")
+
+
+def _cluster_processes(pids: set[int], groups: set[int]) -> list[int]:
+    left = {pid for pid in live_processes(sorted(pids)) if started_here(pid)}
+    for group in groups:
+        left.update(group_members(group))
+    return sorted(left)
+
+
+#: Run directories of clusters started and not yet stopped: stopped at exit if a test could not (a backstop; the
+#: test session's reaper covers a test process that is killed).
+_STARTED: set[Path] = set()
+
+
+@atexit.register
+def _stop_forgotten_clusters() -> None:
+    for run_dir in sorted(_STARTED):
+        with contextlib.suppress(Exception):
+            stop_cluster(run_dir)
 
 
 @contextlib.contextmanager

@@ -5,9 +5,11 @@ from __future__ import annotations
 import importlib.util
 import py_compile
 import re
+import signal
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -18,6 +20,16 @@ from _local_cluster import CLUSTER_DIR, REPO, local_sh
 
 OLD_COMMANDS = re.compile(r"(?<![\w.])dask-(scheduler|worker)(?![\w-])")
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_kept() -> Iterator[None]:
+    """Importing dask-jobqueue (the SLURM example does) replaces this process's SIGINT handler with one calling
+    ``sys.exit()`` (``dask_jobqueue/runner.py``, at import): put the test process's back."""
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    if handler is not None:
+        signal.signal(signal.SIGINT, handler)
 
 
 def _no_old_command(args: list[str]) -> None:

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
-from dppca_dask.ingest import ingest
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.ingest import ingest, terminate_cleanly
 from dppca_dask.storage._files import OWNER_FILE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,8 +53,18 @@ def leftovers(directory: Path, name: str) -> list[str]:
     return sorted(n for n in os.listdir(directory) if n.startswith(f".{name}.") or n == name)
 
 
+#: ``dppca-dask`` with SIGINT as a terminal gives it (handled, not blocked), whatever this test process inherited: a
+#: test process started in the background by a non-interactive shell has SIGINT ignored, and its children with it.
+AS_FROM_A_TERMINAL = (
+    "import signal, sys; "
+    "signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+    "from dppca_dask.cli import main; sys.exit(main())"
+)
+
+
 def signal_during(argv: list[str], directory: Path, marker: str, signum: int) -> tuple[int, str]:
-    process = subprocess.Popen([sys.executable, "-c", "import sys; from dppca_dask.cli import main; sys.exit(main())", *argv], env=_env(),
+    process = subprocess.Popen([sys.executable, "-c", AS_FROM_A_TERMINAL, *argv], env=_env(),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     try:
@@ -127,3 +139,33 @@ def test_a_later_ingest_removes_temporaries_of_a_killed_one(tmp_path: Path) -> N
     assert not os.path.exists(partial) and not os.path.exists(spill)
     assert foreign.is_dir()
     assert sorted(os.listdir(tmp_path)) == [".s.zarr.partial-foreign", "keep.svm", "s.zarr"]
+
+
+# ------------------------------------------------------------------------------ the caller's SIGTERM handling
+def _application_handler(signum: int, frame: object) -> None:  # pragma: no cover - never called
+    raise AssertionError("not reached")
+
+
+@pytest.mark.parametrize("before", [signal.SIG_DFL, signal.SIG_IGN, _application_handler],
+                         ids=["default", "ignored", "application"])
+def test_ingest_leaves_sigterm_handled_as_before(tmp_path: Path, before: object) -> None:
+    # In a long-running process (a notebook, a server) an ingest, finished or failed, leaves SIGTERM as it was.
+    previous = signal.signal(signal.SIGTERM, before)  # type: ignore[arg-type]
+    try:
+        ingest(sp.random(40, 6, density=0.3, format="csr", random_state=1), tmp_path / "a.zarr")
+        assert signal.getsignal(signal.SIGTERM) is before
+        with pytest.raises(InvalidParameterError, match="format must be one of"):
+            ingest(tmp_path / "missing.svm", tmp_path / "b.zarr", format="nope")
+        assert signal.getsignal(signal.SIGTERM) is before
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_while_ingesting_exits_143_and_then_sigterm_is_handled_as_before() -> None:
+    with pytest.raises(SystemExit) as exited:
+        with terminate_cleanly():
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)  # else this kills pytest
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)  # the handler raises here, in the main thread
+    assert exited.value.code == 143
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
