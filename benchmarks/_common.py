@@ -55,3 +55,14 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.4g}"
     return str(v)
+
+
+def local_cluster(**kwargs: Any) -> Any:
+    """A ``LocalCluster`` whose workers start as the package's embedded cluster starts them (with
+    ``dppca_dask.cluster.worker-environ``), so the figures are those of ``pca`` and the other entry points."""
+    from distributed import LocalCluster
+
+    from dppca_dask.coordinator.client import embedded_worker_environ
+
+    with embedded_worker_environ():
+        return LocalCluster(**kwargs)

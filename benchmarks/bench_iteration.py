@@ -15,7 +15,7 @@ largest store (the speed-up from more cores). Prints one table and ends with the
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (sets thread environment variables first)
+import _common  # (sets thread environment variables first)
 
 import argparse
 import os
@@ -25,7 +25,7 @@ import warnings
 from typing import Any
 
 import numpy as np
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from dppca_dask.algorithms.adaptive_power import adaptive_power_run, default_top_m
 from dppca_dask.algorithms.requests import PlainGramTimes
@@ -74,8 +74,9 @@ def _private_step(coordinator: Coordinator, run: Any, request: Any) -> Any:
 
 def _cluster_steps(store: Any, workers: int, iterations: int, plain: bool) -> dict[str, Any]:
     """Median private (and plain) step on ``workers`` × 1 thread, partitions persisted, steps interleaved."""
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client, Coordinator(client, as_source(store), persist=True) as coordinator:
+    shape = dict(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
+    with _common.local_cluster(**shape) as cluster, Client(cluster) as client, \
+            Coordinator(client, as_source(store), persist=True) as coordinator:
         run = _private_run(store, iterations)
         t = time.perf_counter()
         request = run.send(coordinator.execute(next(run)))  # loads and persists the partitions

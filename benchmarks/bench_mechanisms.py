@@ -32,7 +32,7 @@ regime into ``--out`` (default ``benchmarks/results``).
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (thread environment first)
+import _common  # (thread environment first)
 
 import argparse
 import math
@@ -331,9 +331,9 @@ def main() -> None:
     client: Any = "local"
     cluster = None
     if args.cluster:
-        from distributed import Client, LocalCluster
+        from distributed import Client
 
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None)
+        cluster = _common.local_cluster(n_workers=2, threads_per_worker=1, dashboard_address=None)
         client = Client(cluster)
     started = time.perf_counter()
     sections = []

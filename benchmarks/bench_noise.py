@@ -12,7 +12,7 @@ ends with the line ``ratio <hardened run time / float run time>`` (sum of the tw
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (sets thread environment variables first)
+import _common  # (sets thread environment variables first)
 
 import argparse
 import os
@@ -20,7 +20,7 @@ import tempfile
 import time
 import warnings
 
-from distributed import Client, LocalCluster
+from distributed import Client
 
 import dppca_dask
 from dppca_dask.datasets import PlantedSpec, low_coherence_matrix
@@ -68,7 +68,7 @@ def main() -> None:
     times: dict[tuple[str, str], list[float]] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True) as cluster, \
+        with _common.local_cluster(n_workers=args.workers, threads_per_worker=1, processes=True) as cluster, \
                 Client(cluster) as client:
             executors = {"in-process": "local", "LocalCluster": client}
             _run(path, "float", "local", args.components)  # warm-up: imports, OpenDP library load, file cache

@@ -16,7 +16,7 @@ largest size.
 
 from __future__ import annotations
 
-import _common  # noqa: F401  (thread environment first)
+import _common  # (thread environment first)
 
 import argparse
 import math
@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 import numpy as np
-from distributed import Client, LocalCluster
+from distributed import Client
 
 from dppca_dask.algorithms.adaptive_power import default_top_m
 from dppca_dask.algorithms.requests import PlainGramTimes, PowerStep
@@ -142,8 +142,8 @@ def main() -> None:
     result: dict[str, Any] = {}
     stores = [_store(workdir, float(size), args.cols, args.codec) for size in args.sizes.split(",")]
     shape = dict(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0")
-    with LocalCluster(**shape, memory_limit=args.persisted_memory_limit) as big, Client(big) as big_client, \
-            LocalCluster(**shape, memory_limit=args.memory_limit) as small, Client(small) as small_client:
+    with _common.local_cluster(**shape, memory_limit=args.persisted_memory_limit) as big, Client(big) as big_client, \
+            _common.local_cluster(**shape, memory_limit=args.memory_limit) as small, Client(small) as small_client:
         cap = sum(w["memory_limit"] for w in small_client.scheduler_info(n_workers=-1)["workers"].values())
         for store in stores:
             result = _measure(store, big_client, small_client, args.repeats)

@@ -56,6 +56,8 @@ def _public_size(value: Any) -> int:
         return 8 * (int(value.shape[0]) + 1)  # the row pointers; its stored entries depend on the data
     if isinstance(value, dict):
         return 64 + 16 * len(value)
+    if isinstance(value, tuple):  # sparse pieces side by side (a gathered aggregate): one per gathered partial
+        return sum(_public_size(v) for v in value)
     return 8
 
 

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from dask.sizeof import sizeof
 
 from dppca_dask.coordinator.sources import PartitionData, as_source, load_store_partition, make_partition
-from dppca_dask.kernels import ThresholdGrid, power_partial
+from dppca_dask.kernels import ThresholdGrid, gather_power_partials, power_partial
 from dppca_dask.kernels import block as B
 from dppca_dask.storage import row_norms_of
 
@@ -68,3 +68,7 @@ def test_kernel_aggregates(csr: sp.csr_array, rng: np.random.Generator) -> None:
     block = B.block_partial(csr, norms, xb, partition=0, row_norm_bound=1.0, grid=grid, top_m=2_000)
     public = block.histogram.nbytes + block.full_sum.nbytes + block.bin_sums.indptr.nbytes + block.bin_weights.nbytes
     _within_twice(sizeof(block), public)
+    # the coordinator's gathered aggregates (pieces side by side): each piece's row pointers, one per partial
+    pointers = 8 * (grid.n_points + 1)
+    assert sizeof(gather_power_partials(partial, partial, partial)) == sizeof(partial) + 2 * pointers
+    assert sizeof(B.gather_block_partials(block, block)) == sizeof(block) + pointers

@@ -187,7 +187,7 @@ def _register_requests() -> None:
     # every partition gets the whole top_m (never a share): all filtered rows may sit in one partition
     register_request(BlockPowerStep, lambda r: StepPlan(
         block_task, {"row_norm_bound": r.row_norm_bound, "grid": r.grid, "top_m": r.top_m, "mean": r.mean}, r.x,
-        B.merge_block_partials, empty=empty_block(r.grid, r.x.shape[1])))
+        B.merge_block_partials, empty=empty_block(r.grid, r.x.shape[1]), final=B.gather_block_partials))
     register_request(BlockFilteredSum, lambda r: StepPlan(
         filtered_task, {"row_norm_bound": r.row_norm_bound, "grid": r.grid, "index": r.index,
                         "cuts": dict(r.cuts), "mean": r.mean}, r.x, _sum, partitions=sorted(r.cuts),

@@ -548,7 +548,7 @@ def connect(
     worker_log_level = max(logging.getLogger("distributed").getEffectiveLevel(), logging.WARNING)
     dashboard = options.dashboard_address
     try:
-        with _workers_block_sigint():
+        with _workers_block_sigint(), embedded_worker_environ():
             local_cluster = LocalCluster(
                 n_workers=options.n_workers,
                 threads_per_worker=options.threads_per_worker,
@@ -576,6 +576,49 @@ def connect(
         else:
             _close_http_servers(local_cluster, local)
         yield local
+
+
+def worker_environ() -> dict[str, str]:
+    """The environment each embedded worker process starts with: Dask's ``distributed.nanny.pre-spawn-environ``
+    updated with ``dppca_dask.cluster.worker-environ`` (see :func:`embedded_worker_environ`)."""
+    import_distributed()  # its configuration defaults (the pre-spawn environment among them) load on import
+    base = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
+    extra = dask.config.get("dppca_dask.cluster.worker-environ", default={}) or {}
+    if not isinstance(extra, dict):
+        raise InvalidParameterError(
+            f"dppca_dask.cluster.worker-environ must map variable names to values; got {type(extra).__name__}"
+        )
+    base.update({k: v for k, v in extra.items() if v is not None})  # null: Dask's own value
+    return {str(k): str(v) for k, v in base.items() if v is not None}
+
+
+@contextlib.contextmanager
+def embedded_worker_environ() -> Iterator[None]:
+    """Start worker processes (a ``LocalCluster`` created inside) with :func:`worker_environ`.
+
+    glibc reads its ``MALLOC_*`` variables when a process starts, so they go in Dask's pre-spawn environment,
+    which the nanny sets in this process's ``os.environ`` before spawning each worker (restarts included: the nanny
+    keeps the environment it was created with). This process's own entries are put back afterwards.
+
+    The defaults (``dppca_dask.yaml``) keep blocks of up to 32 MiB on the heap (``MALLOC_MMAP_THRESHOLD_``) and let
+    up to 64 MiB of freed heap stay in the process (``MALLOC_TRIM_THRESHOLD_``). Dask's own default (a 64 KiB trim
+    threshold, which also fixes the mmap threshold at 128 KiB) makes every temporary array of a step a fresh
+    mapping whose pages fault in zero-filled: the private step's kernels allocate several per partition. Measured on
+    the 10⁸-entry benchmark store (two LocalClusters side by side, 2 workers each, 15 interleaved repeats, medians):
+    the private step 0.48 s against 0.54 s and 0.51 s against 0.61 s, the plain step 0.33 s against 0.37 s and 0.36 s
+    against 0.37 s. Partitions themselves (far above 32 MiB) are mapped and returned to the system as before.
+    """
+    environ = worker_environ()
+    saved = {name: os.environ.get(name) for name in environ}
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+            yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager

@@ -114,6 +114,9 @@ class StepPlan:
     """Partitions to map over (``None``: all)."""
     empty: Callable[[int], Any] | None = None
     """The aggregate of zero partitions, given d."""
+    final: Callable[..., Any] | None = None
+    """The last combination, of the partials gathered at the coordinator (``None``: ``merge``). It may keep parts
+    side by side where the algorithm needs only a piece of their sum (:func:`~dppca_dask.kernels.power.gather_power_partials`)."""
 
 
 _PLANNERS: dict[type, tuple[Callable[..., StepPlan], bool]] = {}
@@ -138,11 +141,13 @@ def _step_plan(request: Any, n_partitions: int) -> StepPlan:
     return planner(request, n_partitions) if takes_count else planner(request)
 
 
-def _plan(request: Any, n_partitions: int) -> tuple[Callable[..., Any], dict[str, Any], Any, Callable, list[int]]:
-    """Kernel, its keyword arguments, the broadcast value, the merge function and the partitions of a request."""
+def _plan(request: Any, n_partitions: int
+          ) -> tuple[Callable[..., Any], dict[str, Any], Any, Callable, Callable, list[int]]:
+    """Kernel, its keyword arguments, the broadcast value, the tree's and the coordinator's merge functions and the
+    partitions of a request."""
     plan = _step_plan(request, n_partitions)
     indices = list(range(n_partitions)) if plan.partitions is None else list(plan.partitions)
-    return plan.task, dict(plan.kwargs), plan.broadcast, plan.merge, indices
+    return plan.task, dict(plan.kwargs), plan.broadcast, plan.merge, plan.final or plan.merge, indices
 
 
 register_request(
@@ -152,6 +157,7 @@ register_request(
         {"row_norm_bound": r.row_norm_bound, "grid": r.grid, "top_m": r.top_m},
         r.x,
         K.merge_power_partials,
+        final=K.gather_power_partials,
     ),
 )
 register_request(
@@ -200,12 +206,12 @@ class LocalExecutor:
         return self.source.n_cols
 
     def execute(self, request: Request) -> Any:
-        kernel, kw, vector, merge, indices = _plan(request, self.source.n_partitions)
+        kernel, kw, vector, _merge, final, indices = _plan(request, self.source.n_partitions)
         partials = [kernel(self._parts[i], vector, **kw) if vector is not None else kernel(self._parts[i], **kw)
                     for i in indices]
         if not partials:
             return _empty_aggregate(request, self.source.n_cols)
-        return merge(*partials) if len(partials) > 1 else merge(partials[0])
+        return final(*partials)
 
     def close(self) -> None:
         self._parts = []
@@ -297,13 +303,13 @@ class Coordinator:
 
     def execute(self, request: Request) -> Any:
         """One pass: map the request's kernel over its partitions, tree-reduce on the workers, gather."""
-        kernel, kw, vector, merge, indices = _plan(request, self.source.n_partitions)
+        kernel, kw, vector, merge, final, indices = _plan(request, self.source.n_partitions)
         if not indices:
             return _empty_aggregate(request, self.source.n_cols)
         self._step += 1
         prefix = f"dppca-{type(request).__name__.lower()}-{self._token}-{self._step}"
         try:
-            aggregate = self._run(prefix, kernel, kw, vector, merge, indices)
+            aggregate = self._run(prefix, kernel, kw, vector, merge, final, indices)
         except CancelledError:
             # Scattered in-memory blocks have no lineage: a lost worker loses its blocks and the partitions built
             # from them. The client still holds the blocks: scatter them again, rebuild, and run the step once more
@@ -314,7 +320,7 @@ class Coordinator:
             self._token = uuid.uuid4().hex[:8]
             self._placement = self._place()
             self._parts = self._persist()
-            aggregate = self._run(f"{prefix}-again", kernel, kw, vector, merge, indices)
+            aggregate = self._run(f"{prefix}-again", kernel, kw, vector, merge, final, indices)
         # No durations and no data-dependent numbers in logs: only the step number, the request type and its
         # partition count, which are the same on neighbouring datasets (a FilteredSum step aside, which happens
         # only on the accounted δ_pass event).
@@ -322,7 +328,7 @@ class Coordinator:
         return aggregate
 
     def _run(self, prefix: str, kernel: Callable[..., Any], kw: dict[str, Any], vector: Any,
-             merge: Callable[..., Any], indices: list[int]) -> Any:
+             merge: Callable[..., Any], final: Callable[..., Any], indices: list[int]) -> Any:
         # The broadcast value travels inside a task, not by scatter: scattered data has no lineage and is lost
         # with its worker, while a task's result is recomputed elsewhere if a worker dies.
         vector_future = (
@@ -350,7 +356,7 @@ class Coordinator:
         # task on a worker. Task errors come back as values without data in them (see coordinator.guard).
         partials = [unwrap(p) for p in self.client.gather(level)]
         del level, vector_future
-        return merge(*partials)
+        return final(*partials)
 
     def close(self) -> None:
         if self._parts is not None:

@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from dppca_dask.kernels import _sparse
 from dppca_dask.kernels.grid import ThresholdGrid
-from dppca_dask.kernels.power import clip_factors
+from dppca_dask.kernels.power import clip_factors, head_sum
 
 __all__ = [
     "BlockPartial",
@@ -38,6 +38,7 @@ __all__ = [
     "block_filtered_sum",
     "block_partial",
     "centred_gram_matrix",
+    "gather_block_partials",
     "centred_norms",
     "mean_partial",
     "merge_block_partials",
@@ -58,8 +59,9 @@ class BlockPartial:
     """Rows per bin (length ``grid.n_bins``)."""
     full_sum: np.ndarray
     """``Σ ã(ãᵀX)`` over all rows (d×k)."""
-    bin_sums: sp.csr_array
-    """``n_points × (k·d)``: row ``b``, block ``j`` is ``Σ a·f·P_j`` over the returned rows of bin ``b``."""
+    bin_sums: sp.csr_array | tuple[sp.csr_array, ...]
+    """``n_points × (k·d)``: row ``b``, block ``j`` is ``Σ a·f·P_j`` over the returned rows of bin ``b``. At the
+    coordinator (:func:`gather_block_partials`) a tuple of such matrices, whose sum it stands for."""
     bin_weights: np.ndarray
     """``n_points × k``: ``Σ P`` over the returned rows of bin ``b`` (the centring term)."""
     square_sum: float
@@ -165,15 +167,33 @@ def merge_block_partials(*parts: BlockPartial) -> BlockPartial:
     )
 
 
+def gather_block_partials(*parts: BlockPartial) -> BlockPartial:
+    """Combine the gathered partials at the coordinator, keeping the bins' sums side by side (a tuple), as
+    :func:`~dppca_dask.kernels.power.gather_power_partials` does: only their prefix up to the released index is
+    summed (:func:`select_block_filtered`)."""
+    pieces: list[sp.csr_array] = []
+    for p in parts:
+        pieces.extend(p.bin_sums if isinstance(p.bin_sums, tuple) else (p.bin_sums,))
+    cuts: dict[int, int] = {}
+    for p in parts:
+        cuts.update(p.cuts)
+    return BlockPartial(
+        histogram=np.sum([p.histogram for p in parts], axis=0),
+        full_sum=np.sum([p.full_sum for p in parts], axis=0),
+        bin_sums=tuple(pieces),
+        bin_weights=np.sum([p.bin_weights for p in parts], axis=0),
+        square_sum=float(sum(p.square_sum for p in parts)),
+        cuts=cuts,
+    )
+
+
 def select_block_filtered(
     total: BlockPartial, index: int, mean: np.ndarray | None
 ) -> tuple[np.ndarray, dict[int, int]]:
     """Returned contributions (d×k) of the rows of bin ``≤ index``, and the partitions that need a second pass."""
     incomplete = {p: c for p, c in sorted(total.cuts.items()) if c < index}
     d, k = total.full_sum.shape
-    head = total.bin_sums[: index + 1]
-    flat = np.asarray(head.sum(axis=0), dtype=np.float64).ravel() if head.nnz else np.zeros(k * d)
-    filtered = flat.reshape(k, d).T
+    filtered = head_sum(total.bin_sums, index, k * d).reshape(k, d).T
     if mean is not None:
         filtered = filtered - np.outer(mean, total.bin_weights[: index + 1].sum(axis=0))
     return filtered, incomplete
