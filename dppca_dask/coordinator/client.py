@@ -583,13 +583,18 @@ def worker_environ() -> dict[str, str]:
     updated with ``dppca_dask.cluster.worker-environ`` (see :func:`embedded_worker_environ`)."""
     import_distributed()  # its configuration defaults (the pre-spawn environment among them) load on import
     base = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
+    base.update(_package_worker_environ())
+    return {str(k): str(v) for k, v in base.items() if v is not None}
+
+
+def _package_worker_environ() -> dict[str, str]:
+    """The non-null entries of ``dppca_dask.cluster.worker-environ`` (null: Dask's own value)."""
     extra = dask.config.get("dppca_dask.cluster.worker-environ", default={}) or {}
     if not isinstance(extra, dict):
         raise InvalidParameterError(
             f"dppca_dask.cluster.worker-environ must map variable names to values; got {type(extra).__name__}"
         )
-    base.update({k: v for k, v in extra.items() if v is not None})  # null: Dask's own value
-    return {str(k): str(v) for k, v in base.items() if v is not None}
+    return {str(k): str(v) for k, v in extra.items() if v is not None}
 
 
 @contextlib.contextmanager
@@ -598,7 +603,9 @@ def embedded_worker_environ() -> Iterator[None]:
 
     glibc reads its ``MALLOC_*`` variables when a process starts, so they go in Dask's pre-spawn environment,
     which the nanny sets in this process's ``os.environ`` before spawning each worker (restarts included: the nanny
-    keeps the environment it was created with). This process's own entries are put back afterwards.
+    keeps the environment it was created with). The package's entries take precedence over this process's
+    environment (where the nanny would otherwise prefer a value an earlier LocalCluster left there), and this
+    process's own entries are put back afterwards.
 
     The defaults (``dppca_dask.yaml``) keep blocks of up to 32 MiB on the heap (``MALLOC_MMAP_THRESHOLD_``) and let
     up to 64 MiB of freed heap stay in the process (``MALLOC_TRIM_THRESHOLD_``). Dask's own default (a 64 KiB trim
@@ -611,6 +618,11 @@ def embedded_worker_environ() -> Iterator[None]:
     environ = worker_environ()
     saved = {name: os.environ.get(name) for name in environ}
     try:
+        # The nanny prefers this process's environment to the configuration, and every LocalCluster started
+        # before in this process left Dask's values there: the package's entries are put there too while its
+        # workers start (a null entry leaves both to Dask).
+        for name in _package_worker_environ():
+            os.environ[name] = environ[name]
         with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
             yield
     finally:

@@ -3,7 +3,7 @@
 For each request of an algorithm it maps one kernel over the partitions (a futures loop: ``client.submit`` per
 partition, the broadcast vector sent afresh as a task of its own), reduces the partials with a tree of fan-in
 ``fan_in`` on the workers down to at most ``fan_in`` partials, and gathers and merges those into the exact
-aggregate. Partitions are placed on the workers round-robin by their public index (``Coordinator._place``). The task graph of a step has a constant size, whatever the
+aggregate (a request's ``final`` merge may keep parts side by side that the algorithm needs only a piece of). Partitions are placed on the workers round-robin by their public index (``Coordinator._place``). The task graph of a step has a constant size, whatever the
 iteration. Partitions are either persisted on the workers (when asked: ``persist=True`` or the ``dppca_dask.persist``
 setting; in-memory inputs always) or re-read from the store by every step (out-of-core). The choice is never made
 from the data's size: whether partitions are persisted shows in task names, memory and timings, and the number of

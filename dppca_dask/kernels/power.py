@@ -6,7 +6,8 @@ One pass per iteration (seed 004 spec §4). For the broadcast unit vector x, a p
 - the full partial sum ``S_p = Σ_a a'(a'ᵀx)`` over its rows ``a'`` clipped to the public bound ``c``,
 - the contributions ``a'(a'ᵀx)`` of its highest-scoring rows, summed per grid bin: all rows of bin ``≤ cut_p``,
   where ``cut_p`` is the largest grid index such that at most ``top_m`` rows have a bin ``≤ cut_p`` (a sparse
-  ``bins × d`` matrix, far smaller than the rows themselves, and merged by plain addition).
+  ``bins × d`` matrix, far smaller than the rows themselves, added up in the workers' tree; the coordinator keeps
+  the gathered ones side by side and adds only the bins up to the released index, :func:`gather_power_partials`).
 
 After the coordinator picks the threshold index ``j`` (privately), the filtered product is
 ``A(t)x = Σ_p S_p − Σ_{bins b ≤ j} bin_sums[b]``; a partition with ``cut_p < j`` did not return its rows of bins
