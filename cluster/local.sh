@@ -495,6 +495,9 @@ cmd_start() {
 
     # One BLAS/OpenMP thread per process: the workers' threads are the parallelism.
     export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+    # glibc's heap as the embedded cluster's workers have it (dppca_dask.cluster.worker-environ): a step's
+    # temporaries reuse heap memory instead of fresh zero-filled mappings (the private step 10-17% faster).
+    export MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=67108864
 
     started=1
     start_done=0

@@ -38,6 +38,11 @@ THREAD_LIMITS = (
     "export OPENBLAS_NUM_THREADS=1",
     "export MKL_NUM_THREADS=1",
 )
+#: glibc's heap in every worker job, as the embedded cluster's workers have it (dppca_dask.cluster.worker-environ).
+HEAP_SETTINGS = (
+    "export MALLOC_MMAP_THRESHOLD_=33554432",
+    "export MALLOC_TRIM_THRESHOLD_=67108864",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -151,7 +156,7 @@ def make_cluster(args: argparse.Namespace) -> Any:
         job_name=args.job_name,
         python=args.python,
         job_extra_directives=list(args.sbatch),
-        job_script_prologue=[*THREAD_LIMITS, *args.prologue],
+        job_script_prologue=[*THREAD_LIMITS, *HEAP_SETTINGS, *args.prologue],
         # `python -m distributed.cli.dask_worker`: the module, which distributed keeps; the `dask-worker` script
         # is gone in distributed 2026.x. Equivalent to `dask worker`, and it accepts --nworkers and --nanny.
         worker_command="distributed.cli.dask_worker",

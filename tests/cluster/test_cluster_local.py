@@ -56,6 +56,16 @@ def _check_workers_compute(cluster: LoopbackCluster, scheme: str) -> None:
         assert total.result() == 100
         env = client.run(lambda: {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
         assert all(v == {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"} for v in env.values()), env
+        # glibc's heap settings are in each worker's environment from its start (what glibc reads), as the
+        # embedded cluster's workers have them
+        def initial_heap_settings() -> dict[str, str | None]:  # defined here: sent by value to the workers
+            raw = open("/proc/self/environ", "rb").read().decode(errors="replace")
+            env = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+            return {k: env.get(k) for k in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")}
+
+        heap = client.run(initial_heap_settings)
+        assert all(v == {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "67108864"}
+                   for v in heap.values()), heap
         limits = client.run(lambda dask_worker: dask_worker.memory_manager.memory_limit)
         assert set(limits.values()) == {2**30}
 
