@@ -10,6 +10,10 @@ For the run's date D:
    ``[cluster]`` says: ``address``, or ``executor`` and the embedded cluster's ``n_workers`` and ``memory_limit``),
    charged to every partition it reads under the job id ``<id>@D``, and written to the output directory.
 
+A ``[cluster] address`` is reached with the ``[cluster] tls*`` settings, as an ordinary job reaches it (the same
+``Security``), and checked (:func:`~dppca_dask.coordinator.client.check_scheduler`) before anything is appended or
+reserved.
+
 A re-run of a completed date prints the saved release and spends nothing; a run whose charge is recorded but
 whose result is missing is refused (running it again would be a second release).
 """
@@ -26,7 +30,11 @@ __all__ = ["run_window_job"]
 
 def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = None) -> Any:
     """Run a ``sliding-window`` job spec for ``date`` (``YYYY-MM-DD``); returns a :class:`JobOutcome`."""
-    from dppca_dask.jobs.runner import JobOutcome, job_lock
+    import contextlib
+
+    from dppca_dask.coordinator import connect
+    from dppca_dask.coordinator.client import check_scheduler
+    from dppca_dask.jobs.runner import JobOutcome, _security, job_lock
     from dppca_dask.ledger import CHARGED, Ledger
     from dppca_dask.methods.window.release import load_release, window
     from dppca_dask.methods.window.selection import parse_timestamp
@@ -50,6 +58,10 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
                 "new job id (--job-id or --date)"
             )
         stamp = parse_timestamp(date, name="date")
+        security = _security(spec)  # missing TLS files, or a scheduler that cannot be used, fail before the append
+        address = spec.cluster.address if client is None and spec.cluster.address else None
+        if address:
+            check_scheduler(address, security=security)
         if spec.data.append is not None:
             from dppca_dask.ingest.append import append_file
 
@@ -59,13 +71,14 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
                 append_file(store, spec.data.append["source"].format(date=date), timestamp=date, **options)
         parameters = dict(spec.parameters)
         parameters.setdefault("end", date)
-        if spec.cluster.address and client is None:
-            client = spec.cluster.address
         import dask.config
 
         embedded = {f"dppca_dask.cluster.{key}": value for key, value in (
             ("n-workers", spec.cluster.n_workers), ("memory-limit", spec.cluster.memory_limit)) if value is not None}
-        with dask.config.set(embedded):  # the embedded cluster's shape, when the release starts one
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(dask.config.set(embedded))  # the embedded cluster's shape, when the release starts one
+            if address:  # the spec's scheduler, with the spec's TLS settings
+                client = stack.enter_context(connect(address, security=security))
             result = window(spec.data.store, epsilon=spec.epsilon, delta=spec.delta, ledger=ledger,
                             dataset=dataset, job_id=job_id, client=client, executor=spec.cluster.executor,
                             noise=noise, **parameters)
