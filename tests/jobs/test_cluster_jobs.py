@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from _local_cluster import running_cluster
-from jobs_helpers import base_doc, declare_schema
+from jobs_helpers import base_doc, daily_store, declare_schema
 
 from dppca_dask.cli import main
 from dppca_dask.jobs import load_job, run_job
@@ -49,29 +49,11 @@ def test_job_over_tls(tmp_path: Path, small_store: str, loopback_tls_cluster, wr
     assert Ledger(tmp_path / "ledger.sqlite").entry("ds", "test-job@2026-05-02") is None  # refused before reserving
 
 
-def _daily_store(path: Path, days: int = 3) -> str:
-    """A store of ``days`` daily partitions stamped 2026-11-01.. (declared width)."""
-    import datetime as _dt
-
-    import scipy.sparse as sp
-
-    from dppca_dask.ingest import ingest
-    from dppca_dask.storage import append_partition
-
-    rng = np.random.default_rng(3)
-    blocks = [sp.csr_array(rng.standard_normal((20, 6)) * (rng.random((20, 6)) < 0.5) * 0.3) for _ in range(days)]
-    store = ingest(blocks[0], path, n_features=6, timestamp="2026-11-01")
-    for n, block in enumerate(blocks[1:], start=2):
-        stamp = _dt.datetime(2026, 11, n, tzinfo=_dt.timezone.utc).timestamp()
-        store = append_partition(store.path, block, timestamp=stamp)
-    return str(path)
-
-
 def test_window_job_over_tls(tmp_path: Path, loopback_tls_cluster, write_spec, capsys) -> None:
     """A sliding-window job reaches a TLS-only scheduler with the spec's ``[cluster] tls*`` settings, as an
     ordinary job does; a missing key file fails before anything is reserved."""
     certs = loopback_tls_cluster.cert_dir
-    doc = base_doc(tmp_path, _daily_store(tmp_path / "days.zarr"))
+    doc = base_doc(tmp_path, daily_store(tmp_path / "days.zarr"))
     doc["job"] = {"name": "win"}
     doc["mechanism"] = {"name": "sliding-window", "last": "7D", "release": "gaussian"}
     doc["cluster"] = {"address": loopback_tls_cluster.address, "tls_ca_file": str(certs / "ca.pem"),

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from jobs_helpers import base_doc
+from jobs_helpers import base_doc, daily_store
 
 from dppca_dask.cli import main
 from dppca_dask.coordinator.client import EXECUTORS
@@ -160,3 +160,27 @@ def test_run_executor_overrides_the_spec(tmp_path: Path, small_store: str, write
         assert json.loads(capsys.readouterr().out)["executor"]["executor"] == "cluster"
     assert main(["run", str(spec_path), "--date", DATE, "--executor", "local", "--scheduler", "tcp://h:1"]) == 2
     assert 'executor = "local" runs in this process' in capsys.readouterr().err
+
+
+def test_a_window_jobs_dry_run_decides_the_executor_from_the_window(tmp_path: Path, write_spec: Any,
+                                                                    capsys: Any) -> None:
+    """The window's partition count (public: the partition table and the requested window) decides where a
+    sliding-window release runs; the dry run prints the decision the run makes, not the whole store's."""
+    import dask.config
+
+    doc = base_doc(tmp_path, daily_store(tmp_path / "days.zarr", days=5))
+    doc["job"] = {"name": "win"}
+    doc["mechanism"] = {"name": "sliding-window", "last": "2D", "release": "gaussian"}
+    spec_path = write_spec(doc)
+    with dask.config.set({"dppca_dask.executor.in-process-max-partitions": 3,
+                          "dppca_dask.cluster.use-active-client": False}):
+        assert main(["run", str(spec_path), "--dry-run", "--date", "2026-11-05", "--json"]) == 0
+        checked = json.loads(capsys.readouterr().out)
+        assert checked["status"] == "would-run" and checked["executor"]["executor"] == "in-process"
+        assert "2 partition(s) (limit 3)" in checked["executor"]["reason"]  # the window's, not the store's 5
+        assert checked["remaining_epsilon_after"] is not None
+        outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-05")
+        assert outcome.status == "completed"
+        assert outcome.result.provenance["executor"] == checked["executor"]["executor"]
+        assert main(["run", str(spec_path), "--dry-run", "--date", "2026-11-05", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["status"] == "already-completed"

@@ -25,7 +25,38 @@ from typing import Any
 
 from dppca_dask.errors import BudgetExceededError
 
-__all__ = ["run_window_job"]
+__all__ = ["earlier_charge", "run_window_job"]
+
+
+def earlier_charge(ledger: Any, dataset: str, job_id: str, output: str) -> Any:
+    """The charge of a completed earlier run of ``job_id`` (``None`` when there is none); a charge whose result is
+    missing from ``output`` is refused (running it again would be a second release)."""
+    from dppca_dask.ledger import CHARGED
+
+    charged = [e for e in ledger.find(job_id) if e.dataset.startswith(f"{dataset}/") and e.status == CHARGED]
+    if not charged:
+        return None
+    if os.path.exists(os.path.join(output, "release.json")):
+        return charged[-1]
+    raise BudgetExceededError(
+        f"job '{job_id}' is charged to the partitions of '{dataset}' but its result is missing from "
+        f"'{output}'; running it again would be a second release: restore the result, or give the run a "
+        "new job id (--job-id or --date)"
+    )
+
+
+def plan_window_job(spec: Any, date: str, store: Any) -> Any:
+    """The window release's public plan for ``date`` (:func:`~dppca_dask.methods.window.release.plan_window`:
+    the window chosen from the public partition table; reads no data)."""
+    import inspect
+
+    from dppca_dask.methods.window.release import plan_window
+
+    parameters = dict(spec.parameters)
+    parameters.setdefault("end", date)
+    names = set(inspect.signature(plan_window).parameters) - {"store", "epsilon", "delta"}
+    return plan_window(store, epsilon=spec.epsilon, delta=spec.delta,
+                       **{k: v for k, v in parameters.items() if k in names})
 
 
 def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = None) -> Any:
@@ -35,7 +66,7 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
     from dppca_dask.coordinator import connect
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.jobs.runner import JobOutcome, _security, job_lock
-    from dppca_dask.ledger import CHARGED, Ledger
+    from dppca_dask.ledger import Ledger
     from dppca_dask.methods.window.release import load_release, window
     from dppca_dask.methods.window.selection import parse_timestamp
     from dppca_dask.storage import open_matrix
@@ -48,15 +79,9 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
     job_id = spec.job_id(date)
     output = spec.output_dir(date)
     with job_lock(ledger, dataset, job_id):
-        charged = [e for e in ledger.find(job_id) if e.dataset.startswith(f"{dataset}/") and e.status == CHARGED]
-        if charged:
-            if os.path.exists(os.path.join(output, "release.json")):
-                return JobOutcome(job_id, "already-completed", output, charged[-1], load_release(output))
-            raise BudgetExceededError(
-                f"job '{job_id}' is charged to the partitions of '{dataset}' but its result is missing from "
-                f"'{output}'; running it again would be a second release: restore the result, or give the run a "
-                "new job id (--job-id or --date)"
-            )
+        charged = earlier_charge(ledger, dataset, job_id, output)
+        if charged is not None:
+            return JobOutcome(job_id, "already-completed", output, charged, load_release(output))
         stamp = parse_timestamp(date, name="date")
         security = _security(spec)  # missing TLS files, or a scheduler that cannot be used, fail before the append
         address = spec.cluster.address if client is None and spec.cluster.address else None
