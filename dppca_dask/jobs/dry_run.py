@@ -17,7 +17,8 @@ the release calls), and its events reserved on every partition key the window re
 window is chosen from the store as it is now: a day's file not yet appended is not counted (the dry run says so).
 
 A job that refreshes its store from ``[data.ingest]`` is checked against the store as it is now (the refresh is
-not run); the dry run says so.
+not run); the dry run says so. A named AnnData ``layer`` is checked to exist in the source (the file opened
+read-only, no matrix read), with the ingest's message.
 """
 
 from __future__ import annotations
@@ -133,6 +134,10 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
             from dppca_dask.errors import JobSpecError
 
             raise JobSpecError(f"{spec.source}: [data.ingest] source '{spec.data.ingest['source']}' does not exist")
+        if layer is not None:  # as the ingest checks it, without reading the matrix
+            from dppca_dask.ingest.adata import check_layer
+
+            check_layer(spec.data.ingest["source"], layer)
     store = open_matrix(spec.data.store)
     runner._check_schema(spec, store)
     from dppca_dask.jobs.plan import plan_job

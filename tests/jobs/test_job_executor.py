@@ -184,3 +184,27 @@ def test_a_window_jobs_dry_run_decides_the_executor_from_the_window(tmp_path: Pa
         assert outcome.result.provenance["executor"] == checked["executor"]["executor"]
         assert main(["run", str(spec_path), "--dry-run", "--date", "2026-11-05", "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["status"] == "already-completed"
+
+
+def test_the_dry_run_checks_the_anndata_layer_as_the_ingest_does(tmp_path: Path, write_spec: Any,
+                                                                  rng: np.random.Generator, capsys: Any) -> None:
+    from dppca_dask.errors import InvalidInputError
+    from dppca_dask.ingest import ingest
+    from dppca_dask.ledger import Ledger
+
+    source = tmp_path / "cells.h5ad"
+    _anndata(source, rng)
+    store = tmp_path / "cells.zarr"
+    ingest(str(source), str(store), n_features=20, layer="counts")
+    doc = base_doc(tmp_path, str(store), n_iter=2)
+    doc["data"]["ingest"] = {"source": str(source), "layer": "counts", "n_features": 20}
+    assert main(["run", str(write_spec(doc)), "--dry-run", "--date", DATE, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layer"] == "counts"
+
+    with pytest.raises(InvalidInputError) as raised:  # what the run's ingest would say
+        ingest(str(source), str(tmp_path / "other.zarr"), n_features=20, layer="missing")
+    doc["data"]["ingest"]["layer"] = "missing"
+    code = main(["run", str(write_spec(doc)), "--dry-run", "--date", DATE])
+    err = capsys.readouterr().err
+    assert code != 0 and str(raised.value) in err and "its layers: counts" in err
+    assert Ledger(tmp_path / "ledger.sqlite").budget("ds").entries == ()
