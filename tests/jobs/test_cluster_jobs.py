@@ -56,6 +56,7 @@ def test_window_job_over_tls(tmp_path: Path, loopback_tls_cluster, write_spec, c
     doc = base_doc(tmp_path, daily_store(tmp_path / "days.zarr"))
     doc["job"] = {"name": "win"}
     doc["mechanism"] = {"name": "sliding-window", "last": "7D", "release": "gaussian"}
+    doc["privacy"]["epsilon"] = 0.3  # two releases on the same partitions fit the budget
     doc["cluster"] = {"address": loopback_tls_cluster.address, "tls_ca_file": str(certs / "ca.pem"),
                       "tls_cert": str(certs / "node.pem"), "tls_key": str(certs / "node-key.pem")}
     assert main(["run", str(write_spec(doc)), "--date", "2026-11-03", "--json"]) == 0
@@ -67,6 +68,10 @@ def test_window_job_over_tls(tmp_path: Path, loopback_tls_cluster, write_spec, c
     assert main(["run", str(write_spec(doc)), "--date", "2026-11-02"]) == 2
     assert "tls_key" in capsys.readouterr().err
     assert not Ledger(tmp_path / "ledger.sqlite").find("win@2026-11-02")  # refused before reserving
+    # a scheduler address given by the caller is reached with the spec's TLS settings too
+    doc["cluster"]["tls_key"] = str(certs / "node-key.pem")
+    outcome = run_job(load_job(write_spec(doc)), date="2026-11-02", client=loopback_tls_cluster.address)
+    assert outcome.status == "completed" and outcome.result.provenance["executor"] == "cluster"
 
 
 def test_worker_killed_mid_job(tmp_path: Path, write_spec) -> None:

@@ -87,6 +87,8 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
         address = spec.cluster.address if client is None and spec.cluster.address else None
         if address:
             check_scheduler(address, security=security)
+        if isinstance(client, str) and client != "local":  # a scheduler given by the caller: the same security
+            address, client = client, None
         if spec.data.append is not None:
             from dppca_dask.ingest.append import append_file
 
@@ -102,7 +104,7 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
             ("n-workers", spec.cluster.n_workers), ("memory-limit", spec.cluster.memory_limit)) if value is not None}
         with contextlib.ExitStack() as stack:
             stack.enter_context(dask.config.set(embedded))  # the embedded cluster's shape, when the release starts one
-            if address:  # the spec's scheduler, with the spec's TLS settings
+            if address:  # the scheduler, reached with the spec's TLS settings
                 client = stack.enter_context(connect(address, security=security))
             result = window(spec.data.store, epsilon=spec.epsilon, delta=spec.delta, ledger=ledger,
                             dataset=dataset, job_id=job_id, client=client, executor=spec.cluster.executor,
