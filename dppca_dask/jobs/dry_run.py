@@ -13,8 +13,9 @@ backup API) that is deleted afterwards. The ledger file itself is only read.
 A ``sliding-window`` job is checked as its run checks it: an earlier charge of the date, the TLS files and the
 scheduler, the day's ``[data.append]`` file, the window ending at the date (chosen from the public partition table),
 where its release would execute (decided from the window's declared width and partition count, by the function
-the release calls), and its events reserved on every partition key the window reads, in the ledger snapshot. The
-window is chosen from the store as it is now: a day's file not yet appended is not counted (the dry run says so).
+the release calls), and its events reserved on every partition key the window reads, in the ledger snapshot. When
+the run would first append the day's file, the window, the executor and the budget depend on that partition: the
+dry run checks that the file exists and says so, and leaves them to the run.
 
 A job that refreshes its store from ``[data.ingest]`` is checked against the store as it is now (the refresh is
 not run); the dry run says so. A named AnnData ``layer`` is checked to exist in the source (the file opened
@@ -171,6 +172,7 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
     """A ``sliding-window`` job: the window ending at ``date`` chosen from the public partition table, where its
     release would execute (decided from the window's declared width and partition count, as the release decides
     it), and its events reserved on every partition key it reads, in a snapshot of the ledger."""
+    from dppca_dask.accounting import ADD_REMOVE_ROW
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.jobs import runner
     from dppca_dask.ledger import Ledger
@@ -212,8 +214,9 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
                 from dppca_dask.errors import JobSpecError
 
                 raise JobSpecError(f"{spec.source}: [data.append] source '{source}' does not exist")
-            notes.append(f"the run would append '{source}' (stamped {date}) first; the window is chosen from the "
-                         "store as it is now, without that partition")
+            notes.append(f"the run would append '{source}' (stamped {date}) first; the window, where its release "
+                         "runs and its budget depend on that partition and are checked by the run")
+            return outcome("would-run", ADD_REMOVE_ROW, None, notes)
     plan = plan_window_job(spec, date, store)
     choice = _choose(plan, address, spec.cluster.executor)
     executor = {"asked": spec.cluster.executor, "executor": choice.executor, "reason": choice.reason}

@@ -184,6 +184,15 @@ def test_a_window_jobs_dry_run_decides_the_executor_from_the_window(tmp_path: Pa
         assert outcome.result.provenance["executor"] == checked["executor"]["executor"]
         assert main(["run", str(spec_path), "--dry-run", "--date", "2026-11-05", "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["status"] == "already-completed"
+    # a day's file still to be appended: the dry run checks it exists and leaves the window to the run
+    doc["data"]["append"] = {"source": str(tmp_path / "{date}.parquet"), "row_column": "r", "col_column": "c"}
+    assert main(["run", str(write_spec(doc)), "--dry-run", "--date", "2026-11-06"]) == 2
+    assert "[data.append] source" in capsys.readouterr().err
+    (tmp_path / "2026-11-06.parquet").write_bytes(b"")  # only its existence is checked
+    assert main(["run", str(write_spec(doc)), "--dry-run", "--date", "2026-11-06", "--json"]) == 0
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["status"] == "would-run" and checked["executor"] == {}
+    assert any("would append" in note for note in checked["notes"])
 
 
 def test_the_dry_run_checks_the_anndata_layer_as_the_ingest_does(tmp_path: Path, write_spec: Any,
