@@ -32,7 +32,7 @@ from dppca_dask.ingest._spill import RowBuckets
 from dppca_dask.storage import MatrixStore, StoreWriter
 from dppca_dask.storage.validate import check_csr_arrays
 
-__all__ = ["anndata_dask", "import_anndata", "ingest_anndata"]
+__all__ = ["anndata_dask", "check_layer", "import_anndata", "ingest_anndata"]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,23 @@ def ingest_anndata(path: str | os.PathLike[str], options: IngestOptions, *, laye
     log.info("ingested %s: %d x %d, %d entries, %d partitions in %.1f s", path, store.n_rows, store.n_cols,
              store.nnz, store.n_partitions, time.perf_counter() - start)
     return store
+
+
+def check_layer(path: str | os.PathLike[str], layer: str | None) -> None:
+    """Check that the AnnData file at ``path`` has ``layers/<layer>`` (``X`` when ``layer`` is ``None``), as
+    :func:`ingest_anndata` checks it and with its message; the file is opened read-only and no matrix is read (the
+    layer names are the file's schema).
+
+    Raises
+    ------
+    InvalidInputError
+        Not an AnnData file, or no such layer (naming the file's layers).
+    InvalidParameterError
+        ``layer`` is not a layer name.
+    """
+    path = require_file(path)
+    with _open_root(path) as root:
+        _element(root, path, layer)
 
 
 def _element(root: Any, path: str, layer: str | None) -> Any:

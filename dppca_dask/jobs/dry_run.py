@@ -6,11 +6,20 @@ ledger, the output path, the store (opened; every partition read and validated, 
 the mechanism's public plan (the DpEvents to reserve, described part by part: a pca job's private mean and
 explained variance, a topic model's whitening and tensor releases), the topic model's word counts, the TLS files
 and the scheduler (when the spec names one), where the run would execute (``[cluster] executor``, decided from
-the store's declared width and partition count as the run decides it), and the budget: the job's events are reserved, under the real rules (composition, relation, store id), in a
-private snapshot of the ledger (SQLite's backup API) that is deleted afterwards. The ledger file itself is only read.
+the store's declared width and partition count as the run decides it), and the budget: the job's events are
+reserved, under the real rules (composition, relation, store id), in a private snapshot of the ledger (SQLite's
+backup API) that is deleted afterwards. The ledger file itself is only read.
+
+A ``sliding-window`` job is checked as its run checks it: an earlier charge of the date, the TLS files and the
+scheduler, the day's ``[data.append]`` file, the window ending at the date (chosen from the public partition table),
+where its release would execute (decided from the window's declared width and partition count, by the function
+the release calls), and its events reserved on every partition key the window reads, in the ledger snapshot. When
+the run would first append the day's file, the window, the executor and the budget depend on that partition: the
+dry run checks that the file exists and says so, and leaves them to the run.
 
 A job that refreshes its store from ``[data.ingest]`` is checked against the store as it is now (the refresh is
-not run); the dry run says so.
+not run); the dry run says so. A named AnnData ``layer`` is checked to exist in the source (the file opened
+read-only, no matrix read), with the ingest's message.
 """
 
 from __future__ import annotations
@@ -95,6 +104,8 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
     from dppca_dask.storage import open_matrix
 
     date = runner._check_date(date or runner.today())
+    if spec.kind == "window":
+        return _dry_run_window(spec, date)
     job_id = spec.job_id(date)
     output = spec.output_dir(date)
     dataset = spec.budget.dataset
@@ -124,6 +135,10 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
             from dppca_dask.errors import JobSpecError
 
             raise JobSpecError(f"{spec.source}: [data.ingest] source '{spec.data.ingest['source']}' does not exist")
+        if layer is not None:  # as the ingest checks it, without reading the matrix
+            from dppca_dask.ingest.adata import check_layer
+
+            check_layer(spec.data.ingest["source"], layer)
     store = open_matrix(spec.data.store)
     runner._check_schema(spec, store)
     from dppca_dask.jobs.plan import plan_job
@@ -151,3 +166,75 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
         notes.append(f"job '{job_id}' has a reservation from an earlier attempt; a run would resume it")
     return outcome("would-resume" if resuming else "would-run", neighbouring, remaining, notes, plan.describe(),
                    executor)
+
+
+def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
+    """A ``sliding-window`` job: the window ending at ``date`` chosen from the public partition table, where its
+    release would execute (decided from the window's declared width and partition count, as the release decides
+    it), and its events reserved on every partition key it reads, in a snapshot of the ledger."""
+    from dppca_dask.accounting import ADD_REMOVE_ROW
+    from dppca_dask.coordinator.client import check_scheduler
+    from dppca_dask.jobs import runner
+    from dppca_dask.ledger import Ledger
+    from dppca_dask.methods.window.budget import partition_key, reserve_partitions
+    from dppca_dask.methods.window.job import earlier_charge, plan_window_job
+    from dppca_dask.methods.window.release import _choose
+    from dppca_dask.methods.window.selection import parse_timestamp
+    from dppca_dask.storage import open_matrix
+
+    job_id = spec.job_id(date)
+    output = spec.output_dir(date)
+    dataset = spec.budget.dataset
+    ledger = Ledger(spec.budget.ledger, read_only=True)
+
+    def outcome(status: str, neighbouring: str | None, remaining: float | None, notes: list[str],
+                releases: tuple[str, ...] = (), executor: dict[str, str] | None = None) -> DryRun:
+        return DryRun(job_id=job_id, status=status, mechanism=spec.mechanism, epsilon=spec.epsilon,
+                      delta=spec.delta, neighbouring=neighbouring, dataset=dataset, output=output,
+                      remaining_epsilon_after=remaining, notes=tuple(notes), parameters=dict(spec.parameters),
+                      releases=releases, executor=dict(executor or {}))
+
+    if spec.budget.total_epsilon is None:
+        ledger.budget(dataset)  # a missing key fails before anything is read
+    charged = earlier_charge(ledger, dataset, job_id, output)
+    if charged is not None:
+        return outcome("already-completed", charged.neighbouring, None,
+                       [f"job '{job_id}' already succeeded; a run would do nothing"])
+    security = runner._security(spec)
+    address = spec.cluster.address or None
+    if address:
+        check_scheduler(address, security=security)
+    notes: list[str] = []
+    store = open_matrix(spec.data.store)
+    if spec.data.append is not None:
+        source = spec.data.append["source"].format(date=date)
+        stamp = parse_timestamp(date, name="date")
+        if not any(p.timestamp == stamp for p in store.partitions):
+            if not os.path.exists(source):
+                from dppca_dask.errors import JobSpecError
+
+                raise JobSpecError(f"{spec.source}: [data.append] source '{source}' does not exist")
+            notes.append(f"the run would append '{source}' (stamped {date}) first; the window, where its release "
+                         "runs and its budget depend on that partition and are checked by the run")
+            return outcome("would-run", ADD_REMOVE_ROW, None, notes)
+    plan = plan_window_job(spec, date, store)
+    choice = _choose(plan, address, spec.cluster.executor)
+    executor = {"asked": spec.cluster.executor, "executor": choice.executor, "reason": choice.reason}
+    partitions = tuple(plan.selection.partitions)
+    releases = (f"{plan.release} release of the window's Gram ({len(partitions)} partition(s): "
+                f"{', '.join(str(i) for i in partitions)}), charged to each partition's key",)
+    remaining = None
+    if spec.parameters.get("structure", "exact") == "spectral-histogram":
+        notes.append("structure = 'spectral-histogram': the partitions charged depend on the saved histogram; the "
+                     "budget is checked by the run")
+    else:
+        with _ledger_snapshot(spec.budget.ledger) as copy:
+            trial = Ledger(copy)
+            if spec.budget.total_epsilon is not None:
+                trial.ensure_dataset(dataset, total_epsilon=spec.budget.total_epsilon,
+                                     total_delta=spec.budget.total_delta)
+            reserve_partitions(trial, dataset, job_id, store=plan.store, partitions=partitions,
+                               epsilon=plan.epsilon, delta=plan.delta, events=plan.planned_events)
+            remaining = min(float(trial.budget(partition_key(dataset, plan.store, i)).remaining_epsilon)
+                            for i in partitions)
+    return outcome("would-run", plan.neighbouring, remaining, notes, releases, executor)

@@ -50,6 +50,25 @@ def base_doc(tmp_path: Path, store: str, **mechanism: Any) -> dict[str, dict[str
     }
 
 
+def daily_store(path: Path, days: int = 3) -> str:
+    """A store of ``days`` daily partitions stamped 2026-11-01.. (declared width)."""
+    import datetime as _dt
+
+    import numpy as np
+    import scipy.sparse as sp
+
+    from dppca_dask.ingest import ingest
+    from dppca_dask.storage import append_partition
+
+    rng = np.random.default_rng(3)
+    blocks = [sp.csr_array(rng.standard_normal((20, 6)) * (rng.random((20, 6)) < 0.5) * 0.3) for _ in range(days)]
+    store = ingest(blocks[0], path, n_features=6, timestamp="2026-11-01")
+    for n, block in enumerate(blocks[1:], start=2):
+        stamp = _dt.datetime(2026, 11, n, tzinfo=_dt.timezone.utc).timestamp()
+        store = append_partition(store.path, block, timestamp=stamp)
+    return str(path)
+
+
 def init_ledger(doc: dict[str, dict[str, Any]], relation: str | None = None) -> None:
     """Create the spec's ledger and dataset budget, as `dppca-dask budget init` does (a run never creates them)."""
     from dppca_dask.ledger import Ledger

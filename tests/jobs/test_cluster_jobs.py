@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 from _local_cluster import running_cluster
-from jobs_helpers import base_doc, declare_schema
+from jobs_helpers import base_doc, daily_store, declare_schema
 
 from dppca_dask.cli import main
 from dppca_dask.jobs import load_job, run_job
@@ -47,6 +47,31 @@ def test_job_over_tls(tmp_path: Path, small_store: str, loopback_tls_cluster, wr
     assert main(["run", str(write_spec(doc)), "--date", "2026-05-02"]) == 2
     assert "tls_key" in capsys.readouterr().err
     assert Ledger(tmp_path / "ledger.sqlite").entry("ds", "test-job@2026-05-02") is None  # refused before reserving
+
+
+def test_window_job_over_tls(tmp_path: Path, loopback_tls_cluster, write_spec, capsys) -> None:
+    """A sliding-window job reaches a TLS-only scheduler with the spec's ``[cluster] tls*`` settings, as an
+    ordinary job does; a missing key file fails before anything is reserved."""
+    certs = loopback_tls_cluster.cert_dir
+    doc = base_doc(tmp_path, daily_store(tmp_path / "days.zarr"))
+    doc["job"] = {"name": "win"}
+    doc["mechanism"] = {"name": "sliding-window", "last": "7D", "release": "gaussian"}
+    doc["privacy"]["epsilon"] = 0.3  # two releases on the same partitions fit the budget
+    doc["cluster"] = {"address": loopback_tls_cluster.address, "tls_ca_file": str(certs / "ca.pem"),
+                      "tls_cert": str(certs / "node.pem"), "tls_key": str(certs / "node-key.pem")}
+    assert main(["run", str(write_spec(doc)), "--date", "2026-11-03", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "completed"
+    saved = json.loads((tmp_path / "out" / "win" / "2026-11-03" / "release.json").read_text())
+    assert saved["provenance"]["executor"] == "cluster"
+    assert Ledger(tmp_path / "ledger.sqlite").find("win@2026-11-03")
+    doc["cluster"]["tls_key"] = str(tmp_path / "missing-key.pem")
+    assert main(["run", str(write_spec(doc)), "--date", "2026-11-02"]) == 2
+    assert "tls_key" in capsys.readouterr().err
+    assert not Ledger(tmp_path / "ledger.sqlite").find("win@2026-11-02")  # refused before reserving
+    # a scheduler address given by the caller is reached with the spec's TLS settings too
+    doc["cluster"]["tls_key"] = str(certs / "node-key.pem")
+    outcome = run_job(load_job(write_spec(doc)), date="2026-11-02", client=loopback_tls_cluster.address)
+    assert outcome.status == "completed" and outcome.result.provenance["executor"] == "cluster"
 
 
 def test_worker_killed_mid_job(tmp_path: Path, write_spec) -> None:

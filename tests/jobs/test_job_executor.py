@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from jobs_helpers import base_doc
+from jobs_helpers import base_doc, daily_store
 
 from dppca_dask.cli import main
 from dppca_dask.coordinator.client import EXECUTORS
@@ -160,3 +160,60 @@ def test_run_executor_overrides_the_spec(tmp_path: Path, small_store: str, write
         assert json.loads(capsys.readouterr().out)["executor"]["executor"] == "cluster"
     assert main(["run", str(spec_path), "--date", DATE, "--executor", "local", "--scheduler", "tcp://h:1"]) == 2
     assert 'executor = "local" runs in this process' in capsys.readouterr().err
+
+
+def test_a_window_jobs_dry_run_decides_the_executor_from_the_window(tmp_path: Path, write_spec: Any,
+                                                                    capsys: Any) -> None:
+    """The window's partition count (public: the partition table and the requested window) decides where a
+    sliding-window release runs; the dry run prints the decision the run makes, not the whole store's."""
+    import dask.config
+
+    doc = base_doc(tmp_path, daily_store(tmp_path / "days.zarr", days=5))
+    doc["job"] = {"name": "win"}
+    doc["mechanism"] = {"name": "sliding-window", "last": "2D", "release": "gaussian"}
+    spec_path = write_spec(doc)
+    with dask.config.set({"dppca_dask.executor.in-process-max-partitions": 3,
+                          "dppca_dask.cluster.use-active-client": False}):
+        assert main(["run", str(spec_path), "--dry-run", "--date", "2026-11-05", "--json"]) == 0
+        checked = json.loads(capsys.readouterr().out)
+        assert checked["status"] == "would-run" and checked["executor"]["executor"] == "in-process"
+        assert "2 partition(s) (limit 3)" in checked["executor"]["reason"]  # the window's, not the store's 5
+        assert checked["remaining_epsilon_after"] is not None
+        outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-05")
+        assert outcome.status == "completed"
+        assert outcome.result.provenance["executor"] == checked["executor"]["executor"]
+        assert main(["run", str(spec_path), "--dry-run", "--date", "2026-11-05", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["status"] == "already-completed"
+    # a day's file still to be appended: the dry run checks it exists and leaves the window to the run
+    doc["data"]["append"] = {"source": str(tmp_path / "{date}.parquet"), "row_column": "r", "col_column": "c"}
+    assert main(["run", str(write_spec(doc)), "--dry-run", "--date", "2026-11-06"]) == 2
+    assert "[data.append] source" in capsys.readouterr().err
+    (tmp_path / "2026-11-06.parquet").write_bytes(b"")  # only its existence is checked
+    assert main(["run", str(write_spec(doc)), "--dry-run", "--date", "2026-11-06", "--json"]) == 0
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["status"] == "would-run" and checked["executor"] == {}
+    assert any("would append" in note for note in checked["notes"])
+
+
+def test_the_dry_run_checks_the_anndata_layer_as_the_ingest_does(tmp_path: Path, write_spec: Any,
+                                                                  rng: np.random.Generator, capsys: Any) -> None:
+    from dppca_dask.errors import InvalidInputError
+    from dppca_dask.ingest import ingest
+    from dppca_dask.ledger import Ledger
+
+    source = tmp_path / "cells.h5ad"
+    _anndata(source, rng)
+    store = tmp_path / "cells.zarr"
+    ingest(str(source), str(store), n_features=20, layer="counts")
+    doc = base_doc(tmp_path, str(store), n_iter=2)
+    doc["data"]["ingest"] = {"source": str(source), "layer": "counts", "n_features": 20}
+    assert main(["run", str(write_spec(doc)), "--dry-run", "--date", DATE, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layer"] == "counts"
+
+    with pytest.raises(InvalidInputError) as raised:  # what the run's ingest would say
+        ingest(str(source), str(tmp_path / "other.zarr"), n_features=20, layer="missing")
+    doc["data"]["ingest"]["layer"] = "missing"
+    code = main(["run", str(write_spec(doc)), "--dry-run", "--date", DATE])
+    err = capsys.readouterr().err
+    assert code != 0 and str(raised.value) in err and "its layers: counts" in err
+    assert Ledger(tmp_path / "ledger.sqlite").budget("ds").entries == ()

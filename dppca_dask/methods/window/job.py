@@ -10,6 +10,10 @@ For the run's date D:
    ``[cluster]`` says: ``address``, or ``executor`` and the embedded cluster's ``n_workers`` and ``memory_limit``),
    charged to every partition it reads under the job id ``<id>@D``, and written to the output directory.
 
+A ``[cluster] address`` is reached with the ``[cluster] tls*`` settings, as an ordinary job reaches it (the same
+``Security``), and checked (:func:`~dppca_dask.coordinator.client.check_scheduler`) before anything is appended or
+reserved.
+
 A re-run of a completed date prints the saved release and spends nothing; a run whose charge is recorded but
 whose result is missing is refused (running it again would be a second release).
 """
@@ -21,13 +25,48 @@ from typing import Any
 
 from dppca_dask.errors import BudgetExceededError
 
-__all__ = ["run_window_job"]
+__all__ = ["earlier_charge", "run_window_job"]
+
+
+def earlier_charge(ledger: Any, dataset: str, job_id: str, output: str) -> Any:
+    """The charge of a completed earlier run of ``job_id`` (``None`` when there is none); a charge whose result is
+    missing from ``output`` is refused (running it again would be a second release)."""
+    from dppca_dask.ledger import CHARGED
+
+    charged = [e for e in ledger.find(job_id) if e.dataset.startswith(f"{dataset}/") and e.status == CHARGED]
+    if not charged:
+        return None
+    if os.path.exists(os.path.join(output, "release.json")):
+        return charged[-1]
+    raise BudgetExceededError(
+        f"job '{job_id}' is charged to the partitions of '{dataset}' but its result is missing from "
+        f"'{output}'; running it again would be a second release: restore the result, or give the run a "
+        "new job id (--job-id or --date)"
+    )
+
+
+def plan_window_job(spec: Any, date: str, store: Any) -> Any:
+    """The window release's public plan for ``date`` (:func:`~dppca_dask.methods.window.release.plan_window`:
+    the window chosen from the public partition table; reads no data)."""
+    import inspect
+
+    from dppca_dask.methods.window.release import plan_window
+
+    parameters = dict(spec.parameters)
+    parameters.setdefault("end", date)
+    names = set(inspect.signature(plan_window).parameters) - {"store", "epsilon", "delta"}
+    return plan_window(store, epsilon=spec.epsilon, delta=spec.delta,
+                       **{k: v for k, v in parameters.items() if k in names})
 
 
 def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = None) -> Any:
     """Run a ``sliding-window`` job spec for ``date`` (``YYYY-MM-DD``); returns a :class:`JobOutcome`."""
-    from dppca_dask.jobs.runner import JobOutcome, job_lock
-    from dppca_dask.ledger import CHARGED, Ledger
+    import contextlib
+
+    from dppca_dask.coordinator import connect
+    from dppca_dask.coordinator.client import check_scheduler
+    from dppca_dask.jobs.runner import JobOutcome, _security, job_lock
+    from dppca_dask.ledger import Ledger
     from dppca_dask.methods.window.release import load_release, window
     from dppca_dask.methods.window.selection import parse_timestamp
     from dppca_dask.storage import open_matrix
@@ -40,16 +79,16 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
     job_id = spec.job_id(date)
     output = spec.output_dir(date)
     with job_lock(ledger, dataset, job_id):
-        charged = [e for e in ledger.find(job_id) if e.dataset.startswith(f"{dataset}/") and e.status == CHARGED]
-        if charged:
-            if os.path.exists(os.path.join(output, "release.json")):
-                return JobOutcome(job_id, "already-completed", output, charged[-1], load_release(output))
-            raise BudgetExceededError(
-                f"job '{job_id}' is charged to the partitions of '{dataset}' but its result is missing from "
-                f"'{output}'; running it again would be a second release: restore the result, or give the run a "
-                "new job id (--job-id or --date)"
-            )
+        charged = earlier_charge(ledger, dataset, job_id, output)
+        if charged is not None:
+            return JobOutcome(job_id, "already-completed", output, charged, load_release(output))
         stamp = parse_timestamp(date, name="date")
+        security = _security(spec)  # missing TLS files, or a scheduler that cannot be used, fail before the append
+        address = spec.cluster.address if client is None and spec.cluster.address else None
+        if address:
+            check_scheduler(address, security=security)
+        if isinstance(client, str) and client != "local":  # a scheduler given by the caller: the same security
+            address, client = client, None
         if spec.data.append is not None:
             from dppca_dask.ingest.append import append_file
 
@@ -59,13 +98,14 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
                 append_file(store, spec.data.append["source"].format(date=date), timestamp=date, **options)
         parameters = dict(spec.parameters)
         parameters.setdefault("end", date)
-        if spec.cluster.address and client is None:
-            client = spec.cluster.address
         import dask.config
 
         embedded = {f"dppca_dask.cluster.{key}": value for key, value in (
             ("n-workers", spec.cluster.n_workers), ("memory-limit", spec.cluster.memory_limit)) if value is not None}
-        with dask.config.set(embedded):  # the embedded cluster's shape, when the release starts one
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(dask.config.set(embedded))  # the embedded cluster's shape, when the release starts one
+            if address:  # the scheduler, reached with the spec's TLS settings
+                client = stack.enter_context(connect(address, security=security))
             result = window(spec.data.store, epsilon=spec.epsilon, delta=spec.delta, ledger=ledger,
                             dataset=dataset, job_id=job_id, client=client, executor=spec.cluster.executor,
                             noise=noise, **parameters)
