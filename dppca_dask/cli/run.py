@@ -40,8 +40,9 @@ def register(subparsers: Any) -> None:
                    help="accept a store other than the one the dataset key was first used with (the same people's "
                         "data, re-ingested); the ledger records the new store")
     p.add_argument("--dry-run", action="store_true",
-                   help="check the spec, the store (every partition), its schema, the scheduler and the budget (the "
-                        "reservation tried on a copy of the ledger); reserve, release and write nothing")
+                   help="check the spec, the store (every partition; a sliding-window job: the window's plan from the "
+                        "public partition table), its schema, the scheduler and the budget (the reservation tried on a "
+                        "copy of the ledger); reserve, release and write nothing")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
 
