@@ -10,12 +10,13 @@ the store's declared width and partition count as the run decides it), and the b
 reserved, under the real rules (composition, relation, store id), in a private snapshot of the ledger (SQLite's
 backup API) that is deleted afterwards. The ledger file itself is only read.
 
-A ``sliding-window`` job is checked as its run checks it: an earlier charge of the date, the TLS files and the
-scheduler, the day's ``[data.append]`` file, the window ending at the date (chosen from the public partition table),
-where its release would execute (decided from the window's declared width and partition count, by the function
-the release calls), and its events reserved on every partition key the window reads, in the ledger snapshot. When
-the run would first append the day's file, the window, the executor and the budget depend on that partition: the
-dry run checks that the file exists and says so, and leaves them to the run.
+A ``sliding-window`` job is checked as its run checks it: the ``[budget]`` totals against the ledger's key, an
+earlier charge of the date, the TLS files and the scheduler, the day's ``[data.append]`` file, the window ending at
+the date (chosen from the public partition table), where its release would execute (decided from the window's
+declared width and partition count, by the function the release calls), and its events reserved on every partition
+key the window reads, in the ledger snapshot. When the run would first append the day's file, the window, the
+executor and the partitions' budgets depend on that partition: the dry run checks that the file exists and says
+so, and leaves them to the run.
 
 A job that refreshes its store from ``[data.ingest]`` is checked against the store as it is now (the refresh is
 not run); the dry run says so. A named AnnData ``layer`` is checked to exist in the source (the file opened
@@ -194,8 +195,10 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
                       remaining_epsilon_after=remaining, notes=tuple(notes), parameters=dict(spec.parameters),
                       releases=releases, executor=dict(executor or {}))
 
-    if spec.budget.total_epsilon is None:
-        ledger.budget(dataset)  # a missing key fails before anything is read
+    if spec.budget.total_epsilon is not None:  # the run's first check (run_window_job), whatever the run leaves
+        with ledger._connection() as db:  # only reads: the read-only ledger, named in its message
+            ledger._ensure(db, dataset, float(spec.budget.total_epsilon), float(spec.budget.total_delta), None)
+    ledger.budget(dataset)  # a missing key fails before anything is read
     charged = earlier_charge(ledger, dataset, job_id, output)
     if charged is not None:
         return outcome("already-completed", charged.neighbouring, None,

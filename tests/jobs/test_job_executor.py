@@ -217,3 +217,30 @@ def test_the_dry_run_checks_the_anndata_layer_as_the_ingest_does(tmp_path: Path,
     err = capsys.readouterr().err
     assert code != 0 and str(raised.value) in err and "its layers: counts" in err
     assert Ledger(tmp_path / "ledger.sqlite").budget("ds").entries == ()
+
+
+@pytest.mark.parametrize("pending", ["append", "spectral-histogram", None])
+def test_a_window_jobs_dry_run_checks_the_budget_key_as_the_run_does_first(tmp_path: Path, write_spec: Any,
+                                                                           pending: str | None,
+                                                                           capsys: Any) -> None:
+    """The run's first check is the spec's ``[budget]`` totals against the ledger's key; the dry run makes it
+    whatever it leaves to the run (a day's file still to be appended, a spectral histogram's partitions)."""
+    from dppca_dask.errors import LedgerError
+
+    doc = base_doc(tmp_path, daily_store(tmp_path / "days.zarr"))
+    doc["job"] = {"name": "win"}
+    doc["mechanism"] = {"name": "sliding-window", "last": "2D", "release": "gaussian"}
+    date = "2026-11-03"
+    if pending == "append":
+        date = "2026-11-04"
+        doc["data"]["append"] = {"source": str(tmp_path / "{date}.parquet"), "row_column": "r", "col_column": "c"}
+        (tmp_path / "2026-11-04.parquet").write_bytes(b"")
+    elif pending == "spectral-histogram":
+        doc["mechanism"]["structure"] = "spectral-histogram"
+    write_spec(doc)  # the ledger's key: total ε = 1
+    doc["budget"]["total_epsilon"] = 2.0
+    spec = parse_job(doc, source="job.toml", base_dir=str(tmp_path))
+    with pytest.raises(LedgerError, match="records a total") as raised:
+        run_job(spec, date=date)
+    assert main(["run", str(write_spec(doc)), "--dry-run", "--date", date]) == 2
+    assert str(raised.value) in capsys.readouterr().err  # the same message, naming the ledger itself
