@@ -16,7 +16,8 @@ the date (chosen from the public partition table), where its release would execu
 declared width and partition count, by the function the release calls), and its events reserved on every partition
 key the window reads, in the ledger snapshot. When the run would first append the day's file, the window, the
 executor and the partitions' budgets depend on that partition: the dry run checks that the file exists and says
-so, and leaves them to the run.
+so, and leaves them to the run. A spectral histogram's run also charges partitions before the window (those its
+saved histogram covers): the dry run tries the window's partitions only and leaves the others to the run.
 
 A job that refreshes its store from ``[data.ingest]`` is checked against the store as it is now (the refresh is
 not run); the dry run says so. A named AnnData ``layer`` is checked to exist in the source (the file opened
@@ -226,18 +227,19 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
     partitions = tuple(plan.selection.partitions)
     releases = (f"{plan.release} release of the window's Gram ({len(partitions)} partition(s): "
                 f"{', '.join(str(i) for i in partitions)}), charged to each partition's key",)
-    remaining = None
-    if spec.parameters.get("structure", "exact") == "spectral-histogram":
-        notes.append("structure = 'spectral-histogram': the partitions charged depend on the saved histogram; the "
-                     "budget is checked by the run")
-    else:
-        with _ledger_snapshot(spec.budget.ledger) as copy:
-            trial = Ledger(copy)
-            if spec.budget.total_epsilon is not None:
-                trial.ensure_dataset(dataset, total_epsilon=spec.budget.total_epsilon,
-                                     total_delta=spec.budget.total_delta)
-            reserve_partitions(trial, dataset, job_id, store=plan.store, partitions=partitions,
-                               epsilon=plan.epsilon, delta=plan.delta, events=plan.planned_events)
-            remaining = min(float(trial.budget(partition_key(dataset, plan.store, i)).remaining_epsilon)
-                            for i in partitions)
+    spectral = spec.parameters.get("structure", "exact") == "spectral-histogram"
+    if spectral:
+        # the run charges the window's partitions and those before it that the saved histogram covers: the
+        # window's are tried here (a window over its budget is refused as the run refuses it), the others by the run
+        notes.append("structure = 'spectral-histogram': the partitions before the window that the saved histogram "
+                     "covers are charged too; their budget is checked by the run")
+    with _ledger_snapshot(spec.budget.ledger) as copy:
+        trial = Ledger(copy)
+        if spec.budget.total_epsilon is not None:
+            trial.ensure_dataset(dataset, total_epsilon=spec.budget.total_epsilon,
+                                 total_delta=spec.budget.total_delta)
+        reserve_partitions(trial, dataset, job_id, store=plan.store, partitions=partitions,
+                           epsilon=plan.epsilon, delta=plan.delta, events=plan.planned_events)
+        remaining = None if spectral else min(
+            float(trial.budget(partition_key(dataset, plan.store, i)).remaining_epsilon) for i in partitions)
     return outcome("would-run", plan.neighbouring, remaining, notes, releases, executor)

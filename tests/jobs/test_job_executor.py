@@ -244,3 +244,28 @@ def test_a_window_jobs_dry_run_checks_the_budget_key_as_the_run_does_first(tmp_p
         run_job(spec, date=date)
     assert main(["run", str(write_spec(doc)), "--dry-run", "--date", date]) == 2
     assert str(raised.value) in capsys.readouterr().err  # the same message, naming the ledger itself
+
+
+def test_a_spectral_histogram_window_over_its_budget_is_refused_by_the_dry_run(tmp_path: Path, write_spec: Any,
+                                                                                capsys: Any) -> None:
+    """A spectral histogram's run charges the window's partitions and those before it that the saved histogram
+    covers: the dry run tries the window's (a subset), so a window over its budget is refused as the run refuses it."""
+    from dppca_dask.errors import BudgetExceededError
+
+    doc = base_doc(tmp_path, daily_store(tmp_path / "days.zarr"))
+    doc["job"] = {"name": "win"}
+    doc["mechanism"] = {"name": "sliding-window", "last": "2D", "release": "gaussian"}
+    write_spec(doc)
+    assert run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-03").status == "completed"
+    doc["job"] = {"name": "hist"}  # ε 0.8 again on the window's two partitions, of a total of 1
+    doc["mechanism"]["structure"] = "spectral-histogram"
+    assert main(["run", str(write_spec(doc)), "--dry-run", "--date", "2026-11-03"]) == 3  # budget exceeded
+    assert "budget exceeded" in capsys.readouterr().err
+    with pytest.raises(BudgetExceededError):
+        run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-03")
+    doc["job"] = {"name": "hist-small"}  # ε 0.1 fits: the dry run says so, leaving earlier partitions to the run
+    doc["privacy"]["epsilon"] = 0.1
+    assert main(["run", str(write_spec(doc)), "--dry-run", "--date", "2026-11-03", "--json"]) == 0
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["status"] == "would-run" and checked["remaining_epsilon_after"] is None
+    assert any("spectral-histogram" in note for note in checked["notes"])
