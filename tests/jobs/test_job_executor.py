@@ -269,3 +269,27 @@ def test_a_spectral_histogram_window_over_its_budget_is_refused_by_the_dry_run(t
     checked = json.loads(capsys.readouterr().out)
     assert checked["status"] == "would-run" and checked["remaining_epsilon_after"] is None
     assert any("spectral-histogram" in note for note in checked["notes"])
+
+
+def test_a_window_job_checks_a_scheduler_given_by_the_caller_before_it_appends(tmp_path: Path,
+                                                                                write_spec: Any) -> None:
+    """A scheduler address handed to the run is checked, as ``[cluster] address`` is, before the day's file is
+    appended: an unreachable scheduler leaves the store as it was."""
+    import socket
+
+    from dppca_dask.storage import open_matrix
+
+    store = daily_store(tmp_path / "days.zarr")
+    doc = base_doc(tmp_path, store)
+    doc["job"] = {"name": "win"}
+    doc["mechanism"] = {"name": "sliding-window", "last": "2D", "release": "gaussian"}
+    doc["data"]["append"] = {"source": str(tmp_path / "{date}.svm")}
+    (tmp_path / "2026-11-04.svm").write_text("0 1:0.1 3:0.2\n1 2:0.3\n")
+    write_spec(doc)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    with pytest.raises(Exception) as raised:
+        run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04", client=address)
+    assert "127.0.0.1" in str(raised.value)
+    assert open_matrix(store).n_partitions == 3  # nothing appended

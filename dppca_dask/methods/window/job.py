@@ -10,9 +10,9 @@ For the run's date D:
    ``[cluster]`` says: ``address``, or ``executor`` and the embedded cluster's ``n_workers`` and ``memory_limit``),
    charged to every partition it reads under the job id ``<id>@D``, and written to the output directory.
 
-A ``[cluster] address`` is reached with the ``[cluster] tls*`` settings, as an ordinary job reaches it (the same
-``Security``), and checked (:func:`~dppca_dask.coordinator.client.check_scheduler`) before anything is appended or
-reserved.
+A ``[cluster] address`` (or a scheduler address given to the run) is reached with the ``[cluster] tls*`` settings,
+as an ordinary job reaches it (the same ``Security``), and checked
+(:func:`~dppca_dask.coordinator.client.check_scheduler`) before anything is appended or reserved.
 
 A re-run of a completed date prints the saved release and spends nothing; a run whose charge is recorded but
 whose result is missing is refused (running it again would be a second release).
@@ -85,10 +85,10 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
         stamp = parse_timestamp(date, name="date")
         security = _security(spec)  # missing TLS files, or a scheduler that cannot be used, fail before the append
         address = spec.cluster.address if client is None and spec.cluster.address else None
-        if address:
-            check_scheduler(address, security=security)
         if isinstance(client, str) and client != "local":  # a scheduler given by the caller: the same security
             address, client = client, None
+        if address:
+            check_scheduler(address, security=security)
         if spec.data.append is not None:
             from dppca_dask.ingest.append import append_file
 
