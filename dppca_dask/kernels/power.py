@@ -225,8 +225,9 @@ def gather_power_partials(*parts: PowerPartial) -> PowerPartial:
     The coordinator needs one prefix of them, the bins up to the released threshold index (:func:`select_filtered`),
     and summing that prefix of each partial costs the prefix's entries. Adding whole sparse matrices first costs
     all their entries and a fresh matrix per addition: 12.6 ms per step for eight partials of 1.25·10⁷ stored
-    entries against 1.5 ms (one core). The worker-side tree keeps adding (:func:`merge_power_partials`), which keeps
-    what travels bounded by ``n_points × d`` whatever the partition count.
+    entries against 0.9 ms (one core; 4.2 ms when the head is every bin). The worker-side tree keeps adding
+    (:func:`merge_power_partials`), which keeps what travels bounded by ``n_points × d`` whatever the partition
+    count.
     """
     pieces: list[sp.csr_array] = []
     for p in parts:
