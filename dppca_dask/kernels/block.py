@@ -28,7 +28,7 @@ import scipy.sparse as sp
 
 from dppca_dask.kernels import _sparse
 from dppca_dask.kernels.grid import ThresholdGrid
-from dppca_dask.kernels.power import clip_factors, head_sum
+from dppca_dask.kernels.power import added_bin_sums, clip_factors, head_sum, stacked_bin_sums, union_cuts
 
 __all__ = [
     "BlockPartial",
@@ -149,42 +149,27 @@ def block_partial(
                         square_sum=float(np.sum(cnorms * cnorms)), cuts={partition: cut})
 
 
-def merge_block_partials(*parts: BlockPartial) -> BlockPartial:
-    """Combine partials (a node of the tree reduction): every field is a sum or a union."""
-    bin_sums = parts[0].bin_sums
-    for p in parts[1:]:
-        bin_sums = bin_sums + p.bin_sums
-    cuts: dict[int, int] = {}
-    for p in parts:
-        cuts.update(p.cuts)
+def _combined(parts: tuple[BlockPartial, ...], bin_sums: Any) -> BlockPartial:
     return BlockPartial(
         histogram=np.sum([p.histogram for p in parts], axis=0),
         full_sum=np.sum([p.full_sum for p in parts], axis=0),
-        bin_sums=sp.csr_array(bin_sums),
+        bin_sums=bin_sums,
         bin_weights=np.sum([p.bin_weights for p in parts], axis=0),
         square_sum=float(sum(p.square_sum for p in parts)),
-        cuts=cuts,
+        cuts=union_cuts(parts),
     )
+
+
+def merge_block_partials(*parts: BlockPartial) -> BlockPartial:
+    """Combine partials (a node of the tree reduction): every field is a sum or a union."""
+    return _combined(parts, added_bin_sums(parts))
 
 
 def gather_block_partials(*parts: BlockPartial) -> BlockPartial:
     """Combine the gathered partials at the coordinator, keeping the bins' sums side by side (a tuple), as
     :func:`~dppca_dask.kernels.power.gather_power_partials` does: only their prefix up to the released index is
     summed (:func:`select_block_filtered`)."""
-    pieces: list[sp.csr_array] = []
-    for p in parts:
-        pieces.extend(p.bin_sums if isinstance(p.bin_sums, tuple) else (p.bin_sums,))
-    cuts: dict[int, int] = {}
-    for p in parts:
-        cuts.update(p.cuts)
-    return BlockPartial(
-        histogram=np.sum([p.histogram for p in parts], axis=0),
-        full_sum=np.sum([p.full_sum for p in parts], axis=0),
-        bin_sums=tuple(pieces),
-        bin_weights=np.sum([p.bin_weights for p in parts], axis=0),
-        square_sum=float(sum(p.square_sum for p in parts)),
-        cuts=cuts,
-    )
+    return _combined(parts, stacked_bin_sums(parts))
 
 
 def select_block_filtered(

@@ -205,17 +205,38 @@ def power_partial(
     return PowerPartial(histogram=histogram, full_sum=full_sum, bin_sums=bin_sums, cuts={partition: cut})
 
 
-def merge_power_partials(*parts: PowerPartial) -> PowerPartial:
-    """Combine partials (a node of the tree reduction): every field is a sum or a union."""
-    histogram = np.sum([p.histogram for p in parts], axis=0)
-    full_sum = np.sum([p.full_sum for p in parts], axis=0)
+def added_bin_sums(parts: Any) -> sp.csr_array:
+    """The partials' bins' sums added, in the partials' order (a node of the tree reduction)."""
     bin_sums = parts[0].bin_sums
     for p in parts[1:]:
         bin_sums = bin_sums + p.bin_sums
+    return sp.csr_array(bin_sums)
+
+
+def stacked_bin_sums(parts: Any) -> tuple[sp.csr_array, ...]:
+    """The partials' bins' sums side by side, in the partials' order (the coordinator's last combination)."""
+    pieces: list[sp.csr_array] = []
+    for p in parts:
+        pieces.extend(p.bin_sums if isinstance(p.bin_sums, tuple) else (p.bin_sums,))
+    return tuple(pieces)
+
+
+def union_cuts(parts: Any) -> dict[int, int]:
+    """The partials' ``cuts`` in one mapping (each partition is in one partial)."""
     cuts: dict[int, int] = {}
     for p in parts:
         cuts.update(p.cuts)
-    return PowerPartial(histogram, full_sum, sp.csr_array(bin_sums), cuts)
+    return cuts
+
+
+def _combined(parts: tuple[PowerPartial, ...], bin_sums: Any) -> PowerPartial:
+    return PowerPartial(np.sum([p.histogram for p in parts], axis=0), np.sum([p.full_sum for p in parts], axis=0),
+                        bin_sums, union_cuts(parts))
+
+
+def merge_power_partials(*parts: PowerPartial) -> PowerPartial:
+    """Combine partials (a node of the tree reduction): every field is a sum or a union."""
+    return _combined(parts, added_bin_sums(parts))
 
 
 def gather_power_partials(*parts: PowerPartial) -> PowerPartial:
@@ -229,14 +250,7 @@ def gather_power_partials(*parts: PowerPartial) -> PowerPartial:
     (:func:`merge_power_partials`), which keeps what travels bounded by ``n_points × d`` whatever the partition
     count.
     """
-    pieces: list[sp.csr_array] = []
-    for p in parts:
-        pieces.extend(p.bin_sums if isinstance(p.bin_sums, tuple) else (p.bin_sums,))
-    cuts: dict[int, int] = {}
-    for p in parts:
-        cuts.update(p.cuts)
-    return PowerPartial(np.sum([p.histogram for p in parts], axis=0), np.sum([p.full_sum for p in parts], axis=0),
-                        tuple(pieces), cuts)
+    return _combined(parts, stacked_bin_sums(parts))
 
 
 def head_sum(bin_sums: sp.csr_array | tuple[sp.csr_array, ...], index: int, width: int) -> np.ndarray:
