@@ -28,7 +28,14 @@ import scipy.sparse as sp
 
 from dppca_dask.kernels import _sparse
 from dppca_dask.kernels.grid import ThresholdGrid
-from dppca_dask.kernels.power import added_bin_sums, clip_factors, head_sum, stacked_bin_sums, union_cuts
+from dppca_dask.kernels.power import (
+    added_bin_sums,
+    binned_sums,
+    clip_factors,
+    head_sum,
+    stacked_bin_sums,
+    union_cuts,
+)
 
 __all__ = [
     "BlockPartial",
@@ -134,17 +141,11 @@ def block_partial(
     cut = int(np.searchsorted(cumulative, top_m, side="right")) - 1  # largest j with F_j <= top_m
     chosen = np.flatnonzero(bins <= cut) if cut >= 0 else np.zeros(0, dtype=np.int64)
     chosen_bins = bins[chosen]
-    pieces = []
     bin_weights = np.zeros((grid.n_points, k))
-    # Take the chosen rows out once: the products below cost their non-zeros only (a product with the whole block
-    # would copy its index arrays whenever their integer type differs from the selector's).
-    taken = block[chosen] if sp.issparse(block) else np.asarray(block)[chosen]
-    positions = np.arange(chosen.shape[0])
     for j in range(k):
-        selector = sp.csr_array((weights[chosen, j], (chosen_bins, positions)), shape=(grid.n_points, chosen.shape[0]))
-        pieces.append(sp.csr_array(selector @ taken))
         np.add.at(bin_weights[:, j], chosen_bins, projections[chosen, j])
-    bin_sums = sp.csr_array(sp.hstack(pieces, format="csr")) if pieces else sp.csr_array((grid.n_points, 0))
+    # the k columns' sums side by side (bin b, column j at j·d + c), from one pass over the chosen rows
+    bin_sums = binned_sums(block, chosen, chosen_bins, weights[chosen], grid.n_points)
     return BlockPartial(histogram=histogram, full_sum=full_sum, bin_sums=bin_sums, bin_weights=bin_weights,
                         square_sum=float(np.sum(cnorms * cnorms)), cuts={partition: cut})
 

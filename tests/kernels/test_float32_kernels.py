@@ -18,7 +18,6 @@ from dppca_dask.coordinator.sources import load_store_partition
 from dppca_dask.kernels import ThresholdGrid, filtered_sum, gram_times, plain_gram_times, power_partial
 from dppca_dask.kernels import _jit, _sparse
 from dppca_dask.kernels import grid as grid_module
-from dppca_dask.kernels import power as power_module
 from dppca_dask.kernels.power import clip_factors
 from dppca_dask.storage import row_norms_of, write_matrix
 
@@ -89,7 +88,6 @@ def test_private_step_on_float32_equals_float64(rng: np.random.Generator, monkey
     if compiled and not _jit.NUMBA_INSTALLED:
         pytest.skip("numba is not installed")
     monkeypatch.setattr(grid_module, "HAVE_NUMBA", compiled)
-    monkeypatch.setattr(power_module, "HAVE_NUMBA", compiled)
     monkeypatch.setattr(_sparse, "CHUNK", 97)  # many chunks at this size
     block = _block(rng, dtype=np.float32, index_dtype=index_dtype)
     ref = _as64(block)
