@@ -99,11 +99,14 @@ def check_layer(path: str | os.PathLike[str], layer: str | None) -> None:
 
     Raises
     ------
+    MissingExtraError
+        ``anndata`` is not installed (the ingest would refuse the file for that first).
     InvalidInputError
         Not an AnnData file, or no such layer (naming the file's layers).
     InvalidParameterError
         ``layer`` is not a layer name.
     """
+    import_anndata()
     path = require_file(path)
     with _open_root(path) as root:
         _element(root, path, layer)

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from dppca_dask.errors import DppcaError
 from dppca_dask.jobs.spec import JobSpec
 
 __all__ = ["DryRun", "dry_run_job"]
@@ -77,7 +78,11 @@ class DryRun:
 
 @contextlib.contextmanager
 def _ledger_snapshot(path: str) -> Iterator[str]:
-    """A consistent copy of the SQLite ledger at ``path`` in a private temporary directory, removed on exit."""
+    """A consistent copy of the SQLite ledger at ``path`` in a private temporary directory, removed on exit.
+
+    A refusal raised while the copy is used (a budget exceeded, a missing dataset) names ``path``, the ledger the
+    run would use, not the copy that disappears with the dry run.
+    """
     with tempfile.TemporaryDirectory(prefix="dppca-dry-run-") as directory:
         copy = os.path.join(directory, "ledger.db")
         source = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True)
@@ -89,7 +94,11 @@ def _ledger_snapshot(path: str) -> Iterator[str]:
                 target.close()
         finally:
             source.close()
-        yield copy
+        try:
+            yield copy
+        except DppcaError as exc:
+            exc.args = tuple(a.replace(copy, path) if isinstance(a, str) else a for a in exc.args)
+            raise
 
 
 def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool = False) -> DryRun:

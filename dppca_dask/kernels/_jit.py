@@ -1,11 +1,11 @@
 """Optional compiled loops: numba when it is installed and asked for (``DPPCA_DASK_NUMBA=1``), else nothing.
 
 Every compiled loop in :mod:`dppca_dask.kernels` has a numpy/scipy counterpart that computes the same values; the
-tests compare the two bit for bit. The compiled loops are off by default: on an idle machine they bring a
-10⁸-entry private step from 1.30-1.40x to 1.22x the plain step (``benchmarks/bench_scale.py``), while importing numba
+tests compare the two bit for bit. The compiled loops are off by default: on an idle machine a 10⁸-entry private
+step is 1.29x the plain step with them and 1.27-1.28x without (``benchmarks/bench_scale.py``), while importing numba
 and loading the compiled loops costs each worker about 0.45 s on its first step with numba's on-disk cache warm,
-and one to two seconds per loop the first time they compile: more than short runs gain. Set
-``DPPCA_DASK_NUMBA=1`` (on the workers too) for long runs on large partitions.
+and one to two seconds per loop the first time they compile. Set ``DPPCA_DASK_NUMBA=1`` (on the workers too) only
+where a measurement on the target machine shows a gain.
 
 numba itself is imported, and a loop compiled (or loaded from numba's on-disk cache), on the loop's first call,
 so that importing the package stays light (numba takes seconds to import).

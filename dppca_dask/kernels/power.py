@@ -20,7 +20,8 @@ Clipping scales a row to norm ``min(‖a‖, c)`` (it never drops rows); it is a
 
 Cost: the private step is the plain step's two products (``A x`` and ``Aᵀw``, scipy's compiled loops) plus O(n)
 vectorised work on the rows' scores (bins by :meth:`~dppca_dask.kernels.grid.ThresholdGrid.bins_and_histogram`,
-compiled when numba is installed) and O(nnz of the top rows) for their contributions; nothing per row in Python.
+compiled when numba is installed and asked for) and O(nnz of the top rows) for their contributions
+(:func:`binned_sums`); nothing per row in Python.
 
 Value types. Every value that bears sensitivity (scores, bins, the histogram, ``S_p`` and the bins' sums) is
 accumulated in float64. Store partitions reach the kernels as float64: the read converts float32 values chunk by

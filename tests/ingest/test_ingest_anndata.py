@@ -137,3 +137,8 @@ def test_missing_anndata_names_the_extra(tmp_path: Path, matrix: sp.csr_array,
     with pytest.raises(MissingExtraError, match=r"pip install 'dppca-dask\[anndata\]'") as info:
         ingest(tmp_path / "a.h5ad", tmp_path / "s.zarr")
     assert info.value.exit_code == 2
+    # a job's dry run checks a named layer with the ingest's own check, and fails the same way
+    from dppca_dask.ingest.adata import check_layer
+
+    with pytest.raises(MissingExtraError, match=r"pip install 'dppca-dask\[anndata\]'"):
+        check_layer(tmp_path / "a.h5ad", "counts")

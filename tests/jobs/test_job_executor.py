@@ -260,7 +260,10 @@ def test_a_spectral_histogram_window_over_its_budget_is_refused_by_the_dry_run(t
     doc["job"] = {"name": "hist"}  # ε 0.8 again on the window's two partitions, of a total of 1
     doc["mechanism"]["structure"] = "spectral-histogram"
     assert main(["run", str(write_spec(doc)), "--dry-run", "--date", "2026-11-03"]) == 3  # budget exceeded
-    assert "budget exceeded" in capsys.readouterr().err
+    refusal = capsys.readouterr().err
+    assert "budget exceeded" in refusal
+    # it names the ledger the run uses, not the dry run's private copy of it
+    assert f"ledger '{doc['budget']['ledger']}'" in refusal and "dppca-dry-run-" not in refusal
     with pytest.raises(BudgetExceededError):
         run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-03")
     doc["job"] = {"name": "hist-small"}  # ε 0.1 fits: the dry run says so, leaving earlier partitions to the run
