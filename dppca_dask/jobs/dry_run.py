@@ -186,7 +186,7 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
     from dppca_dask.accounting import ADD_REMOVE_ROW
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.jobs import runner
-    from dppca_dask.ledger import Ledger
+    from dppca_dask.ledger import RESERVED, Ledger
     from dppca_dask.methods.window.budget import partition_key, reserve_partitions
     from dppca_dask.methods.window.job import earlier_charge, plan_window_job
     from dppca_dask.methods.window.release import _choose
@@ -213,6 +213,9 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
     if charged is not None:
         return outcome("already-completed", charged.neighbouring, None,
                        [f"job '{job_id}' already succeeded; a run would do nothing"])
+    # An earlier attempt that stopped before its charge left its reservations on the window's partition keys; a
+    # run reserves them again unchanged (nothing of that attempt was released: the result is written after the charge)
+    resuming = any(e.dataset.startswith(f"{dataset}/") and e.status == RESERVED for e in ledger.find(job_id))
     security = runner._security(spec)
     address = spec.cluster.address or None
     if address:
@@ -251,4 +254,8 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
                            epsilon=plan.epsilon, delta=plan.delta, events=plan.planned_events)
         remaining = None if spectral else min(
             float(trial.budget(partition_key(dataset, plan.store, i)).remaining_epsilon) for i in partitions)
-    return outcome("would-run", plan.neighbouring, remaining, notes, releases, executor)
+    if resuming:
+        notes.append(f"job '{job_id}' has reservations from an earlier attempt that released nothing; a run would "
+                     "resume them and release the window")
+    return outcome("would-resume" if resuming else "would-run", plan.neighbouring, remaining, notes, releases,
+                   executor)

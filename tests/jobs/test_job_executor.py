@@ -195,6 +195,39 @@ def test_a_window_jobs_dry_run_decides_the_executor_from_the_window(tmp_path: Pa
     assert any("would append" in note for note in checked["notes"])
 
 
+def test_a_window_jobs_dry_run_says_a_run_would_resume_an_interrupted_attempt(tmp_path: Path, write_spec: Any,
+                                                                             capsys: Any) -> None:
+    """An attempt stopped after its reservation and before its charge leaves the window's partition keys reserved;
+    the run reserves them again unchanged and releases once, and the dry run says so (not "would-run")."""
+    from dppca_dask.ledger import CHARGED, Ledger
+    from dppca_dask.methods.window.budget import partition_key, reserve_partitions
+    from dppca_dask.methods.window.job import plan_window_job
+    from dppca_dask.storage import open_matrix
+
+    doc = base_doc(tmp_path, daily_store(tmp_path / "days.zarr"))
+    doc["job"] = {"name": "win"}
+    doc["mechanism"] = {"name": "sliding-window", "last": "2D", "release": "gaussian"}
+    spec_path = write_spec(doc)
+    spec = parse_job(doc, source="job.toml", base_dir=str(tmp_path))
+    date = "2026-11-03"
+    plan = plan_window_job(spec, date, open_matrix(spec.data.store))
+    ledger = Ledger(spec.budget.ledger)
+    reserve_partitions(ledger, "ds", spec.job_id(date), store=plan.store, partitions=plan.selection.partitions,
+                       epsilon=plan.epsilon, delta=plan.delta, events=plan.planned_events)  # then the attempt stops
+    assert main(["run", str(spec_path), "--dry-run", "--date", date, "--json"]) == 0
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["status"] == "would-resume"
+    assert any("earlier attempt" in note for note in checked["notes"])
+    reserved = min(float(ledger.budget(partition_key("ds", plan.store, i)).remaining_epsilon)
+                   for i in plan.selection.partitions)
+    assert checked["remaining_epsilon_after"] == pytest.approx(reserved)  # the reservation counted once, not twice
+    assert run_job(spec, date=date).status == "completed"
+    entries = [e for e in ledger.find(spec.job_id(date)) if e.dataset.startswith("ds/")]
+    assert len(entries) == len(plan.selection.partitions) == 2 and all(e.status == CHARGED for e in entries)
+    assert main(["run", str(spec_path), "--dry-run", "--date", date, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "already-completed"
+
+
 def test_the_dry_run_checks_the_anndata_layer_as_the_ingest_does(tmp_path: Path, write_spec: Any,
                                                                   rng: np.random.Generator, capsys: Any) -> None:
     from dppca_dask.errors import InvalidInputError
