@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from dppca_dask.kernels import power as power_module
 from dppca_dask.kernels.power import binned_sums
 
 
@@ -24,8 +25,8 @@ def _reference(block, rows, bins, weights, n_bins):  # noqa: ANN001, ANN202
     return sp.csr_array(sp.hstack(pieces, format="csr")) if pieces else sp.csr_array((n_bins, 0))
 
 
-def _block(rng: np.random.Generator, n: int, d: int) -> sp.csr_array:
-    dense = rng.standard_normal((n, d)) * (rng.random((n, d)) < 0.3) * 10.0 ** rng.integers(-8, 8, size=(n, 1))
+def _block(rng: np.random.Generator, n: int, d: int, density: float = 0.3) -> sp.csr_array:
+    dense = rng.standard_normal((n, d)) * (rng.random((n, d)) < density) * 10.0 ** rng.integers(-8, 8, size=(n, 1))
     dense[5] = 0.0  # an empty row
     block = sp.csr_array(dense)
     stored_zeros = sp.csr_array((np.zeros(3), (np.zeros(3, dtype=int), np.array([0, 2, 4]))), shape=(1, d))
@@ -51,13 +52,23 @@ def _assert_identical(got: sp.csr_array, want: sp.csr_array) -> None:
     assert np.array_equal(got.data.view(np.uint64), want.data.view(np.uint64))  # the same bits, not close values
 
 
+@pytest.mark.parametrize("d", [23, 4000])  # a dense vector per bin; too wide for that: the product
 @pytest.mark.parametrize("k", [None, 1, 3])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("value_dtype", [np.float64, np.float32])
-def test_binned_sums_equal_the_selector_product(k: int | None, index_dtype: type, value_dtype: type) -> None:
+def test_binned_sums_equal_the_selector_product(k: int | None, index_dtype: type, value_dtype: type, d: int,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(11)
-    n, d, n_bins = 60, 23, 9
-    block = _block(rng, n, d)
+    n, n_bins = 60, 9
+    products: list[int] = []
+    selected_product = power_module._selected_product
+
+    def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        products.append(1)
+        return selected_product(*args, **kwargs)
+
+    monkeypatch.setattr(power_module, "_selected_product", counted)
+    block = _block(rng, n, d, density=0.3 if d < 100 else 0.002)
     block.data = block.data.astype(value_dtype)
     block.indices = block.indices.astype(index_dtype)
     block.indptr = block.indptr.astype(index_dtype)
@@ -65,6 +76,8 @@ def test_binned_sums_equal_the_selector_product(k: int | None, index_dtype: type
     got = binned_sums(block, rows, bins, weights, n_bins)
     want = _reference(block, rows, bins, weights, n_bins)
     _assert_identical(got, want)
+    # narrow: the rows' entries outweigh the bins' dense vectors; wide and sparse: they do not, the product is used
+    assert products == ([] if d < 100 else [1])
     assert got.indices.dtype == np.int32  # what travels: 4 bytes per column index while k·d fits
 
 
@@ -84,7 +97,7 @@ def test_binned_sums_of_other_blocks_and_empty_selections() -> None:
     for other in (block.toarray(), sp.csc_array(block)):
         _assert_identical(binned_sums(other, rows, bins, weights, n_bins), _reference(block, rows, bins, weights,
                                                                                       n_bins))
-    # rows given in any order are summed in ascending order within their bin, as the product sums them
+    # rows given in any order are summed in ascending order within their bin (the kernels pass them ascending)
     shuffled = rng.permutation(rows.shape[0])
     _assert_identical(binned_sums(block, rows[shuffled], bins[shuffled], weights[shuffled], n_bins),
                       _reference(block, rows, bins, weights, n_bins))
