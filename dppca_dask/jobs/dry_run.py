@@ -97,7 +97,9 @@ def _ledger_snapshot(path: str) -> Iterator[str]:
         try:
             yield copy
         except DppcaError as exc:
-            exc.args = tuple(a.replace(copy, path) if isinstance(a, str) else a for a in exc.args)
+            home = os.path.dirname(os.path.abspath(path))
+            exc.args = tuple(a.replace(copy, path).replace(directory, home) if isinstance(a, str) else a
+                             for a in exc.args)
             raise
 
 

@@ -139,6 +139,8 @@ def binned_sums(block: Any, rows: np.ndarray, bins: np.ndarray, weights: np.ndar
     k = weights.shape[1] if matrix else 1
     if k == 0:
         return sp.csr_array((n_bins, 0))
+    order = np.lexsort((rows, bins))  # by bin, rows ascending within a bin, whatever the path below
+    rows, bins, weights = rows[order], bins[order], np.ascontiguousarray(weights[order], dtype=np.float64)
     if not (sp.issparse(block) and block.format == "csr") or _sparse._sparsetools is None:
         return _selected_product(block, rows, bins, weights, n_bins)
     # A bin's dense vector costs d to clear and scan: worth it while the rows hold at least d entries per bin
@@ -147,8 +149,6 @@ def binned_sums(block: Any, rows: np.ndarray, bins: np.ndarray, weights: np.ndar
     used = int(np.count_nonzero(np.bincount(bins, minlength=n_bins))) if bins.size else 0
     if used * d > entries:
         return _selected_product(block, rows, bins, weights, n_bins)
-    order = np.lexsort((rows, bins))  # by bin, rows ascending within a bin
-    rows, bins, weights = rows[order], bins[order], np.ascontiguousarray(weights[order], dtype=np.float64)
     taken = block[rows]
     pointers = taken.indptr.astype(taken.indices.dtype, copy=False)
     values = taken.data.astype(np.float64, copy=False)  # float32 and integers convert exactly, as the product does

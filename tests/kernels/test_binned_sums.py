@@ -99,8 +99,9 @@ def test_binned_sums_of_other_blocks_and_empty_selections() -> None:
                                                                                       n_bins))
     # rows given in any order are summed in ascending order within their bin (the kernels pass them ascending)
     shuffled = rng.permutation(rows.shape[0])
-    _assert_identical(binned_sums(block, rows[shuffled], bins[shuffled], weights[shuffled], n_bins),
-                      _reference(block, rows, bins, weights, n_bins))
+    for other in (block, block.toarray(), sp.csc_array(block)):  # the same bits whatever the block's format
+        _assert_identical(binned_sums(other, rows[shuffled], bins[shuffled], weights[shuffled], n_bins),
+                          _reference(block, rows, bins, weights, n_bins))
     none = np.zeros(0, dtype=np.int64)
     empty = binned_sums(block, none, none, np.zeros(0), n_bins)
     assert empty.shape == (n_bins, d) and empty.nnz == 0
