@@ -20,7 +20,7 @@ import zarr
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.storage import MatrixStore, append_partition, open_matrix
 
-__all__ = ["append_file"]
+__all__ = ["append_file", "check_append"]
 
 
 def append_file(
@@ -56,22 +56,9 @@ def append_file(
         Invalid data, or a width or column id outside the store's schema.
     """
     from dppca_dask.ingest import ingest
-    from dppca_dask.methods.window.selection import parse_timestamp
 
-    if timestamp is None:
-        raise InvalidParameterError("append needs the time of the new rows: timestamp='2026-11-02' (--timestamp)")
-    stamp = parse_timestamp(timestamp)
     target = store if isinstance(store, MatrixStore) else open_matrix(store)
-    if target.format_version is None:
-        raise InvalidParameterError(
-            f"'{target.path}' is an AnnData store; appending needs a dppca_dask store: "
-            f"`dppca-dask ingest {target.path} --out STORE`"
-        )
-    stamped = [p.timestamp for p in target.partitions if p.timestamp is not None]
-    if stamped and stamp < max(stamped):
-        raise InvalidParameterError(
-            f"timestamp {timestamp!r} is earlier than the store's newest partition; append days in time order"
-        )
+    stamp = check_append(target, timestamp)
     group = zarr.open_group(target.path, mode="r")
     has_labels = "labels" in group
     from dppca_dask.storage import _format
@@ -111,6 +98,27 @@ def append_file(
         return append_partition(target.path, block, timestamp=stamp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_append(target: MatrixStore, timestamp: Any) -> float:
+    """The checks of an append that read only the store's metadata and partition table (no file, no rows): a
+    timestamp, a dppca_dask store, days in time order. Returns the timestamp in POSIX seconds."""
+    from dppca_dask.methods.window.selection import parse_timestamp
+
+    if timestamp is None:
+        raise InvalidParameterError("append needs the time of the new rows: timestamp='2026-11-02' (--timestamp)")
+    stamp = parse_timestamp(timestamp)
+    if target.format_version is None:
+        raise InvalidParameterError(
+            f"'{target.path}' is an AnnData store; appending needs a dppca_dask store: "
+            f"`dppca-dask ingest {target.path} --out STORE`"
+        )
+    stamped = [p.timestamp for p in target.partitions if p.timestamp is not None]
+    if stamped and stamp < max(stamped):
+        raise InvalidParameterError(
+            f"timestamp {timestamp!r} is earlier than the store's newest partition; append days in time order"
+        )
+    return stamp
 
 
 def _write_labels(store: MatrixStore, labels: np.ndarray) -> None:

@@ -190,7 +190,7 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
     from dppca_dask.jobs import runner
     from dppca_dask.ledger import RESERVED, Ledger
     from dppca_dask.methods.window.budget import partition_key, reserve_partitions
-    from dppca_dask.methods.window.job import earlier_charge, plan_window_job
+    from dppca_dask.methods.window.job import earlier_charge, plan_window_charges
     from dppca_dask.methods.window.release import _choose
     from dppca_dask.methods.window.selection import parse_timestamp
     from dppca_dask.storage import open_matrix
@@ -224,6 +224,7 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
         check_scheduler(address, security=security)
     notes: list[str] = []
     store = open_matrix(spec.data.store)
+    pending = None  # the index of the partition the day's file would become, before it is appended
     if spec.data.append is not None:
         source = spec.data.append["source"].format(date=date)
         stamp = parse_timestamp(date, name="date")
@@ -232,21 +233,41 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
                 from dppca_dask.errors import JobSpecError
 
                 raise JobSpecError(f"{spec.source}: [data.append] source '{source}' does not exist")
-            notes.append(f"the run would append '{source}' (stamped {date}) first; the window, where its release "
-                         "runs and its budget depend on that partition and are checked by the run")
-            return outcome("would-run", ADD_REMOVE_ROW, None, notes)
-    plan = plan_window_job(spec, date, store)
+            from dppca_dask.ingest.append import check_append
+
+            check_append(store, date)  # what the append checks on the partition table, before it reads the file
+            if spec.parameters.get("last_rows") is not None:
+                notes.append(f"the run would append '{source}' (stamped {date}) first; a row window's partitions "
+                             "depend on that file's row count: the window, where its release runs and its budget "
+                             "are checked by the run")
+                return outcome("would-run", ADD_REMOVE_ROW, None, notes)
+            store, pending = _with_pending_day(store, stamp), len(store.partitions)
+    plan, charges = plan_window_charges(spec, date, store)
     choice = _choose(plan, address, spec.cluster.executor)
     executor = {"asked": spec.cluster.executor, "executor": choice.executor, "reason": choice.reason}
-    partitions = tuple(plan.selection.partitions)
-    releases = (f"{plan.release} release of the window's Gram ({len(partitions)} partition(s): "
-                f"{', '.join(str(i) for i in partitions)}), charged to each partition's key",)
-    spectral = spec.parameters.get("structure", "exact") == "spectral-histogram"
-    if spectral:
-        # the run charges the window's partitions and those before it that the saved histogram covers: the
-        # window's are tried here (a window over its budget is refused as the run refuses it), the others by the run
-        notes.append("structure = 'spectral-histogram': the partitions before the window that the saved histogram "
-                     "covers are charged too; their budget is checked by the run")
+    window = tuple(plan.selection.partitions)
+    partitions = tuple(charges.partitions)
+
+    def listed(indices: tuple[int, ...]) -> str:
+        return f"{len(indices)} partition(s): {', '.join(str(i) for i in indices)}"
+
+    if charges.histogram is None:
+        releases = (f"{plan.release} release of the window's Gram ({listed(window)}), charged to each partition's "
+                    "key",)
+    else:
+        before = tuple(i for i in partitions if i < window[0])
+        releases = (f"{plan.release} release of the spectral histogram's first checkpoint (the window's "
+                    f"{listed(window)}; before it, covered by the saved histogram: {listed(before)}), charged to "
+                    "each of these partitions' keys",)
+    if pending is not None:
+        rows = store.metadata.get("rows_per_partition")
+        more = (f"; if it holds more than {rows} rows (the store's rows per partition), the append makes further "
+                f"partitions ({pending + 1}, ...): their keys are new (each with the dataset's total), reserved by "
+                "the run, and the run decides the executor again from the window's partition count") if rows else ""
+        notes.append(f"the run would append '{source}' (stamped {date}) first: checked as the day's partition "
+                     f"{pending} (key '{partition_key(dataset, store, pending)}') with the window chosen from the "
+                     f"partition table; the file itself (format, width, values) is read and checked by the append, "
+                     f"not here{more}")
     with _ledger_snapshot(spec.budget.ledger) as copy:
         trial = Ledger(copy)
         if spec.budget.total_epsilon is not None:
@@ -254,10 +275,21 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
                                  total_delta=spec.budget.total_delta)
         reserve_partitions(trial, dataset, job_id, store=plan.store, partitions=partitions,
                            epsilon=plan.epsilon, delta=plan.delta, events=plan.planned_events)
-        remaining = None if spectral else min(
-            float(trial.budget(partition_key(dataset, plan.store, i)).remaining_epsilon) for i in partitions)
+        remaining = min(float(trial.budget(partition_key(dataset, plan.store, i)).remaining_epsilon)
+                        for i in partitions)
     if resuming:
         notes.append(f"job '{job_id}' has reservations from an earlier attempt that released nothing; a run would "
                      "resume them and release the window")
     return outcome("would-resume" if resuming else "would-run", plan.neighbouring, remaining, notes, releases,
                    executor)
+
+
+def _with_pending_day(store: Any, stamp: float) -> Any:
+    """``store`` as its partition table would read once the day's file is appended stamped ``stamp``: one more
+    partition (index, timestamp; no rows counted, none read), the same store id (so the same ledger keys)."""
+    import dataclasses
+
+    from dppca_dask.storage import Partition
+
+    day = Partition(len(store.partitions), store.n_rows, store.n_rows, store.nnz, store.nnz, stamp)
+    return dataclasses.replace(store, partitions=(*store.partitions, day), generation=store.generation + 1)

@@ -184,15 +184,21 @@ def test_a_window_jobs_dry_run_decides_the_executor_from_the_window(tmp_path: Pa
         assert outcome.result.provenance["executor"] == checked["executor"]["executor"]
         assert main(["run", str(spec_path), "--dry-run", "--date", "2026-11-05", "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["status"] == "already-completed"
-    # a day's file still to be appended: the dry run checks it exists and leaves the window to the run
+    # a day's file still to be appended: the dry run checks it exists, and plans the window with the day's
+    # partition (5) stamped with the date, from the partition table
     doc["data"]["append"] = {"source": str(tmp_path / "{date}.parquet"), "row_column": "r", "col_column": "c"}
     assert main(["run", str(write_spec(doc)), "--dry-run", "--date", "2026-11-06"]) == 2
     assert "[data.append] source" in capsys.readouterr().err
-    (tmp_path / "2026-11-06.parquet").write_bytes(b"")  # only its existence is checked
-    assert main(["run", str(write_spec(doc)), "--dry-run", "--date", "2026-11-06", "--json"]) == 0
+    (tmp_path / "2026-11-06.parquet").write_bytes(b"")  # not read: the append reads and checks it
+    doc["job"] = {"name": "win-next"}
+    doc["privacy"]["epsilon"] = 0.1  # partition 4 has spent 0.8 of its 1 (above)
+    with dask.config.set({"dppca_dask.executor.in-process-max-partitions": 1,
+                          "dppca_dask.cluster.use-active-client": False}):
+        assert main(["run", str(write_spec(doc)), "--dry-run", "--date", "2026-11-06", "--json"]) == 0
     checked = json.loads(capsys.readouterr().out)
-    assert checked["status"] == "would-run" and checked["executor"] == {}
-    assert any("would append" in note for note in checked["notes"])
+    assert checked["status"] == "would-run" and checked["executor"]["executor"] == "cluster"
+    assert checked["executor"]["reason"].startswith("2 partition(s)")  # partitions 4 and the day's 5
+    assert any("would append" in note and "partition 5" in note for note in checked["notes"])
 
 
 def test_a_window_jobs_dry_run_says_a_run_would_resume_an_interrupted_attempt(tmp_path: Path, write_spec: Any,
@@ -281,8 +287,8 @@ def test_a_window_jobs_dry_run_checks_the_budget_key_as_the_run_does_first(tmp_p
 
 def test_a_spectral_histogram_window_over_its_budget_is_refused_by_the_dry_run(tmp_path: Path, write_spec: Any,
                                                                                 capsys: Any) -> None:
-    """A spectral histogram's run charges the window's partitions and those before it that the saved histogram
-    covers: the dry run tries the window's (a subset), so a window over its budget is refused as the run refuses it."""
+    """A spectral histogram's run charges the window's partitions and those before it that the structure may
+    cover: the dry run tries the same keys, so a window over its budget is refused as the run refuses it."""
     from dppca_dask.errors import BudgetExceededError
 
     doc = base_doc(tmp_path, daily_store(tmp_path / "days.zarr"))
@@ -299,12 +305,12 @@ def test_a_spectral_histogram_window_over_its_budget_is_refused_by_the_dry_run(t
     assert f"ledger '{doc['budget']['ledger']}'" in refusal and "dppca-dry-run-" not in refusal
     with pytest.raises(BudgetExceededError):
         run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-03")
-    doc["job"] = {"name": "hist-small"}  # ε 0.1 fits: the dry run says so, leaving earlier partitions to the run
+    doc["job"] = {"name": "hist-small"}  # ε 0.1 fits: the dry run says so, with the ε it leaves
     doc["privacy"]["epsilon"] = 0.1
     assert main(["run", str(write_spec(doc)), "--dry-run", "--date", "2026-11-03", "--json"]) == 0
     checked = json.loads(capsys.readouterr().out)
-    assert checked["status"] == "would-run" and checked["remaining_epsilon_after"] is None
-    assert any("spectral-histogram" in note for note in checked["notes"])
+    assert checked["status"] == "would-run" and checked["remaining_epsilon_after"] is not None
+    assert "spectral histogram" in checked["releases"][0]
 
 
 def test_a_window_job_checks_a_scheduler_given_by_the_caller_before_it_appends(tmp_path: Path,

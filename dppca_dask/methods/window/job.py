@@ -25,7 +25,7 @@ from typing import Any
 
 from dppca_dask.errors import BudgetExceededError
 
-__all__ = ["earlier_charge", "run_window_job"]
+__all__ = ["earlier_charge", "plan_window_charges", "run_window_job"]
 
 
 def earlier_charge(ledger: Any, dataset: str, job_id: str, output: str) -> Any:
@@ -57,6 +57,20 @@ def plan_window_job(spec: Any, date: str, store: Any) -> Any:
     names = set(inspect.signature(plan_window).parameters) - {"store", "epsilon", "delta"}
     return plan_window(store, epsilon=spec.epsilon, delta=spec.delta,
                        **{k: v for k, v in parameters.items() if k in names})
+
+
+def plan_window_charges(spec: Any, date: str, store: Any) -> tuple[Any, Any]:
+    """The window release's public plan for ``date`` and the partitions its run is charged to
+    (:func:`~dppca_dask.methods.window.release.plan_charges`, as :func:`~dppca_dask.methods.window.release.window`
+    decides them for the run: the window's, or a spectral histogram's, validated with the saved structure); reads
+    no partition."""
+    from dppca_dask.methods.window.release import plan_charges
+
+    plan = plan_window_job(spec, date, store)
+    parameters = dict(spec.parameters)
+    parameters.setdefault("end", date)
+    names = ("structure", "last", "end", "eta", "regularizer")
+    return plan, plan_charges(plan, **{k: parameters[k] for k in names if k in parameters})
 
 
 def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = None) -> Any:

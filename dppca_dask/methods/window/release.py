@@ -34,7 +34,8 @@ from dppca_dask.methods.window.gram import WindowGram, check_labels, dense_dim_e
 from dppca_dask.methods.window.selection import WindowSelection, select_window
 from dppca_dask.storage import MatrixStore, open_matrix
 
-__all__ = ["RELEASES", "ROW_WINDOW_NEIGHBOURING", "WindowRelease", "load_release", "plan_window", "window"]
+__all__ = ["RELEASES", "ROW_WINDOW_NEIGHBOURING", "HistogramSetup", "ReleaseCharges", "WindowRelease", "load_release",
+           "plan_charges", "plan_histogram", "plan_window", "window"]
 
 #: How the window's matrix is formed before the release.
 STRUCTURES: tuple[str, ...] = ("exact", "spectral-histogram")
@@ -143,7 +144,7 @@ def _window_run(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] 
     """The release as an algorithm generator: one :class:`WindowGram` request, then one mechanism call.
 
     The coordinator checks every partition of the window before the generator starts; the partition-scoped
-    reservation (``budget``) is made here, before the first aggregate is read, returned if the release fails before
+    reservation (``budget``, on ``budget["partitions"]``: :func:`plan_charges`'s) is made here, before the first aggregate is read, returned if the release fails before
     its noise is drawn, and charged once it is drawn.
     """
     selection = plan.selection
@@ -153,7 +154,7 @@ def _window_run(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] 
         from dppca_dask.methods.window.budget import reserve_partitions
 
         reservation = reserve_partitions(budget["ledger"], budget["dataset"], budget["job_id"], store=plan.store,
-                                         partitions=selection.partitions, epsilon=plan.epsilon, delta=plan.delta,
+                                         partitions=budget["partitions"], epsilon=plan.epsilon, delta=plan.delta,
                                          events=plan.planned_events)
     try:
         if cached is None:
@@ -212,11 +213,29 @@ def _cached_gram(plan: WindowPlan, labels: Any, cached: Mapping[int, str]) -> An
     return total
 
 
-def _histogram_release(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] | None, *, last: Any,
-                       end: Any, eta: float, regularizer: float | None) -> tuple[Any, Any, Any, tuple[str, ...]]:
-    """Plan a release from the spectral histogram: which partitions are new, each one's window start, and the
-    generator that reads the new partitions, updates and saves the structure, and releases its first checkpoint."""
-    from dppca_dask.methods.window.gram import PartitionGrams, partitions_source
+@dataclass(frozen=True)
+class HistogramSetup:
+    """A spectral-histogram release's plan, fixed before any partition is read: the saved structure and what the
+    release reads and charges."""
+
+    directory: str
+    """Where the structure is kept (beside the store, owner-only)."""
+    expect: Mapping[str, Any]
+    """The parameters the saved structure must have been built with."""
+    histogram: Any
+    """The saved :class:`~dppca_dask.methods.window.histogram.SpectralHistogram` (a new, empty one when none is)."""
+    new: tuple[int, ...]
+    """The partitions added since the structure was last saved (the release reads these only)."""
+    charged: tuple[int, ...]
+    """The partitions the release is charged to: every one its released checkpoint may cover, from the saved
+    structure's first checkpoint (a new structure's: the first partition it adds; the window's first partition,
+    when earlier) to the newest."""
+
+
+def plan_histogram(plan: WindowPlan, *, last: Any, end: Any, eta: float,
+                   regularizer: float | None) -> HistogramSetup:
+    """Validate a spectral-histogram release's parameters and the saved structure, and decide the partitions it
+    reads and charges (from the partition table and the structure's checkpoints); reads no partition."""
     from dppca_dask.methods.window.histogram import SpectralHistogram, histogram_path
     from dppca_dask.methods.window.selection import parse_duration
 
@@ -224,11 +243,9 @@ def _histogram_release(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str
     if selection.kind != "time":
         raise InvalidParameterError("structure='spectral-histogram' serves time windows (last='30D'); "
                                     "use structure='exact' for a row window")
-    newest = max(p.timestamp for p in store.partitions)  # type: ignore[type-var]
     if end is not None and selection.partitions[-1] != len(store.partitions) - 1:
         raise InvalidParameterError("structure='spectral-histogram' releases the current window only (ending at "
                                     "the newest partition); drop end, or use structure='exact'")
-    del newest
     if not (isinstance(eta, (int, float)) and 0 < eta < 1):
         raise InvalidParameterError(f"eta must be in (0, 1); got {eta!r}")
     cal, c = plan.calibration, plan.row_norm_bound
@@ -249,14 +266,51 @@ def _histogram_release(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str
         hist = SpectralHistogram(plan.dim, float(eta), float(regularizer))
     parts = store.partitions
     new = tuple(p.index for p in parts if p.index > hist.last)
+    # the released checkpoint t_1 is chosen by the pruning from the data: it is at or after the saved structure's
+    # first checkpoint, or, for a structure that holds none yet, at or after the first partition added now
+    first_possible = min([selection.partitions[0]] + hist.starts[:1] + list(new[:1]))
+    return HistogramSetup(directory, expect, hist, new, tuple(range(first_possible, len(parts))))
+
+
+@dataclass(frozen=True)
+class ReleaseCharges:
+    """The partitions a window release is charged to (its events reserved on each one's ledger key)."""
+
+    partitions: tuple[int, ...]
+    histogram: HistogramSetup | None = None
+    """A spectral-histogram release's plan (``None``: ``structure="exact"``, charged to the window's partitions)."""
+
+
+def plan_charges(plan: WindowPlan, *, structure: str = "exact", last: Any = None, end: Any = None,
+                 eta: float = 0.2, regularizer: float | None = None) -> ReleaseCharges:
+    """The partitions a release of ``plan`` with ``structure`` is charged to: the window's (``"exact"``), or the
+    spectral histogram's (:func:`plan_histogram`); the one decision a release and a job's dry run both use."""
+    if structure not in STRUCTURES:
+        raise InvalidParameterError(f"structure must be one of {', '.join(STRUCTURES)}; got {structure!r}")
+    if structure == "spectral-histogram":
+        setup = plan_histogram(plan, last=last, end=end, eta=eta, regularizer=regularizer)
+        return ReleaseCharges(setup.charged, setup)
+    return ReleaseCharges(tuple(plan.selection.partitions))
+
+
+def _histogram_release(plan: WindowPlan, setup: HistogramSetup, noise: NoiseSource,
+                       budget: Mapping[str, Any] | None) -> tuple[Any, Any, Any, tuple[str, ...]]:
+    """A release from the spectral histogram planned by :func:`plan_histogram`: the generator that reads the new
+    partitions, updates and saves the structure, and releases its first checkpoint."""
+    from dppca_dask.methods.window.gram import PartitionGrams, partitions_source
+
+    store, selection = plan.store, plan.selection
+    hist, new, charged, directory, expect = setup.histogram, setup.new, setup.charged, setup.directory, setup.expect
+    c = plan.row_norm_bound
+    seconds = float(expect["window_seconds"])
+    parts = store.partitions
 
     def start_of(index: int) -> int:
         ts = parts[index].timestamp
         return min(p.index for p in parts if ts - seconds < p.timestamp <= ts)  # type: ignore[operator]
 
     s = selection.partitions[0]
-    first_possible = min([s] + hist.starts[:1])
-    charged = tuple(range(first_possible, len(parts)))
+    first_possible = charged[0]
     labels = check_labels(store, selection) if plan.labels else None
     if labels is not None and first_possible < s:
         labels = (labels[0], {i: parts[i].row_start for i in range(first_possible, len(parts))})
@@ -595,13 +649,13 @@ def window(
         budget = {"ledger": ledger if isinstance(ledger, Ledger) else Ledger(ledger), "dataset": dataset,
                   "job_id": job_id}
         budget["ledger"].budget(dataset)  # a missing key fails before anything is read
-    if structure not in STRUCTURES:
-        raise InvalidParameterError(f"structure must be one of {', '.join(STRUCTURES)}; got {structure!r}")
+    charges = plan_charges(plan, structure=structure, last=last, end=end, eta=eta, regularizer=regularizer)
+    if budget is not None:
+        budget["partitions"] = charges.partitions
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     caveats: tuple[str, ...] = ()
-    if structure == "spectral-histogram":
-        plan, source, run, caveats = _histogram_release(plan, noise, budget, last=last, end=end, eta=eta,
-                                                        regularizer=regularizer)
+    if charges.histogram is not None:
+        plan, source, run, caveats = _histogram_release(plan, charges.histogram, noise, budget)
     elif cache:
         from dppca_dask.methods.window.gram import cache_file, partitions_source
 

@@ -1,0 +1,216 @@
+"""A ``sliding-window`` job's dry run reserves, in its snapshot of the ledger, what the run reserves.
+
+Two cases the dry run used to leave to the run: a spectral histogram's release is charged to the window's partitions
+and to those before it that its saved structure covers (one function, ``plan_charges``, decides the set for both,
+with the run's parameter rules and the saved structure's checks); and a day's ``[data.append]`` file not appended
+yet: the window is planned on the partition table as the append would leave it (the day's partition stamped with
+the date; the file is not read) and the reservations are tried on the window's keys, the day's included. Every dry
+run leaves the ledger file byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from jobs_helpers import base_doc, daily_store
+
+from dppca_dask.cli import main
+from dppca_dask.errors import BudgetExceededError, InvalidParameterError
+from dppca_dask.jobs import parse_job, run_job
+from dppca_dask.ledger import CHARGED, Ledger
+from dppca_dask.methods.window.budget import partition_key
+from dppca_dask.storage import append_partition, open_matrix
+
+
+def _window_doc(tmp_path: Path, store: str, name: str, epsilon: float, **mechanism: Any) -> dict[str, Any]:
+    doc = base_doc(tmp_path, store)
+    doc["job"] = {"name": name}
+    doc["mechanism"] = {"name": "sliding-window", "last": "2D", "release": "gaussian", **mechanism}
+    doc["privacy"]["epsilon"] = epsilon
+    return doc
+
+
+def _dry_run(spec_path: Path, date: str, ledger: str, capsys: Any) -> tuple[int, Any, str]:
+    """``run --dry-run --json``: exit code, the printed report (``None`` on a refusal) and standard error; the
+    ledger file is byte for byte the same afterwards (nothing reserved)."""
+    before = Path(ledger).read_bytes()
+    code = main(["run", str(spec_path), "--dry-run", "--date", date, "--json"])
+    captured = capsys.readouterr()
+    assert Path(ledger).read_bytes() == before
+    return code, (json.loads(captured.out) if code == 0 else None), captured.err
+
+
+def _spent_minimum(ledger: str, store: str, partitions: Any) -> float:
+    """The least remaining ε among the partition keys ``partitions`` of ``store`` in the dataset ``ds``."""
+    handle = open_matrix(store)
+    return min(float(Ledger(ledger).budget(partition_key("ds", handle, i)).remaining_epsilon) for i in partitions)
+
+
+def _day(store: str, day: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    append_partition(store, sp.csr_array(rng.standard_normal((20, 6)) * 0.1),
+                     timestamp=_dt.datetime(2026, 11, day, tzinfo=_dt.timezone.utc).timestamp())
+
+
+def _histogram_store(tmp_path: Path, write_spec: Any) -> tuple[str, dict[str, Any]]:
+    """Six days, partition 0 charged ε 0.8 by an exact job of its own day, a spectral histogram of a 4-day window
+    built on day 6 (ε 0.1) and a seventh day appended. A large floor λ makes the pruning keep its first checkpoint,
+    partition 0 ([0, 4, 5]); the window of day 7 is partitions 3..6, so the next release is charged to 0..6."""
+    store = daily_store(tmp_path / "days.zarr", days=6)
+    exact = _window_doc(tmp_path, store, "day-one", 0.8, last="1D")
+    write_spec(exact)
+    assert run_job(parse_job(exact, source="job.toml", base_dir=str(tmp_path)), date="2026-11-01").status == \
+        "completed"
+    hist = _window_doc(tmp_path, store, "hist", 0.1, last="4D", structure="spectral-histogram", regularizer=100.0)
+    assert run_job(parse_job(hist, source="job.toml", base_dir=str(tmp_path)), date="2026-11-06").status == \
+        "completed"
+    _day(store, 7, seed=5)
+    return store, hist
+
+
+def test_a_spectral_histogram_dry_run_tries_the_partitions_before_the_window(tmp_path: Path, write_spec: Any,
+                                                                            capsys: Any) -> None:
+    """The saved histogram covers partition 0, before the window (3..6): the run reserves on it, so a job that
+    would take it over its total is refused by the dry run with the run's own message, and one that fits is
+    reported with the remaining ε the run leaves."""
+    store, doc = _histogram_store(tmp_path, write_spec)
+    ledger = doc["budget"]["ledger"]
+    doc["job"] = {"name": "big"}
+    doc["privacy"]["epsilon"] = 0.9  # partition 0 (0.8 and 0.1 spent) would exceed 1; the window's (0.1 spent) fit
+    code, _, err = _dry_run(write_spec(doc), "2026-11-07", ledger, capsys)
+    assert code == 3
+    with pytest.raises(BudgetExceededError) as raised:
+        run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-07")
+    assert str(raised.value) in err  # the same refusal, naming the ledger the run uses
+    assert partition_key("ds", open_matrix(store), 0) in str(raised.value)
+
+    doc["job"] = {"name": "small"}
+    doc["privacy"]["epsilon"] = 0.05
+    code, checked, _ = _dry_run(write_spec(doc), "2026-11-07", ledger, capsys)
+    assert code == 0 and checked["status"] == "would-run"
+    assert "the window's 4 partition(s): 3, 4, 5, 6" in checked["releases"][0]
+    assert "saved histogram: 3 partition(s): 0, 1, 2" in checked["releases"][0]
+    assert not any("checked by the run" in note for note in checked["notes"])
+    outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-07")
+    assert outcome.status == "completed"
+    charged = sorted(int(e.dataset.rsplit(":", 1)[1]) for e in Ledger(ledger).find("small@2026-11-07")
+                     if e.status == CHARGED)
+    assert charged == list(range(7))  # what the dry run tried: the window's keys and the three before it
+    assert checked["remaining_epsilon_after"] == pytest.approx(_spent_minimum(ledger, store, charged))
+
+
+def test_a_new_spectral_histogram_is_charged_to_every_partition_its_release_may_cover(tmp_path: Path,
+                                                                                     write_spec: Any) -> None:
+    """A structure built from nothing adds every partition of the store, and the pruning (from the data) may keep
+    a first checkpoint before the window: the release is charged to every partition from the first one added, so
+    the partitions its released checkpoint covers are all charged."""
+    store = daily_store(tmp_path / "days.zarr", days=6)
+    doc = _window_doc(tmp_path, store, "hist", 0.1, last="4D", structure="spectral-histogram", regularizer=100.0)
+    write_spec(doc)
+    outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-06")
+    released = set(outcome.result.window.partitions)
+    assert released == set(range(6))  # the first checkpoint is partition 0, before the window 2..5
+    charged = {int(e.dataset.rsplit(":", 1)[1]) for e in Ledger(doc["budget"]["ledger"]).find("hist@2026-11-06")
+               if e.status == CHARGED}
+    assert released <= charged
+
+
+@pytest.mark.parametrize("case", ["eta", "row-window", "past-date", "saved-with-other-eta", "structure"])
+def test_the_dry_run_refuses_a_spectral_histograms_parameters_as_the_run_does(tmp_path: Path, write_spec: Any,
+                                                                             case: str, capsys: Any) -> None:
+    """The run's rules for a spectral histogram (η in (0, 1), a time window ending at the newest partition, a
+    saved structure built with the same parameters, a known structure) refuse the dry run with the same message."""
+    store = daily_store(tmp_path / "days.zarr")
+    doc = _window_doc(tmp_path, store, "hist", 0.1, structure="spectral-histogram")
+    date = "2026-11-03"
+    if case == "eta":
+        doc["mechanism"]["eta"] = 1.5
+    elif case == "row-window":
+        del doc["mechanism"]["last"]
+        doc["mechanism"]["last_rows"] = 10
+    elif case == "past-date":
+        date = "2026-11-02"  # the window would end before the newest partition (2026-11-03)
+    elif case == "saved-with-other-eta":
+        write_spec(doc)
+        assert run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date=date).status == "completed"
+        doc["job"] = {"name": "hist-other"}
+        doc["mechanism"]["eta"] = 0.3
+    else:
+        doc["mechanism"]["structure"] = "spectral"
+    spec_path = write_spec(doc)
+    code, _, err = _dry_run(spec_path, date, doc["budget"]["ledger"], capsys)
+    with pytest.raises(InvalidParameterError) as raised:
+        run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date=date)
+    assert code == 2 and str(raised.value) in err
+    assert {"eta": "eta must be in (0, 1); got 1.5", "row-window": "serves time windows",
+            "past-date": "releases the current window only", "saved-with-other-eta": "was built with eta=0.2, not 0.3",
+            "structure": "structure must be one of exact, spectral-histogram"}[case] in err
+
+
+def _append_doc(tmp_path: Path, store: str, name: str, epsilon: float) -> dict[str, Any]:
+    doc = _window_doc(tmp_path, store, name, epsilon)
+    doc["data"]["append"] = {"source": str(tmp_path / "{date}.svm")}
+    (tmp_path / "2026-11-04.svm").write_text("0 1:0.1 3:0.2\n1 2:0.3 6:0.1\n")
+    return doc
+
+
+def test_a_not_yet_appended_days_dry_run_reports_its_window(tmp_path: Path, write_spec: Any, capsys: Any) -> None:
+    """The day's file is not appended yet: the dry run plans the window with the day's partition stamped with the
+    date (partition 3, from the partition table; the file is not read), says where the release runs and what ε
+    is left, and the run, which appends the file first, does what it said."""
+    import dask.config
+
+    store = daily_store(tmp_path / "days.zarr")
+    doc = _append_doc(tmp_path, store, "win", 0.8)
+    ledger = doc["budget"]["ledger"]
+    with dask.config.set({"dppca_dask.executor.in-process-max-partitions": 2,
+                          "dppca_dask.cluster.use-active-client": False}):
+        code, checked, _ = _dry_run(write_spec(doc), "2026-11-04", ledger, capsys)
+        assert code == 0 and checked["status"] == "would-run"
+        assert open_matrix(store).n_partitions == 3  # nothing appended
+        assert "2 partition(s): 2, 3" in checked["releases"][0]
+        assert checked["executor"]["executor"] == "in-process"
+        assert "2 partition(s) (limit 2)" in checked["executor"]["reason"]
+        key = partition_key("ds", open_matrix(store), 3)
+        assert any(f"partition 3 (key '{key}')" in note and "not here" in note for note in checked["notes"])
+        outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04")
+    assert outcome.status == "completed"
+    assert outcome.result.window.partitions == (2, 3)
+    assert outcome.result.provenance["executor"] == checked["executor"]["executor"]
+    assert checked["remaining_epsilon_after"] == pytest.approx(_spent_minimum(ledger, store, (2, 3)))
+
+
+def test_a_not_yet_appended_days_dry_run_is_refused_on_the_windows_budget(tmp_path: Path, write_spec: Any,
+                                                                         capsys: Any) -> None:
+    """An existing partition of the window (2) has spent its budget: the dry run refuses the day as the run
+    refuses it once it has appended the file, with the same message; the dry run appends nothing."""
+    store = daily_store(tmp_path / "days.zarr")
+    exact = _window_doc(tmp_path, store, "day-three", 0.8, last="1D")
+    write_spec(exact)
+    assert run_job(parse_job(exact, source="job.toml", base_dir=str(tmp_path)), date="2026-11-03").status == \
+        "completed"
+    doc = _append_doc(tmp_path, store, "win", 0.8)
+    code, _, err = _dry_run(write_spec(doc), "2026-11-04", doc["budget"]["ledger"], capsys)
+    assert code == 3 and open_matrix(store).n_partitions == 3
+    with pytest.raises(BudgetExceededError) as raised:
+        run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04")
+    assert str(raised.value) in err and partition_key("ds", open_matrix(store), 2) in str(raised.value)
+
+
+def test_a_day_older_than_the_newest_partition_is_refused_as_the_append_refuses_it(tmp_path: Path,
+                                                                                   write_spec: Any,
+                                                                                   capsys: Any) -> None:
+    """The append's checks on the partition table (days in time order) are the dry run's too."""
+    store = daily_store(tmp_path / "days.zarr")
+    _day(store, 5, seed=7)  # a day after the date the job runs for
+    doc = _append_doc(tmp_path, store, "win", 0.1)
+    code, _, err = _dry_run(write_spec(doc), "2026-11-04", doc["budget"]["ledger"], capsys)
+    with pytest.raises(InvalidParameterError) as raised:
+        run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04")
+    assert code == 2 and "append days in time order" in str(raised.value) and str(raised.value) in err
