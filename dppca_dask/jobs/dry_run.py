@@ -13,11 +13,20 @@ backup API) that is deleted afterwards. The ledger file itself is only read.
 A ``sliding-window`` job is checked as its run checks it: the ``[budget]`` totals against the ledger's key, an
 earlier charge of the date, the TLS files and the scheduler, the day's ``[data.append]`` file, the window ending at
 the date (chosen from the public partition table), where its release would execute (decided from the window's
-declared width and partition count, by the function the release calls), and its events reserved on every partition
-key the window reads, in the ledger snapshot. When the run would first append the day's file, the window, the
-executor and the partitions' budgets depend on that partition: the dry run checks that the file exists and says
-so, and leaves them to the run. A spectral histogram's run also charges partitions before the window (those its
-saved histogram covers): the dry run tries the window's partitions only and leaves the others to the run.
+declared width and partition count, by the function the release calls), and its events reserved, in the ledger
+snapshot, on every partition key the run reserves: the partitions the release is charged to are decided by the
+function the release calls (``plan_charges``): the window's, or for ``structure = "spectral-histogram"`` also those
+before the window that the saved histogram may cover, with the run's checks of the histogram's parameters and of
+the saved structure (read, not changed).
+
+When the run would first append the day's file, the dry run checks that it exists and what the append checks on
+the partition table (a dppca_dask store, days in time order), then plans the window on the partition table as the
+append leaves it: one more partition, stamped with the date, under the store's id (so its ledger key is known:
+``<dataset>/partition/<store id>:<index>``), and tries the reservations on the window's keys, the day's included.
+Left to the run: the file's contents (format, width, values, labels: the append reads it; the dry run does not),
+and, if the file holds more rows than the store's rows per partition, the further partitions the append makes
+(new keys, and the executor decided again from the window's partition count). A row window (``last_rows``)
+depends on the day's row count: its window, executor and budget are left to the run.
 
 A job that refreshes its store from ``[data.ingest]`` is checked against the store as it is now (the refresh is
 not run); the dry run says so. A named AnnData ``layer`` is checked to exist in the source (the file opened
@@ -182,9 +191,10 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
 
 
 def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
-    """A ``sliding-window`` job: the window ending at ``date`` chosen from the public partition table, where its
-    release would execute (decided from the window's declared width and partition count, as the release decides
-    it), and its events reserved on every partition key it reads, in a snapshot of the ledger."""
+    """A ``sliding-window`` job: the window ending at ``date`` chosen from the public partition table (with the day's
+    partition when the run would append it first), where its release would execute (decided from the window's
+    declared width and partition count, as the release decides it), and its events reserved on every partition key
+    the run reserves (:func:`~dppca_dask.methods.window.job.plan_window_charges`), in a snapshot of the ledger."""
     from dppca_dask.accounting import ADD_REMOVE_ROW
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.jobs import runner

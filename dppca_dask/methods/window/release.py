@@ -144,8 +144,9 @@ def _window_run(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] 
     """The release as an algorithm generator: one :class:`WindowGram` request, then one mechanism call.
 
     The coordinator checks every partition of the window before the generator starts; the partition-scoped
-    reservation (``budget``, on ``budget["partitions"]``: :func:`plan_charges`'s) is made here, before the first aggregate is read, returned if the release fails before
-    its noise is drawn, and charged once it is drawn.
+    reservation (``budget``, on the partitions :func:`plan_charges` chose, ``budget["partitions"]``) is made here,
+    before the first aggregate is read, returned if the release fails before its noise is drawn, and charged once
+    it is drawn.
     """
     selection = plan.selection
     labels = check_labels(plan.store, selection) if plan.labels else None
@@ -579,8 +580,9 @@ def window(
         ``"spectral-histogram"``: the paper's structure (:mod:`~dppca_dask.methods.window.histogram`), kept
         beside the store and updated with the partitions appended since its last use (a nightly release reads
         only the new partitions); it releases its first checkpoint, which covers the window and possibly some
-        partitions before it, and its guarantee holds conditional on that checkpoint (erratum E8). Time windows
-        ending at the newest partition only.
+        partitions before it, and its guarantee holds conditional on that checkpoint (erratum E8); a partition-scoped
+        budget charges every partition the checkpoint may cover (:func:`plan_charges`). Time windows ending at the
+        newest partition only.
     eta, regularizer
         Spectral histogram: pruning threshold η in (0, 1) and the public floor λ > 0 (default: the release's noise
         level along the identity: ``c²τ`` Wishart, ``c²σ²`` JL, ``2·σ·√d`` Gaussian).
