@@ -214,3 +214,30 @@ def test_a_day_older_than_the_newest_partition_is_refused_as_the_append_refuses_
     with pytest.raises(InvalidParameterError) as raised:
         run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04")
     assert code == 2 and "append days in time order" in str(raised.value) and str(raised.value) in err
+
+
+def test_a_not_yet_appended_days_spectral_dry_run_tries_the_keys_its_run_charges(tmp_path: Path, write_spec: Any,
+                                                                                 capsys: Any) -> None:
+    """Both cases at once: the day's partition still to be appended and a saved spectral histogram that covers
+    partitions before the window. The keys the run charges are the ones the dry run listed and tried."""
+    store = daily_store(tmp_path / "days.zarr")
+    doc = _window_doc(tmp_path, store, "hist", 0.1, structure="spectral-histogram", regularizer=100.0)
+    write_spec(doc)
+    assert run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-03").status == \
+        "completed"
+    doc = _append_doc(tmp_path, store, "hist-next", 0.1)
+    doc["mechanism"].update(structure="spectral-histogram", regularizer=100.0)
+    ledger = doc["budget"]["ledger"]
+    code, checked, _ = _dry_run(write_spec(doc), "2026-11-04", ledger, capsys)
+    assert code == 0 and open_matrix(store).n_partitions == 3
+    outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04")
+    assert outcome.status == "completed"
+    charged = sorted(int(e.dataset.rsplit(":", 1)[1]) for e in Ledger(ledger).find("hist-next@2026-11-04")
+                     if e.status == CHARGED)
+    window = outcome.result.window.partitions  # the released checkpoint's partitions, within the charged ones
+    assert set(window) <= set(charged) and charged[-1] == 3
+    before = [i for i in charged if i < 2]
+    assert before == [1]  # the saved structure's first checkpoint (expiry keeps t_1 <= s: [1, 2] on day 3)
+    assert "the window's 2 partition(s): 2, 3" in checked["releases"][0]
+    assert f"saved histogram: {len(before)} partition(s): {', '.join(map(str, before))}" in checked["releases"][0]
+    assert checked["remaining_epsilon_after"] == pytest.approx(_spent_minimum(ledger, store, charged))
