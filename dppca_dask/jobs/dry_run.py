@@ -259,7 +259,7 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
     partitions = tuple(charges.partitions)
 
     def listed(indices: tuple[int, ...]) -> str:
-        return f"{len(indices)} partition(s): {', '.join(str(i) for i in indices)}"
+        return f"{len(indices)} partition(s): {', '.join(str(i) for i in indices)}" if indices else "none"
 
     if charges.histogram is None:
         releases = (f"{plan.release} release of the window's Gram ({listed(window)}), charged to each partition's "
