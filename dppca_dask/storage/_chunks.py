@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-__all__ = ["BufferPool", "ChunkLayout", "chunk_layout", "prefetch_range", "read_range"]
+__all__ = ["PIECE", "BufferPool", "ChunkLayout", "chunk_layout", "prefetch_range", "read_range"]
 
 
 class BufferPool:
@@ -67,6 +67,10 @@ class BufferPool:
         with self._lock:
             self._arrays.clear()
 
+
+#: Values converted (and shown to ``read_range``'s ``piece``) at a time: 256 KiB of float64, which stay in a core's
+#: own cache (1-2 MiB on current processors) with the piece's float32 source and a pass's output.
+PIECE = 2**15
 
 #: The pool of this process's partition reads.
 POOL = BufferPool()
@@ -125,12 +129,18 @@ def chunk_layout(array: zarr.Array) -> ChunkLayout | None:
 
 
 def read_range(layout: ChunkLayout, start: int, stop: int, *, dtype: Any = None,
-               visit: Callable[[int, np.ndarray], None] | None = None) -> np.ndarray:
+               visit: Callable[[int, np.ndarray], None] | None = None,
+               piece: Callable[[int, np.ndarray], None] | None = None) -> np.ndarray:
     """Elements ``[start, stop)`` of the array described by ``layout``, as a new array.
 
     ``dtype`` converts the values chunk by chunk on the way (a chunk-sized scratch buffer instead of a second
     array of the whole range). ``visit(offset, values)`` is called once per chunk with the converted values of
     the range that chunk held (``offset`` from ``start``), while they are still in the processor's cache.
+
+    ``piece(offset, values)``, when converting, is called for each piece of at most :data:`PIECE` converted values
+    as soon as it is written, before the chunk's ``visit``: a piece is still in the core's own cache, where a
+    whole chunk (2 MiB of float64) is not, so a pass over each piece costs a fraction of a pass over the chunk.
+    Pieces come in order and never span two chunks. Without conversion it is not called.
     """
     if not 0 <= start <= stop <= layout.length:
         raise ValueError(f"range [{start}, {stop}) outside the array's {layout.length} elements")
@@ -142,9 +152,13 @@ def read_range(layout: ChunkLayout, start: int, stop: int, *, dtype: Any = None,
         lo, hi = index * chunk, (index + 1) * chunk
         a, b = max(lo, start), min(hi, stop)
         target = out[a - start : b - start]
-        if scratch is not None:  # decode into the scratch buffer, convert into place
+        if scratch is not None:  # decode into the scratch buffer, convert into place piece by piece
             _read_chunk(layout, index, scratch)
-            np.copyto(target, scratch[a - lo : b - lo], casting="unsafe")
+            for p in range(a, b, PIECE):
+                q = min(p + PIECE, b)
+                np.copyto(out[p - start : q - start], scratch[p - lo : q - lo], casting="unsafe")
+                if piece is not None:
+                    piece(p - start, out[p - start : q - start])
         elif a == lo and b == hi:  # the whole chunk: decode it in place
             _read_chunk(layout, index, target)
         else:  # an edge chunk: decode it, keep the part inside the range

@@ -411,8 +411,10 @@ class MatrixStore:
         if squares is not None:
             squares.start(indptr)
         if part.nnz:
-            data = _read_range(self.path, f"{key}/data", self.fingerprint, part.nnz_start, part.nnz_stop,
-                               dtype=dtype, visit=None if squares is None else squares.add)
+            with np.errstate(over="ignore", invalid="ignore"):  # squares overflow to inf: the norms' check says so
+                data = _read_range(self.path, f"{key}/data", self.fingerprint, part.nnz_start, part.nnz_stop,
+                                   dtype=dtype, visit=None if squares is None else squares.add,
+                                   piece=None if squares is None else squares.piece)
             indices = _read_range(self.path, f"{key}/indices", self.fingerprint, part.nnz_start, part.nnz_stop)
         else:
             data = np.zeros(0, dtype=self.dtype if dtype is None else dtype)
@@ -509,10 +511,27 @@ class _SquaredRowSums:
     The squares of one chunk go to a reusable buffer the size of a chunk (no array of the whole partition), and
     their per-row sums (``numpy.add.reduceat`` over the row starts inside the chunk) to the rows they belong to.
     Empty rows are skipped: the starts of the non-empty rows increase strictly, as ``reduceat`` needs.
+
+    Where the values are converted on the way (:func:`._chunks.read_range`'s ``piece``), each converted piece is
+    squared into the buffer at once, while it is in the core's cache, and the chunk's sums are taken when the chunk
+    is complete (:meth:`add`): the same squares and the same sums, bit for bit, as squaring the whole chunk there.
+    Squares that overflow are left to the caller's ``numpy.errstate`` (they become ``inf``, which the norms' check
+    reports).
     """
 
     def __init__(self) -> None:
         self._buffer = np.empty(0)
+        self._squared = 0  # values of the current chunk already squared into the buffer by :meth:`piece`
+
+    def piece(self, offset: int, values: np.ndarray) -> None:
+        """Square a piece of the chunk being read (pieces in order, from the chunk's first value)."""
+        end = self._squared + values.size
+        if self._buffer.size < end:
+            grown = np.empty(max(end, 2 * self._buffer.size))
+            grown[: self._squared] = self._buffer[: self._squared]
+            self._buffer = grown
+        np.square(values, out=self._buffer[self._squared : end], dtype=np.float64)
+        self._squared = end
 
     def start(self, indptr: np.ndarray) -> None:
         """``indptr``: the partition's row pointers, relative to its first value (checked: starts at 0, monotone)."""
@@ -523,13 +542,17 @@ class _SquaredRowSums:
         self._sums = np.zeros(self._rows.size)
 
     def add(self, offset: int, values: np.ndarray) -> None:
+        """The sums of one chunk's values (``offset`` from the partition's first value)."""
         n = values.size
+        squared, self._squared = self._squared, 0
         if n == 0:
             return
         if self._buffer.size < n:
             self._buffer = np.empty(n)
         with np.errstate(over="ignore", invalid="ignore"):
-            squares = np.square(values, out=self._buffer[:n], dtype=np.float64)
+            squares = self._buffer[:n]
+            if squared != n:  # no pieces were shown (values read as stored, or through zarr)
+                np.square(values, out=squares, dtype=np.float64)
             first = int(np.searchsorted(self._starts, offset, side="right")) - 1  # the row holding values[0]
             stop = int(np.searchsorted(self._starts, offset + n, side="left"))
             segments = self._starts[first:stop] - offset
@@ -554,12 +577,14 @@ def _layout(path: str, key: str, version: str) -> ChunkLayout | None:
 
 
 def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dtype: Any = None,
-                visit: Callable[[int, np.ndarray], None] | None = None) -> np.ndarray:
+                visit: Callable[[int, np.ndarray], None] | None = None,
+                piece: Callable[[int, np.ndarray], None] | None = None) -> np.ndarray:
     """Elements ``[start, stop)`` of a 1-D array of a store, each chunk decoded straight into the result (see
-    :func:`._chunks.read_range` for ``dtype`` and ``visit``; through zarr, ``visit`` sees the whole range)."""
+    :func:`._chunks.read_range` for ``dtype``, ``visit`` and ``piece``; through zarr, ``visit`` sees the whole
+    range and ``piece`` nothing)."""
     layout = _layout(path, key, version)
     if layout is not None:
-        return read_range(layout, start, stop, dtype=dtype, visit=visit)
+        return read_range(layout, start, stop, dtype=dtype, visit=visit, piece=piece)
     values = np.asarray(_open(path, key, version)[start:stop])
     if dtype is not None:
         values = values.astype(dtype, copy=False)

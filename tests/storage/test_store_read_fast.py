@@ -250,3 +250,58 @@ def test_reads_into_reused_arrays_are_exact(tmp_path: Path, rng: np.random.Gener
             assert (block != expected).nnz == 0
             np.testing.assert_allclose(norms, safe_row_norms(expected), rtol=1e-13)
             del block
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_pieces_cover_each_chunk_in_order_before_its_visit(tmp_path: Path, rng: np.random.Generator, codec: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from dppca_dask.storage import _chunks
+
+    monkeypatch.setattr(_chunks, "PIECE", 5)
+    group = zarr.open_group(tmp_path / "a.zarr", mode="w", zarr_format=3)
+    values = rng.standard_normal(300).astype(np.float32)
+    array = group.create_array("v", shape=values.shape, dtype=values.dtype, chunks=(16,),
+                               compressors=None if codec == "none" else _format.compressors("lz4"))
+    array[:] = values
+    layout = chunk_layout(array)
+    assert layout is not None
+    for start, stop in ((0, 300), (3, 5), (15, 17), (7, 250), (16, 32), (299, 300)):
+        events: list[tuple[str, int, np.ndarray]] = []
+        out = read_range(layout, start, stop, dtype=np.float64,
+                         visit=lambda o, v: events.append(("chunk", o, v.copy())),
+                         piece=lambda o, v: events.append(("piece", o, v.copy())))
+        np.testing.assert_array_equal(out, values[start:stop].astype(np.float64))
+        pieces: list[tuple[int, np.ndarray]] = []
+        for kind, offset, seen in events:
+            if kind == "piece":
+                assert 0 < seen.size <= 5 and seen.dtype == np.float64
+                np.testing.assert_array_equal(seen, out[offset : offset + seen.size])
+                pieces.append((offset, seen))
+                continue
+            # a chunk's visit comes after exactly its own pieces, which cover it in order
+            assert [o for o, _ in pieces] == list(range(offset, offset + seen.size, 5))
+            np.testing.assert_array_equal(np.concatenate([p for _, p in pieces]), seen)
+            pieces = []
+        assert not pieces
+        # without conversion there are no pieces
+        events.clear()
+        read_range(layout, start, stop, visit=lambda o, v: events.append(("chunk", o, v)),
+                   piece=lambda o, v: events.append(("piece", o, v)))
+        assert {kind for kind, _, _ in events} == {"chunk"}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_norms_squared_piece_by_piece_are_bit_identical(tmp_path: Path, rng: np.random.Generator, dtype: type,
+                                                        small_chunks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dppca_dask.storage import _chunks
+
+    matrix = random_csr(rng, n_rows=200, dtype=dtype)
+    matrix.data[::7] *= 1e150 if dtype == np.float64 else 1e30  # squares far apart in magnitude: order shows
+    store = write_matrix(tmp_path / "s.zarr", matrix, rows_per_partition=70)
+    whole = [store.read_partition_with_norms(p.index, dtype=np.float64) for p in store.partitions]
+    for size in (1, 3, 5, 16):
+        monkeypatch.setattr(_chunks, "PIECE", size)
+        for (block, norms), part in zip(whole, store.partitions):
+            again, pieces = store.read_partition_with_norms(part.index, dtype=np.float64)
+            assert (again != block).nnz == 0
+            np.testing.assert_array_equal(pieces.view(np.int64), norms.view(np.int64))
