@@ -241,3 +241,31 @@ def test_a_not_yet_appended_days_spectral_dry_run_tries_the_keys_its_run_charges
     assert "the window's 2 partition(s): 2, 3" in checked["releases"][0]
     assert f"saved histogram: {len(before)} partition(s): {', '.join(map(str, before))}" in checked["releases"][0]
     assert checked["remaining_epsilon_after"] == pytest.approx(_spent_minimum(ledger, store, charged))
+
+
+@pytest.mark.parametrize("case", ["row-window-spectral", "cache-spectral", "cache-not-bool"])
+def test_a_not_yet_appended_days_dry_run_refuses_what_the_run_refuses_after_its_append(tmp_path: Path,
+                                                                                      write_spec: Any, case: str,
+                                                                                      capsys: Any) -> None:
+    """A row window's partitions are left to the run when the day's file is still to be appended, but parameters
+    the release refuses whatever the window are refused by the dry run, with the run's message, before anything
+    is appended."""
+    store = daily_store(tmp_path / "days.zarr")
+    doc = _append_doc(tmp_path, store, "win", 0.1)
+    del doc["mechanism"]["last"]
+    doc["mechanism"]["last_rows"] = 10
+    if case == "row-window-spectral":
+        doc["mechanism"]["structure"] = "spectral-histogram"
+    elif case == "cache-spectral":
+        doc["mechanism"].update(last="2D", structure="spectral-histogram", cache=True)
+        del doc["mechanism"]["last_rows"]
+    else:
+        doc["mechanism"]["cache"] = "yes"
+    code, _, err = _dry_run(write_spec(doc), "2026-11-04", doc["budget"]["ledger"], capsys)
+    assert code == 2 and open_matrix(store).n_partitions == 3
+    message = {"row-window-spectral": "serves time windows", "cache-spectral": "cache=True serves structure='exact'",
+               "cache-not-bool": "cache must be True or False; got 'yes'"}[case]
+    assert message in err
+    with pytest.raises(InvalidParameterError) as raised:
+        run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04")
+    assert str(raised.value) in err

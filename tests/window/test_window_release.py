@@ -196,5 +196,8 @@ def test_gram_cache_reads_only_new_partitions(daily_store, monkeypatch):
                   noise=ZeroNoiseSource())
     assert reads == [3]  # the cut partition is read (never cached); the last one comes from the cache
     assert np.allclose(rows.released, _exact(range(4, 6), first_rows=ROWS_PER_DAY - 5))
-    with pytest.raises(InvalidParameterError, match="cache must be True or False"):
-        window(store, last="1D", epsilon=1, delta=1e-6, client="local", cache="yes")
+    for wrong in ("yes", "", 1, None):  # falsy values too: a misspelt setting is refused, not read as False
+        with pytest.raises(InvalidParameterError, match="cache must be True or False"):
+            window(store, last="1D", epsilon=1, delta=1e-6, client="local", cache=wrong)
+    with pytest.raises(InvalidParameterError, match="cache=True serves structure='exact'"):
+        window(store, last="1D", epsilon=1, delta=1e-6, client="local", cache=True, structure="spectral-histogram")

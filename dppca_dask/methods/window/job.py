@@ -69,7 +69,7 @@ def plan_window_charges(spec: Any, date: str, store: Any) -> tuple[Any, Any]:
     plan = plan_window_job(spec, date, store)
     parameters = dict(spec.parameters)
     parameters.setdefault("end", date)
-    names = ("structure", "last", "end", "eta", "regularizer")
+    names = ("structure", "last", "end", "eta", "regularizer", "cache")
     return plan, plan_charges(plan, **{k: parameters[k] for k in names if k in parameters})
 
 

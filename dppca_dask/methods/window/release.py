@@ -34,8 +34,8 @@ from dppca_dask.methods.window.gram import WindowGram, check_labels, dense_dim_e
 from dppca_dask.methods.window.selection import WindowSelection, select_window
 from dppca_dask.storage import MatrixStore, open_matrix
 
-__all__ = ["RELEASES", "ROW_WINDOW_NEIGHBOURING", "HistogramSetup", "ReleaseCharges", "WindowRelease", "load_release",
-           "plan_charges", "plan_histogram", "plan_window", "window"]
+__all__ = ["RELEASES", "ROW_WINDOW_NEIGHBOURING", "HistogramSetup", "ReleaseCharges", "WindowRelease",
+           "check_structure", "load_release", "plan_charges", "plan_histogram", "plan_window", "window"]
 
 #: How the window's matrix is formed before the release.
 STRUCTURES: tuple[str, ...] = ("exact", "spectral-histogram")
@@ -282,12 +282,27 @@ class ReleaseCharges:
     """A spectral-histogram release's plan (``None``: ``structure="exact"``, charged to the window's partitions)."""
 
 
-def plan_charges(plan: WindowPlan, *, structure: str = "exact", last: Any = None, end: Any = None,
-                 eta: float = 0.2, regularizer: float | None = None) -> ReleaseCharges:
-    """The partitions a release of ``plan`` with ``structure`` is charged to: the window's (``"exact"``), or the
-    spectral histogram's (:func:`plan_histogram`); the one decision a release and a job's dry run both use."""
+def check_structure(structure: Any, *, row_window: bool, cache: Any = False) -> None:
+    """The checks of ``structure`` and ``cache`` that need no plan (a job's dry run makes them when the window
+    itself is left to the run)."""
     if structure not in STRUCTURES:
         raise InvalidParameterError(f"structure must be one of {', '.join(STRUCTURES)}; got {structure!r}")
+    if not isinstance(cache, (bool, np.bool_)):
+        raise InvalidParameterError(f"cache must be True or False; got {cache!r}")
+    if structure == "spectral-histogram" and row_window:
+        raise InvalidParameterError("structure='spectral-histogram' serves time windows (last='30D'); "
+                                    "use structure='exact' for a row window")
+    if structure == "spectral-histogram" and cache:
+        raise InvalidParameterError("cache=True serves structure='exact' (each partition's Gram kept beside the "
+                                    "store); the spectral histogram keeps its own structure: drop cache")
+
+
+def plan_charges(plan: WindowPlan, *, structure: str = "exact", last: Any = None, end: Any = None,
+                 eta: float = 0.2, regularizer: float | None = None, cache: Any = False) -> ReleaseCharges:
+    """The partitions a release of ``plan`` with ``structure`` is charged to: the window's (``"exact"``), or the
+    spectral histogram's (:func:`plan_histogram`); the one decision a release and a job's dry run both use (with
+    :func:`check_structure`'s checks)."""
+    check_structure(structure, row_window=plan.selection.kind != "time", cache=cache)
     if structure == "spectral-histogram":
         setup = plan_histogram(plan, last=last, end=end, eta=eta, regularizer=regularizer)
         return ReleaseCharges(setup.charged, setup)
@@ -611,7 +626,8 @@ def window(
     cache
         Keep each whole partition's exact Gram beside the store (owner-only, keyed by the store's id, the bound
         and the label column) and reuse it: a nightly release of ``structure="exact"`` then reads only the
-        partitions it has not seen. The cache is as sensitive as the data.
+        partitions it has not seen. The cache is as sensitive as the data. ``True`` or ``False`` only; refused with
+        ``structure="spectral-histogram"``, which keeps a structure of its own.
     ledger, dataset, job_id
         Partition-scoped budget (:mod:`~dppca_dask.methods.window.budget`): a ledger (path or
         :class:`~dppca_dask.ledger.Ledger`) whose key ``dataset`` has a budget; the release is charged to every
@@ -651,7 +667,8 @@ def window(
         budget = {"ledger": ledger if isinstance(ledger, Ledger) else Ledger(ledger), "dataset": dataset,
                   "job_id": job_id}
         budget["ledger"].budget(dataset)  # a missing key fails before anything is read
-    charges = plan_charges(plan, structure=structure, last=last, end=end, eta=eta, regularizer=regularizer)
+    charges = plan_charges(plan, structure=structure, last=last, end=end, eta=eta, regularizer=regularizer,
+                           cache=cache)
     if budget is not None:
         budget["partitions"] = charges.partitions
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -661,8 +678,6 @@ def window(
     elif cache:
         from dppca_dask.methods.window.gram import cache_file, partitions_source
 
-        if not isinstance(cache, (bool, np.bool_)):
-            raise InvalidParameterError(f"cache must be True or False; got {cache!r}")
         present = {i: cache_file(plan.store, i, plan.row_norm_bound, plan.labels)
                    for i, rows in zip(plan.selection.partitions, plan.selection.row_ranges) if rows is None}
         present = {i: path for i, path in present.items() if os.path.exists(path)}
