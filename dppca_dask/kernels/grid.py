@@ -35,6 +35,8 @@ class ThresholdGrid:
     thetas: np.ndarray = field(init=False, repr=False, compare=False)
     """The grid values, descending (``thetas[0] == top``)."""
     _ascending: np.ndarray = field(init=False, repr=False, compare=False)
+    _bounds: np.ndarray = field(init=False, repr=False, compare=False)
+    """``+inf``, the grid values, ``-inf``: ``_bounds[b]`` is ``θ_{b-1}`` (see :meth:`bins_by_logs`)."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.top) and self.top > 0):
@@ -49,6 +51,9 @@ class ThresholdGrid:
         asc.setflags(write=False)
         object.__setattr__(self, "thetas", thetas)
         object.__setattr__(self, "_ascending", asc)
+        bounds = np.concatenate(([np.inf], thetas, [-np.inf]))
+        bounds.setflags(write=False)
+        object.__setattr__(self, "_bounds", bounds)
 
     @classmethod
     def for_bound(cls, row_norm_bound: float, *, per_octave: int = 4, octaves: int = 24) -> ThresholdGrid:
@@ -74,7 +79,33 @@ class ThresholdGrid:
         scores = np.asarray(scores, dtype=np.float64)
         if HAVE_NUMBA and scores.ndim == 1:
             return self.bins_and_histogram(scores)[0]
-        return self.bins_searchsorted(scores)
+        return self.bins_by_logs(scores)
+
+    def bins_by_logs(self, scores: np.ndarray) -> np.ndarray:
+        """:meth:`bins` from the grid's closed form (numpy only), the same values as :meth:`bins_searchsorted`.
+
+        ``θ_j = top·2^(-j/g)`` gives ``bin(s) = ⌊g·log2(top/s)⌋ + 1`` (clipped to ``0..n_points``) in exact
+        arithmetic. The rounding of the logarithm and of the grid values moves that guess by at most one, and one
+        exact comparison with each neighbouring grid value (``s > θ_{b-1}``: one lower; ``s ≤ θ_b``: one higher)
+        puts it right. A binary search costs a mispredicted branch per step: 2.5-2.9 ms against 1.3-1.6 ms for the
+        54,348 scores of a benchmark partition (one core). Scores below zero (never a kernel's) are searched.
+        """
+        scores = np.asarray(scores, dtype=np.float64)
+        if (scores < 0).any():  # never a kernel's score (a NaN is placed below, where the search places it)
+            return self.bins_searchsorted(scores)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            guess = np.log2(scores)  # -inf for a zero score, NaN for NaN
+        guess -= math.log2(self.top)
+        guess *= -float(self.per_octave)
+        np.floor(guess, out=guess)
+        guess += 1
+        np.fmax(guess, 0, out=guess)  # fmax/fmin: a NaN score gets bin 0, where the binary search puts it
+        np.fmin(guess, self.n_points, out=guess)
+        bins = guess.astype(np.int64)
+        bounds = self._bounds
+        bins -= scores > bounds[bins]  # s > θ_{b-1}: one lower (θ_{-1} = +inf)
+        bins += scores <= bounds[bins + 1]  # s ≤ θ_b: one higher (θ_{n_points} = -inf)
+        return bins
 
     def bins_searchsorted(self, scores: np.ndarray) -> np.ndarray:
         """:meth:`bins` by binary search (numpy only)."""
@@ -89,7 +120,7 @@ class ThresholdGrid:
         """
         scores = np.asarray(scores, dtype=np.float64)
         if not HAVE_NUMBA or _bins_jit is None:
-            bins = self.bins_searchsorted(scores)
+            bins = self.bins_by_logs(scores)
             return bins, np.bincount(bins, minlength=self.n_bins).astype(np.int64)
         with np.errstate(divide="ignore"):
             logs = np.log2(scores)  # -inf for 0; vectorised, far cheaper than a call per score

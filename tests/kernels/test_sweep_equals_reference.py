@@ -132,3 +132,33 @@ def test_compiled_bins_equal_the_binary_search(rng: np.random.Generator, monkeyp
         np.testing.assert_array_equal(bins, want)
         np.testing.assert_array_equal(histogram, np.bincount(want, minlength=grid.n_bins))
         np.testing.assert_array_equal(grid.bins(scores), want)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_bins_from_the_logarithm_equal_the_binary_search(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch,
+                                                         compiled: bool) -> None:
+    """The numpy bins (closed-form guess, one exact comparison each way) are the definition's on the grid values,
+    one ulp either side of each, zero, subnormals, infinities, NaN and random scores over 40 octaves; scores below
+    zero, never a kernel's, too. Without numba the kernels' bins and histogram are these."""
+    if compiled and not _jit.NUMBA_INSTALLED:
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(grid_module, "HAVE_NUMBA", compiled)
+    for grid in (ThresholdGrid.for_bound(1.0), ThresholdGrid.for_bound(3.0, per_octave=3, octaves=7),
+                 ThresholdGrid(top=0.7, per_octave=1, n_points=1), ThresholdGrid(top=2.0, per_octave=5, n_points=40),
+                 ThresholdGrid.for_bound(1e-150), ThresholdGrid.for_bound(1e150, per_octave=7)):
+        thetas = grid.thetas
+        scores = np.concatenate([
+            thetas, np.nextafter(thetas, 0), np.nextafter(thetas, np.inf), [0.0, -0.0, 5e-324, 1e-300, np.inf, 1e300],
+            rng.uniform(0, grid.top * 1.5, 2_000), grid.top * np.exp2(-rng.uniform(0, 40, 2_000)),
+        ])
+        want = grid.bins_searchsorted(scores)
+        np.testing.assert_array_equal(grid.bins_by_logs(scores), want)
+        bins, histogram = grid.bins_and_histogram(scores)
+        np.testing.assert_array_equal(bins, want)
+        np.testing.assert_array_equal(histogram, np.bincount(want, minlength=grid.n_bins))
+        even = scores.size // 2 * 2
+        np.testing.assert_array_equal(grid.bins(scores[:even].reshape(2, -1)), want[:even].reshape(2, -1))
+        with_nan = np.append(scores, np.nan)
+        np.testing.assert_array_equal(grid.bins_by_logs(with_nan), grid.bins_searchsorted(with_nan))
+        negative = np.append(scores, [-1.0, -np.inf])
+        np.testing.assert_array_equal(grid.bins_by_logs(negative), grid.bins_searchsorted(negative))
