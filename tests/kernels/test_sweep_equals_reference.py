@@ -162,3 +162,17 @@ def test_bins_from_the_logarithm_equal_the_binary_search(rng: np.random.Generato
         np.testing.assert_array_equal(grid.bins_by_logs(with_nan), grid.bins_searchsorted(with_nan))
         negative = np.append(scores, [-1.0, -np.inf])
         np.testing.assert_array_equal(grid.bins_by_logs(negative), grid.bins_searchsorted(negative))
+
+
+def test_bins_from_the_logarithm_on_a_grid_reaching_the_subnormals() -> None:
+    """Grid values rounded to subnormals (and to zero) put the logarithm's guess many bins off (64 per octave:
+    up to 63): the exact comparisons repeat until no bin moves, so the bins are still the binary search's. A single
+    score (0-d) gets a single bin, as from the binary search."""
+    grid = ThresholdGrid(top=1e-300, per_octave=64, n_points=64 * 90)
+    thetas = grid.thetas[grid.thetas > 0]
+    scores = np.concatenate([thetas, np.nextafter(thetas, 0), np.nextafter(thetas, 1), [0.0, 5e-324, 1e-323]])
+    np.testing.assert_array_equal(grid.bins_by_logs(scores), grid.bins_searchsorted(scores))
+    for score in (0.3, 5e-324, 0.0, np.inf):
+        for g in (grid, ThresholdGrid.for_bound(1.0)):
+            assert g.bins_by_logs(np.float64(score)) == g.bins_searchsorted(np.float64(score))
+            assert g.bins(np.asarray(score)) == g.bins_searchsorted(np.float64(score))
