@@ -95,3 +95,53 @@ def test_budget_arguments_are_checked_before_reading(tmp_path, ten_days):
     anon = dataclasses.replace(ten_days, store_id=None)
     with pytest.raises(InvalidParameterError, match="has no store id"):
         reserve_partitions(ledger, "nightly", "j", store=anon, partitions=[1], epsilon=1, delta=1e-6, events=[])
+
+
+@pytest.mark.parametrize("release", ["gaussian", "wishart"])
+@pytest.mark.parametrize("regularizer", [1e-3, 1e4])
+def test_a_spectral_histogram_is_charged_every_partition_its_released_checkpoint_covers(tmp_path, daily_store,
+                                                                                         release, regularizer):
+    """Nightly spectral-histogram releases (a new structure, then the saved one with a day appended each night, the
+    expiry dropping checkpoints): every partition the released checkpoint covers is charged, each charge is the
+    events the release emitted, and nothing after the newest partition or before the first one the checkpoint may
+    cover (the saved structure's first checkpoint, the window's first partition, the first partition added) is
+    charged. A large λ merges checkpoints (t₁ before the window: partition 0 every night), a small one keeps them apart
+    (t₁ the window's first partition; the saved first checkpoint, one partition earlier, is charged too)."""
+    from dppca_dask.methods.window.histogram import SpectralHistogram
+    from dppca_dask.storage import append_partition
+    from window_data import day, day_block
+
+    ledger = _ledger(tmp_path, total=1e4)
+    store = daily_store(6)
+    args = {"last": "4D", "epsilon": 1, "delta": 1e-6, "release": release, "structure": "spectral-histogram",
+            "regularizer": regularizer, "client": "local", "ledger": ledger, "dataset": "nightly"}
+    directory = None
+    for night in range(4):
+        if night:
+            store = append_partition(store.path, day_block(6 + night), timestamp=day(6 + night))
+        before = None
+        if directory is not None:
+            saved = SpectralHistogram.load(directory, expect={})
+            before = saved.starts[0]
+        result = window(store, noise=ZeroNoiseSource(), job_id=f"night-{night}", **args)
+        directory = _histogram_directory(store, "345600s-features")
+        if regularizer > 1:
+            assert min(result.window.partitions) == 0  # the case a charge from the window alone would miss
+        covered = set(result.window.partitions)
+        charged = {i for i in range(len(store.partitions))
+                   if ledger.entry(partition_key("nightly", store, i), f"night-{night}") is not None}
+        assert covered <= charged, (night, sorted(covered), sorted(charged))
+        window_start = min(i for i, p in enumerate(store.partitions) if p.timestamp > store.partitions[-1].timestamp
+                           - 4 * 86400)
+        first = min([window_start] + ([before] if before is not None else [0]))
+        assert charged == set(range(first, len(store.partitions)))
+        for i in charged:
+            entry = ledger.entry(partition_key("nightly", store, i), f"night-{night}")
+            assert entry.status == "charged"
+            assert [event_to_json(e) for e in entry.counted_events] == list(result.privacy.events)
+
+
+def _histogram_directory(store, name: str) -> str:
+    from dppca_dask.methods.window.histogram import histogram_path
+
+    return histogram_path(store.path, name)
