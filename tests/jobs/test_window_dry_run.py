@@ -92,8 +92,13 @@ def test_a_spectral_histogram_dry_run_tries_the_partitions_before_the_window(tmp
 
     doc["job"] = {"name": "small"}
     doc["privacy"]["epsilon"] = 0.05
+    from dppca_dask.methods.window.histogram import histogram_path
+
+    saved = Path(histogram_path(store, "345600s-features"))
+    state = {name: (saved / name).read_bytes() for name in ("state.json", "state.npz")}
     code, checked, _ = _dry_run(write_spec(doc), "2026-11-07", ledger, capsys)
     assert code == 0 and checked["status"] == "would-run"
+    assert {name: (saved / name).read_bytes() for name in state} == state  # the saved structure only read
     assert "the window's 4 partition(s): 3, 4, 5, 6" in checked["releases"][0]
     assert "saved histogram: 3 partition(s): 0, 1, 2" in checked["releases"][0]
     assert not any("checked by the run" in note for note in checked["notes"])
