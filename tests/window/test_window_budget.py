@@ -97,34 +97,38 @@ def test_budget_arguments_are_checked_before_reading(tmp_path, ten_days):
         reserve_partitions(ledger, "nightly", "j", store=anon, partitions=[1], epsilon=1, delta=1e-6, events=[])
 
 
-@pytest.mark.parametrize("release", ["gaussian", "wishart"])
-@pytest.mark.parametrize("regularizer", [1e-3, 1e4])
+@pytest.mark.parametrize(("release", "regularizer", "labels"), [
+    ("gaussian", 1e-3, False), ("wishart", 1e-3, False), ("gaussian", 1e4, False), ("wishart", 1e4, False),
+    ("gaussian", 1e4, True)])
 def test_a_spectral_histogram_is_charged_every_partition_its_released_checkpoint_covers(tmp_path, daily_store,
-                                                                                         release, regularizer):
+                                                                                         release, regularizer,
+                                                                                         labels):
     """Nightly spectral-histogram releases (a new structure, then the saved one with a day appended each night, the
     expiry dropping checkpoints): every partition the released checkpoint covers is charged, each charge is the
     events the release emitted, and nothing after the newest partition or before the first one the checkpoint may
     cover (the saved structure's first checkpoint, the window's first partition, the first partition added) is
-    charged. A large λ merges checkpoints (t₁ before the window: partition 0 every night), a small one keeps them apart
+    charged. With labels, the labelled Gram covers the same partitions. A large λ merges checkpoints (t₁ before the window: partition 0 every night), a small one keeps them apart
     (t₁ the window's first partition; the saved first checkpoint, one partition earlier, is charged too)."""
     from dppca_dask.methods.window.histogram import SpectralHistogram
     from dppca_dask.storage import append_partition
-    from window_data import day, day_block
+    from window_data import _labels, day, day_block
 
     ledger = _ledger(tmp_path, total=1e4)
-    store = daily_store(6)
-    args = {"last": "4D", "epsilon": 1, "delta": 1e-6, "release": release, "structure": "spectral-histogram",
+    store = daily_store(6, labels=labels)
+    args = {"last": "4D", "labels": labels, "epsilon": 1, "delta": 1e-6, "release": release, "structure": "spectral-histogram",
             "regularizer": regularizer, "client": "local", "ledger": ledger, "dataset": "nightly"}
     directory = None
     for night in range(4):
         if night:
+            if labels:
+                _labels(store, 6 + night)
             store = append_partition(store.path, day_block(6 + night), timestamp=day(6 + night))
         before = None
         if directory is not None:
             saved = SpectralHistogram.load(directory, expect={})
             before = saved.starts[0]
         result = window(store, noise=ZeroNoiseSource(), job_id=f"night-{night}", **args)
-        directory = _histogram_directory(store, "345600s-features")
+        directory = _histogram_directory(store, f"345600s-{'labels' if labels else 'features'}")
         if regularizer > 1:
             assert min(result.window.partitions) == 0  # the case a charge from the window alone would miss
         covered = set(result.window.partitions)
