@@ -312,7 +312,8 @@ def plan_charges(plan: WindowPlan, *, structure: str = "exact", last: Any = None
 def _histogram_release(plan: WindowPlan, setup: HistogramSetup, noise: NoiseSource,
                        budget: Mapping[str, Any] | None) -> tuple[Any, Any, Any, tuple[str, ...]]:
     """A release from the spectral histogram planned by :func:`plan_histogram`: the generator that reads the new
-    partitions, updates and saves the structure, and releases its first checkpoint."""
+    partitions, updates the structure, releases its first checkpoint and then saves the structure (never one whose
+    first checkpoint was not released: the next release is charged from it)."""
     from dppca_dask.methods.window.gram import PartitionGrams, partitions_source
 
     store, selection = plan.store, plan.selection
@@ -343,7 +344,6 @@ def _histogram_release(plan: WindowPlan, setup: HistogramSetup, noise: NoiseSour
             grams = (yield PartitionGrams(row_norm_bound=c, partitions=new, labels=labels)) if new else {}
             for index in new:
                 hist.add(index, grams[index], window_start=start_of(index))
-            hist.save(directory, meta={k: v for k, v in expect.items() if k not in ("eta", "regularizer", "dim")})
             t1, gram = hist.covering(s)
         except BaseException:
             if reservation is not None:
@@ -361,6 +361,18 @@ def _histogram_release(plan: WindowPlan, setup: HistogramSetup, noise: NoiseSour
             raise
         if reservation is not None:
             reservation.charge()
+        # Saved only once its first checkpoint is released: the next release is charged from the saved first
+        # checkpoint, which the pruning chose from the data and which is public only once released (erratum E8).
+        # A release that fails before its noise leaves the structure as it was (the next one reads these
+        # partitions again); a structure that cannot be saved after the release leaves the release standing.
+        try:
+            hist.save(directory, meta={k: v for k, v in expect.items() if k not in ("eta", "regularizer", "dim")})
+        except OSError as exc:
+            import warnings
+
+            warnings.warn(f"the spectral histogram could not be saved in '{directory}' ({type(exc).__name__}: "
+                          f"{exc.strerror or exc}); the release stands, and the next one reads again the partitions "
+                          "added since the last saved state", RuntimeWarning, stacklevel=2)
         covered[:] = [t1]
         return noisy, shift, (event,)
 
