@@ -59,18 +59,20 @@ def _day(store: str, day: int, seed: int) -> None:
 
 
 def _histogram_store(tmp_path: Path, write_spec: Any) -> tuple[str, dict[str, Any]]:
-    """Six days, partition 0 charged ε 0.8 by an exact job of its own day, a spectral histogram of a 4-day window
-    built on day 6 (ε 0.1) and a seventh day appended. A large floor λ makes the pruning keep its first checkpoint,
-    partition 0 ([0, 4, 5]); the window of day 7 is partitions 3..6, so the next release is charged to 0..6."""
-    store = daily_store(tmp_path / "days.zarr", days=6)
+    """Four days, partition 0 charged ε 0.8 by an exact job of its own day, a spectral histogram of a 4-day window
+    built on day 4 (ε 0.1; it starts at the window, partition 0), then days 5 to 7 appended. The saved structure's
+    first checkpoint is partition 0; the window of day 7 is partitions 3..6, so the next release is charged to
+    0..6."""
+    store = daily_store(tmp_path / "days.zarr", days=4)
     exact = _window_doc(tmp_path, store, "day-one", 0.8, last="1D")
     write_spec(exact)
     assert run_job(parse_job(exact, source="job.toml", base_dir=str(tmp_path)), date="2026-11-01").status == \
         "completed"
     hist = _window_doc(tmp_path, store, "hist", 0.1, last="4D", structure="spectral-histogram", regularizer=100.0)
-    assert run_job(parse_job(hist, source="job.toml", base_dir=str(tmp_path)), date="2026-11-06").status == \
+    assert run_job(parse_job(hist, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04").status == \
         "completed"
-    _day(store, 7, seed=5)
+    for day in (5, 6, 7):
+        _day(store, day, seed=day)
     return store, hist
 
 
@@ -110,20 +112,21 @@ def test_a_spectral_histogram_dry_run_tries_the_partitions_before_the_window(tmp
     assert checked["remaining_epsilon_after"] == pytest.approx(_spent_minimum(ledger, store, charged))
 
 
-def test_a_new_spectral_histogram_is_charged_to_every_partition_its_release_may_cover(tmp_path: Path,
-                                                                                     write_spec: Any) -> None:
-    """A structure built from nothing adds every partition of the store, and the pruning (from the data) may keep
-    a first checkpoint before the window: the release is charged to every partition from the first one added, so
-    the partitions its released checkpoint covers are all charged."""
+def test_a_new_spectral_histogram_starts_at_the_window(tmp_path: Path, write_spec: Any) -> None:
+    """A structure built from nothing starts at the window's first partition (no later window of its length
+    reaches back before it): its first release covers the window, and is charged to the window only, as its dry run
+    says; the partitions before the window are neither read nor charged."""
     store = daily_store(tmp_path / "days.zarr", days=6)
     doc = _window_doc(tmp_path, store, "hist", 0.1, last="4D", structure="spectral-histogram", regularizer=100.0)
-    write_spec(doc)
+    spec_path = write_spec(doc)
+    code = main(["run", str(spec_path), "--dry-run", "--date", "2026-11-06", "--json"])
+    assert code == 0
     outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-06")
     released = set(outcome.result.window.partitions)
-    assert released == set(range(6))  # the first checkpoint is partition 0, before the window 2..5
+    assert released == {2, 3, 4, 5}
     charged = {int(e.dataset.rsplit(":", 1)[1]) for e in Ledger(doc["budget"]["ledger"]).find("hist@2026-11-06")
                if e.status == CHARGED}
-    assert released <= charged
+    assert charged == released
 
 
 @pytest.mark.parametrize("case", ["eta", "row-window", "past-date", "saved-with-other-eta", "structure"])

@@ -107,8 +107,10 @@ def test_a_spectral_histogram_is_charged_every_partition_its_released_checkpoint
     expiry dropping checkpoints): every partition the released checkpoint covers is charged, each charge is the
     events the release emitted, and nothing after the newest partition or before the first one the checkpoint may
     cover (the saved structure's first checkpoint, the window's first partition, the first partition added) is
-    charged. With labels, the labelled Gram covers the same partitions. A large λ merges checkpoints (t₁ before the window: partition 0 every night), a small one keeps them apart
-    (t₁ the window's first partition; the saved first checkpoint, one partition earlier, is charged too)."""
+    charged. With labels, the labelled Gram covers the same partitions. The new structure starts at the first
+    night's window (partition 2). A large λ merges checkpoints (t₁ stays before the later nights' windows), a small
+    one keeps them apart (t₁ the window's first partition; the saved first checkpoint, one partition earlier, is
+    charged too)."""
     from dppca_dask.methods.window.histogram import SpectralHistogram
     from dppca_dask.storage import append_partition
     from window_data import _labels, day, day_block
@@ -129,15 +131,17 @@ def test_a_spectral_histogram_is_charged_every_partition_its_released_checkpoint
             before = saved.starts[0]
         result = window(store, noise=ZeroNoiseSource(), job_id=f"night-{night}", **args)
         directory = _histogram_directory(store, f"345600s-{'labels' if labels else 'features'}")
-        if regularizer > 1:
-            assert min(result.window.partitions) == 0  # the case a charge from the window alone would miss
         covered = set(result.window.partitions)
         charged = {i for i in range(len(store.partitions))
                    if ledger.entry(partition_key("nightly", store, i), f"night-{night}") is not None}
         assert covered <= charged, (night, sorted(covered), sorted(charged))
         window_start = min(i for i, p in enumerate(store.partitions) if p.timestamp > store.partitions[-1].timestamp
                            - 4 * 86400)
-        first = min([window_start] + ([before] if before is not None else [0]))
+        if regularizer > 1 and night:
+            assert min(covered) < window_start  # the case a charge from the window alone would miss
+        if not night:
+            assert min(covered) == window_start == 2  # a new structure starts at the window
+        first = min([window_start] + ([before] if before is not None else []))
         assert charged == set(range(first, len(store.partitions)))
         for i in charged:
             entry = ledger.entry(partition_key("nightly", store, i), f"night-{night}")

@@ -226,10 +226,11 @@ class HistogramSetup:
     histogram: Any
     """The saved :class:`~dppca_dask.methods.window.histogram.SpectralHistogram` (a new, empty one when none is)."""
     new: tuple[int, ...]
-    """The partitions added since the structure was last saved (the release reads these only)."""
+    """The partitions added since the structure was last saved (the release reads these only); a new structure
+    starts at the window's first partition."""
     charged: tuple[int, ...]
     """The partitions the release is charged to: every one its released checkpoint may cover, from the saved
-    structure's first checkpoint (a new structure's: the first partition it adds; the window's first partition,
+    structure's first checkpoint (a new structure's: the window's first partition; the window's first partition,
     when earlier) to the newest."""
 
 
@@ -266,9 +267,12 @@ def plan_histogram(plan: WindowPlan, *, last: Any, end: Any, eta: float,
     if hist is None:
         hist = SpectralHistogram(plan.dim, float(eta), float(regularizer))
     parts = store.partitions
-    new = tuple(p.index for p in parts if p.index > hist.last)
+    if hist.starts:
+        new = tuple(p.index for p in parts if p.index > hist.last)
+    else:  # a new structure starts at the window: no later window of this length reaches back before it
+        new = tuple(p.index for p in parts if p.index >= selection.partitions[0])
     # the released checkpoint t_1 is chosen by the pruning from the data: it is at or after the saved structure's
-    # first checkpoint, or, for a structure that holds none yet, at or after the first partition added now
+    # first checkpoint, or, for a new structure, at or after the first partition added now (the window's first)
     first_possible = min([selection.partitions[0]] + hist.starts[:1] + list(new[:1]))
     return HistogramSetup(directory, expect, hist, new, tuple(range(first_possible, len(parts))))
 
@@ -605,8 +609,8 @@ def window(
     structure
         ``"exact"`` (default): the exact Gram of the window, with the unconditional guarantee.
         ``"spectral-histogram"``: the paper's structure (:mod:`~dppca_dask.methods.window.histogram`), kept
-        beside the store and updated with the partitions appended since its last use (a nightly release reads
-        only the new partitions); it releases its first checkpoint, which covers the window and possibly some
+        beside the store, started at the first release's window and updated with the partitions appended since its
+        last use (a nightly release reads only the new partitions); it releases its first checkpoint, which covers the window and possibly some
         partitions before it, and its guarantee holds conditional on that checkpoint (erratum E8); a partition-scoped
         budget charges every partition the checkpoint may cover (:func:`plan_charges`). Time windows ending at the
         newest partition only.
