@@ -12,7 +12,7 @@ from dppca_dask.errors import InvalidParameterError
 from dppca_dask.mechanisms.testing import ZeroNoiseSource
 from dppca_dask.methods.window.release import HISTOGRAM_CAVEAT
 from dppca_dask.storage import append_partition
-from window_data import clipped, day, day_block
+from window_data import clipped, count_reads, day, day_block
 
 pytestmark = pytest.mark.filterwarnings("ignore::dppca_dask.errors.NotPrivateWarning")
 
@@ -24,19 +24,7 @@ def _gram(parts) -> np.ndarray:
 
 def test_nightly_histogram_reads_only_new_partitions(daily_store, monkeypatch):
     store = daily_store(6)
-    from dppca_dask.coordinator import sources
-
-    reads: list[int] = []
-    original = sources.load_store_partition
-
-    def counting(s, index):
-        reads.append(index)
-        return original(s, index)
-
-    monkeypatch.setattr(sources, "load_store_partition", counting)
-    from dppca_dask.methods.window import gram as gram_module
-
-    monkeypatch.setattr(gram_module, "load_store_partition", counting)
+    reads = count_reads(monkeypatch)
     args = {"last": "3D", "epsilon": 1, "delta": 1e-6, "structure": "spectral-histogram", "client": "local"}
     first = window(store, noise=ZeroNoiseSource(), **args)
     assert first.window.partitions == (3, 4, 5) and set(reads) == {3, 4, 5}  # a new structure starts at the window
@@ -98,18 +86,7 @@ def test_a_release_that_fails_before_its_noise_leaves_the_structure_as_it_was(da
             window(store, noise=ZeroNoiseSource(), job_id="night-2", **args)
     assert _state(store) == saved  # the structure as the released night left it
     assert all(e.status != "charged" for e in ledger.find("night-2"))
-    from dppca_dask.coordinator import sources
-    from dppca_dask.methods.window import gram as gram_module
-
-    reads: list[int] = []
-    original = sources.load_store_partition
-
-    def counting(s, index):
-        reads.append(index)
-        return original(s, index)
-
-    monkeypatch.setattr(gram_module, "load_store_partition", counting)
-    monkeypatch.setattr(sources, "load_store_partition", counting)
+    reads = count_reads(monkeypatch)
     again = window(store, noise=ZeroNoiseSource(), job_id="night-2b", **args)
     assert set(reads) == {6} and again.window.partitions[-1] == 6
     assert np.allclose(again.released, _gram(again.window.partitions))

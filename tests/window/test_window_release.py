@@ -167,20 +167,11 @@ def test_gram_cache_reads_only_new_partitions(daily_store, monkeypatch):
     import os
     import stat
 
-    from dppca_dask.coordinator import sources
-    from dppca_dask.methods.window import gram as gram_module
     from dppca_dask.storage import append_partition
-    from window_data import day
+    from window_data import count_reads, day
 
     store = daily_store(4)
-    reads: list[int] = []
-    original = sources.load_store_partition
-
-    def counting(s, index):
-        reads.append(index)
-        return original(s, index)
-
-    monkeypatch.setattr(gram_module, "load_store_partition", counting)
+    reads = count_reads(monkeypatch)
     args = {"last": "3D", "epsilon": 1, "delta": 1e-6, "client": "local", "cache": True}
     first = window(store, noise=ZeroNoiseSource(), **args)
     assert sorted(reads) == [1, 2, 3] and np.allclose(first.released, _exact(range(2, 5)))

@@ -50,3 +50,21 @@ def _labels(store: MatrixStore, n: int) -> None:
 def clipped(block: np.ndarray, c: float = 1.0) -> np.ndarray:
     norms = np.linalg.norm(block, axis=1)
     return block * np.minimum(1.0, c / np.where(norms > 0, norms, np.inf))[:, None]
+
+
+def count_reads(monkeypatch) -> list[int]:  # noqa: ANN001
+    """The partition indices read from the store from now on, in order (the window's Gram tasks and the
+    coordinator's loaders both call ``load_store_partition``)."""
+    from dppca_dask.coordinator import sources
+    from dppca_dask.methods.window import gram as gram_module
+
+    reads: list[int] = []
+    original = sources.load_store_partition
+
+    def counting(store, index):  # noqa: ANN001, ANN202
+        reads.append(index)
+        return original(store, index)
+
+    monkeypatch.setattr(sources, "load_store_partition", counting)
+    monkeypatch.setattr(gram_module, "load_store_partition", counting)
+    return reads
