@@ -34,7 +34,7 @@ $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[anndata,parquet,test,bench,scanpy]'
+	$(BIN)/python -m pip install --quiet -e '.[anndata,parquet,test,bench,scanpy,typecheck]'
 	touch $@ $(VENV)/.installed-demo
 
 demo: $(VENV)/.installed-demo

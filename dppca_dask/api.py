@@ -288,14 +288,14 @@ def pca(
     t0 = time.perf_counter()
     if mechanism is None:
         mechanism = default_mechanism(n_components)
-    centring, row_norm_bound = centring_options(mechanism, center, row_norm_bound)
+    centring, bound = centring_options(mechanism, center, row_norm_bound)
     params = validate_parameters(
         mechanism=mechanism,
         epsilon=epsilon,
         delta=delta,
         n_components=n_components,
         n_iter=n_iter,
-        row_norm_bound=row_norm_bound,
+        row_norm_bound=bound,
         svt_share=svt_share,
         beta=beta,
         grid_per_octave=grid_per_octave,

@@ -7,7 +7,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zarr
@@ -172,7 +172,7 @@ class PCAResult:
         """Write ``components.zarr`` (the vectors) and ``result.json`` (report, provenance) into ``directory``."""
         directory = os.fspath(directory)
         os.makedirs(directory, exist_ok=True)
-        zarr.save_array(os.path.join(directory, "components.zarr"), np.asarray(self.components), zarr_format=3)
+        zarr.save_array(os.path.join(directory, "components.zarr"), cast(Any, np.asarray(self.components)), zarr_format=3)
         write_result_json(directory, self.to_dict(include_components=False))
         return directory
 
@@ -288,8 +288,8 @@ def load_lowrank(directory: str | os.PathLike[str]) -> LowRankResult:
     meta = read_result_json(directory, writer="LowRankResult.save")
     group = zarr.open_group(os.path.join(directory, "factors.zarr"), mode="r")
     return LowRankResult(
-        left=np.asarray(group["left"][...]),
-        right=np.asarray(group["right"][...]),
+        left=np.asarray(cast(zarr.Array, group["left"])[...]),
+        right=np.asarray(cast(zarr.Array, group["right"])[...]),
         mechanism=meta["mechanism"],
         privacy=LoadedReport(meta["privacy"]),
         provenance=meta.get("provenance", {}),

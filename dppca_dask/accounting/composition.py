@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeAlias
 
 from dp_accounting import dp_event
 from dp_accounting.pld import common as pld_common
@@ -62,13 +62,13 @@ DEFAULT_VALUE_DISCRETIZATION_INTERVAL = 1e-4
 #: Grid points per unit of the smallest pure ε in a tree (its pessimistic rounding then costs at most 1%).
 _POINTS_PER_EPSILON = 100
 
-Events = dp_event.DpEvent | Iterable[dp_event.DpEvent]
+Events: TypeAlias = "dp_event.DpEvent | Iterable[dp_event.DpEvent]"
 
 
 def _as_list(events: Events) -> list[dp_event.DpEvent]:
     if isinstance(events, dp_event.DpEvent):
         return [events]
-    out = list(events)
+    out: list[dp_event.DpEvent] = list(events)
     for e in out:
         if not isinstance(e, dp_event.DpEvent):
             raise InvalidParameterError(

@@ -25,7 +25,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from dp_accounting import dp_event
 from dp_accounting.pld import accountant as pld_accountant
@@ -386,7 +386,7 @@ def _standard_power_multiplier(
     def events(multiplier: float) -> list[dp_event.DpEvent]:
         return [
             dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(multiplier), n_rounds),
-            dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(1.0 / float(value_epsilon)), n_values),
+            dp_event.SelfComposedDpEvent(dp_event.LaplaceDpEvent(1.0 / float(cast(float, value_epsilon))), n_values),
         ]
 
     return _calibrate_to_target(events, merged * math.sqrt(n_rounds), epsilon, delta)

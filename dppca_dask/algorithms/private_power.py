@@ -208,9 +208,9 @@ def private_power_run(
     vector ``x₀`` is data-independent Gaussian, normalised (spec §5). The accountant composes the events; σ and the
     split come from :func:`~dppca_dask.accounting.hardt_roth.calibrate_private_power`.
     """
-    for name, value in (("n_iter", n_iter), ("n_components", n_components), ("n_cols", n_cols)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise InvalidParameterError(f"{name} must be an integer >= 1; got {value!r}")
+    for name, given in (("n_iter", n_iter), ("n_components", n_components), ("n_cols", n_cols)):
+        if isinstance(given, bool) or not isinstance(given, (int, np.integer)) or given < 1:
+            raise InvalidParameterError(f"{name} must be an integer >= 1; got {given!r}")
     if not symmetric and n_components > 1:
         raise InvalidParameterError(
             f"n_components={n_components} needs symmetric=True: on an asymmetric store private power iteration "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -72,7 +72,9 @@ class GramMatrix:
     row_norm_bound: float
 
 
-Request = PowerStep | FilteredSum | GramTimes | PlainGramTimes | GramMatrix
+#: A request: one of the above or any other type registered with the coordinator
+#: (:func:`dppca_dask.coordinator.driver.register_request`), which looks its planner up by the request's type.
+Request: TypeAlias = object
 
 R = TypeVar("R")
 #: An algorithm run: yields requests, receives aggregates, returns its result.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -96,7 +96,7 @@ def feature_labels(store: Any) -> tuple[list[str] | None, str | None]:
     if store.schema != "declared":
         return None, ("column labels (var_ids) withheld: the store's columns were inferred from the data; declare "
                       "them at ingest (--n-features, or --column-ids for Parquet) to label components")
-    return [str(v) for v in np.asarray(group[key][:]).tolist()], None
+    return [str(v) for v in np.asarray(cast(zarr.Array, group[key])[:]).tolist()], None
 
 
 def _bound(text: str) -> float | str:

@@ -280,7 +280,7 @@ def _tls_context(address: str, security: Any | None) -> tuple[Any, ssl.SSLContex
     """The ``Security`` to connect with (given, or from the Dask configuration) and its client TLS context."""
     from distributed.security import Security
 
-    sec = security if security is not None else Security()
+    sec: Any = security if security is not None else Security()
     if not (sec.tls_ca_file and (sec.tls_client_cert or sec.tls_cert)):
         raise InvalidParameterError(
             f"scheduler address '{address}' uses TLS but no client certificate is configured; give the CA file, "
@@ -318,8 +318,8 @@ def _decode_handshake(sock: socket.socket) -> Any:
     frames, buffer_sizes = unpack_frames(_read_exactly(sock, size), partial=True)
     if sum(buffer_sizes) > MAX_HANDSHAKE_BYTES:
         raise ValueError("the first message is larger than a Dask handshake")
-    frames = list(frames) + [_read_exactly(sock, n) for n in buffer_sizes]
-    return loads(frames, deserialize=False)
+    received: list[Any] = [*frames, *(_read_exactly(sock, n) for n in buffer_sizes)]
+    return loads(received, deserialize=False)
 
 
 def check_scheduler(
@@ -766,7 +766,7 @@ class InProcessClient:
 
         if self._pool is None:
             raise InvalidParameterError("this in-process client is closed")
-        return _InProcessFuture(key or getattr(func, "__name__", "task"), self._pool.submit(call))
+        return _InProcessFuture(str(key or getattr(func, "__name__", "task")), self._pool.submit(call))
 
     def compute(self, collection: Any) -> _InProcessFuture:
         """A future of a Dask collection computed with Dask's synchronous scheduler in a thread of the pool."""

@@ -112,7 +112,7 @@ class StepPlan:
     """Associative combination of partials (also applied to a single partial)."""
     partitions: Sequence[int] | None = None
     """Partitions to map over (``None``: all)."""
-    empty: Callable[[int], Any] | None = None
+    empty: Callable[..., Any] | None = None
     """The aggregate of zero partitions, given d."""
     final: Callable[..., Any] | None = None
     """The last combination, of the partials gathered at the coordinator (``None``: ``merge``). It may keep parts

@@ -45,7 +45,7 @@ class TaskFailure:
     #: Code locations of the traceback, innermost last.
     frames: tuple[str, ...]
     #: For errors of this package: the class, ``args`` and attributes to rebuild it from; else ``None``.
-    package_error: tuple[type, tuple[Any, ...], dict[str, Any]] | None = None
+    package_error: tuple[type[DppcaError], tuple[Any, ...], dict[str, Any]] | None = None
 
     @classmethod
     def from_exception(cls, exc: BaseException, task: str) -> TaskFailure:
@@ -54,10 +54,10 @@ class TaskFailure:
             for fs in traceback.extract_tb(exc.__traceback__)
         )[-MAX_FRAMES:]
         kind = type(exc)
-        package_error = None
+        package_error: tuple[type[DppcaError], tuple[Any, ...], dict[str, Any]] | None = None
         if isinstance(exc, DppcaError):
             attrs = {k: v for k, v in vars(exc).items() if isinstance(v, (str, int, float, bool, type(None)))}
-            package_error = (kind, tuple(str(a) for a in exc.args[:1]), attrs)
+            package_error = (type(exc), tuple(str(a) for a in exc.args[:1]), attrs)
         return cls(task=task, error_type=f"{kind.__module__}.{kind.__qualname__}", frames=frames,
                    package_error=package_error)
 

@@ -127,7 +127,7 @@ def as_source(data: Any) -> PartitionSource:
     try:
         import dask.array as da
     except ImportError:  # pragma: no cover - dask is a dependency
-        da = None
+        da = None  # type: ignore[assignment]
     if da is not None and isinstance(data, da.Array):
         return _dask_source(data)
     if sp.issparse(data):

@@ -15,7 +15,7 @@ import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, cast
 
 import numpy as np
 
@@ -45,7 +45,7 @@ def open_binary(path: str) -> IO[bytes]:
     """Open a file for binary reading, decompressing ``.gz``, ``.bz2`` and ``.xz`` files on the fly."""
     lower = path.lower()
     if lower.endswith(".gz"):
-        return gzip.open(path, "rb")
+        return cast(IO[bytes], gzip.open(path, "rb"))
     if lower.endswith(".bz2"):
         return bz2.open(path, "rb")
     if lower.endswith(".xz"):

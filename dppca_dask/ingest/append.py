@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zarr
@@ -74,7 +74,7 @@ def append_file(
         kind = detect_format(require_file(src))
     if kind == "parquet":
         if is_parquet:
-            options["column_ids"] = list(np.asarray(group[var_ids][:]).tolist())
+            options["column_ids"] = list(np.asarray(cast(zarr.Array, group[cast(str, var_ids)])[:]).tolist())
         options.update(row_column=row_column, col_column=col_column, value_column=value_column)
     elif hasattr(src, "shape"):
         options["format"] = None
@@ -94,7 +94,7 @@ def append_file(
                     f"'{target.path}' stores a label per row and the appended file has none; append a LIBSVM file "
                     "with labels"
                 )
-            _write_labels(target, np.asarray(day_group["labels"][:], dtype=np.float64))
+            _write_labels(target, np.asarray(cast(zarr.Array, day_group["labels"])[:], dtype=np.float64))
         return append_partition(target.path, block, timestamp=stamp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -123,7 +123,7 @@ def check_append(target: MatrixStore, timestamp: Any) -> float:
 
 def _write_labels(store: MatrixStore, labels: np.ndarray) -> None:
     """Write labels for rows ``n_rows..`` (before the append's commit point; cuts leftovers of a failed one)."""
-    array = zarr.open_group(store.path, mode="r+")["labels"]
+    array = cast(zarr.Array, zarr.open_group(store.path, mode="r+")["labels"])
     start = store.n_rows
     array.resize((start + labels.size,))
     if labels.size:

@@ -42,7 +42,7 @@ import sqlite3
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from dppca_dask.errors import DppcaError
 from dppca_dask.jobs.spec import JobSpec
@@ -220,7 +220,8 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
 
     if spec.budget.total_epsilon is not None:  # the run's first check (run_window_job), whatever the run leaves
         with ledger._connection() as db:  # only reads: the read-only ledger, named in its message
-            ledger._ensure(db, dataset, float(spec.budget.total_epsilon), float(spec.budget.total_delta), None)
+            ledger._ensure(db, dataset, float(spec.budget.total_epsilon), float(cast(float, spec.budget.total_delta)),
+                          None)
     ledger.budget(dataset)  # a missing key fails before anything is read
     charged = earlier_charge(ledger, dataset, job_id, output)
     if charged is not None:
@@ -287,7 +288,7 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
         trial = Ledger(copy)
         if spec.budget.total_epsilon is not None:
             trial.ensure_dataset(dataset, total_epsilon=spec.budget.total_epsilon,
-                                 total_delta=spec.budget.total_delta)
+                                 total_delta=cast(float, spec.budget.total_delta))
         reserve_partitions(trial, dataset, job_id, store=plan.store, partitions=partitions,
                            epsilon=plan.epsilon, delta=plan.delta, events=plan.planned_events)
         remaining = min(float(trial.budget(partition_key(dataset, plan.store, i)).remaining_epsilon)

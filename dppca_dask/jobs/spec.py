@@ -331,10 +331,10 @@ def _mechanism_parameters(kind: str) -> set[str]:
 
         return {name for name, p in inspect.signature(window).parameters.items()
                 if p.kind == p.KEYWORD_ONLY} - _RESERVED_ARGUMENTS - _WINDOW_RESERVED
-    if kind == "lowrank":
-        from dppca_dask.lowrank import lowrank as fn
-    else:
-        from dppca_dask.api import pca as fn
+    from dppca_dask.api import pca
+    from dppca_dask.lowrank import lowrank
+
+    fn = lowrank if kind == "lowrank" else pca
     return {name for name, p in inspect.signature(fn).parameters.items()
             if p.kind == p.KEYWORD_ONLY or (p.kind == p.POSITIONAL_OR_KEYWORD)} - _RESERVED_ARGUMENTS
 

@@ -19,7 +19,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zarr
@@ -179,7 +179,7 @@ def _read_chunk(layout: ChunkLayout, index: int, out: np.ndarray) -> None:
         return
     with handle:
         if layout.compressor is None:
-            view = memoryview(out).cast("B")
+            view = memoryview(cast(Any, out)).cast("B")
             got = handle.readinto(view)
             if got != out.nbytes or handle.read(1):
                 raise ValueError(f"chunk '{path}' holds {os.fstat(handle.fileno()).st_size} bytes, expected "

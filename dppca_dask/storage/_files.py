@@ -131,7 +131,7 @@ def remove_stale_temporaries(out: str) -> list[str]:
     """Remove the temporaries of earlier ingests to ``out`` whose process no longer runs; return their paths."""
     parent, name = os.path.split(os.path.abspath(out))
     prefix = f".{name}"
-    removed = []
+    removed: list[str] = []
     try:
         entries = os.listdir(parent or ".")
     except OSError:

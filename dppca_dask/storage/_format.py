@@ -31,7 +31,7 @@ checking one element per chunk instead of silently reading it as zeros.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zarr
@@ -120,8 +120,8 @@ def write_annotations(group: zarr.Group, n_rows: int, n_cols: int) -> None:
     if "row_norms" in group and "obs" not in group:  # old layout: keep it readable as it was
         return
     for axis, n, ids in (("obs", n_rows, "obs_ids"), ("var", n_cols, "var_ids")):
-        frame = group[axis] if axis in group else group.create_group(axis)
-        index = ids if ids in frame and frame[ids].shape == (n,) else DEFAULT_INDEX
+        frame = cast(zarr.Group, group[axis]) if axis in group else group.create_group(axis)
+        index = ids if ids in frame and cast(zarr.Array, frame[ids]).shape == (n,) else DEFAULT_INDEX
         if index == DEFAULT_INDEX:
             _extend_default_index(frame, n)
         columns = ["row_norms"] if axis == "obs" and "row_norms" in frame else []
@@ -130,7 +130,7 @@ def write_annotations(group: zarr.Group, n_rows: int, n_cols: int) -> None:
 
 def _extend_default_index(frame: zarr.Group, n: int) -> None:
     if DEFAULT_INDEX in frame:
-        array = frame[DEFAULT_INDEX]
+        array = cast(zarr.Array, frame[DEFAULT_INDEX])
         start = int(array.shape[0])
         if start > n:  # an interrupted append left it longer than the committed rows
             array.resize((n,))

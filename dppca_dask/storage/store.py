@@ -21,7 +21,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -641,7 +641,7 @@ def open_matrix(path: str | os.PathLike[str], *, rows_per_partition: int | None 
     """
     from dppca_dask._urls import is_url, local_path, url_exists
 
-    path = os.fspath(local_path(path))  # file:// is a local path; other URLs are read through fsspec by zarr
+    path = str(os.fspath(local_path(path)))  # file:// is a local path; other URLs are read through fsspec by zarr
     if not (url_exists(path) if is_url(path) else os.path.exists(path)):
         raise StoreNotFoundError(f"no matrix store at '{path}'; create one with `dppca-dask ingest SRC --out {path}`")
     try:
@@ -743,9 +743,9 @@ def _open_anndata(path: str, group: zarr.Group, rows_per_partition: int | None) 
         chunk_rows = int(node.chunks[0]) if node.chunks else n_rows
         per_row = max(n_cols * node.dtype.itemsize, 1)
         step = _partition_rows(rows_per_partition, per_row, chunk_rows)
-        bounds = list(range(0, n_rows, step)) + [n_rows]
+        row_bounds = list(range(0, n_rows, step)) + [n_rows]
         parts = tuple(
-            Partition(i, bounds[i], bounds[i + 1], 0, 0) for i in range(len(bounds) - 1)
+            Partition(i, row_bounds[i], row_bounds[i + 1], 0, 0) for i in range(len(row_bounds) - 1)
         ) if n_rows else ()
         return MatrixStore(
             path=path,
@@ -769,12 +769,12 @@ def _open_anndata(path: str, group: zarr.Group, rows_per_partition: int | None) 
             f"'X' in '{path}' has encoding-type {encoding!r}; expected 'csr_matrix' or a dense array",
             source=path,
         )
-    n_rows, n_cols = (int(s) for s in attrs["shape"])
-    indptr = node["indptr"]
-    data = node["data"]
+    n_rows, n_cols = (int(s) for s in cast(list[int], attrs["shape"]))
+    indptr = cast(zarr.Array, node["indptr"])
+    data = cast(zarr.Array, node["data"])
     nnz = int(data.shape[0])
     chunk_rows = int(indptr.chunks[0]) if indptr.chunks else n_rows
-    per_row = max(math.ceil(nnz * (data.dtype.itemsize + node["indices"].dtype.itemsize) / max(n_rows, 1)), 1) + 8
+    per_row = max(math.ceil(nnz * (data.dtype.itemsize + cast(zarr.Array, node["indices"]).dtype.itemsize) / max(n_rows, 1)), 1) + 8
     step = _partition_rows(rows_per_partition, per_row, chunk_rows)
     bounds = np.array(list(range(0, n_rows, step)) + [n_rows], dtype=np.int64)
     offsets = np.asarray(indptr.get_coordinate_selection(bounds)) if n_rows else np.zeros(1, np.int64)

@@ -19,7 +19,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -240,11 +240,11 @@ class StoreWriter:
         if arr.dtype.kind in "OU":
             arr = arr.astype(str)
             out = parent.create_array(key, shape=arr.shape, dtype=str, chunks=(max(min(arr.size, 2**20), 1),),
-                                      attributes=encoding)
+                                      attributes=dict(encoding))
         else:
             out = parent.create_array(
                 key, shape=arr.shape, dtype=arr.dtype, chunks=(max(min(arr.size, 2**20), 1),),
-                compressors=_format.compressors(self.codec), attributes=encoding,
+                compressors=_format.compressors(self.codec), attributes=dict(encoding),
             )
         if arr.size:
             out[:] = arr
@@ -555,7 +555,7 @@ def _trim(store: MatrixStore, arrays: Mapping[str, zarr.Array]) -> None:
             arrays[name].resize((length,))
     if store.layout == "csr":
         x = zarr.open_group(store.path, mode="r+")["X"]
-        if list(x.attrs.get("shape", [])) != [store.n_rows, store.n_cols]:
+        if list(cast(list[int], x.attrs.get("shape", []))) != [store.n_rows, store.n_cols]:
             x.attrs.update({"shape": [store.n_rows, store.n_cols]})
 
 

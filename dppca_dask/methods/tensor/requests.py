@@ -59,7 +59,7 @@ class CountCheck:
     """For each partition, the first row whose counts are negative or not whole (-1: none)."""
 
 
-def _moment_task(item: Any, u: np.ndarray, *, row_norm_bound: float) -> tuple[np.ndarray, ...]:
+def _moment_task(item: Any, u: np.ndarray, *, row_norm_bound: float) -> tuple[np.ndarray, np.ndarray, np.float64]:
     part = load_partition(item)
     vector, scalar = K.moment_partial(part.block, part.norms, u, row_norm_bound=row_norm_bound)
     return vector, scalar, np.float64(part.block.shape[0])  # the partition's rows: public store metadata

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -209,7 +209,8 @@ def private_moment_power_method(
         if filtering == "fixed":
             return float(grid[-1])
         counts = yield ScoreHistogram(u, row_norm_bound, grid)
-        chosen = above_threshold(counts, cutoff=cutoff, epsilon=epsilon_svt, noise=noise, release=f"{key}/svt")
+        chosen = above_threshold(counts, cutoff=cutoff, epsilon=cast(float, epsilon_svt), noise=noise,
+                                 release=f"{key}/svt")
         events.append(chosen.event)
         return float(grid[-1] if chosen.index is None else grid[chosen.index])
 

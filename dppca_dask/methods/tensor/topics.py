@@ -35,7 +35,7 @@ import math
 import os
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -490,7 +490,7 @@ def topics(
     report = None
     if private:
         report = accounting.build_report(
-            out["events"], target_epsilon=float(epsilon), target_delta=float(delta), neighbouring=DOCUMENT,
+            out["events"], target_epsilon=float(cast(float, epsilon)), target_delta=float(cast(float, delta)), neighbouring=DOCUMENT,
             private=bool(noise.private),
         )
     provenance = {

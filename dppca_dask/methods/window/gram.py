@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -42,7 +42,8 @@ class WindowGram:
 def _read_labels(path: str, start: int, stop: int) -> np.ndarray:
     import zarr
 
-    values = np.asarray(zarr.open_group(path, mode="r")[LABELS_ARRAY][start:stop], dtype=np.float64)
+    labels = cast(zarr.Array, zarr.open_group(path, mode="r")[LABELS_ARRAY])
+    values = np.asarray(labels[start:stop], dtype=np.float64)
     if values.shape != (stop - start,):
         raise InvalidInputError(
             f"the labels array of '{path}' has no values for rows {start}..{stop - 1}; store labels for every row "
@@ -124,7 +125,7 @@ def check_labels(store: MatrixStore, selection: WindowSelection) -> tuple[str, d
             f"regression needs a label per row, and '{store.path}' has no '{LABELS_ARRAY}' array; ingest with "
             "store_labels=True (--store-labels, LIBSVM input), or use task='covariance' or 'pca'"
         )
-    length = int(group[LABELS_ARRAY].shape[0])
+    length = int(cast(zarr.Array, group[LABELS_ARRAY]).shape[0])
     last = max(store.partitions[i].row_stop for i in selection.partitions)
     if length < last:
         raise InvalidParameterError(

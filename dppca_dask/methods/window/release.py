@@ -671,7 +671,7 @@ def window(
         raise InvalidParameterError(f"seed must be an integer or None; got {seed!r}")
     if noise is None:
         noise = NoiseSource.from_entropy() if seed is None else NoiseSource.from_seed(int(seed))
-    budget = None
+    budget: dict[str, Any] | None = None
     if (ledger is None) != (dataset is None) or (ledger is None) != (job_id is None):
         raise InvalidParameterError(
             "a partition-scoped budget needs ledger, dataset and job_id together; got "

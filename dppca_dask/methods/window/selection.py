@@ -14,7 +14,7 @@ import datetime as _dt
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.storage import MatrixStore
@@ -134,8 +134,9 @@ def select_window(
             )
     if not parts:
         raise InvalidParameterError(f"'{store.path}' has no partitions; nothing to release")
+    stamps = [cast(float, p.timestamp) for p in parts]  # every partition is stamped when a time window is asked
     if end_s is not None:
-        first = min(p.timestamp for p in parts)  # type: ignore[type-var]
+        first = min(stamps)
         if end_s < first:
             raise InvalidParameterError(
                 f"the window ends at {_iso(end_s)}, before the first partition ({_iso(first)}); choose end on or "
@@ -144,9 +145,9 @@ def select_window(
     if last is not None:
         seconds = parse_duration(last)
         if end_s is None:
-            end_s = max(p.timestamp for p in parts)  # type: ignore[type-var]
+            end_s = max(stamps)
         start_s = end_s - seconds
-        chosen = tuple(p.index for p in parts if start_s < p.timestamp <= end_s)  # type: ignore[operator]
+        chosen = tuple(p.index for p, stamp in zip(parts, stamps) if start_s < stamp <= end_s)
         if not chosen:
             raise InvalidParameterError(
                 f"the window ({_iso(start_s)}, {_iso(end_s)}] holds no partition; widen last={last!r} or move end"

@@ -115,7 +115,7 @@ def sparse_pca(matrix: np.ndarray, k: int, nonzeros: int, *, n_iter: int = 200) 
         keep = np.argsort(np.abs(x))[::-1][:nonzeros]
         sparse = np.zeros(dim)
         sparse[keep] = x[keep]
-        sparse /= max(np.linalg.norm(sparse), 1e-300)
+        sparse /= max(float(np.linalg.norm(sparse)), 1e-300)
         out[j] = sparse
         c = _deflate(c, sparse)
     return _sign_fixed(out)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -123,7 +123,7 @@ def tree_window(
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
         json.dump({"store_id": store.store_id, "multiplier": multiplier, "levels": levels, "nodes": nodes}, fh)
     os.replace(tmp, state_file)
-    released = sum(np.asarray(nodes[f"{lv}/{k}"]) for lv, k in cover)
+    released = cast(np.ndarray, sum(np.asarray(nodes[f"{lv}/{k}"]) for lv, k in cover))  # cover is never empty
     from dp_accounting import GaussianDpEvent
 
     report = build_report([GaussianDpEvent(multiplier)] * levels, target_epsilon=epsilon, target_delta=delta,
