@@ -195,13 +195,13 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
     """A ``sliding-window`` job: the window ending at ``date`` chosen from the public partition table (with the day's
     partition when the run would append it first), where its release would execute (decided from the window's
     declared width and partition count, as the release decides it), and its events reserved on every partition key
-    the run reserves (:func:`~dppca_dask.methods.window.job.plan_window_charges`), in a snapshot of the ledger."""
+    the run reserves (:func:`~dppca_dask.methods.window.job.window_charges`), in a snapshot of the ledger."""
     from dppca_dask.accounting import ADD_REMOVE_ROW
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.jobs import runner
     from dppca_dask.ledger import RESERVED, Ledger
     from dppca_dask.methods.window.budget import partition_key, reserve_partitions
-    from dppca_dask.methods.window.job import earlier_charge, plan_window_charges
+    from dppca_dask.methods.window.job import earlier_charge, plan_window_job, window_charges
     from dppca_dask.methods.window.release import _choose
     from dppca_dask.methods.window.selection import parse_timestamp
     from dppca_dask.storage import open_matrix
@@ -258,8 +258,9 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
                              "are checked by the run")
                 return outcome("would-run", ADD_REMOVE_ROW, None, notes)
             store, pending = _with_pending_day(store, stamp), len(store.partitions)
-    plan, charges = plan_window_charges(spec, date, store)
-    choice = _choose(plan, address, spec.cluster.executor)
+    plan = plan_window_job(spec, date, store)
+    choice = _choose(plan, address, spec.cluster.executor)  # as the run (window()): the executor, then the charges
+    charges = window_charges(spec, date, plan)
     executor = {"asked": spec.cluster.executor, "executor": choice.executor, "reason": choice.reason}
     window = tuple(plan.selection.partitions)
     partitions = tuple(charges.partitions)

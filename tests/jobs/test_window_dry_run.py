@@ -277,3 +277,20 @@ def test_a_not_yet_appended_days_dry_run_refuses_what_the_run_refuses_after_its_
     with pytest.raises(InvalidParameterError) as raised:
         run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04")
     assert str(raised.value) in err
+
+
+def test_the_dry_run_checks_where_the_release_runs_before_its_charges_as_the_run_does(tmp_path: Path,
+                                                                                      write_spec: Any,
+                                                                                      capsys: Any) -> None:
+    """A spec that the run refuses twice over (a configured executor it does not know, and η outside (0, 1)) is
+    refused by the dry run with the run's first message: the run decides where it executes before its charges."""
+    import dask
+
+    store = daily_store(tmp_path / "days.zarr")
+    doc = _window_doc(tmp_path, store, "hist", 0.1, structure="spectral-histogram", eta=1.5)
+    spec_path = write_spec(doc)
+    with dask.config.set({"dppca_dask.executor.default": "elsewhere"}):
+        code, _, err = _dry_run(spec_path, "2026-11-03", doc["budget"]["ledger"], capsys)
+        with pytest.raises(InvalidParameterError, match="executor must be one of") as raised:
+            run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-03")
+    assert code == 2 and str(raised.value) in err and "eta" not in err

@@ -25,7 +25,7 @@ from typing import Any
 
 from dppca_dask.errors import BudgetExceededError
 
-__all__ = ["earlier_charge", "plan_window_charges", "run_window_job"]
+__all__ = ["earlier_charge", "plan_window_charges", "run_window_job", "window_charges"]
 
 
 def earlier_charge(ledger: Any, dataset: str, job_id: str, output: str) -> Any:
@@ -64,13 +64,19 @@ def plan_window_charges(spec: Any, date: str, store: Any) -> tuple[Any, Any]:
     (:func:`~dppca_dask.methods.window.release.plan_charges`, as :func:`~dppca_dask.methods.window.release.window`
     decides them for the run: the window's, or a spectral histogram's, validated with the saved structure); reads
     no partition."""
+    plan = plan_window_job(spec, date, store)
+    return plan, window_charges(spec, date, plan)
+
+
+def window_charges(spec: Any, date: str, plan: Any) -> Any:
+    """The partitions the run of ``plan`` (:func:`plan_window_job`) is charged to, as :func:`plan_window_charges`
+    gives them; for a caller that decides the executor in between, as the run does."""
     from dppca_dask.methods.window.release import plan_charges
 
-    plan = plan_window_job(spec, date, store)
     parameters = dict(spec.parameters)
     parameters.setdefault("end", date)
     names = ("structure", "last", "end", "eta", "regularizer", "cache")
-    return plan, plan_charges(plan, **{k: parameters[k] for k in names if k in parameters})
+    return plan_charges(plan, **{k: parameters[k] for k in names if k in parameters})
 
 
 def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = None) -> Any:
