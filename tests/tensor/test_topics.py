@@ -81,8 +81,6 @@ def test_bad_input(planted):
         dppca_dask.topics(x, n_topics=2, epsilon=1, delta=2.0, client="local")
     with pytest.raises(InvalidParameterError, match="not both"):
         dppca_dask.topics(x, n_topics=2, epsilon=1, delta=1e-6, client="local", seed=1, noise=AuditingNoiseSource(1))
-    with pytest.raises(InvalidInputError, match="fewer than n_topics"):
-        dppca_dask.topics(x[:2], n_topics=3, epsilon=1, delta=1e-6, client="local")
 
 
 @pytest.mark.parametrize("value", [-1.0, 0.5])
@@ -90,7 +88,7 @@ def test_negative_or_fractional_counts_fail_before_any_release(planted, value, s
     x = sp.lil_array(planted.counts[:500].astype(float))
     x[123, 4] = value
     noise = AuditingNoiseSource(seed)
-    with pytest.raises(InvalidInputError, match="row 123 holds a negative or fractional count") as info:
+    with pytest.raises(InvalidInputError, match="row 123 holds a negative, fractional or too large count") as info:
         dppca_dask.topics(sp.csr_array(x), n_topics=2, epsilon=1, delta=1e-6, client="local", noise=noise)
     assert info.value.row == 123 and info.value.partition == 0
     assert not noise.records and not noise.released_keys
@@ -113,7 +111,7 @@ def test_cli_topics(tmp_path, planted, capsys, local_client):
     dppca_dask.write_matrix(bad, -planted.counts[:100], rows_per_partition=50)
     assert main(["topics", str(bad), "--n-topics", "2", "--epsilon", "1", "--delta", "1e-6",
                  "--scheduler", local_client.scheduler.address]) == 2
-    assert "negative or fractional" in capsys.readouterr().err
+    assert "negative, fractional or too large" in capsys.readouterr().err
     assert main(["topics", str(store), "--n-topics", "50", "--epsilon", "1", "--delta", "1e-6"]) == 2
     main(["topics", str(store), "--n-topics", "2", "--epsilon", "1000", "--delta", "1e-6", "--n-restarts", "1",
           "--n-iter", "1", "--pca-iter", "1", "--scheduler", local_client.scheduler.address])
