@@ -1,9 +1,10 @@
-"""Hostile inputs and data-dependent behaviour of the topic model (one document added or removed).
+"""Hostile inputs and data-dependent behaviour of the topic model (one document added or removed) and of the
+private tensor power method on an explicit tensor (one entry orbit).
 
 The number of documents is private under this relation: a corpus of fewer documents than topics must run like one
 of more (same releases, same fields), not be refused. A word count so large that the distinct-triples weights
 overflow must be refused with the bad input's partition and row before any noise is drawn, not half-way through
-the run after the whitening's releases.
+the run after the whitening's releases. Likewise a tensor whose power iterates would overflow float64.
 """
 
 from __future__ import annotations
@@ -64,3 +65,21 @@ def test_the_largest_count_accepted_releases_within_the_sensitivity(seed):
         b = _CoupledSource(seed, a)
         topics(x2, noise=b, alpha0=alpha0, tensor_clip=clip, **KW)
         assert max(assert_within_sensitivity(a.records, b.records)) > 0
+
+
+@pytest.mark.parametrize("scale", [1e160, 1e300])
+def test_a_tensor_too_large_for_float64_fails_before_any_release(seed, scale):
+    from dppca_dask.methods.tensor import private_tensor_power_method, tensor_power_method
+
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal(6)
+    v /= np.linalg.norm(v)
+    t = scale * np.einsum("i,j,k->ijk", v, v, v)  # the squared norm of T(I,u,u) overflows
+    noise = AuditingNoiseSource(seed)
+    with pytest.raises(InvalidInputError, match="Frobenius norm exceeds 1e150"):
+        private_tensor_power_method(t, n_components=2, epsilon=1.0, delta=1e-6, n_restarts=2, n_iter=3, noise=noise)
+    assert not noise.records and not noise.released_keys
+    with pytest.raises(InvalidInputError, match="Frobenius norm exceeds 1e150"):  # not eigenvalues 0 silently
+        tensor_power_method(t, n_components=2, n_restarts=2, n_iter=3, seed=seed)
+    found = tensor_power_method(t / scale * 1e149, n_components=1, n_restarts=2, n_iter=5, seed=seed)
+    assert found.eigenvalues[0] == pytest.approx(1e149, rel=1e-9)  # just below the bound: exact
