@@ -9,6 +9,8 @@ the run after the whitening's releases. Likewise a tensor whose power iterates w
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -83,3 +85,39 @@ def test_a_tensor_too_large_for_float64_fails_before_any_release(seed, scale):
         tensor_power_method(t, n_components=2, n_restarts=2, n_iter=3, seed=seed)
     found = tensor_power_method(t / scale * 1e149, n_components=1, n_restarts=2, n_iter=5, seed=seed)
     assert found.eigenvalues[0] == pytest.approx(1e149, rel=1e-9)  # just below the bound: exact
+
+
+def _expanded(events: Any) -> list[tuple[str, float]]:
+    """``(type, noise multiplier)`` of each elementary event, from DpEvents or the report's dictionaries."""
+    out: list[tuple[str, float]] = []
+    for event in events:
+        get = event.get if isinstance(event, dict) else lambda name, e=event: getattr(e, name, None)
+        kind = get("type") or type(event).__name__
+        if kind == "SelfComposedDpEvent":
+            out += _expanded([get("event")]) * int(get("count"))
+        else:
+            out.append((kind, float(get("noise_multiplier"))))
+    return sorted(out)
+
+
+@pytest.mark.parametrize("alpha0", [0.0, 0.8])
+def test_topic_events_emitted_equal_the_planned_ones(seed, alpha0):
+    x = _corpus(seed, 200)
+    params = {"n_topics": 3, "epsilon": 2.0, "delta": 1e-6, "alpha0": alpha0, "n_restarts": 2, "n_iter": 2,
+              "pca_iter": 2}
+    planned = get_mechanism("topics", "topics").plan(params, n_rows=None, n_cols=x.shape[1]).events
+    noise = AuditingNoiseSource(seed)
+    result = topics(x, noise=noise, alpha0=alpha0, **KW)
+    assert _expanded(result.privacy.events) == _expanded(planned)
+
+
+@pytest.mark.parametrize("calibration", ["standard", "paper"])
+def test_tensor_events_emitted_equal_the_planned_ones(seed, calibration):
+    from dppca_dask.methods.tensor.private import calibrate_tensor, private_tensor_power_method
+
+    t = 50.0 * np.einsum("i,j,k->ijk", *([np.ones(4) / 2] * 3))
+    plan = calibrate_tensor(epsilon=1.0, delta=1e-6, n_components=2, n_restarts=3, n_iter=4, calibration=calibration)
+    result = private_tensor_power_method(t, n_components=2, epsilon=1.0, delta=1e-6, n_restarts=3, n_iter=4,
+                                         calibration=calibration, noise=AuditingNoiseSource(seed))
+    assert _expanded(result.privacy.events) == _expanded(plan.events())
+    assert len(_expanded(plan.events())) == 2 * 3 * 5
