@@ -110,7 +110,20 @@ def calibrate_topics(
 
 
 def project_simplex(v: np.ndarray) -> np.ndarray:
-    """Euclidean projection of ``v`` onto the probability simplex (Duchi et al. 2008)."""
+    """Euclidean projection of ``v`` onto the probability simplex (Duchi et al. 2008).
+
+    Computed after shifting ``v`` so that its largest entry is 0 (the projection is invariant under shifts along
+    the all-ones vector): entries far beyond 1 (noisy released values, e.g. at a small ε) lose no precision against
+    the simplex's unit sum. ``+inf`` entries share the mass equally; NaN entries get none.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    top = np.isposinf(v)
+    if top.any():
+        return top / top.sum()
+    v = np.where(np.isnan(v), -np.inf, v)
+    if np.isneginf(v).all():
+        return np.full(v.shape, 1.0 / v.size)
+    v = v - v.max()
     u = np.sort(v)[::-1]
     css = np.cumsum(u) - 1.0
     ind = np.arange(1, len(v) + 1)
@@ -284,7 +297,7 @@ def _topic_run(
     max_row = float(row_norms.max())
     wm1 = whiten.T @ mean1
     b = alpha0 / (alpha0 + 2.0)
-    c = 2.0 * alpha0**2 / ((alpha0 + 1.0) * (alpha0 + 2.0))
+    c = 2.0 * a * b  # 2α₀²/((α₀+1)(α₀+2)), without overflowing α₀² for a large α₀
 
     def worst_vector(u: np.ndarray) -> np.ndarray:
         proj = np.abs(whiten @ u)  # |r_jᵀu|
