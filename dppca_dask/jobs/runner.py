@@ -264,7 +264,8 @@ def _plan(spec: JobSpec, store: Any) -> tuple[str, tuple[Any, ...]]:
 
 def _check_content(spec: JobSpec, store: Any) -> None:
     """Checks of the values a mechanism needs beyond the preflight's, before anything is reserved: the topic
-    model's word counts must be whole numbers >= 0 (one read of the data in this process; nothing is derived)."""
+    model's word counts must be whole numbers from 0 to 2^53 (one read of the data in this process;
+    nothing is derived)."""
     if spec.kind == "topics":
         from dppca_dask.methods.tensor.topics import check_corpus
 

@@ -24,6 +24,7 @@ from dppca_dask.kernels import _sparse
 from dppca_dask.kernels.power import clip_factors
 
 __all__ = [
+    "MAX_COUNT",
     "count_violation",
     "deflation_scalar",
     "deflation_vector",
@@ -188,10 +189,16 @@ def first_partial(block: Any, *, min_length: int = 3) -> np.ndarray:
     return np.append(_sparse.transpose_times(block, inverse), float(keep.sum()))
 
 
+#: The largest word count accepted: 2^53, the end of the float64 integers that are all exact. Larger counts would
+#: overflow the distinct-triples weights ``1/(ℓ(ℓ−1)(ℓ−2))`` and products like ``(cᵀv)³`` to inf or NaN mid-run.
+MAX_COUNT = float(2**53)
+
+
 def count_violation(block: Any) -> int:
-    """Index of the first row with a negative or non-integer count, or -1 (word counts must be whole ≥ 0)."""
+    """Index of the first row with a negative, non-integer or too large (> :data:`MAX_COUNT`) count, or -1 (word
+    counts must be whole numbers in [0, 2^53])."""
     values = block.data if sp.issparse(block) else np.asarray(block).ravel()
-    bad = (values < 0) | (values != np.round(values))
+    bad = (values < 0) | (values != np.round(values)) | (values > MAX_COUNT)
     if not bad.any():
         return -1
     if sp.issparse(block):

@@ -99,7 +99,7 @@ def test_topics_dry_run_describes_the_reservation(tmp_path: Path, corpus_store: 
     assert "reserves: whitening: 5 Gaussian releases" in text and "n_topics=3" in text
 
 
-@pytest.mark.parametrize("case", ["negative-count", "too-many-topics", "too-few-documents"])
+@pytest.mark.parametrize("case", ["negative-count", "too-many-topics", "too-large-count"])
 def test_topics_job_refusals_reserve_nothing(tmp_path: Path, corpus, local_client, write_spec, capsys,
                                              case: str) -> None:
     import scipy.sparse as sp
@@ -110,12 +110,12 @@ def test_topics_job_refusals_reserve_nothing(tmp_path: Path, corpus, local_clien
     n_topics, message = 3, ""
     if case == "negative-count":
         counts[412, 7] = -1.0
-        message = "partition 1, row 112 holds a negative or fractional count"
+        message = "partition 1, row 112 holds a negative, fractional or too large count"
     elif case == "too-many-topics":
         n_topics, message = 61, "exceeds the dimension d=60"
     else:
-        counts = counts[:2]
-        message = "the corpus has 2 documents, fewer than n_topics=3"
+        counts[412, 7] = 2.0**60
+        message = "partition 1, row 112 holds a negative, fractional or too large count"
     store = tmp_path / "corpus.zarr"
     dppca_dask.write_matrix(store, sp.csr_array(counts), rows_per_partition=300)
     declare_schema(store)

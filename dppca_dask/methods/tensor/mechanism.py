@@ -58,12 +58,13 @@ def validate(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def plan(params: Mapping[str, Any], *, n_rows: int | None, n_cols: int) -> TopicsPlan:
-    """Calibrate a run on a store of ``n_cols`` columns; raises like :func:`dppca_dask.topics` for bad values."""
+    """Calibrate a run on a store of ``n_cols`` columns; raises like :func:`dppca_dask.topics` for bad values.
+
+    ``n_rows`` is not read: the number of documents is private under add/remove one document.
+    """
     T = _topics_module()
 
     import math
-
-    from dppca_dask.errors import InvalidInputError
 
     p = validate(params)
     T._check_params(p["n_topics"], p["n_restarts"], p["n_iter"], p["pca_iter"], p["pca_share"], p["alpha0"], n_cols)
@@ -78,11 +79,6 @@ def plan(params: Mapping[str, Any], *, n_rows: int | None, n_cols: int) -> Topic
             raise InvalidParameterError(f"{name} must be finite and > 0; got {value!r}")
     if not float(p["delta"]) < 1:
         raise InvalidParameterError(f"delta must be in (0, 1); got {p['delta']}")
-    if n_rows is not None and n_rows < p["n_topics"]:
-        raise InvalidInputError(
-            f"the corpus has {n_rows} documents, fewer than n_topics={p['n_topics']}; use more documents or fewer "
-            "topics"
-        )
     calibration = T.calibrate_topics(epsilon=float(p["epsilon"]), delta=float(p["delta"]), n_topics=p["n_topics"],
                                      n_restarts=p["n_restarts"], n_iter=p["n_iter"], pca_iter=p["pca_iter"],
                                      pca_share=float(p["pca_share"]), alpha0=float(p["alpha0"]))

@@ -172,14 +172,25 @@ def gaussian_starts(rng: np.random.Generator, dim: int, n_restarts: int) -> Call
     return lambda component: rng.standard_normal((dim, n_restarts))
 
 
+#: The largest Frobenius norm of an explicit tensor: ``T(I,u,u)`` and ``T(u,u,u)`` are at most ‖T‖_F for a unit u,
+#: and the iterates' squared norms must stay far from float64's overflow (about 1.8e308).
+MAX_TENSOR_NORM = 1e150
+
+
 def check_tensor(tensor: Any) -> np.ndarray:
-    """A finite symmetric d×d×d float64 array, or an error saying what is wrong."""
+    """A finite symmetric d×d×d float64 array of Frobenius norm at most :data:`MAX_TENSOR_NORM`, or an error saying
+    what is wrong."""
     t = np.asarray(tensor, dtype=np.float64)
     if t.ndim != 3 or not (t.shape[0] == t.shape[1] == t.shape[2]) or t.shape[0] < 1:
         raise InvalidInputError(f"expected a symmetric d×d×d tensor; got shape {t.shape}; pass a cubic array")
     if not np.isfinite(t).all():
         raise InvalidInputError("the tensor holds a NaN or infinite value; remove it before the decomposition")
     scale = max(float(np.abs(t).max()), 1e-300)
+    if scale * float(np.linalg.norm(t / scale)) > MAX_TENSOR_NORM:  # ‖T(I,u,u)‖ ≤ ‖T‖_F for unit u
+        raise InvalidInputError(
+            "the tensor's Frobenius norm exceeds 1e150: the squared norms of its power iterates would overflow "
+            "float64; divide it by a constant before the decomposition (its eigenvalues scale by the same constant)"
+        )
     for axes in ((1, 0, 2), (0, 2, 1), (2, 1, 0)):
         if not np.allclose(t, t.transpose(axes), rtol=0.0, atol=1e-12 * scale):
             raise InvalidInputError(

@@ -1,9 +1,9 @@
 """A differentially private topic model: the method of moments of Anandkumar et al. (2014) with the private tensor
 power method (Wang & Anandkumar 2016, Alg. 3, extended to documents as the privacy unit).
 
-The rows of the store are documents (word counts, whole numbers ≥ 0); documents of fewer than three words are not
-used. With ``alpha0 = 0`` the model is the single-topic model (each document draws one topic h with probability
-w_h, then its words i.i.d. from μ_h); with ``alpha0 > 0`` it is LDA with Dirichlet concentration α₀ = Σα_h, whose
+The rows of the store are documents (word counts, whole numbers from 0 to 2^53); documents of fewer than three
+words are not used. With ``alpha0 = 0`` the model is the single-topic model (each document draws one topic h with
+probability w_h, then its words i.i.d. from μ_h); with ``alpha0 > 0`` it is LDA with Dirichlet concentration α₀ = Σα_h, whose
 moments carry the corrections of Anandkumar et al. (2012, Thm 3.5). The moments are U-statistics of each
 document's distinct word positions: ``P2_doc = (ccᵀ − diag c)/(ℓ(ℓ−1))`` and the distinct-triples tensor
 ``P3_doc``, both probability distributions, which is what bounds one document's influence without clipping.
@@ -110,7 +110,20 @@ def calibrate_topics(
 
 
 def project_simplex(v: np.ndarray) -> np.ndarray:
-    """Euclidean projection of ``v`` onto the probability simplex (Duchi et al. 2008)."""
+    """Euclidean projection of ``v`` onto the probability simplex (Duchi et al. 2008).
+
+    Computed after shifting ``v`` so that its largest entry is 0 (the projection is invariant under shifts along
+    the all-ones vector): entries far beyond 1 (noisy released values, e.g. at a small ε) lose no precision against
+    the simplex's unit sum. ``+inf`` entries share the mass equally; NaN entries get none.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    top = np.isposinf(v)
+    if top.any():
+        return top / top.sum()
+    v = np.where(np.isnan(v), -np.inf, v)
+    if np.isneginf(v).all():
+        return np.full(v.shape, 1.0 / v.size)
+    v = v - v.max()
     u = np.sort(v)[::-1]
     css = np.cumsum(u) - 1.0
     ind = np.arange(1, len(v) + 1)
@@ -178,14 +191,15 @@ def load_topics(directory: str | os.PathLike[str]) -> TopicResult:
 
 def _count_error(partition: int, row: int) -> InvalidInputError:
     return InvalidInputError(
-        f"partition {partition}, row {row} holds a negative or fractional count; the topic model needs word counts "
-        "(whole numbers >= 0): pass raw term counts, not weights",
+        f"partition {partition}, row {row} holds a negative, fractional or too large count; the topic model needs "
+        "word counts (whole numbers from 0 to 2^53): pass raw term counts, not weights",
         partition=partition, row=row,
     )
 
 
 def check_corpus(data: Any) -> None:
-    """Refuse a corpus whose counts are not whole numbers >= 0, reading one partition at a time in this process.
+    """Refuse a corpus whose counts are not whole numbers in [0, 2^53], reading one partition at a time in this
+    process.
 
     A job calls it before reserving any budget (the run itself checks again before its first release). It returns
     nothing derived from the data: it succeeds, or raises naming the first bad partition and row.
@@ -193,7 +207,7 @@ def check_corpus(data: Any) -> None:
     Raises
     ------
     InvalidInputError
-        A negative or fractional count.
+        A negative, fractional or too large count.
     """
     from dppca_dask.coordinator import as_source
     from dppca_dask.kernels.tensor import count_violation
@@ -283,7 +297,7 @@ def _topic_run(
     max_row = float(row_norms.max())
     wm1 = whiten.T @ mean1
     b = alpha0 / (alpha0 + 2.0)
-    c = 2.0 * alpha0**2 / ((alpha0 + 1.0) * (alpha0 + 2.0))
+    c = 2.0 * a * b  # 2α₀²/((α₀+1)(α₀+2)), without overflowing α₀² for a large α₀
 
     def worst_vector(u: np.ndarray) -> np.ndarray:
         proj = np.abs(whiten @ u)  # |r_jᵀu|
@@ -433,15 +447,15 @@ def topics(
     InvalidParameterError
         For bad parameters (K > d, budget, shares), before any data is read.
     InvalidInputError
-        For negative or fractional counts (naming partition and row), or fewer documents than topics; before any
-        noise is drawn.
+        For negative, fractional or too large counts (naming partition and row); before any noise is drawn.
 
     Notes
     -----
     Privacy contract: add/remove one document (row); Gaussian releases whose sensitivities are bounded because each
     document's moments are probability distributions (module docstring); the report is built by the accountant
-    from the events emitted. Beyond seed 002, whose relation is one tensor entry. The store's row count is used only
-    to refuse a corpus with fewer documents than topics (public schema).
+    from the events emitted. Beyond seed 002, whose relation is one tensor entry. The number of documents is private
+    under this relation and shapes nothing: a corpus with fewer documents than topics runs like any other (its
+    releases are mostly noise).
     """
     from dppca_dask import accounting
     from dppca_dask.api import _executor_choice
@@ -460,11 +474,6 @@ def topics(
         raise InvalidParameterError(f"pair_bound must be in (0, 1]; got {pair_bound!r}; e.g. 0.2")
     if not (isinstance(tensor_clip, (int, float)) and 0 < float(tensor_clip) <= 1):
         raise InvalidParameterError(f"tensor_clip must be in (0, 1]; got {tensor_clip!r}; e.g. 0.25")
-    if source.n_rows < n_topics:
-        raise InvalidInputError(
-            f"the corpus has {source.n_rows} documents, fewer than n_topics={n_topics}; use more documents or fewer "
-            "topics"
-        )
     plan = None
     if private:
         if epsilon is None or delta is None:
