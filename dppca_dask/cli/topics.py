@@ -18,6 +18,7 @@ def register(subparsers: Any) -> None:
         DEFAULT_PCA_ITER,
         DEFAULT_PCA_SHARE,
         DEFAULT_RESTARTS,
+        DEFAULT_TENSOR_CLIP,
         DEFAULT_TENSOR_ITER,
     )
 
@@ -43,6 +44,10 @@ def register(subparsers: Any) -> None:
                    help=f"share of the budget for whitening (default {DEFAULT_PCA_SHARE})")
     p.add_argument("--pair-bound", type=float, default=None,
                    help="public clipping bound of each document's second-moment product (default: min(1, 3.5/sqrt(d)))")
+    p.add_argument("--tensor-clip", type=float, default=DEFAULT_TENSOR_CLIP,
+                   help="single-topic model only (alpha0 = 0): clip each document's whitened third-moment "
+                        f"contribution to this fraction of its worst case, in (0, 1]; 1 clips nothing (default "
+                        f"{DEFAULT_TENSOR_CLIP})")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
     add_executor_argument(p)
     add_cluster_arguments(p)
@@ -76,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     result = topics(
         args.store, n_topics=args.n_topics, epsilon=args.epsilon, delta=args.delta, alpha0=args.alpha0,
         n_restarts=args.n_restarts, n_iter=args.n_iter, pca_iter=args.pca_iter, pca_share=args.pca_share,
-        pair_bound=args.pair_bound,
+        pair_bound=args.pair_bound, tensor_clip=args.tensor_clip,
         client=args.scheduler, executor=args.executor, persist=args.persist, seed=args.seed,
     )
     if args.out:

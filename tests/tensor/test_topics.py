@@ -175,3 +175,16 @@ def test_a_noise_dominated_whitening_still_completes_the_run():
     plan = get_mechanism("topics", "topics").plan(params, n_rows=None, n_cols=24)
     assert np.isfinite(result.topics).all() and np.isfinite(result.weights).all()
     assert result.privacy.epsilon == pytest.approx(epsilon_for(list(plan.planned_events), delta=1e-6), rel=1e-9)
+
+
+def test_cli_topics_takes_the_tensor_clip(tmp_path, capsys):
+    """``--tensor-clip`` reaches the run (its provenance) and is checked as the API checks it."""
+    store = tmp_path / "corpus.zarr"
+    counts = sp.csr_array(np.random.default_rng(3).poisson(1.0, (60, 12)).astype(float))
+    dppca_dask.write_matrix(store, counts, rows_per_partition=30)
+    common = ["topics", str(store), "--n-topics", "2", "--epsilon", "4", "--delta", "1e-6", "--n-restarts", "1",
+              "--n-iter", "1", "--pca-iter", "1", "--executor", "local", "--json"]
+    assert main([*common, "--tensor-clip", "0.5"]) == 0
+    assert json.loads(capsys.readouterr().out)["provenance"]["parameters"]["tensor_clip"] == 0.5
+    assert main([*common, "--tensor-clip", "1.5"]) == 2
+    assert "tensor_clip must be in (0, 1]; got 1.5" in capsys.readouterr().err

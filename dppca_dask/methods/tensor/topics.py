@@ -499,8 +499,8 @@ def topics(
     report = None
     if private:
         report = accounting.build_report(
-            out["events"], target_epsilon=float(cast(float, epsilon)), target_delta=float(cast(float, delta)), neighbouring=DOCUMENT,
-            private=bool(noise.private),
+            out["events"], target_epsilon=float(cast(float, epsilon)), target_delta=float(cast(float, delta)),
+            neighbouring=DOCUMENT, private=bool(noise.private),
         )
     provenance = {
         "mechanism": "topics",
