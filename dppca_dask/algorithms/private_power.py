@@ -266,7 +266,7 @@ def private_power_run(
         total = agg.total if agg.total is not None else np.zeros(n_cols)
         rows = assemble(agg) if agg.parts else np.zeros(0)
         if symmetric:
-            return 0.5 * (rows + total)  # B x = (A x + Aᵀ x)/2
+            return 0.5 * rows + 0.5 * total  # B x = (A x + Aᵀ x)/2, halved first: the sum may overflow
         return np.concatenate([rows, total])
 
     events: list[Any] = []

@@ -436,3 +436,14 @@ def test_large_finite_entries_do_not_overflow_the_iterate_norm(
     if symmetric:  # noise of std ≈ sqrt(C/N)·σ is nothing next to 1e160: the top eigenpair comes out
         assert sin2(out.components[0], planted.left[:, 0]) < 1e-3
         assert abs(out.values[0] / (30.0 * 1e160) - 1.0) < 1e-3
+
+
+def test_symmetrisation_does_not_overflow_a_finite_product(seeded_noise: Callable[[int], NoiseSource]) -> None:
+    # (A x + Aᵀ x)/2 for a symmetric A is A x, finite for any finite entries, but A x + Aᵀ x overflows when the
+    # entries are near float64's limit: B x is halved before the sum
+    matrix = np.eye(6)
+    matrix[0, 0] = 1.7e308
+    out = _run(matrix, seeded_noise(2), epsilon=1.0, delta=1e-6, n_iter=4, symmetric=True, n_components=2,
+               release_values=True)
+    assert sin2(out.components[0], np.eye(6)[0]) < 1e-12
+    assert abs(out.values[0] / 1.7e308 - 1.0) < 1e-9 and np.isfinite(out.values[1])
