@@ -257,9 +257,9 @@ def test_clipped_products_of_a_row_near_the_float64_limit() -> None:
         np.testing.assert_allclose(got_vector, expected[:, 0], rtol=1e-12)
 
 
-def test_private_low_rank_row_near_the_float64_limit(seed: int, tmp_path: Path) -> None:
+def test_private_low_rank_row_near_the_float64_limit(client: Any, seed: int, tmp_path: Path) -> None:
     # the neighbour zeroes a row of values near the float64 limit (covered: its clipped change is ≤ the bound);
     # both runs complete, make the same releases and move within the sensitivity
     base, neighbour = _huge_row_neighbours(2.0)
-    ratios = _pair(base, neighbour, seed, None, tmp_path, rank=2, epsilon=1.0, delta=1e-6, row_norm_bound=2.0)
+    ratios = _pair(base, neighbour, seed, client, tmp_path, rank=2, epsilon=1.0, delta=1e-6, row_norm_bound=2.0)
     assert len(ratios) == 2
