@@ -263,3 +263,40 @@ def test_private_low_rank_row_near_the_float64_limit(client: Any, seed: int, tmp
     base, neighbour = _huge_row_neighbours(2.0)
     ratios = _pair(base, neighbour, seed, client, tmp_path, rank=2, epsilon=1.0, delta=1e-6, row_norm_bound=2.0)
     assert len(ratios) == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"rank": 2},
+        {"rank": 2, "mechanism": "randomized-response"},
+        {"rank": 1, "mechanism": "private-power", "n_iter": 4},
+    ],
+)
+def test_a_float32_store_releases_what_a_float64_store_of_the_same_values_does(
+    kwargs: dict[str, Any], seed: int, tmp_path: Path
+) -> None:
+    # the clipping (row norms from the values read as float64) and every product are computed in float64 from the
+    # same numbers, so the pre-noise values are equal bit for bit and the float64 neighbour tests cover float32
+    import scipy.sparse as sp
+
+    base, _ = _row_neighbours(1.0)
+    base = base.astype(np.float32).astype(np.float64)
+    base[3, :5] = [40.0, -3.5, 0.0, 2.0, 0.25]  # far above the bound: clipped
+    base[base.shape[0] // 2] = 0.0
+    matrix = sp.csr_array(base)
+    records = []
+    for dtype in (np.float32, np.float64):
+        store = write_matrix(tmp_path / f"{np.dtype(dtype).name}.zarr", matrix, rows_per_partition=17, dtype=dtype,
+                             schema="declared")
+        assert store.dtype == np.dtype(dtype).name
+        noise = _Recording(seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lowrank(str(store.path), epsilon=1.0, delta=1e-6, noise=noise, **kwargs)
+        records.append(noise.records)
+    got, want = records
+    assert got and [r.release for r in got] == [r.release for r in want]
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.exact, b.exact, err_msg=a.release)
+        assert (a.kind, a.sensitivity) == (b.kind, b.sensitivity)
