@@ -87,10 +87,12 @@ def rows_times(block: Any, norms: np.ndarray, x: np.ndarray, *, row_norm_bound: 
     with np.errstate(over="ignore", invalid="ignore"):
         product = _sparse.times(block, x)
         out = factors * product if product.ndim == 1 else factors[:, None] * product
-    finite = np.isfinite(out) if out.ndim == 1 else np.isfinite(out).all(axis=1)
-    if not finite.all():
-        rows = np.flatnonzero(~finite)
-        out[rows] = _clipped_rows_times(block, norms, x, rows, float(row_norm_bound))  # type: ignore[arg-type]
+        total = float(np.sum(out))  # finite only if every entry is: the per-row check runs only when it is not
+    if not np.isfinite(total):
+        finite = np.isfinite(out) if out.ndim == 1 else np.isfinite(out).all(axis=1)
+        rows = np.flatnonzero(~finite)  # may be empty: a sum of finite entries can overflow
+        if rows.size:
+            out[rows] = _clipped_rows_times(block, norms, x, rows, float(row_norm_bound))  # type: ignore[arg-type]
     return out
 
 
