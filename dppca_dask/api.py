@@ -263,9 +263,11 @@ def pca(
         Private power only: try ``C, 2C, 4C, …, N`` and keep the first run that passes (Remark 4.5 of Hardt &
         Roth 2013); the budget is split over all rungs.
     symmetric
-        Private power only: the store is itself a symmetric matrix (checked before any release); required for
-        ``n_components > 1``, which also assumes it is positive semidefinite. Otherwise the run uses the
-        embedding ``[[0, A], [Aᵀ, 0]]`` and returns the top right singular vector (rank 1).
+        Private power only: the store is a square matrix A meant to be symmetric (squareness is checked before
+        any release; symmetry never is: the run uses ``(A + Aᵀ)/2``, A itself when A is symmetric, so that an
+        asymmetric neighbour takes the same path); required for ``n_components > 1``, which also assumes it is
+        positive semidefinite. Otherwise the run uses the embedding ``[[0, A], [Aᵀ, 0]]`` and returns the top
+        right singular vector (rank 1).
     timings
         Put wall-clock timings in ``result.timings`` (default: empty). They depend on the data and are **not**
         covered by the privacy guarantee; the result labels them so.

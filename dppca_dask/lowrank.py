@@ -297,6 +297,10 @@ def _validate(
         raise InvalidParameterError(
             f"mechanism must be one of {', '.join(mechanism_names('lowrank'))}; got {mechanism!r}"
         )
+    for name, flag in (("truncate", truncate), ("c_doubling", c_doubling), ("symmetric", symmetric),
+                       ("signed_values", signed_values)):
+        if not isinstance(flag, (bool, np.bool_)):  # bool("False") is True: never coerce a flag
+            raise InvalidParameterError(f"{name} must be True or False; got {flag!r}")
     given = {
         "oversampling": oversampling != 2, "projection": projection != "paper", "prune_alpha": prune_alpha != 1.0,
         "left_factor": left_factor != "orthonormal", "truncate": bool(truncate),
@@ -331,6 +335,10 @@ def _validate(
         entry_bound = _bounded("entry_bound", entry_bound)
         if coherence is not None:
             coherence = _bounded("coherence", coherence)
+            if coherence < 1.0:
+                raise InvalidParameterError(
+                    f"coherence must be >= 1 (the coherence of any matrix is >= 1); got {coherence}"
+                )
         iters = DEFAULT_PRIVATE_POWER_N_ITER if n_iter is None else _integer("n_iter", n_iter, 1, maximum=MAX_N_ITER)
         if rank > 1 and not symmetric:
             raise InvalidParameterError(

@@ -130,6 +130,8 @@ def private_low_rank_run(
         )
     if not (math.isfinite(row_change_bound) and row_change_bound > 0):
         raise InvalidParameterError(f"row_change_bound must be finite and > 0; got {row_change_bound}")
+    if row_norm_bound is not None and not row_norm_bound > 0:  # NaN too; inf: not clipped
+        raise InvalidParameterError(f"row_norm_bound must be > 0 (None or inf: not clipped); got {row_norm_bound}")
     if not (prune_alpha > 0):
         raise InvalidParameterError(f"prune_alpha must be > 0; got {prune_alpha}")
     if left_factor not in ("orthonormal", "pruned"):

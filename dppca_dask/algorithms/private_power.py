@@ -123,15 +123,22 @@ def coherence_ladder(start: float, dimension: int) -> tuple[float, ...]:
     return tuple(out)
 
 
+def _norm(x: np.ndarray) -> float:
+    """‖x‖ of a finite vector without overflow: the entry relation leaves values unbounded, and ‖B·x‖ can be
+    finite while its square is not (``np.linalg.norm`` squares)."""
+    top = float(np.max(np.abs(x))) if x.size else 0.0
+    return top * float(np.linalg.norm(x / top)) if top > 0 else 0.0
+
+
 def _unit(x: np.ndarray) -> np.ndarray:
-    norm = float(np.linalg.norm(x))
+    norm = _norm(x)
     if not math.isfinite(norm) or norm == 0.0:
         raise InvalidParameterError("the iterate vanished (norm 0); this cannot happen with Gaussian noise")
     return x / norm
 
 
 def _unit_or_zero(x: np.ndarray) -> np.ndarray:
-    norm = float(np.linalg.norm(x))
+    norm = _norm(x)
     return x / norm if norm > 0 else x
 
 
@@ -259,7 +266,7 @@ def private_power_run(
         total = agg.total if agg.total is not None else np.zeros(n_cols)
         rows = assemble(agg) if agg.parts else np.zeros(0)
         if symmetric:
-            return 0.5 * (rows + total)  # B x = (A x + Aᵀ x)/2
+            return 0.5 * rows + 0.5 * total  # B x = (A x + Aᵀ x)/2, halved first: the sum may overflow
         return np.concatenate([rows, total])
 
     events: list[Any] = []
@@ -320,7 +327,7 @@ def private_power_run(
             if symmetric:
                 aggregate = yield product(v)
                 deflated = _deflate(as_vector(aggregate), v, vectors, values)  # B_{i-1} v
-                value = float(v @ deflated) if signed_values else float(np.linalg.norm(deflated))
+                value = float(v @ deflated) if signed_values else _norm(deflated)
             else:
                 u_hat, v_hat = _unit_or_zero(x[:n_rows]), _unit_or_zero(x[n_rows:])
                 aggregate = yield RowProduct(x=v_hat)

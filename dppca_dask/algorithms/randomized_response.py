@@ -71,6 +71,8 @@ def randomized_response_run(
         raise InvalidParameterError(f"rank must be an integer in [1, {n_cols}]; got {rank!r}")
     if not (math.isfinite(row_change_bound) and row_change_bound > 0):
         raise InvalidParameterError(f"row_change_bound must be finite and > 0; got {row_change_bound}")
+    if row_norm_bound is not None and not row_norm_bound > 0:  # NaN too; inf: not clipped
+        raise InvalidParameterError(f"row_norm_bound must be > 0 (None or inf: not clipped); got {row_norm_bound}")
     sigma = rr_sigma(epsilon, delta, calibration=calibration)
     aggregate: RowSlices = yield DenseRows(row_norm_bound=row_norm_bound)
     exact = assemble(aggregate)

@@ -106,6 +106,13 @@ class _Unreadable:
         ({"mechanism": "private-power", "entry_bound": 1e300}, r"entry_bound must be in \[1e-100, 1e\+100\]"),
         ({"mechanism": "private-power", "n_iter": 10**6}, "n_iter must be an integer <= 10000"),
         ({"mechanism": "private-power", "coherence": 1e300}, r"coherence must be in \[1e-100, 1e\+100\]"),
+        # the run itself refuses C < 1 (coherence is >= 1 for any matrix): the plan must refuse it first
+        ({"mechanism": "private-power", "coherence": 0.5}, "coherence must be >= 1"),
+        # a flag that is not a bool (bool("False") is True) must not silently switch the mechanism's path
+        ({"mechanism": "private-power", "rank": 1, "symmetric": "False"}, "symmetric must be True or False"),
+        ({"mechanism": "private-power", "rank": 1, "c_doubling": 1}, "c_doubling must be True or False"),
+        ({"mechanism": "private-power", "rank": 1, "signed_values": "yes"}, "signed_values must be True or False"),
+        ({"truncate": "no"}, "truncate must be True or False"),
     ],
 )
 def test_parameter_abuse_fails_before_anything_is_read(kwargs: dict[str, Any], match: str) -> None:

@@ -334,6 +334,11 @@ def test_to_dense_refuses_large_outputs() -> None:
         ({"row_change_bound": INF}, "row_change_bound"),
         ({"prune_alpha": 0.0}, "prune_alpha"),
         ({"left_factor": "w"}, "left_factor"),
+        # a negative bound made the clip factors negative (a -> -|c|·a/‖a‖ is not 1-Lipschitz: the sensitivity
+        # fails) and NaN left the rows unclipped
+        ({"row_norm_bound": -1.0}, "row_norm_bound must be > 0"),
+        ({"row_norm_bound": float("nan")}, "row_norm_bound must be > 0"),
+        ({"row_norm_bound": 0.0}, "row_norm_bound must be > 0"),
     ],
 )
 def test_private_low_rank_run_rejects_bad_parameters(kwargs: dict, match: str) -> None:
@@ -350,7 +355,9 @@ def test_private_low_rank_run_needs_enough_rows() -> None:
     assert noise.released_keys == {"private-low-rank/range-finder/omega"}  # Ω drawn, nothing released
 
 
-@pytest.mark.parametrize(("kwargs", "match"), [({"rank": 0}, "rank"), ({"row_change_bound": 0.0}, "row_change_bound")])
+@pytest.mark.parametrize(("kwargs", "match"), [({"rank": 0}, "rank"), ({"row_change_bound": 0.0}, "row_change_bound"),
+                                               ({"row_norm_bound": -2.0}, "row_norm_bound must be > 0"),
+                                               ({"row_norm_bound": float("nan")}, "row_norm_bound must be > 0")])
 def test_randomized_response_run_rejects_bad_parameters(kwargs: dict, match: str) -> None:
     from dppca_dask.algorithms.randomized_response import randomized_response_run
 

@@ -419,3 +419,31 @@ def test_utility_on_an_incoherent_matrix_follows_the_noise_law(seed: int) -> Non
     predicted = c_bound * sigma**2 / (2 * sigma1)
     assert 0.5 * predicted <= float(np.mean(gaps)) <= 1.5 * predicted
     assert max(gaps) <= t * math.sqrt(c_bound * math.log(n) * math.log(1e6))  # Thm 4.4 with K = 1, k = γ = 1
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_large_finite_entries_do_not_overflow_the_iterate_norm(
+    symmetric: bool, seeded_noise: Callable[[int], NoiseSource]
+) -> None:
+    # The entry relation leaves values unbounded: entries of 1e160 are valid input, and ‖B·x‖ ≈ 1e160 is finite,
+    # but its square is not; the run normalises (and releases ‖B_{i-1}v‖) without squaring past float64's range
+    planted = incoherent_psd(40, [30.0, 12.0], seed=3)
+    matrix = planted.matrix * 1e160
+    kwargs: dict[str, Any] = {"n_components": 2, "release_values": True} if symmetric else {}
+    out = _run(matrix, seeded_noise(5), epsilon=1.0, delta=1e-6, n_iter=8, symmetric=symmetric, **kwargs)
+    assert np.all(np.isfinite(out.components)) and np.all(np.isfinite(out.values))
+    np.testing.assert_allclose(np.linalg.norm(out.components, axis=1), 1.0, rtol=1e-12)
+    if symmetric:  # noise of std ≈ sqrt(C/N)·σ is nothing next to 1e160: the top eigenpair comes out
+        assert sin2(out.components[0], planted.left[:, 0]) < 1e-3
+        assert abs(out.values[0] / (30.0 * 1e160) - 1.0) < 1e-3
+
+
+def test_symmetrisation_does_not_overflow_a_finite_product(seeded_noise: Callable[[int], NoiseSource]) -> None:
+    # (A x + Aᵀ x)/2 for a symmetric A is A x, finite for any finite entries, but A x + Aᵀ x overflows when the
+    # entries are near float64's limit: B x is halved before the sum
+    matrix = np.eye(6)
+    matrix[0, 0] = 1.7e308
+    out = _run(matrix, seeded_noise(2), epsilon=1.0, delta=1e-6, n_iter=4, symmetric=True, n_components=2,
+               release_values=True)
+    assert sin2(out.components[0], np.eye(6)[0]) < 1e-12
+    assert abs(out.values[0] / 1.7e308 - 1.0) < 1e-9 and np.isfinite(out.values[1])

@@ -219,3 +219,84 @@ def test_symmetric_pair_is_a_group_of_two_entries(seed: int, tmp_path: Path) -> 
         moved = float(np.linalg.norm(np.ravel(a.exact - b.exact)))
         # the released value ‖Bv‖ moves by at most 2·b·‖v‖_∞ under two entry changes
         assert moved <= (math.sqrt(2.0) if a.kind == "gaussian" else 2.0) * a.sensitivity * (1 + 1e-9)
+
+
+def _huge_row_neighbours(bound: float) -> tuple[np.ndarray, np.ndarray]:
+    # a row whose norm is finite (validation accepts it) but whose products with Ω overflow float64 unless the
+    # clip factor is applied before the sum; its neighbour zeroes it (a change of at most the bound once clipped)
+    base, _ = _row_neighbours(bound)
+    base[7] = 0.0
+    base[7, :4] = 0.85e308
+    neighbour = base.copy()
+    neighbour[7] = 0.0
+    return base, neighbour
+
+
+def test_clipped_products_of_a_row_near_the_float64_limit() -> None:
+    # A'x must be the clipped row's product c·(a/‖a‖)ᵀx for every row whose norm is finite, never inf: an inf
+    # makes the release fail on this dataset and not on its neighbour without the row (a leak)
+    import scipy.sparse as sp
+
+    from dppca_dask.kernels.hardt_roth import rows_times
+    from dppca_dask.storage import row_norms_of
+
+    block = np.zeros((3, 4))
+    block[0, 0] = 1.7e308
+    block[1] = 1.0
+    block[2, 1:3] = [-1e308, 1e308]
+    x = np.array([[1.5, -2.0], [3.0, 1.0], [0.5, -1.0], [2.0, 0.0]])
+    norms = row_norms_of(block)
+    unit = block / norms[:, None]
+    expected = np.minimum(norms, 2.0)[:, None] * (unit @ x)
+    for b in (block, sp.csr_array(block)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no overflow warning either (its presence would depend on the data)
+            got = rows_times(b, norms, x, row_norm_bound=2.0)
+            got_vector = rows_times(b, norms, x[:, 0], row_norm_bound=2.0)
+        np.testing.assert_allclose(got, expected, rtol=1e-12)
+        np.testing.assert_allclose(got_vector, expected[:, 0], rtol=1e-12)
+
+
+def test_private_low_rank_row_near_the_float64_limit(client: Any, seed: int, tmp_path: Path) -> None:
+    # the neighbour zeroes a row of values near the float64 limit (covered: its clipped change is ≤ the bound);
+    # both runs complete, make the same releases and move within the sensitivity
+    base, neighbour = _huge_row_neighbours(2.0)
+    ratios = _pair(base, neighbour, seed, client, tmp_path, rank=2, epsilon=1.0, delta=1e-6, row_norm_bound=2.0)
+    assert len(ratios) == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"rank": 2},
+        {"rank": 2, "mechanism": "randomized-response"},
+        {"rank": 1, "mechanism": "private-power", "n_iter": 4},
+    ],
+)
+def test_a_float32_store_releases_what_a_float64_store_of_the_same_values_does(
+    kwargs: dict[str, Any], seed: int, tmp_path: Path
+) -> None:
+    # the clipping (row norms from the values read as float64) and every product are computed in float64 from the
+    # same numbers, so the pre-noise values are equal bit for bit and the float64 neighbour tests cover float32
+    import scipy.sparse as sp
+
+    base, _ = _row_neighbours(1.0)
+    base = base.astype(np.float32).astype(np.float64)
+    base[3, :5] = [40.0, -3.5, 0.0, 2.0, 0.25]  # far above the bound: clipped
+    base[base.shape[0] // 2] = 0.0
+    matrix = sp.csr_array(base)
+    records = []
+    for dtype in (np.float32, np.float64):
+        store = write_matrix(tmp_path / f"{np.dtype(dtype).name}.zarr", matrix, rows_per_partition=17, dtype=dtype,
+                             schema="declared")
+        assert store.dtype == np.dtype(dtype).name
+        noise = _Recording(seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            lowrank(str(store.path), epsilon=1.0, delta=1e-6, noise=noise, **kwargs)
+        records.append(noise.records)
+    got, want = records
+    assert got and [r.release for r in got] == [r.release for r in want]
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.exact, b.exact, err_msg=a.release)
+        assert (a.kind, a.sensitivity) == (b.kind, b.sensitivity)
