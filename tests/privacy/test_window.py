@@ -130,3 +130,26 @@ def test_neighbours_on_a_local_cluster_same_tasks_and_logs(tmp_path, auditing_pa
     assert_within_sensitivity(na.records, nb.records)
     assert logs[0] == logs[1]
     assert keys[0] == keys[1]
+
+
+def test_tree_nodes_drawn_with_a_seed_are_not_reused_by_a_private_release(tmp_path):
+    """The binary tree keeps its noisy nodes and releases them again: nodes drawn with a seed (noise known to whoever
+    knows it) released under a private report would be the exact Gram plus known noise."""
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.mechanisms import NoiseSource
+    from dppca_dask.methods.window import tree_window
+
+    store = _store(tmp_path / "a", {})
+    seeded = tree_window(store, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local",
+                         seed=3)
+    assert not seeded.private
+    with pytest.raises(InvalidParameterError, match="not private"):
+        tree_window(store, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local")
+    other = _store(tmp_path / "b", {})
+    private = tree_window(other, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local")
+    assert private.private
+    again = tree_window(other, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local",
+                        noise=NoiseSource.from_seed(4))  # reads the kept nodes only: allowed, reported not private
+    assert not again.private and np.array_equal(again.released, private.released)
+    with pytest.raises(InvalidParameterError, match="drawn privately"):  # would add seeded nodes
+        tree_window(other, last="5D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local", seed=5)
