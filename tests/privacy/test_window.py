@@ -153,3 +153,28 @@ def test_tree_nodes_drawn_with_a_seed_are_not_reused_by_a_private_release(tmp_pa
     assert not again.private and np.array_equal(again.released, private.released)
     with pytest.raises(InvalidParameterError, match="drawn privately"):  # would add seeded nodes
         tree_window(other, last="5D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local", seed=5)
+
+
+@pytest.mark.parametrize("release", ["gaussian", "wishart", "jl"])
+def test_a_bound_whose_square_overflows_with_the_row_count_is_refused_on_both_neighbours(tmp_path, release):
+    """Each row adds up to c² to the Gram: at c = 1e153 the sum of 90 rows at the bound overflows float64 and 89 do
+    not, so a release (or its refusal) would tell the two neighbours apart. The bound is refused before any read,
+    as ``pca`` refuses it."""
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.ingest import ingest
+    from dppca_dask.mechanisms.testing import AuditingNoiseSource
+
+    outcomes = []
+    for n in (89, 90):
+        rows = np.zeros((n, 3))
+        rows[:, 0] = 1e160
+        store = ingest(rows, tmp_path / f"s{n}", n_features=3, timestamp="2026-11-01")
+        try:
+            window(store, last="1D", epsilon=1.0, delta=1e-6, row_norm_bound=1e153, release=release,
+                   client="local", noise=AuditingNoiseSource(1))
+            outcomes.append("released")
+        except Exception as exc:  # noqa: BLE001 - the kind of failure is the observable
+            outcomes.append(type(exc).__name__)
+    assert outcomes == ["InvalidParameterError", "InvalidParameterError"]
+    with pytest.raises(InvalidParameterError, match="row_norm_bound must be in"):
+        window(store, last="1D", epsilon=1.0, delta=1e-6, row_norm_bound=1e-160, client="local", seed=1)

@@ -108,6 +108,12 @@ def plan_window(
     if not delta < 1:
         raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
     c = _positive("row_norm_bound", row_norm_bound)
+    from dppca_dask.methods._params import ROW_NORM_BOUND_RANGE
+
+    low, high = ROW_NORM_BOUND_RANGE
+    if not low <= c <= high:  # the Gram sums up to c² per row: far from it, a window's row count overflows it
+        raise InvalidParameterError(f"row_norm_bound must be in [{low:g}, {high:g}]; got {c:g}; scale the data so "
+                                    "that rows have norms of order 1")
     from dppca_dask.methods import mechanism_names
 
     if release not in mechanism_names("window"):
@@ -621,7 +627,7 @@ def window(
         Append the stored ``labels`` array as a last column (regression); the bound ``row_norm_bound`` is then on
         ``‖(x, y)‖`` (E13).
     row_norm_bound
-        Public L2 bound c; rows are scaled down to it.
+        Public L2 bound c in [1e-100, 1e100]; rows are scaled down to it.
     tau_rule
         Wishart degrees of freedom: ``"thm11"`` (default), ``"thm14"``, ``"alg7"`` (see
         :func:`~dppca_dask.mechanisms.wishart.wishart_tau`).
