@@ -178,3 +178,23 @@ def test_a_bound_whose_square_overflows_with_the_row_count_is_refused_on_both_ne
     assert outcomes == ["InvalidParameterError", "InvalidParameterError"]
     with pytest.raises(InvalidParameterError, match="row_norm_bound must be in"):
         window(store, last="1D", epsilon=1.0, delta=1e-6, row_norm_bound=1e-160, client="local", seed=1)
+
+
+@pytest.mark.xfail(strict=True, reason="open: a row window's partitions (result, executor choice, tasks, ledger "
+                                       "charges) follow the private row counts of the newest partitions")
+def test_row_window_partitions_do_not_depend_on_row_counts(tmp_path, auditing_pair):
+    """``last_rows=W`` reaches back as far as the newest partitions' row counts say: with W rows in the newest
+    partition the window is that partition; with one row fewer (a removed row) it also covers the one before. The
+    reported partitions, the executor choice (from the window's partition count), the Gram tasks and the ledger
+    keys charged differ between the two neighbours."""
+    from dppca_dask.ingest import ingest
+
+    def store(path, newest: int):
+        rng = np.random.default_rng(0)
+        s = ingest(sp.csr_array(rng.standard_normal((25, D))), path, n_features=D, timestamp="2026-11-01")
+        return append_partition(s.path, sp.csr_array(rng.standard_normal((newest, D))), timestamp=_day(2))
+
+    na, nb = auditing_pair()
+    ra = _release(store(tmp_path / "a", 25), na, "gaussian", last_rows=25)
+    rb = _release(store(tmp_path / "b", 24), nb, "gaussian", last_rows=25)
+    assert ra.window.to_dict() == rb.window.to_dict()

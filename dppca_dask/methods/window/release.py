@@ -606,7 +606,8 @@ def window(
     last, last_rows, end
         The window: ``last="30D"`` (partitions stamped in ``(end − 30 days, end]``; ``end`` defaults to the newest
         partition's timestamp) or ``last_rows=W`` (the last W rows, cutting the oldest partition at a row
-        boundary). Public parameters.
+        boundary). Public parameters. A row window's partitions (reported, charged, and where it runs) depend on
+        the newest partitions' row counts: its guarantee does not cover the row counts (an open defect).
     epsilon, delta
         The release's budget.
     release
