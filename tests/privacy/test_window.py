@@ -198,3 +198,41 @@ def test_row_window_partitions_do_not_depend_on_row_counts(tmp_path, auditing_pa
     ra = _release(store(tmp_path / "a", 25), na, "gaussian", last_rows=25)
     rb = _release(store(tmp_path / "b", 24), nb, "gaussian", last_rows=25)
     assert ra.window.to_dict() == rb.window.to_dict()
+
+
+def test_exact_grams_are_never_written_into_a_directory_others_can_write(tmp_path):
+    """The Gram cache and the spectral histogram keep exact (pre-noise) Grams beside the store. A directory of that
+    name that already exists and others can write to (a shared parent) let them plant a link at the temporary's
+    name: the exact Gram was written through it into a file they can read. Such a directory is refused before
+    anything is read; the temporary is created fresh, never through a link; a damaged cached Gram is refused."""
+    import os
+
+    from dppca_dask.errors import InvalidParameterError, StoreCorruptError
+    from dppca_dask.methods.window.gram import cache_directory, cache_file
+
+    store = _store(tmp_path / "a", {})
+    directory = cache_directory(store)
+    os.mkdir(directory)
+    os.chmod(directory, 0o777)
+    outside = tmp_path / "readable-by-others"
+    outside.write_bytes(b"")
+    target = cache_file(store, 5, C, False)
+    os.symlink(outside, target + ".partial")
+    with pytest.raises(InvalidParameterError, match="not owner-only"):
+        _release(store, None, "gaussian", seed=1, cache=True)
+    assert outside.read_bytes() == b""
+    os.chmod(directory, 0o700)  # owner-only now; the planted link is not followed
+    _release(store, None, "gaussian", seed=1, cache=True)
+    assert outside.read_bytes() == b"" and not os.path.islink(target) and os.path.isfile(target)
+    with open(target, "wb") as fh:
+        fh.write(b"\x93NUMPY damaged")
+    with pytest.raises(StoreCorruptError, match="cannot be read"):
+        _release(store, None, "gaussian", seed=1, cache=True)
+    np.save(target, np.ones(D))  # the wrong shape broadcast into the sum
+    with pytest.raises(StoreCorruptError, match="not a finite"):
+        _release(store, None, "gaussian", seed=1, cache=True)
+    histogram = os.path.join(os.path.dirname(store.path), ".a.window-259200s-features")
+    os.mkdir(histogram, 0o755)
+    os.chmod(histogram, 0o755)
+    with pytest.raises(InvalidParameterError, match="not owner-only"):
+        _release(store, None, "gaussian", seed=1, structure="spectral-histogram")

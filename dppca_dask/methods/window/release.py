@@ -193,30 +193,30 @@ def _window_run(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] 
 def _cached_gram(plan: WindowPlan, labels: Any, cached: Mapping[int, str]) -> Any:
     """The window Gram from the cache: whole partitions already cached are loaded, the others read (and whole
     ones cached, owner-only); a row window's cut partition is read and never cached."""
-    from dppca_dask.methods.window.gram import PartitionGrams, cache_directory
-    from dppca_dask.storage._files import make_private_directory
+    from dppca_dask.methods.window.gram import (
+        PartitionGrams,
+        cache_directory,
+        cache_file,
+        check_private_directory,
+        load_cached_gram,
+        write_private_file,
+    )
 
     ranges = dict(zip(plan.selection.partitions, plan.selection.row_ranges))
     missing = tuple(i for i in plan.selection.partitions if i not in cached)
     grams = (yield PartitionGrams(row_norm_bound=plan.row_norm_bound, partitions=missing, labels=labels,
                                   row_ranges={i: ranges[i] for i in missing})) if missing else {}
-    directory = cache_directory(plan.store)
-    if not os.path.isdir(directory):
-        make_private_directory(directory)
+    check_private_directory(cache_directory(plan.store), create=True)
     total = np.zeros((plan.dim, plan.dim))
     for index in plan.selection.partitions:
         if index in cached:
-            total += np.load(cached[index])
+            total += load_cached_gram(cached[index], plan.dim)
             continue
         total += grams[index]
         if ranges[index] is None:
-            from dppca_dask.methods.window.gram import cache_file
-
-            path = cache_file(plan.store, index, plan.row_norm_bound, plan.labels)
-            tmp = path + ".partial"
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
-                np.save(fh, grams[index])
-            os.replace(tmp, path)
+            gram = grams[index]
+            write_private_file(cache_file(plan.store, index, plan.row_norm_bound, plan.labels),
+                               lambda fh, gram=gram: np.save(fh, gram))
     return total
 
 
@@ -699,7 +699,14 @@ def window(
     if charges.histogram is not None:
         plan, source, run, caveats = _histogram_release(plan, charges.histogram, noise, budget)
     elif cache:
-        from dppca_dask.methods.window.gram import cache_file, partitions_source
+        from dppca_dask.methods.window.gram import (
+            cache_directory,
+            cache_file,
+            check_private_directory,
+            partitions_source,
+        )
+
+        check_private_directory(cache_directory(plan.store))  # before anything is read or reserved
 
         present = {i: cache_file(plan.store, i, plan.row_norm_bound, plan.labels)
                    for i, rows in zip(plan.selection.partitions, plan.selection.row_ranges) if rows is None}
