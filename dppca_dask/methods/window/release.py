@@ -649,7 +649,8 @@ def window(
     cache
         Keep each whole partition's exact Gram beside the store (owner-only, keyed by the store's id, the bound
         and the label column) and reuse it: a nightly release of ``structure="exact"`` then reads only the
-        partitions it has not seen. The cache is as sensitive as the data. ``True`` or ``False`` only; refused with
+        partitions it has not seen. The cache is as sensitive as the data (an existing cache directory that is a
+        link, another user's, or not owner-only is refused before anything is read). ``True`` or ``False`` only; refused with
         ``structure="spectral-histogram"``, which keeps a structure of its own.
     ledger, dataset, job_id
         Partition-scoped budget (:mod:`~dppca_dask.methods.window.budget`): a ledger (path or
