@@ -89,3 +89,15 @@ def test_ingest_timestamp_stamps_every_partition(tmp_path):
     with pytest.raises(InvalidParameterError, match="must be a date"):
         ingest(day_block(1), tmp_path / "t", n_features=6, timestamp="not a date")
     assert not (tmp_path / "t").exists()  # refused before anything was written
+
+
+def test_timestamps_out_of_row_order_are_refused(tmp_path):
+    """A partition stamped before its predecessor (the storage layer's ``append_partition`` takes any time) made a
+    row window with ``end`` skip the later-stamped partition in the middle: "the last 2 rows" held one row."""
+    store = ingest(np.eye(3)[:1], tmp_path / "s", n_features=3, timestamp="2026-11-01")
+    store = append_partition(store.path, np.eye(3)[1:2], timestamp=day(5))
+    store = append_partition(store.path, np.eye(3)[2:3], timestamp=day(3))
+    for kwargs in ({"last_rows": 2, "end": "2026-11-04"}, {"last": "2D"}):
+        with pytest.raises(InvalidParameterError, match="stamped in row order"):
+            select_window(store, **kwargs)
+    assert select_window(store, last_rows=2).partitions == (1, 2)  # no time involved

@@ -113,8 +113,8 @@ def select_window(
     Raises
     ------
     InvalidParameterError
-        Neither or both of ``last`` and ``last_rows``; a malformed duration or date; a time window on a store
-        with partitions that have no timestamp; a window that ends before the first partition; an empty window;
+        Neither or both of ``last`` and ``last_rows``; a malformed duration or date; a time window (or ``end``) on
+        a store with partitions that have no timestamp or whose timestamps decrease; a window that ends before the first partition; an empty window;
         ``last_rows`` larger than the rows up to ``end``.
     """
     if (last is None) == (last_rows is None):
@@ -135,6 +135,14 @@ def select_window(
     if not parts:
         raise InvalidParameterError(f"'{store.path}' has no partitions; nothing to release")
     stamps = [cast(float, p.timestamp) for p in parts]  # every partition is stamped when a time window is asked
+    if last is not None or end_s is not None:
+        late = next((i for i in range(1, len(parts)) if stamps[i] < stamps[i - 1]), None)
+        if late is not None:  # the window would skip the partitions stamped later than their successors
+            raise InvalidParameterError(
+                f"partition {parts[late].index} of '{store.path}' is stamped {_iso(stamps[late])}, before partition "
+                f"{parts[late - 1].index} ({_iso(stamps[late - 1])}); a window by time needs partitions stamped in "
+                "row order: re-ingest the days in time order (`dppca-dask append` refuses an earlier day)"
+            )
     if end_s is not None:
         first = min(stamps)
         if end_s < first:
