@@ -12,10 +12,14 @@ from dppca_dask.accounting.events import EpsilonDeltaDpEvent
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.mechanisms.wishart import jl_sigma, wishart_tau
 
-__all__ = ["RELEASES", "ROW_WINDOW_NEIGHBOURING", "calibrate_release"]
+__all__ = ["MAX_WISHART_DRAWS", "RELEASES", "ROW_WINDOW_NEIGHBOURING", "calibrate_release"]
 
 #: The release mechanisms; ``"gaussian"`` is the default (chosen by measurement, see benchmarks/bench_window.py).
 RELEASES: tuple[str, ...] = ("gaussian", "wishart", "jl")
+
+#: Largest Wishart draw, ``⌈τ⌉·d`` standard normals (2 GiB of float64): refused before anything is read, since a
+#: draw that fails for memory has already consumed its release (and a partition-scoped budget).
+MAX_WISHART_DRAWS = 2**28
 
 #: The relation of a row window: adding or removing a row also moves the window's oldest row out or in.
 ROW_WINDOW_NEIGHBOURING = "add/remove one row (row window: the oldest row of the window shifts in or out)"
@@ -54,6 +58,12 @@ def calibrate_release(
         events: tuple[Any, ...] = (GaussianDpEvent(multiplier),)
     elif release == "wishart":
         tau = float(math.ceil(wishart_tau(dim, epsilon=run_eps, delta=run_delta, rule=tau_rule)))
+        if tau * dim > MAX_WISHART_DRAWS:
+            raise InvalidParameterError(
+                f"the Wishart release at epsilon={epsilon:g} draws tau={tau:.0f} rows of {dim} normals, more than "
+                f"{MAX_WISHART_DRAWS} (its noise would also swamp the window); use release='gaussian' or a larger "
+                "epsilon"
+            )
         calibration.update({"tau": tau, "tau_rule": tau_rule, "mechanism_epsilon": run_eps,
                             "mechanism_delta": run_delta})
         events = (EpsilonDeltaDpEvent(epsilon, delta),)

@@ -103,12 +103,15 @@ def plan_window(
     """
     if not isinstance(store, MatrixStore):
         store = open_matrix(store)
+    from dppca_dask.methods._params import MAX_EPSILON, ROW_NORM_BOUND_RANGE
+
     epsilon = _positive("epsilon", epsilon)
+    if epsilon > MAX_EPSILON:  # the report's accounting of a closed-form event overflows far above it
+        raise InvalidParameterError(f"epsilon must be at most {MAX_EPSILON:g}; got {epsilon:g}")
     delta = _positive("delta", delta)
     if not delta < 1:
         raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
     c = _positive("row_norm_bound", row_norm_bound)
-    from dppca_dask.methods._params import ROW_NORM_BOUND_RANGE
 
     low, high = ROW_NORM_BOUND_RANGE
     if not low <= c <= high:  # the Gram sums up to c² per row: far from it, a window's row count overflows it
@@ -609,7 +612,7 @@ def window(
         boundary). Public parameters. A row window's partitions (reported, charged, and where it runs) depend on
         the newest partitions' row counts: its guarantee does not cover the row counts (an open defect).
     epsilon, delta
-        The release's budget.
+        The release's budget (ε ≤ 100, as ``pca``).
     release
         ``"gaussian"`` (default; Analyze Gauss on the window Gram), ``"wishart"`` (F2), ``"jl"`` (F1 sampled
         from the Gram).
