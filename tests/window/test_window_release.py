@@ -203,6 +203,8 @@ def test_budgets_whose_release_cannot_run_are_refused_before_anything_is_read(da
     reads = count_reads(monkeypatch)
     with pytest.raises(InvalidParameterError, match="use release='gaussian' or a larger epsilon"):
         window(store, last="1D", epsilon=1e-6, delta=0.5, release="wishart", client="local", seed=1)
+    with pytest.raises(InvalidParameterError, match="choose fewer sketch_rows"):
+        window(store, last="1D", epsilon=1, delta=1e-6, release="jl", sketch_rows=10**9, client="local", seed=1)
     with pytest.raises(InvalidParameterError, match="epsilon must be at most 100"):
         window(store, last="1D", epsilon=1e6, delta=1e-6, release="wishart", client="local", seed=1)
     assert reads == []
