@@ -380,11 +380,11 @@ def _histogram_release(plan: WindowPlan, setup: HistogramSetup, noise: NoiseSour
         # partitions again); a structure that cannot be saved after the release leaves the release standing.
         try:
             hist.save(directory, meta={k: v for k, v in expect.items() if k not in ("eta", "regularizer", "dim")})
-        except OSError as exc:
+        except (OSError, InvalidParameterError) as exc:  # a directory made unsafe since the plan checked it
             import warnings
 
             warnings.warn(f"the spectral histogram could not be saved in '{directory}' ({type(exc).__name__}: "
-                          f"{exc.strerror or exc}); the release stands, and the next one reads again the partitions "
+                          f"{getattr(exc, 'strerror', None) or exc}); the release stands, and the next one reads again the partitions "
                           "added since the last saved state", RuntimeWarning, stacklevel=2)
         covered[:] = [t1]
         return noisy, shift, (event,)
