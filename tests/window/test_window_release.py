@@ -208,3 +208,17 @@ def test_budgets_whose_release_cannot_run_are_refused_before_anything_is_read(da
     with pytest.raises(InvalidParameterError, match="epsilon must be at most 100"):
         window(store, last="1D", epsilon=1e6, delta=1e-6, release="wishart", client="local", seed=1)
     assert reads == []
+
+
+@pytest.mark.parametrize("release", ["wishart", "jl"])
+def test_hardened_sampler_is_refused_before_the_window_is_read(daily_store, monkeypatch, release):
+    pytest.importorskip("opendp")
+    from dppca_dask.mechanisms import NoiseSource
+    from window_data import count_reads
+
+    store = daily_store(2)
+    reads = count_reads(monkeypatch)
+    with pytest.raises(InvalidParameterError, match="no hardened"):
+        window(store, last="1D", epsilon=1, delta=1e-6, release=release, client="local",
+               noise=NoiseSource.from_entropy(sampler="hardened"))
+    assert reads == []

@@ -682,6 +682,10 @@ def window(
         raise InvalidParameterError(f"seed must be an integer or None; got {seed!r}")
     if noise is None:
         noise = NoiseSource.from_entropy() if seed is None else NoiseSource.from_seed(int(seed))
+    if plan.release != "gaussian" and noise.sampler == "hardened":  # refused by the mechanism: before any read
+        from dppca_dask.mechanisms.wishart import _float_sampler
+
+        _float_sampler(noise, plan.release)
     budget: dict[str, Any] | None = None
     if (ledger is None) != (dataset is None) or (ledger is None) != (job_id is None):
         raise InvalidParameterError(
