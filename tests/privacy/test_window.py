@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -236,3 +237,20 @@ def test_exact_grams_are_never_written_into_a_directory_others_can_write(tmp_pat
     os.chmod(histogram, 0o755)
     with pytest.raises(InvalidParameterError, match="not owner-only"):
         _release(store, None, "gaussian", seed=1, structure="spectral-histogram")
+
+
+def test_one_release_at_a_time_from_a_tree(tmp_path):
+    """Two releases from one tree at once would each draw a missing node and release it with its own noise: one
+    node released twice, beyond the L levels the report composes. The tree is locked from reading its state to
+    writing it; a second release meanwhile is refused."""
+    from filelock import FileLock
+
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.methods.window import tree_window
+
+    store = _store(tmp_path / "a", {})
+    directory = os.path.join(os.path.dirname(store.path), ".a.window-tree-8-features")
+    with FileLock(directory + ".lock"):  # a release in progress in another process
+        with pytest.raises(InvalidParameterError, match="another release from the tree"):
+            tree_window(store, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local")
+    assert tree_window(store, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local").private

@@ -10,7 +10,8 @@ the releases of the tree together are the composition of L Gaussian mechanisms o
 
 The state records whether its nodes were drawn by a private source: a private release refuses a tree holding
 nodes drawn with a seed (their noise is known to whoever knows the seed), and a seeded run refuses to add nodes to
-a private tree.
+a private tree. One release at a time: the tree is locked (a ``.lock`` file beside its directory) from reading its
+state to writing it, so that no node is drawn twice.
 
 Experimental: the spec calls App. D underspecified; this is the standard tree mechanism (Dwork et al. 2010), not
 the paper's. Event-level: a person with rows in many partitions is covered only by group privacy.
@@ -72,11 +73,7 @@ def tree_window(
     tree up to ``horizon`` partitions (see the module docstring). ``client`` and ``executor`` choose where it
     runs, as for :func:`~dppca_dask.methods.window.window`.
     """
-    import dataclasses
-
-    from dppca_dask.methods.window.gram import PartitionGrams, partitions_source
-    from dppca_dask.methods.window.release import WindowRelease, _choose, _execute, plan_window
-    from dppca_dask.storage._files import make_private_directory
+    from dppca_dask.methods.window.release import _choose, plan_window
 
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
         raise InvalidParameterError(f"horizon must be a positive integer (partitions); got {horizon!r}")
@@ -88,8 +85,39 @@ def tree_window(
                                     "is spent: start a new one with a larger horizon (and a new budget)")
     levels = math.ceil(math.log2(horizon)) + 1
     multiplier = calibrate_gaussian(epsilon=epsilon, delta=delta, count=levels)
-    c = plan.row_norm_bound
     directory = _state_path(store.path, int(horizon), False)
+    lock = _lock(directory)
+    try:
+        return _tree_release(plan, choice, client, directory, epsilon, delta, int(horizon), levels, multiplier,
+                             noise, seed)
+    finally:
+        lock.release()
+
+
+def _lock(directory: str) -> Any:
+    """The tree's exclusive lock (a file beside its directory) from reading its state to writing it: two releases
+    at once would each draw a missing node and release it with its own noise (one node, two releases)."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(directory + ".lock", timeout=0, mode=0o600)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise InvalidParameterError(f"another release from the tree in '{directory}' is running; wait for it to "
+                                    "end") from None
+    return lock
+
+
+def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: float, delta: float, horizon: int,
+                  levels: int, multiplier: float, noise: NoiseSource | None, seed: int | None) -> Any:
+    import dataclasses
+
+    from dppca_dask.methods.window.gram import PartitionGrams, partitions_source
+    from dppca_dask.methods.window.release import WindowRelease, _execute
+    from dppca_dask.storage._files import make_private_directory
+
+    store = plan.store
+    c = plan.row_norm_bound
     nodes: dict[str, list[list[float]]] = {}
     state_file = os.path.join(directory, "nodes.json")
     if os.path.exists(state_file):
