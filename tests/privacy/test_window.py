@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import math
 import os
 
 import numpy as np
@@ -254,3 +255,23 @@ def test_one_release_at_a_time_from_a_tree(tmp_path):
         with pytest.raises(InvalidParameterError, match="another release from the tree"):
             tree_window(store, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local")
     assert tree_window(store, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local").private
+
+
+@pytest.mark.parametrize("epsilon", [5.0, 10.0, 50.0, 100.0])
+@pytest.mark.parametrize("dim", [1, 5, 40])
+def test_wishart_release_without_the_row_stays_where_the_one_with_it_can_be(epsilon, dim):
+    """``K + W`` (row removed) against ``K + uuᵀ + W``: the second always has ``X − K − uuᵀ = W`` PSD; the first
+    has ``X − K − uuᵀ = W − uuᵀ`` not PSD, an outcome the neighbour cannot produce, with probability
+    ``Pr[uᵀW⁻¹u ≥ 1] = Pr[χ²_{τ−d+1} < 1]``. The printed ``τ = d + 28·ln(4/δ)/ε²`` nears d for large ε (ε = 10,
+    δ = 1e-6: τ = d + 5, probability 1.4e-2; ε ≥ 50: τ = d + 1, 0.39); the default τ keeps it at most δ (so far
+    below the δ of the release at ε ≤ 3, where the printed τ is kept)."""
+    from scipy.stats import chi2
+
+    from dppca_dask.mechanisms.wishart import wishart_tau
+
+    delta = 1e-6
+    tau = math.ceil(wishart_tau(dim, epsilon=epsilon, delta=delta))
+    assert chi2.cdf(1.0, tau - dim + 1) <= delta
+    for small in (0.5, 1.0, 3.0):  # the printed rule is kept where it suffices (the spec's golden values)
+        printed = dim + 28.0 * math.log(4.0 / delta) / small**2
+        assert wishart_tau(dim, epsilon=small, delta=delta) == printed
