@@ -159,7 +159,9 @@ def wishart_mechanism(
     -----
     Privacy contract: add/remove one row ``a`` with ``‖a‖ ≤ c``; ``K/c²`` then moves by the rank-one ``uuᵀ`` with
     ``‖u‖ ≤ 1``, the setting of the Wishart mechanism (Sheffet 2019; the paper's Thm 11): for ``τ ≥ d +
-    28·ln(4/δ)/ε²`` the release ``K/c² + R`` is (ε, δ)-DP, and scaling by the public ``c²`` is post-processing.
+    28·ln(4/δ)/ε²`` the release ``K/c² + R`` is (ε, δ)-DP where that τ is well above d; the default rule also
+    raises τ to the exact worst case's floor (large ε, see :func:`wishart_tau`). Scaling by the public ``c²`` is
+    post-processing.
     The rules ``"thm14"`` and ``"alg7"`` reproduce the paper's smaller constants (E4); the report then states the
     same (ε, δ), which the paper claims but does not prove for them. No dp-accounting event models a Wishart
     draw: the release is accounted as the stated closed form ``EpsilonDeltaDpEvent(ε, δ)``. Rounding τ up is
