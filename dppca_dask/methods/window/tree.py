@@ -145,8 +145,8 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
     # private tree (the state says which kind of source drew its nodes).
     if noise.private and not drawn_privately:
         raise InvalidParameterError(f"the tree in '{directory}' holds nodes drawn with a seed or a test noise "
-                                    "source (not private); a private release cannot reuse them: delete that "
-                                    "directory to start a new tree")
+                                    "source (not private), or its state does not say how they were drawn; a "
+                                    "private release cannot reuse them: delete that directory to start a new tree")
     if not noise.private and drawn_privately and nodes and missing:
         raise InvalidParameterError(f"the tree in '{directory}' was drawn privately; a seeded run would add nodes "
                                     "with known noise to it: run without a seed, or on another store")
