@@ -11,7 +11,7 @@ from dppca_dask.errors import InvalidParameterError
 from dppca_dask.ingest import ingest
 from dppca_dask.methods.window import parse_duration, parse_timestamp, select_window
 from dppca_dask.storage import append_partition
-from window_data import ROWS_PER_DAY, day, day_block
+from window_data import D, ROWS_PER_DAY, day, day_block
 
 
 def test_time_window_selects_the_last_days(ten_days):
@@ -101,3 +101,12 @@ def test_timestamps_out_of_row_order_are_refused(tmp_path):
         with pytest.raises(InvalidParameterError, match="stamped in row order"):
             select_window(store, **kwargs)
     assert select_window(store, last_rows=2).partitions == (1, 2)  # no time involved
+
+
+def test_times_beyond_the_calendar_are_refused_or_printed(tmp_path):
+    """``end=1e20`` failed with an OverflowError from the date printer; a duration reaching before year 1 too."""
+    store = ingest(day_block(1), tmp_path / "s", n_features=D, timestamp="2026-11-01")
+    for end in (1e20, -1e20):
+        with pytest.raises(InvalidParameterError, match="between the years 1 and 9999"):
+            select_window(store, last="1D", end=end)
+    assert select_window(store, last="99999999W").partitions == (0,)

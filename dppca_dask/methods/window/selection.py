@@ -22,6 +22,9 @@ from dppca_dask.storage import MatrixStore
 __all__ = ["WindowSelection", "parse_duration", "parse_timestamp", "select_window"]
 
 _UNITS = {"D": 86400.0, "H": 3600.0, "W": 7 * 86400.0}
+#: POSIX seconds of the first and last days a ``datetime`` holds (a window's bounds are printed as dates).
+_FIRST = _dt.datetime(1, 1, 2, tzinfo=_dt.timezone.utc).timestamp()
+_LAST = _dt.datetime(9999, 12, 30, tzinfo=_dt.timezone.utc).timestamp()
 
 
 def parse_duration(value: Any) -> float:
@@ -47,6 +50,8 @@ def parse_timestamp(value: Any, *, name: str = "timestamp") -> float:
     if isinstance(value, (int, float)):
         if not math.isfinite(value):
             raise InvalidParameterError(f"{name} must be finite; got {value!r}")
+        if not _FIRST <= value <= _LAST:  # outside the dates that can be printed
+            raise InvalidParameterError(f"{name} must be POSIX seconds between the years 1 and 9999; got {value!r}")
         return float(value)
     if isinstance(value, _dt.datetime):
         moment = value
@@ -73,6 +78,8 @@ def parse_timestamp(value: Any, *, name: str = "timestamp") -> float:
 
 
 def _iso(seconds: float) -> str:
+    if not _FIRST <= seconds <= _LAST:  # a long duration before an early end: no date to print
+        return f"{seconds:.0f} POSIX seconds"
     return _dt.datetime.fromtimestamp(seconds, tz=_dt.timezone.utc).isoformat(timespec="seconds")
 
 
