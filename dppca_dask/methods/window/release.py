@@ -112,7 +112,6 @@ def plan_window(
     if not delta < 1:
         raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
     c = _positive("row_norm_bound", row_norm_bound)
-
     low, high = ROW_NORM_BOUND_RANGE
     if not low <= c <= high:  # the Gram sums up to c² per row: far from it, a window's row count overflows it
         raise InvalidParameterError(f"row_norm_bound must be in [{low:g}, {high:g}]; got {c:g}; scale the data so "
@@ -384,8 +383,8 @@ def _histogram_release(plan: WindowPlan, setup: HistogramSetup, noise: NoiseSour
             import warnings
 
             warnings.warn(f"the spectral histogram could not be saved in '{directory}' ({type(exc).__name__}: "
-                          f"{getattr(exc, 'strerror', None) or exc}); the release stands, and the next one reads again the partitions "
-                          "added since the last saved state", RuntimeWarning, stacklevel=2)
+                          f"{getattr(exc, 'strerror', None) or exc}); the release stands, and the next one reads "
+                          "again the partitions added since the last saved state", RuntimeWarning, stacklevel=2)
         covered[:] = [t1]
         return noisy, shift, (event,)
 
@@ -653,8 +652,8 @@ def window(
         Keep each whole partition's exact Gram beside the store (owner-only, keyed by the store's id, the bound
         and the label column) and reuse it: a nightly release of ``structure="exact"`` then reads only the
         partitions it has not seen. The cache is as sensitive as the data (an existing cache directory that is a
-        link, another user's, or not owner-only is refused before anything is read). ``True`` or ``False`` only; refused with
-        ``structure="spectral-histogram"``, which keeps a structure of its own.
+        link, another user's, or not owner-only is refused before anything is read). ``True`` or ``False`` only;
+        refused with ``structure="spectral-histogram"``, which keeps a structure of its own.
     ledger, dataset, job_id
         Partition-scoped budget (:mod:`~dppca_dask.methods.window.budget`): a ledger (path or
         :class:`~dppca_dask.ledger.Ledger`) whose key ``dataset`` has a budget; the release is charged to every
