@@ -83,8 +83,8 @@ def wishart_tau(dim: int, *, epsilon: float, delta: float, rule: str = "thm11") 
 
     - ``"thm11"`` (default; the primitive as printed, Sheffet 2019): ``τ = d + 28·ln(4/δ)/ε²``, and at least the
       least integer at which the worst-case pair (one unit row added or removed) is exactly (ε, δ)-close
-      (:func:`_support_floor`, checked at ``⌈τ⌉``): for large ε the printed τ nears d, and the release without the row then falls,
-      with probability far above δ (1.4% at ε = 10, δ = 1e-6), where the one with it cannot;
+      (:func:`_support_floor`, checked at ``⌈τ⌉``): for large ε the printed τ nears d, and the release without
+      the row then falls, with probability far above δ (1.4% at ε = 10, δ = 1e-6), where the one with it cannot;
     - ``"thm14"`` (Theorems 8, 14, 15, 16): ``τ = d + 14·ln(4/δ)/ε²``;
     - ``"alg7"`` (Alg. 7, line 6): ``τ = ⌊d + 14·ln(1/δ)/ε²⌋``.
 

@@ -17,8 +17,9 @@ __all__ = ["MAX_NOISE_DRAWS", "RELEASES", "ROW_WINDOW_NEIGHBOURING", "calibrate_
 #: The release mechanisms; ``"gaussian"`` is the default (chosen by measurement, see benchmarks/bench_window.py).
 RELEASES: tuple[str, ...] = ("gaussian", "wishart", "jl")
 
-#: Largest noise matrix of a Wishart or JL release, ``⌈τ⌉·d`` or ``m·d`` standard normals (2 GiB of float64): refused before anything is read, since a
-#: draw that fails for memory has already consumed its release (and a partition-scoped budget).
+#: Largest noise matrix of a Wishart or JL release, ``⌈τ⌉·d`` or ``m·d`` standard normals (2 GiB of float64);
+#: larger ones are refused before anything is read, since a draw that fails for memory has already consumed its
+#: release (and a partition-scoped budget).
 MAX_NOISE_DRAWS = 2**28
 
 #: The relation of a row window: adding or removing a row also moves the window's oldest row out or in.

@@ -121,8 +121,8 @@ def select_window(
     ------
     InvalidParameterError
         Neither or both of ``last`` and ``last_rows``; a malformed duration or date; a time window (or ``end``) on
-        a store with partitions that have no timestamp or whose timestamps decrease; a window that ends before the first partition; an empty window;
-        ``last_rows`` larger than the rows up to ``end``.
+        a store with partitions that have no timestamp or whose timestamps decrease; a window that ends before the
+        first partition; an empty window; ``last_rows`` larger than the rows up to ``end``.
     """
     if (last is None) == (last_rows is None):
         raise InvalidParameterError(
