@@ -53,10 +53,38 @@ def _check_budget(epsilon: float, delta: float) -> tuple[float, float]:
     return epsilon, delta
 
 
+def _support_floor(dim: int, epsilon: float, delta: float, start: int) -> int:
+    """The least integer τ ≥ ``start`` (and ≥ d + 1) at which adding or removing one unit row ``u`` is
+    (ε, δ)-indistinguishable for ``Wis_d(τ, I)`` noise, from the exact privacy loss of that worst case.
+
+    For ``X = K + W`` against ``X' = K + uuᵀ + W`` the loss depends only on ``q = uᵀ(X − K)⁻¹u``:
+    ``L = −a·ln(1 − q) − ½`` with ``a = (τ − d − 1)/2`` (``+∞`` for ``q ≥ 1``, where the neighbour with the row has
+    no density), and ``1/q ~ χ²_k``, ``k = τ − d + 1``, without the row. ``Pr[L > ε]`` without the row and
+    ``Pr[−L > ε]`` with it (``q' = 1/(1 + χ²_k)``) must both be ≤ δ. For large ε the printed τ is close to d and
+    ``Pr[q ≥ 1] = Pr[χ²_k < 1]`` alone exceeds δ (0.39 at τ = d + 1).
+    """
+    from scipy.stats import chi2
+
+    tau = max(dim + 1, start)
+    while True:
+        k, a = tau - dim + 1, (tau - dim - 1) / 2.0
+        threshold = -math.expm1(-(epsilon + 0.5) / a) if a > 0 else 1.0  # L > ε  ⇔  q > threshold
+        removed = float(chi2.cdf(1.0 / threshold, k))
+        added = 0.0
+        if epsilon < 0.5:  # −L > ε  ⇔  q' < −expm1(−(½ − ε)/a) (always, at a = 0)
+            added = float(chi2.sf(1.0 / -math.expm1(-(0.5 - epsilon) / a) - 1.0, k)) if a > 0 else 1.0
+        if max(removed, added) <= delta:
+            return tau
+        tau += 1
+
+
 def wishart_tau(dim: int, *, epsilon: float, delta: float, rule: str = "thm11") -> float:
     """Degrees of freedom τ of the Wishart noise for a ``dim×dim`` Gram at (ε, δ).
 
-    - ``"thm11"`` (default; the primitive as printed, Sheffet 2019): ``τ = d + 28·ln(4/δ)/ε²``;
+    - ``"thm11"`` (default; the primitive as printed, Sheffet 2019): ``τ = d + 28·ln(4/δ)/ε²``, and at least the
+      least integer at which the worst-case pair (one unit row added or removed) is exactly (ε, δ)-close
+      (:func:`_support_floor`, checked at ``⌈τ⌉``): for large ε the printed τ nears d, and the release without
+      the row then falls, with probability far above δ (1.4% at ε = 10, δ = 1e-6), where the one with it cannot;
     - ``"thm14"`` (Theorems 8, 14, 15, 16): ``τ = d + 14·ln(4/δ)/ε²``;
     - ``"alg7"`` (Alg. 7, line 6): ``τ = ⌊d + 14·ln(1/δ)/ε²⌋``.
 
@@ -66,7 +94,9 @@ def wishart_tau(dim: int, *, epsilon: float, delta: float, rule: str = "thm11") 
         raise InvalidParameterError(f"dim must be a positive integer; got {dim!r}")
     epsilon, delta = _check_budget(epsilon, delta)
     if rule == "thm11":
-        return dim + 28.0 * math.log(4.0 / delta) / epsilon**2
+        printed = dim + 28.0 * math.log(4.0 / delta) / epsilon**2
+        floor = _support_floor(dim, epsilon, delta, math.ceil(printed))  # ⌈τ⌉ is drawn
+        return printed if floor == math.ceil(printed) else float(floor)
     if rule == "thm14":
         return dim + 14.0 * math.log(4.0 / delta) / epsilon**2
     if rule == "alg7":
@@ -129,7 +159,9 @@ def wishart_mechanism(
     -----
     Privacy contract: add/remove one row ``a`` with ``‖a‖ ≤ c``; ``K/c²`` then moves by the rank-one ``uuᵀ`` with
     ``‖u‖ ≤ 1``, the setting of the Wishart mechanism (Sheffet 2019; the paper's Thm 11): for ``τ ≥ d +
-    28·ln(4/δ)/ε²`` the release ``K/c² + R`` is (ε, δ)-DP, and scaling by the public ``c²`` is post-processing.
+    28·ln(4/δ)/ε²`` the release ``K/c² + R`` is (ε, δ)-DP where that τ is well above d; the default rule also
+    raises τ to the exact worst case's floor (large ε, see :func:`wishart_tau`). Scaling by the public ``c²`` is
+    post-processing.
     The rules ``"thm14"`` and ``"alg7"`` reproduce the paper's smaller constants (E4); the report then states the
     same (ε, δ), which the paper claims but does not prove for them. No dp-accounting event models a Wishart
     draw: the release is accounted as the stated closed form ``EpsilonDeltaDpEvent(ε, δ)``. Rounding τ up is

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import math
+import os
 
 import numpy as np
 import pytest
@@ -130,3 +132,146 @@ def test_neighbours_on_a_local_cluster_same_tasks_and_logs(tmp_path, auditing_pa
     assert_within_sensitivity(na.records, nb.records)
     assert logs[0] == logs[1]
     assert keys[0] == keys[1]
+
+
+def test_tree_nodes_drawn_with_a_seed_are_not_reused_by_a_private_release(tmp_path):
+    """The binary tree keeps its noisy nodes and releases them again: nodes drawn with a seed (noise known to whoever
+    knows it) released under a private report would be the exact Gram plus known noise."""
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.mechanisms import NoiseSource
+    from dppca_dask.methods.window import tree_window
+
+    store = _store(tmp_path / "a", {})
+    seeded = tree_window(store, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local",
+                         seed=3)
+    assert not seeded.private
+    with pytest.raises(InvalidParameterError, match="not private"):
+        tree_window(store, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local")
+    other = _store(tmp_path / "b", {})
+    private = tree_window(other, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local")
+    assert private.private
+    again = tree_window(other, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local",
+                        noise=NoiseSource.from_seed(4))  # reads the kept nodes only: allowed, reported not private
+    assert not again.private and np.array_equal(again.released, private.released)
+    with pytest.raises(InvalidParameterError, match="drawn privately"):  # would add seeded nodes
+        tree_window(other, last="5D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local", seed=5)
+
+
+@pytest.mark.parametrize("release", ["gaussian", "wishart", "jl"])
+def test_a_bound_whose_square_overflows_with_the_row_count_is_refused_on_both_neighbours(tmp_path, release):
+    """Each row adds up to c² to the Gram: at c = 1e153 the sum of 90 rows at the bound overflows float64 and 89 do
+    not, so a release (or its refusal) would tell the two neighbours apart. The bound is refused before any read,
+    as ``pca`` refuses it."""
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.ingest import ingest
+    from dppca_dask.mechanisms.testing import AuditingNoiseSource
+
+    outcomes = []
+    for n in (89, 90):
+        rows = np.zeros((n, 3))
+        rows[:, 0] = 1e160
+        store = ingest(rows, tmp_path / f"s{n}", n_features=3, timestamp="2026-11-01")
+        try:
+            window(store, last="1D", epsilon=1.0, delta=1e-6, row_norm_bound=1e153, release=release,
+                   client="local", noise=AuditingNoiseSource(1))
+            outcomes.append("released")
+        except Exception as exc:  # noqa: BLE001 - the kind of failure is the observable
+            outcomes.append(type(exc).__name__)
+    assert outcomes == ["InvalidParameterError", "InvalidParameterError"]
+    with pytest.raises(InvalidParameterError, match="row_norm_bound must be in"):
+        window(store, last="1D", epsilon=1.0, delta=1e-6, row_norm_bound=1e-160, client="local", seed=1)
+
+
+@pytest.mark.xfail(strict=True, reason="open: a row window's partitions (result, executor choice, tasks, ledger "
+                                       "charges) follow the private row counts of the newest partitions")
+def test_row_window_partitions_do_not_depend_on_row_counts(tmp_path, auditing_pair):
+    """``last_rows=W`` reaches back as far as the newest partitions' row counts say: with W rows in the newest
+    partition the window is that partition; with one row fewer (a removed row) it also covers the one before. The
+    reported partitions, the executor choice (from the window's partition count), the Gram tasks and the ledger
+    keys charged differ between the two neighbours."""
+    from dppca_dask.ingest import ingest
+
+    def store(path, newest: int):
+        rng = np.random.default_rng(0)
+        s = ingest(sp.csr_array(rng.standard_normal((25, D))), path, n_features=D, timestamp="2026-11-01")
+        return append_partition(s.path, sp.csr_array(rng.standard_normal((newest, D))), timestamp=_day(2))
+
+    na, nb = auditing_pair()
+    ra = _release(store(tmp_path / "a", 25), na, "gaussian", last_rows=25)
+    rb = _release(store(tmp_path / "b", 24), nb, "gaussian", last_rows=25)
+    assert ra.window.to_dict() == rb.window.to_dict()
+
+
+def test_exact_grams_are_never_written_into_a_directory_others_can_write(tmp_path):
+    """The Gram cache and the spectral histogram keep exact (pre-noise) Grams beside the store. A directory of that
+    name that already exists and others can write to (a shared parent) let them plant a link at the temporary's
+    name: the exact Gram was written through it into a file they can read. Such a directory is refused before
+    anything is read; the temporary is created fresh, never through a link; a damaged cached Gram is refused."""
+    import os
+
+    from dppca_dask.errors import InvalidParameterError, StoreCorruptError
+    from dppca_dask.methods.window.gram import cache_directory, cache_file
+
+    store = _store(tmp_path / "a", {})
+    directory = cache_directory(store)
+    os.mkdir(directory)
+    os.chmod(directory, 0o777)
+    outside = tmp_path / "readable-by-others"
+    outside.write_bytes(b"")
+    target = cache_file(store, 5, C, False)
+    os.symlink(outside, target + ".partial")
+    with pytest.raises(InvalidParameterError, match="not owner-only"):
+        _release(store, None, "gaussian", seed=1, cache=True)
+    assert outside.read_bytes() == b""
+    os.chmod(directory, 0o700)  # owner-only now; the planted link is not followed
+    _release(store, None, "gaussian", seed=1, cache=True)
+    assert outside.read_bytes() == b"" and not os.path.islink(target) and os.path.isfile(target)
+    with open(target, "wb") as fh:
+        fh.write(b"\x93NUMPY damaged")
+    with pytest.raises(StoreCorruptError, match="cannot be read"):
+        _release(store, None, "gaussian", seed=1, cache=True)
+    np.save(target, np.ones(D))  # the wrong shape broadcast into the sum
+    with pytest.raises(StoreCorruptError, match="not a finite"):
+        _release(store, None, "gaussian", seed=1, cache=True)
+    histogram = os.path.join(os.path.dirname(store.path), ".a.window-259200s-features")
+    os.mkdir(histogram, 0o755)
+    os.chmod(histogram, 0o755)
+    with pytest.raises(InvalidParameterError, match="not owner-only"):
+        _release(store, None, "gaussian", seed=1, structure="spectral-histogram")
+
+
+def test_one_release_at_a_time_from_a_tree(tmp_path):
+    """Two releases from one tree at once would each draw a missing node and release it with its own noise: one
+    node released twice, beyond the L levels the report composes. The tree is locked from reading its state to
+    writing it; a second release meanwhile is refused."""
+    from filelock import FileLock
+
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.methods.window import tree_window
+
+    store = _store(tmp_path / "a", {})
+    directory = os.path.join(os.path.dirname(store.path), ".a.window-tree-8-features")
+    with FileLock(directory + ".lock"):  # a release in progress in another process
+        with pytest.raises(InvalidParameterError, match="another release from the tree"):
+            tree_window(store, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local")
+    assert tree_window(store, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local").private
+
+
+@pytest.mark.parametrize("epsilon", [5.0, 10.0, 50.0, 100.0])
+@pytest.mark.parametrize("dim", [1, 5, 40])
+def test_wishart_release_without_the_row_stays_where_the_one_with_it_can_be(epsilon, dim):
+    """``K + W`` (row removed) against ``K + uuᵀ + W``: the second always has ``X − K − uuᵀ = W`` PSD; the first
+    has ``X − K − uuᵀ = W − uuᵀ`` not PSD, an outcome the neighbour cannot produce, with probability
+    ``Pr[uᵀW⁻¹u ≥ 1] = Pr[χ²_{τ−d+1} < 1]``. The printed ``τ = d + 28·ln(4/δ)/ε²`` nears d for large ε (ε = 10,
+    δ = 1e-6: τ = d + 5, probability 1.4e-2; ε ≥ 50: τ = d + 1, 0.39); the default τ keeps it at most δ (so far
+    below the δ of the release at ε ≤ 3, where the printed τ is kept)."""
+    from scipy.stats import chi2
+
+    from dppca_dask.mechanisms.wishart import wishart_tau
+
+    delta = 1e-6
+    tau = math.ceil(wishart_tau(dim, epsilon=epsilon, delta=delta))
+    assert chi2.cdf(1.0, tau - dim + 1) <= delta
+    for small in (0.5, 1.0, 3.0):  # the printed rule is kept where it suffices (the spec's golden values)
+        printed = dim + 28.0 * math.log(4.0 / delta) / small**2
+        assert wishart_tau(dim, epsilon=small, delta=delta) == printed

@@ -192,3 +192,33 @@ def test_gram_cache_reads_only_new_partitions(daily_store, monkeypatch):
             window(store, last="1D", epsilon=1, delta=1e-6, client="local", cache=wrong)
     with pytest.raises(InvalidParameterError, match="cache=True serves structure='exact'"):
         window(store, last="1D", epsilon=1, delta=1e-6, client="local", cache=True, structure="spectral-histogram")
+
+
+def test_budgets_whose_release_cannot_run_are_refused_before_anything_is_read(daily_store, monkeypatch):
+    """At ε = 1e-6 the Wishart draw needed 424 TiB (a MemoryError after its release had begun, which spends a
+    partition-scoped budget); at ε = 1e6 the report's accounting overflowed after the noise was drawn."""
+    from window_data import count_reads
+
+    store = daily_store(2)
+    reads = count_reads(monkeypatch)
+    with pytest.raises(InvalidParameterError, match="use release='gaussian' or a larger epsilon"):
+        window(store, last="1D", epsilon=1e-6, delta=0.5, release="wishart", client="local", seed=1)
+    with pytest.raises(InvalidParameterError, match="choose fewer sketch_rows"):
+        window(store, last="1D", epsilon=1, delta=1e-6, release="jl", sketch_rows=10**9, client="local", seed=1)
+    with pytest.raises(InvalidParameterError, match="epsilon must be at most 100"):
+        window(store, last="1D", epsilon=1e6, delta=1e-6, release="wishart", client="local", seed=1)
+    assert reads == []
+
+
+@pytest.mark.parametrize("release", ["wishart", "jl"])
+def test_hardened_sampler_is_refused_before_the_window_is_read(daily_store, monkeypatch, release):
+    pytest.importorskip("opendp")
+    from dppca_dask.mechanisms import NoiseSource
+    from window_data import count_reads
+
+    store = daily_store(2)
+    reads = count_reads(monkeypatch)
+    with pytest.raises(InvalidParameterError, match="no hardened"):
+        window(store, last="1D", epsilon=1, delta=1e-6, release=release, client="local",
+               noise=NoiseSource.from_entropy(sampler="hardened"))
+    assert reads == []

@@ -11,7 +11,7 @@ from dppca_dask.errors import InvalidParameterError
 from dppca_dask.ingest import ingest
 from dppca_dask.methods.window import parse_duration, parse_timestamp, select_window
 from dppca_dask.storage import append_partition
-from window_data import ROWS_PER_DAY, day, day_block
+from window_data import D, ROWS_PER_DAY, day, day_block
 
 
 def test_time_window_selects_the_last_days(ten_days):
@@ -89,3 +89,24 @@ def test_ingest_timestamp_stamps_every_partition(tmp_path):
     with pytest.raises(InvalidParameterError, match="must be a date"):
         ingest(day_block(1), tmp_path / "t", n_features=6, timestamp="not a date")
     assert not (tmp_path / "t").exists()  # refused before anything was written
+
+
+def test_timestamps_out_of_row_order_are_refused(tmp_path):
+    """A partition stamped before its predecessor (the storage layer's ``append_partition`` takes any time) made a
+    row window with ``end`` skip the later-stamped partition in the middle: "the last 2 rows" held one row."""
+    store = ingest(np.eye(3)[:1], tmp_path / "s", n_features=3, timestamp="2026-11-01")
+    store = append_partition(store.path, np.eye(3)[1:2], timestamp=day(5))
+    store = append_partition(store.path, np.eye(3)[2:3], timestamp=day(3))
+    for kwargs in ({"last_rows": 2, "end": "2026-11-04"}, {"last": "2D"}):
+        with pytest.raises(InvalidParameterError, match="stamped in row order"):
+            select_window(store, **kwargs)
+    assert select_window(store, last_rows=2).partitions == (1, 2)  # no time involved
+
+
+def test_times_beyond_the_calendar_are_refused_or_printed(tmp_path):
+    """``end=1e20`` failed with an OverflowError from the date printer; a duration reaching before year 1 too."""
+    store = ingest(day_block(1), tmp_path / "s", n_features=D, timestamp="2026-11-01")
+    for end in (1e20, -1e20):
+        with pytest.raises(InvalidParameterError, match="between the years 1 and 9999"):
+            select_window(store, last="1D", end=end)
+    assert select_window(store, last="99999999W").partitions == (0,)

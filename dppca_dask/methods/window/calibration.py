@@ -12,10 +12,15 @@ from dppca_dask.accounting.events import EpsilonDeltaDpEvent
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.mechanisms.wishart import jl_sigma, wishart_tau
 
-__all__ = ["RELEASES", "ROW_WINDOW_NEIGHBOURING", "calibrate_release"]
+__all__ = ["MAX_NOISE_DRAWS", "RELEASES", "ROW_WINDOW_NEIGHBOURING", "calibrate_release"]
 
 #: The release mechanisms; ``"gaussian"`` is the default (chosen by measurement, see benchmarks/bench_window.py).
 RELEASES: tuple[str, ...] = ("gaussian", "wishart", "jl")
+
+#: Largest noise matrix of a Wishart or JL release, ``⌈τ⌉·d`` or ``m·d`` standard normals (2 GiB of float64);
+#: larger ones are refused before anything is read, since a draw that fails for memory has already consumed its
+#: release (and a partition-scoped budget).
+MAX_NOISE_DRAWS = 2**28
 
 #: The relation of a row window: adding or removing a row also moves the window's oldest row out or in.
 ROW_WINDOW_NEIGHBOURING = "add/remove one row (row window: the oldest row of the window shifts in or out)"
@@ -54,12 +59,21 @@ def calibrate_release(
         events: tuple[Any, ...] = (GaussianDpEvent(multiplier),)
     elif release == "wishart":
         tau = float(math.ceil(wishart_tau(dim, epsilon=run_eps, delta=run_delta, rule=tau_rule)))
+        if tau * dim > MAX_NOISE_DRAWS:
+            raise InvalidParameterError(
+                f"the Wishart release at epsilon={epsilon:g} draws tau={tau:.0f} rows of {dim} normals, more than "
+                f"{MAX_NOISE_DRAWS} (its noise would also swamp the window); use release='gaussian' or a larger "
+                "epsilon"
+            )
         calibration.update({"tau": tau, "tau_rule": tau_rule, "mechanism_epsilon": run_eps,
                             "mechanism_delta": run_delta})
         events = (EpsilonDeltaDpEvent(epsilon, delta),)
     else:
         m = dim if sketch_rows is None else sketch_rows
         sigma = jl_sigma(sketch_rows=m, epsilon=run_eps, delta=run_delta, rank_bound=rank_bound)
+        if m * dim > MAX_NOISE_DRAWS:
+            raise InvalidParameterError(f"the JL release with sketch_rows={m} draws {m} rows of {dim} normals, more "
+                                        f"than {MAX_NOISE_DRAWS}; choose fewer sketch_rows")
         calibration.update({"sigma": sigma, "sketch_rows": int(m), "rank_bound": int(rank_bound),
                             "mechanism_epsilon": run_eps, "mechanism_delta": run_delta})
         events = (EpsilonDeltaDpEvent(epsilon, delta),)

@@ -7,6 +7,7 @@ the rows it releases.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -20,7 +21,8 @@ from dppca_dask.kernels.gram import window_gram
 from dppca_dask.methods.window.selection import WindowSelection
 from dppca_dask.storage import MatrixStore
 
-__all__ = ["LABELS_ARRAY", "WindowGram", "check_labels", "dense_dim_error", "window_source"]
+__all__ = ["LABELS_ARRAY", "WindowGram", "check_labels", "check_private_directory", "dense_dim_error",
+           "load_cached_gram", "window_source", "write_private_file"]
 
 #: Name of the auxiliary per-row array holding regression labels (``ingest(..., store_labels=True)``).
 LABELS_ARRAY = "labels"
@@ -198,6 +200,67 @@ def cache_directory(store: MatrixStore) -> str:
 
     parent, base = os.path.split(os.path.abspath(store.path))
     return os.path.join(parent, f".{base}.window-grams")
+
+
+def check_private_directory(path: str, *, create: bool = False) -> None:
+    """Refuse a directory for exact Grams that another user could write into or read (created owner-only when
+    ``create`` and missing).
+
+    The Gram cache and the spectral histogram are written beside the store, where a directory of that name may
+    already exist: one that is a symbolic link, belongs to another user, or (owner-only files, the default) is
+    writable or readable by others would let them read the exact Grams or swap the files written into it.
+    """
+    import stat
+
+    from dppca_dask.storage._files import make_private_directory, private_files
+
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        if create:
+            make_private_directory(path)
+        return
+    problem = None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        problem = "is not a directory (or is a symbolic link)"
+    elif hasattr(os, "getuid") and info.st_uid != os.getuid():
+        problem = "belongs to another user"
+    elif private_files() and info.st_mode & 0o077:
+        problem = f"is not owner-only (mode {stat.S_IMODE(info.st_mode):o})"
+    if problem is not None:
+        raise InvalidParameterError(
+            f"'{path}' holds exact Gram matrices, as sensitive as the rows, and {problem}; remove it (it is "
+            "re-created owner-only) or make it owner-only (chmod 700)"
+        )
+
+
+def write_private_file(path: str, write: Any) -> None:
+    """Write ``path`` through ``write(fh)`` into a fresh owner-only temporary beside it (never through a link,
+    never into an existing file), then move it into place."""
+    tmp = path + ".partial"
+    try:
+        os.unlink(tmp)  # a temporary left by a killed run
+    except FileNotFoundError:
+        pass
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    with open(os.open(tmp, flags, 0o600), "wb") as fh:
+        write(fh)
+    os.replace(tmp, path)
+
+
+def load_cached_gram(path: str, dim: int) -> np.ndarray:
+    """A cached Gram, checked: a ``dim×dim`` finite float array (anything else is a damaged cache)."""
+    from dppca_dask.errors import StoreCorruptError
+
+    try:
+        gram = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise StoreCorruptError(f"the cached Gram '{path}' cannot be read ({type(exc).__name__}); delete it to "
+                                "read the partition again", source=path) from None
+    if gram.shape != (dim, dim) or gram.dtype.kind != "f" or not np.isfinite(gram).all():
+        raise StoreCorruptError(f"the cached Gram '{path}' is not a finite {dim}x{dim} matrix; delete it to read "
+                                "the partition again", source=path)
+    return np.asarray(gram, dtype=np.float64)
 
 
 def cache_file(store: MatrixStore, index: int, row_norm_bound: float, labels: bool) -> str:

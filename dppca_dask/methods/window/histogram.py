@@ -119,25 +119,23 @@ class SpectralHistogram:
 
     # -- persistence -----------------------------------------------------------------------------------------
     def save(self, directory: str, *, meta: Mapping[str, Any]) -> None:
-        """Write ``state.npz`` and ``state.json`` atomically into the owner-only ``directory``."""
-        from dppca_dask.storage._files import make_private_directory
+        """Write ``state.npz`` and ``state.json`` (each replaced atomically) into the owner-only ``directory``
+        (:func:`~dppca_dask.methods.window.gram.check_private_directory`)."""
+        from dppca_dask.methods.window.gram import check_private_directory, write_private_file
 
-        if not os.path.isdir(directory):
-            make_private_directory(directory)
+        check_private_directory(directory, create=True)
         arrays = np.stack(self.grams) if self.grams else np.zeros((0, self.dim, self.dim))
-        tmp = os.path.join(directory, ".state.npz.partial")
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
-            np.savez(fh, grams=arrays, starts=np.asarray(self.starts, dtype=np.int64))
         info = {"dim": self.dim, "eta": self.eta, "regularizer": self.regularizer, "last": self.last, **meta}
-        tmp_json = os.path.join(directory, ".state.json.partial")
-        with open(os.open(tmp_json, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-            json.dump(info, fh)
-        os.replace(tmp, os.path.join(directory, "state.npz"))
-        os.replace(tmp_json, os.path.join(directory, "state.json"))
+        write_private_file(os.path.join(directory, "state.npz"),
+                           lambda fh: np.savez(fh, grams=arrays, starts=np.asarray(self.starts, dtype=np.int64)))
+        write_private_file(os.path.join(directory, "state.json"), lambda fh: fh.write(json.dumps(info).encode()))
 
     @classmethod
     def load(cls, directory: str, *, expect: Mapping[str, Any]) -> SpectralHistogram | None:
         """The saved state, or ``None`` when there is none; refuses a state built with other parameters."""
+        from dppca_dask.methods.window.gram import check_private_directory
+
+        check_private_directory(directory)  # the release saves its exact Grams there
         path = os.path.join(directory, "state.json")
         if not os.path.exists(path):
             return None

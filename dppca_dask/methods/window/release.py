@@ -103,11 +103,19 @@ def plan_window(
     """
     if not isinstance(store, MatrixStore):
         store = open_matrix(store)
+    from dppca_dask.methods._params import MAX_EPSILON, ROW_NORM_BOUND_RANGE
+
     epsilon = _positive("epsilon", epsilon)
+    if epsilon > MAX_EPSILON:  # the report's accounting of a closed-form event overflows far above it
+        raise InvalidParameterError(f"epsilon must be at most {MAX_EPSILON:g}; got {epsilon:g}")
     delta = _positive("delta", delta)
     if not delta < 1:
         raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
     c = _positive("row_norm_bound", row_norm_bound)
+    low, high = ROW_NORM_BOUND_RANGE
+    if not low <= c <= high:  # the Gram sums up to c² per row: far from it, a window's row count overflows it
+        raise InvalidParameterError(f"row_norm_bound must be in [{low:g}, {high:g}]; got {c:g}; scale the data so "
+                                    "that rows have norms of order 1")
     from dppca_dask.methods import mechanism_names
 
     if release not in mechanism_names("window"):
@@ -187,30 +195,30 @@ def _window_run(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] 
 def _cached_gram(plan: WindowPlan, labels: Any, cached: Mapping[int, str]) -> Any:
     """The window Gram from the cache: whole partitions already cached are loaded, the others read (and whole
     ones cached, owner-only); a row window's cut partition is read and never cached."""
-    from dppca_dask.methods.window.gram import PartitionGrams, cache_directory
-    from dppca_dask.storage._files import make_private_directory
+    from dppca_dask.methods.window.gram import (
+        PartitionGrams,
+        cache_directory,
+        cache_file,
+        check_private_directory,
+        load_cached_gram,
+        write_private_file,
+    )
 
     ranges = dict(zip(plan.selection.partitions, plan.selection.row_ranges))
     missing = tuple(i for i in plan.selection.partitions if i not in cached)
     grams = (yield PartitionGrams(row_norm_bound=plan.row_norm_bound, partitions=missing, labels=labels,
                                   row_ranges={i: ranges[i] for i in missing})) if missing else {}
-    directory = cache_directory(plan.store)
-    if not os.path.isdir(directory):
-        make_private_directory(directory)
+    check_private_directory(cache_directory(plan.store), create=True)
     total = np.zeros((plan.dim, plan.dim))
     for index in plan.selection.partitions:
         if index in cached:
-            total += np.load(cached[index])
+            total += load_cached_gram(cached[index], plan.dim)
             continue
         total += grams[index]
         if ranges[index] is None:
-            from dppca_dask.methods.window.gram import cache_file
-
-            path = cache_file(plan.store, index, plan.row_norm_bound, plan.labels)
-            tmp = path + ".partial"
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
-                np.save(fh, grams[index])
-            os.replace(tmp, path)
+            gram = grams[index]
+            write_private_file(cache_file(plan.store, index, plan.row_norm_bound, plan.labels),
+                               lambda fh, gram=gram: np.save(fh, gram))
     return total
 
 
@@ -371,12 +379,12 @@ def _histogram_release(plan: WindowPlan, setup: HistogramSetup, noise: NoiseSour
         # partitions again); a structure that cannot be saved after the release leaves the release standing.
         try:
             hist.save(directory, meta={k: v for k, v in expect.items() if k not in ("eta", "regularizer", "dim")})
-        except OSError as exc:
+        except (OSError, InvalidParameterError) as exc:  # a directory made unsafe since the plan checked it
             import warnings
 
             warnings.warn(f"the spectral histogram could not be saved in '{directory}' ({type(exc).__name__}: "
-                          f"{exc.strerror or exc}); the release stands, and the next one reads again the partitions "
-                          "added since the last saved state", RuntimeWarning, stacklevel=2)
+                          f"{getattr(exc, 'strerror', None) or exc}); the release stands, and the next one reads "
+                          "again the partitions added since the last saved state", RuntimeWarning, stacklevel=2)
         covered[:] = [t1]
         return noisy, shift, (event,)
 
@@ -600,9 +608,10 @@ def window(
     last, last_rows, end
         The window: ``last="30D"`` (partitions stamped in ``(end − 30 days, end]``; ``end`` defaults to the newest
         partition's timestamp) or ``last_rows=W`` (the last W rows, cutting the oldest partition at a row
-        boundary). Public parameters.
+        boundary). Public parameters. A row window's partitions (reported, charged, and where it runs) depend on
+        the newest partitions' row counts: its guarantee does not cover the row counts (an open defect).
     epsilon, delta
-        The release's budget.
+        The release's budget (ε ≤ 100, as ``pca``).
     release
         ``"gaussian"`` (default; Analyze Gauss on the window Gram), ``"wishart"`` (F2), ``"jl"`` (F1 sampled
         from the Gram).
@@ -621,7 +630,7 @@ def window(
         Append the stored ``labels`` array as a last column (regression); the bound ``row_norm_bound`` is then on
         ``‖(x, y)‖`` (E13).
     row_norm_bound
-        Public L2 bound c; rows are scaled down to it.
+        Public L2 bound c in [1e-100, 1e100]; rows are scaled down to it.
     tau_rule
         Wishart degrees of freedom: ``"thm11"`` (default), ``"thm14"``, ``"alg7"`` (see
         :func:`~dppca_dask.mechanisms.wishart.wishart_tau`).
@@ -642,8 +651,9 @@ def window(
     cache
         Keep each whole partition's exact Gram beside the store (owner-only, keyed by the store's id, the bound
         and the label column) and reuse it: a nightly release of ``structure="exact"`` then reads only the
-        partitions it has not seen. The cache is as sensitive as the data. ``True`` or ``False`` only; refused with
-        ``structure="spectral-histogram"``, which keeps a structure of its own.
+        partitions it has not seen. The cache is as sensitive as the data (an existing cache directory that is a
+        link, another user's, or not owner-only is refused before anything is read). ``True`` or ``False`` only;
+        refused with ``structure="spectral-histogram"``, which keeps a structure of its own.
     ledger, dataset, job_id
         Partition-scoped budget (:mod:`~dppca_dask.methods.window.budget`): a ledger (path or
         :class:`~dppca_dask.ledger.Ledger`) whose key ``dataset`` has a budget; the release is charged to every
@@ -671,6 +681,10 @@ def window(
         raise InvalidParameterError(f"seed must be an integer or None; got {seed!r}")
     if noise is None:
         noise = NoiseSource.from_entropy() if seed is None else NoiseSource.from_seed(int(seed))
+    if plan.release != "gaussian" and noise.sampler == "hardened":  # refused by the mechanism: before any read
+        from dppca_dask.mechanisms.wishart import _float_sampler
+
+        _float_sampler(noise, plan.release)
     budget: dict[str, Any] | None = None
     if (ledger is None) != (dataset is None) or (ledger is None) != (job_id is None):
         raise InvalidParameterError(
@@ -692,7 +706,14 @@ def window(
     if charges.histogram is not None:
         plan, source, run, caveats = _histogram_release(plan, charges.histogram, noise, budget)
     elif cache:
-        from dppca_dask.methods.window.gram import cache_file, partitions_source
+        from dppca_dask.methods.window.gram import (
+            cache_directory,
+            cache_file,
+            check_private_directory,
+            partitions_source,
+        )
+
+        check_private_directory(cache_directory(plan.store))  # before anything is read or reserved
 
         present = {i: cache_file(plan.store, i, plan.row_norm_bound, plan.labels)
                    for i, rows in zip(plan.selection.partitions, plan.selection.row_ranges) if rows is None}

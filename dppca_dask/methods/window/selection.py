@@ -22,6 +22,9 @@ from dppca_dask.storage import MatrixStore
 __all__ = ["WindowSelection", "parse_duration", "parse_timestamp", "select_window"]
 
 _UNITS = {"D": 86400.0, "H": 3600.0, "W": 7 * 86400.0}
+#: POSIX seconds of the first and last days a ``datetime`` holds (a window's bounds are printed as dates).
+_FIRST = _dt.datetime(1, 1, 2, tzinfo=_dt.timezone.utc).timestamp()
+_LAST = _dt.datetime(9999, 12, 30, tzinfo=_dt.timezone.utc).timestamp()
 
 
 def parse_duration(value: Any) -> float:
@@ -47,6 +50,8 @@ def parse_timestamp(value: Any, *, name: str = "timestamp") -> float:
     if isinstance(value, (int, float)):
         if not math.isfinite(value):
             raise InvalidParameterError(f"{name} must be finite; got {value!r}")
+        if not _FIRST <= value <= _LAST:  # outside the dates that can be printed
+            raise InvalidParameterError(f"{name} must be POSIX seconds between the years 1 and 9999; got {value!r}")
         return float(value)
     if isinstance(value, _dt.datetime):
         moment = value
@@ -73,6 +78,8 @@ def parse_timestamp(value: Any, *, name: str = "timestamp") -> float:
 
 
 def _iso(seconds: float) -> str:
+    if not _FIRST <= seconds <= _LAST:  # a long duration before an early end: no date to print
+        return f"{seconds:.0f} POSIX seconds"
     return _dt.datetime.fromtimestamp(seconds, tz=_dt.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -113,9 +120,9 @@ def select_window(
     Raises
     ------
     InvalidParameterError
-        Neither or both of ``last`` and ``last_rows``; a malformed duration or date; a time window on a store
-        with partitions that have no timestamp; a window that ends before the first partition; an empty window;
-        ``last_rows`` larger than the rows up to ``end``.
+        Neither or both of ``last`` and ``last_rows``; a malformed duration or date; a time window (or ``end``) on
+        a store with partitions that have no timestamp or whose timestamps decrease; a window that ends before the
+        first partition; an empty window; ``last_rows`` larger than the rows up to ``end``.
     """
     if (last is None) == (last_rows is None):
         raise InvalidParameterError(
@@ -135,6 +142,14 @@ def select_window(
     if not parts:
         raise InvalidParameterError(f"'{store.path}' has no partitions; nothing to release")
     stamps = [cast(float, p.timestamp) for p in parts]  # every partition is stamped when a time window is asked
+    if last is not None or end_s is not None:
+        late = next((i for i in range(1, len(parts)) if stamps[i] < stamps[i - 1]), None)
+        if late is not None:  # the window would skip the partitions stamped later than their successors
+            raise InvalidParameterError(
+                f"partition {parts[late].index} of '{store.path}' is stamped {_iso(stamps[late])}, before partition "
+                f"{parts[late - 1].index} ({_iso(stamps[late - 1])}); a window by time needs partitions stamped in "
+                "row order: re-ingest the days in time order (`dppca-dask append` refuses an earlier day)"
+            )
     if end_s is not None:
         first = min(stamps)
         if end_s < first:

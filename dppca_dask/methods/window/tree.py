@@ -8,6 +8,11 @@ inside it, so releasing every night costs nothing beyond the nodes: each row sit
 the releases of the tree together are the composition of L Gaussian mechanisms of multiplier
 ``calibrate_gaussian(ε, δ, count=L)`` — (ε, δ)-DP for adding or removing one row, over the whole horizon.
 
+The state records whether its nodes were drawn by a private source: a private release refuses a tree holding
+nodes drawn with a seed (their noise is known to whoever knows the seed), and a seeded run refuses to add nodes to
+a private tree. One release at a time: the tree is locked (a ``.lock`` file beside its directory) from reading its
+state to writing it, so that no node is drawn twice.
+
 Experimental: the spec calls App. D underspecified; this is the standard tree mechanism (Dwork et al. 2010), not
 the paper's. Event-level: a person with rows in many partitions is covered only by group privacy.
 """
@@ -68,11 +73,7 @@ def tree_window(
     tree up to ``horizon`` partitions (see the module docstring). ``client`` and ``executor`` choose where it
     runs, as for :func:`~dppca_dask.methods.window.window`.
     """
-    import dataclasses
-
-    from dppca_dask.methods.window.gram import PartitionGrams, partitions_source
-    from dppca_dask.methods.window.release import WindowRelease, _choose, _execute, plan_window
-    from dppca_dask.storage._files import make_private_directory
+    from dppca_dask.methods.window.release import _choose, plan_window
 
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
         raise InvalidParameterError(f"horizon must be a positive integer (partitions); got {horizon!r}")
@@ -84,8 +85,39 @@ def tree_window(
                                     "is spent: start a new one with a larger horizon (and a new budget)")
     levels = math.ceil(math.log2(horizon)) + 1
     multiplier = calibrate_gaussian(epsilon=epsilon, delta=delta, count=levels)
-    c = plan.row_norm_bound
     directory = _state_path(store.path, int(horizon), False)
+    lock = _lock(directory)
+    try:
+        return _tree_release(plan, choice, client, directory, epsilon, delta, int(horizon), levels, multiplier,
+                             noise, seed)
+    finally:
+        lock.release()
+
+
+def _lock(directory: str) -> Any:
+    """The tree's exclusive lock (a file beside its directory) from reading its state to writing it: two releases
+    at once would each draw a missing node and release it with its own noise (one node, two releases)."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(directory + ".lock", timeout=0, mode=0o600)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise InvalidParameterError(f"another release from the tree in '{directory}' is running; wait for it to "
+                                    "end") from None
+    return lock
+
+
+def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: float, delta: float, horizon: int,
+                  levels: int, multiplier: float, noise: NoiseSource | None, seed: int | None) -> Any:
+    import dataclasses
+
+    from dppca_dask.methods.window.gram import PartitionGrams, partitions_source
+    from dppca_dask.methods.window.release import WindowRelease, _execute
+    from dppca_dask.storage._files import make_private_directory
+
+    store = plan.store
+    c = plan.row_norm_bound
     nodes: dict[str, list[list[float]]] = {}
     state_file = os.path.join(directory, "nodes.json")
     if os.path.exists(state_file):
@@ -99,12 +131,25 @@ def tree_window(
             raise InvalidParameterError(f"the tree in '{directory}' was built for another store or budget; use its "
                                         "parameters")
         nodes = saved["nodes"]
+        drawn_privately = saved.get("private") is True  # a state that does not say so is not private
+    else:
+        drawn_privately = True  # no node yet
     start, stop = plan.selection.partitions[0], plan.selection.partitions[-1]
     cover = dyadic_cover(start, stop)
     missing = [node for node in cover if f"{node[0]}/{node[1]}" not in nodes]
     needed = tuple(sorted({p for lv, k in missing for p in range(k << lv, (k + 1) << lv)}))
     if noise is None:
         noise = NoiseSource.from_entropy() if seed is None else NoiseSource.from_seed(int(seed))
+    # Kept nodes are released again by every later release: a seed's (or a test source's) nodes are known to
+    # whoever knows the seed, so a private release cannot reuse them, nor may a seeded run add nodes to a
+    # private tree (the state says which kind of source drew its nodes).
+    if noise.private and not drawn_privately:
+        raise InvalidParameterError(f"the tree in '{directory}' holds nodes drawn with a seed or a test noise "
+                                    "source (not private), or its state does not say how they were drawn; a "
+                                    "private release cannot reuse them: delete that directory to start a new tree")
+    if not noise.private and drawn_privately and nodes and missing:
+        raise InvalidParameterError(f"the tree in '{directory}' was drawn privately; a seeded run would add nodes "
+                                    "with known noise to it: run without a seed, or on another store")
 
     def run() -> Any:
         grams = (yield PartitionGrams(row_norm_bound=c, partitions=needed)) if needed else {}
@@ -121,7 +166,9 @@ def tree_window(
         make_private_directory(directory)
     tmp = os.path.join(directory, ".nodes.json.partial")
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-        json.dump({"store_id": store.store_id, "multiplier": multiplier, "levels": levels, "nodes": nodes}, fh)
+        json.dump({"store_id": store.store_id, "multiplier": multiplier, "levels": levels,
+                   "private": bool(drawn_privately and (noise.private or not missing)),
+                   "nodes": nodes}, fh)
     os.replace(tmp, state_file)
     released = cast(np.ndarray, sum(np.asarray(nodes[f"{lv}/{k}"]) for lv, k in cover))  # cover is never empty
     from dp_accounting import GaussianDpEvent
