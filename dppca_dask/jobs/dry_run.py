@@ -25,9 +25,8 @@ append leaves it: one more partition, stamped with the date, under the store's i
 ``<dataset>/partition/<store id>:<index>``), and tries the reservations on the window's keys, the day's included.
 Left to the run: the file's contents (format, width, values, labels: the append reads it; the dry run does not),
 and, if the file holds more rows than the store's rows per partition, the further partitions the append makes
-(new keys, and the executor decided again from the window's partition count). A row window (``last_rows``)
-depends on the day's row count: its window, executor and budget are left to the run (its ``structure`` and
-``cache`` are checked, as the release checks them whatever the window).
+(new keys, and the executor decided again from the window's partition count). A row window (``last_rows``) is
+planned the same way: it reads and is charged to every partition up to its end, whatever their row counts.
 
 A job that refreshes its store from ``[data.ingest]`` is checked against the store as it is now (the refresh is
 not run); the dry run says so. A named AnnData ``layer`` is checked to exist in the source (the file opened
@@ -248,15 +247,6 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
             from dppca_dask.ingest.append import check_append
 
             check_append(store, date)  # what the append checks on the partition table, before it reads the file
-            if spec.parameters.get("last_rows") is not None:
-                from dppca_dask.methods.window.release import check_structure
-
-                check_structure(spec.parameters.get("structure", "exact"), row_window=True,
-                                cache=spec.parameters.get("cache", False))
-                notes.append(f"the run would append '{source}' (stamped {date}) first; a row window's partitions "
-                             "depend on that file's row count: the window, where its release runs and its budget "
-                             "are checked by the run")
-                return outcome("would-run", ADD_REMOVE_ROW, None, notes)
             store, pending = _with_pending_day(store, stamp), len(store.partitions)
     plan = plan_window_job(spec, date, store)
     choice = _choose(plan, address, spec.cluster.executor)  # as the run (window()): the executor, then the charges

@@ -251,13 +251,12 @@ def test_a_not_yet_appended_days_spectral_dry_run_tries_the_keys_its_run_charges
     assert checked["remaining_epsilon_after"] == pytest.approx(_spent_minimum(ledger, store, charged))
 
 
-@pytest.mark.parametrize("case", ["row-window-spectral", "cache-spectral", "cache-not-bool"])
+@pytest.mark.parametrize("case", ["row-window-spectral", "cache-spectral", "cache-not-bool", "cache-row-window"])
 def test_a_not_yet_appended_days_dry_run_refuses_what_the_run_refuses_after_its_append(tmp_path: Path,
                                                                                       write_spec: Any, case: str,
                                                                                       capsys: Any) -> None:
-    """A row window's partitions are left to the run when the day's file is still to be appended, but parameters
-    the release refuses whatever the window are refused by the dry run, with the run's message, before anything
-    is appended."""
+    """Parameters the release refuses are refused by the dry run of a day still to be appended, with the run's
+    message, before anything is appended."""
     store = daily_store(tmp_path / "days.zarr")
     doc = _append_doc(tmp_path, store, "win", 0.1)
     del doc["mechanism"]["last"]
@@ -267,12 +266,15 @@ def test_a_not_yet_appended_days_dry_run_refuses_what_the_run_refuses_after_its_
     elif case == "cache-spectral":
         doc["mechanism"].update(last="2D", structure="spectral-histogram", cache=True)
         del doc["mechanism"]["last_rows"]
+    elif case == "cache-row-window":
+        doc["mechanism"]["cache"] = True
     else:
         doc["mechanism"]["cache"] = "yes"
     code, _, err = _dry_run(write_spec(doc), "2026-11-04", doc["budget"]["ledger"], capsys)
     assert code == 2 and open_matrix(store).n_partitions == 3
     message = {"row-window-spectral": "serves time windows", "cache-spectral": "cache=True serves structure='exact'",
-               "cache-not-bool": "cache must be True or False; got 'yes'"}[case]
+               "cache-not-bool": "cache must be True or False; got 'yes'",
+               "cache-row-window": "cache=True serves time windows"}[case]
     assert message in err
     with pytest.raises(InvalidParameterError) as raised:
         run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04")
@@ -294,3 +296,23 @@ def test_the_dry_run_checks_where_the_release_runs_before_its_charges_as_the_run
         with pytest.raises(InvalidParameterError, match="executor must be one of") as raised:
             run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-03")
     assert code == 2 and str(raised.value) in err and "eta" not in err
+
+
+def test_a_not_yet_appended_days_row_window_dry_run_reports_what_the_run_does(tmp_path: Path, write_spec: Any,
+                                                                             capsys: Any) -> None:
+    """A row window reads and is charged to every partition up to its end (which of them hold its rows follows
+    their private row counts), so the dry run of a day still to be appended plans it from the partition table as it
+    does a time window: the run, after appending the file, releases and charges what the dry run said."""
+    store = daily_store(tmp_path / "days.zarr")
+    doc = _append_doc(tmp_path, store, "rows", 0.3)
+    del doc["mechanism"]["last"]
+    doc["mechanism"]["last_rows"] = 3
+    ledger = doc["budget"]["ledger"]
+    code, checked, _ = _dry_run(write_spec(doc), "2026-11-04", ledger, capsys)
+    assert code == 0 and checked["status"] == "would-run"
+    assert open_matrix(store).n_partitions == 3  # nothing appended
+    assert "4 partition(s): 0, 1, 2, 3" in checked["releases"][0]
+    outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04")
+    assert outcome.status == "completed" and outcome.result.window.partitions == (0, 1, 2, 3)
+    assert outcome.result.provenance["executor"] == checked["executor"]["executor"]
+    assert checked["remaining_epsilon_after"] == pytest.approx(_spent_minimum(ledger, store, (0, 1, 2, 3)))

@@ -182,13 +182,12 @@ def test_a_bound_whose_square_overflows_with_the_row_count_is_refused_on_both_ne
         window(store, last="1D", epsilon=1.0, delta=1e-6, row_norm_bound=1e-160, client="local", seed=1)
 
 
-@pytest.mark.xfail(strict=True, reason="open: a row window's partitions (result, executor choice, tasks, ledger "
-                                       "charges) follow the private row counts of the newest partitions")
 def test_row_window_partitions_do_not_depend_on_row_counts(tmp_path, auditing_pair):
-    """``last_rows=W`` reaches back as far as the newest partitions' row counts say: with W rows in the newest
-    partition the window is that partition; with one row fewer (a removed row) it also covers the one before. The
-    reported partitions, the executor choice (from the window's partition count), the Gram tasks and the ledger
-    keys charged differ between the two neighbours."""
+    """``last_rows=W`` with W rows in the newest partition, and its neighbour with one of them removed, whose last W
+    rows reach into the partition before. Both read every partition up to the end: the same reported partitions,
+    so the same executor choice (from their number), Gram tasks and ledger keys charged; the rows kept inside move
+    by the row window's sensitivity (one row in, one out). It used to read only the partitions holding the last W
+    rows, which told the two apart."""
     from dppca_dask.ingest import ingest
 
     def store(path, newest: int):
@@ -199,7 +198,10 @@ def test_row_window_partitions_do_not_depend_on_row_counts(tmp_path, auditing_pa
     na, nb = auditing_pair()
     ra = _release(store(tmp_path / "a", 25), na, "gaussian", last_rows=25)
     rb = _release(store(tmp_path / "b", 24), nb, "gaussian", last_rows=25)
-    assert ra.window.to_dict() == rb.window.to_dict()
+    assert ra.window.to_dict() == rb.window.to_dict() and ra.window.partitions == (0, 1)
+    assert ra.provenance["executor"] == rb.provenance["executor"]
+    assert len(na.records) == len(nb.records) == 1
+    assert_within_sensitivity(na.records, nb.records)
 
 
 def test_exact_grams_are_never_written_into_a_directory_others_can_write(tmp_path):

@@ -183,10 +183,11 @@ def test_gram_cache_reads_only_new_partitions(daily_store, monkeypatch):
     second = window(store, noise=ZeroNoiseSource(), **args)
     assert reads == [4] and np.allclose(second.released, _exact(range(3, 6)))
     reads.clear()
-    rows = window(store, last_rows=ROWS_PER_DAY + 5, epsilon=1, delta=1e-6, client="local", cache=True,
-                  noise=ZeroNoiseSource())
-    assert reads == [3]  # the cut partition is read (never cached); the last one comes from the cache
-    assert np.allclose(rows.released, _exact(range(4, 6), first_rows=ROWS_PER_DAY - 5))
+    # Which partitions a row window holds whole (cached) follows their private row counts: refused, nothing read
+    with pytest.raises(InvalidParameterError, match="cache=True serves time windows"):
+        window(store, last_rows=ROWS_PER_DAY + 5, epsilon=1, delta=1e-6, client="local", cache=True,
+               noise=ZeroNoiseSource())
+    assert reads == []
     for wrong in ("yes", "", 1, None):  # falsy values too: a misspelt setting is refused, not read as False
         with pytest.raises(InvalidParameterError, match="cache must be True or False"):
             window(store, last="1D", epsilon=1, delta=1e-6, client="local", cache=wrong)

@@ -25,15 +25,32 @@ def test_time_window_selects_the_last_days(ten_days):
     assert "n_rows" not in sel.to_dict()  # a time window's row count is private
 
 
-def test_row_window_cuts_the_oldest_partition(ten_days):
+def test_row_window_reads_every_partition_up_to_its_end_and_cuts_rows_inside(ten_days):
+    """The partitions a row window reads follow the timestamps only (every partition up to its end); the row
+    ranges, which follow the private row counts, keep the last W rows (empty ranges before them) and are never
+    reported."""
     store = ten_days
     sel = select_window(store, last_rows=ROWS_PER_DAY + 15, end="2026-11-04")
-    assert sel.partitions == (2, 3)
-    assert sel.row_ranges == ((ROWS_PER_DAY - 15, ROWS_PER_DAY), None)
-    assert sel.to_dict()["last_rows"] == ROWS_PER_DAY + 15
-    assert select_window(store, last_rows=ROWS_PER_DAY + 15).partitions == (8, 9)
+    assert sel.partitions == (0, 1, 2, 3)
+    empty = (ROWS_PER_DAY, ROWS_PER_DAY)
+    assert sel.row_ranges == (empty, empty, (ROWS_PER_DAY - 15, ROWS_PER_DAY), None)
+    assert sel.to_dict()["last_rows"] == ROWS_PER_DAY + 15 and "row_ranges" not in sel.to_dict()
+    whole = select_window(store, last_rows=ROWS_PER_DAY + 15)
+    assert whole.partitions == tuple(range(10)) and whole.row_ranges[-3:] == (empty, (ROWS_PER_DAY - 15, ROWS_PER_DAY),
+                                                                             None)
     ended = select_window(store, last_rows=ROWS_PER_DAY, end="2026-11-02")
-    assert ended.partitions == (1,) and ended.row_ranges == (None,)
+    assert ended.partitions == (0, 1) and ended.row_ranges == (empty, None)
+
+
+def test_a_row_window_longer_than_the_store_holds_every_row(ten_days):
+    """With fewer than W rows up to the end the window holds them all, on the same partitions: a refusal would tell
+    a store of W rows from its neighbour with one row removed."""
+    store = ten_days
+    for end in (None, "2026-11-04"):
+        short, long = (select_window(store, last_rows=w, end=end) for w in (4 * ROWS_PER_DAY, 10 * ROWS_PER_DAY + 1))
+        assert long.row_ranges == (None,) * len(long.partitions)
+        assert long.partitions == tuple(range(10 if end is None else 4))
+        assert short.partitions == long.partitions
 
 
 @pytest.mark.parametrize(
@@ -49,8 +66,7 @@ def test_row_window_cuts_the_oldest_partition(ten_days):
         ({"last": "5D", "end": "2026-11-03T18:00:00"}, "time zone"),
         ({"last_rows": 0}, "positive integer"),
         ({"last_rows": 2.5}, "positive integer"),
-        ({"last_rows": 10 * ROWS_PER_DAY + 1}, "exceeds the rows stored"),
-        ({"last_rows": 4 * ROWS_PER_DAY + 1, "end": "2026-11-04"}, "exceeds the rows stored"),
+        ({"last_rows": 3, "end": "2026-10-20"}, "before the first partition"),
     ],
 )
 def test_bad_windows(ten_days, kwargs, message):
@@ -65,7 +81,7 @@ def test_missing_timestamps_refuse_a_time_window(tmp_path):
     store = append_partition(store.path, day_block(2), timestamp=day(2))
     with pytest.raises(InvalidParameterError, match="partition 0 .* has no timestamp"):
         select_window(store, last="5D")
-    assert select_window(store, last_rows=10).partitions == (1,)  # a row window needs none
+    assert select_window(store, last_rows=10).partitions == (0, 1)  # a row window needs none
 
 
 def test_parsers():
@@ -100,7 +116,7 @@ def test_timestamps_out_of_row_order_are_refused(tmp_path):
     for kwargs in ({"last_rows": 2, "end": "2026-11-04"}, {"last": "2D"}):
         with pytest.raises(InvalidParameterError, match="stamped in row order"):
             select_window(store, **kwargs)
-    assert select_window(store, last_rows=2).partitions == (1, 2)  # no time involved
+    assert select_window(store, last_rows=2).row_ranges == ((1, 1), None, None)  # no time involved
 
 
 def test_times_beyond_the_calendar_are_refused_or_printed(tmp_path):

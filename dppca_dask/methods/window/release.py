@@ -194,7 +194,7 @@ def _window_run(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] 
 
 def _cached_gram(plan: WindowPlan, labels: Any, cached: Mapping[int, str]) -> Any:
     """The window Gram from the cache: whole partitions already cached are loaded, the others read (and whole
-    ones cached, owner-only); a row window's cut partition is read and never cached."""
+    ones cached, owner-only). Time windows only (:func:`check_structure`)."""
     from dppca_dask.methods.window.gram import (
         PartitionGrams,
         cache_directory,
@@ -307,6 +307,11 @@ def check_structure(structure: Any, *, row_window: bool, cache: Any = False) -> 
     if structure == "spectral-histogram" and cache:
         raise InvalidParameterError("cache=True serves structure='exact' (each partition's Gram kept beside the "
                                     "store); the spectral histogram keeps its own structure: drop cache")
+    if cache and row_window:
+        # Only whole partitions are cached, and which partitions a row window holds whole (rather than cut or
+        # before its first row) follows their private row counts: the partitions read would tell neighbours apart.
+        raise InvalidParameterError("cache=True serves time windows (last='30D'): which partitions a row window "
+                                    "holds whole follows their row counts, which are private; drop cache")
 
 
 def plan_charges(plan: WindowPlan, *, structure: str = "exact", last: Any = None, end: Any = None,
@@ -607,9 +612,10 @@ def window(
         A store path or :class:`~dppca_dask.storage.MatrixStore` with a partition table (timestamps for ``last``).
     last, last_rows, end
         The window: ``last="30D"`` (partitions stamped in ``(end − 30 days, end]``; ``end`` defaults to the newest
-        partition's timestamp) or ``last_rows=W`` (the last W rows, cutting the oldest partition at a row
-        boundary). Public parameters. A row window's partitions (reported, charged, and where it runs) depend on
-        the newest partitions' row counts: its guarantee does not cover the row counts (an open defect).
+        partition's timestamp) or ``last_rows=W`` (the last W rows, or all of them when fewer are stored).
+        Public parameters. Which partitions hold a row window's rows follows their row counts, which are private,
+        so a row window reads, reports and is charged to every partition up to its end (and is placed from that
+        number); only the rows kept inside the tasks follow the counts. Prefer a time window on a long store.
     epsilon, delta
         The release's budget (ε ≤ 100, as ``pca``).
     release
@@ -653,7 +659,8 @@ def window(
         and the label column) and reuse it: a nightly release of ``structure="exact"`` then reads only the
         partitions it has not seen. The cache is as sensitive as the data (an existing cache directory that is a
         link, another user's, or not owner-only is refused before anything is read). ``True`` or ``False`` only;
-        refused with ``structure="spectral-histogram"``, which keeps a structure of its own.
+        refused with ``structure="spectral-histogram"``, which keeps a structure of its own, and with a row window
+        (which partitions it holds whole follows their private row counts).
     ledger, dataset, job_id
         Partition-scoped budget (:mod:`~dppca_dask.methods.window.budget`): a ledger (path or
         :class:`~dppca_dask.ledger.Ledger`) whose key ``dataset`` has a budget; the release is charged to every

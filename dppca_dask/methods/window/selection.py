@@ -1,9 +1,12 @@
 """Windows over a store's partition table: by time (partition timestamps) or by rows (the last W rows).
 
 Window bounds are public parameters. A time window selects whole partitions whose timestamps fall in
-``(end − last, end]``; the number of rows it holds is private and never reported. A row window holds exactly the
-last ``W`` rows of the store (ending with the last partition stamped at or before ``end`` when ``end`` is given),
-cutting the oldest partition it touches at a row boundary; its row count ``W`` is public by construction.
+``(end − last, end]``; the number of rows it holds is private and never reported. A row window holds the last
+``W`` rows of the store (ending with the last partition stamped at or before ``end`` when ``end`` is given), or
+every row up to there when there are fewer. Which partitions hold those rows follows the partitions' row counts,
+which are private, so a row window reads every partition up to its end, and only the rows inside the tasks follow
+the counts (the partitions reported, the executor chosen from their number, the tasks and the ledger keys charged
+are the same on neighbouring datasets). Time windows read only their own partitions: prefer them on long stores.
 Partition timestamps, like the partition table itself, are public metadata set by the operator at ingest and
 append time (``--timestamp``).
 """
@@ -122,7 +125,7 @@ def select_window(
     InvalidParameterError
         Neither or both of ``last`` and ``last_rows``; a malformed duration or date; a time window (or ``end``) on
         a store with partitions that have no timestamp or whose timestamps decrease; a window that ends before the
-        first partition; an empty window; ``last_rows`` larger than the rows up to ``end``.
+        first partition; an empty time window; no partition up to ``end``.
     """
     if (last is None) == (last_rows is None):
         raise InvalidParameterError(
@@ -174,20 +177,18 @@ def select_window(
     w = int(last_rows)
     if w < 1:
         raise InvalidParameterError(f"last_rows must be a positive integer; got {last_rows!r}")
-    upto = [p for p in parts if end_s is None or p.timestamp <= end_s]  # type: ignore[operator]
-    available = upto[-1].row_stop if upto else 0
-    if w > available:
-        raise InvalidParameterError(
-            f"last_rows={w} exceeds the rows stored up to the window's end; choose a smaller W (or append rows first)"
-        )
-    stop, start = available, available - w
-    chosen_parts, ranges = [], []
+    # Which partitions hold the last W rows follows their row counts, which are private (add/remove one row): the
+    # window reads every partition up to its end (a set chosen from timestamps alone), and the row ranges, which
+    # do follow the counts, only cut rows inside the tasks; they are never reported. With fewer than W rows up to
+    # the end the window holds them all: a refusal would tell neighbours apart.
+    upto = [p for p, stamp in zip(parts, stamps) if end_s is None or stamp <= end_s]
+    if not upto:
+        raise InvalidParameterError(f"no partition up to the window's end ({_iso(cast(float, end_s))}); move end")
+    start = max(upto[-1].row_stop - w, 0)
+    ranges = []
     for p in upto:
-        if p.row_stop <= start or p.n_rows == 0:
-            continue
-        lo = max(start - p.row_start, 0)
-        chosen_parts.append(p.index)
+        lo = min(max(start - p.row_start, 0), p.n_rows)
         ranges.append(None if lo == 0 else (lo, p.n_rows))
     end_text = _iso(end_s) if end_s is not None else "end of store"
-    del stop
-    return WindowSelection("rows", f"last {w} rows", end_text, tuple(chosen_parts), tuple(ranges), last_rows=w)
+    return WindowSelection("rows", f"last {w} rows", end_text, tuple(p.index for p in upto), tuple(ranges),
+                           last_rows=w)
