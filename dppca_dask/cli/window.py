@@ -28,7 +28,8 @@ def register(subparsers: Any) -> None:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--last", default=None, metavar="DURATION",
                        help="time window: partitions stamped in the last DURATION (30D, 12H, 2W) before --end")
-    which.add_argument("--last-rows", type=int, default=None, metavar="W", help="row window: the last W rows (it reads and is charged to every partition up to --end)")
+    which.add_argument("--last-rows", type=int, default=None, metavar="W",
+                       help="row window: the last W rows (it reads and is charged to every partition up to --end)")
     p.add_argument("--end", default=None, metavar="DATE",
                    help="end of the window (inclusive; default: the newest partition's timestamp)")
     p.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon of the release")
