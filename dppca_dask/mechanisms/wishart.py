@@ -78,6 +78,15 @@ def _support_floor(dim: int, epsilon: float, delta: float, start: int) -> int:
         tau += 1
 
 
+def support_delta(dim: int, tau: float) -> float:
+    """``Pr[χ²_k < 1]``, ``k = ⌈τ⌉ − d + 1``: the probability that a release without a unit row falls where the
+    release with it has no density (see :func:`_support_floor`). Whatever ε, such a release is (ε, δ)-DP only for
+    δ at least this: a lower bound on what a τ gives, used to state what the paper's rules really give."""
+    from scipy.stats import chi2
+
+    return float(chi2.cdf(1.0, math.ceil(tau) - dim + 1))
+
+
 def wishart_tau(dim: int, *, epsilon: float, delta: float, rule: str = "thm11") -> float:
     """Degrees of freedom τ of the Wishart noise for a ``dim×dim`` Gram at (ε, δ).
 
@@ -162,8 +171,9 @@ def wishart_mechanism(
     28·ln(4/δ)/ε²`` the release ``K/c² + R`` is (ε, δ)-DP where that τ is well above d; the default rule also
     raises τ to the exact worst case's floor (large ε, see :func:`wishart_tau`). Scaling by the public ``c²`` is
     post-processing.
-    The rules ``"thm14"`` and ``"alg7"`` reproduce the paper's smaller constants (E4); the report then states the
-    same (ε, δ), which the paper claims but does not prove for them. No dp-accounting event models a Wishart
+    The rules ``"thm14"`` and ``"alg7"`` reproduce the paper's smaller constants (E4), which the paper claims but
+    does not prove give (ε, δ); where their τ provably does not (:func:`support_delta` above δ, at large ε), a
+    window release's report says so in its caveats. No dp-accounting event models a Wishart
     draw: the release is accounted as the stated closed form ``EpsilonDeltaDpEvent(ε, δ)``. Rounding τ up is
     allowed (more noise, same proof).
     """

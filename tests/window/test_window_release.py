@@ -223,3 +223,23 @@ def test_hardened_sampler_is_refused_before_the_window_is_read(daily_store, monk
         window(store, last="1D", epsilon=1, delta=1e-6, release=release, client="local",
                noise=NoiseSource.from_entropy(sampler="hardened"))
     assert reads == []
+
+
+def test_the_papers_wishart_rules_say_when_their_tau_is_not_private(daily_store):
+    """At ε = 50 the paper's τ (thm14, alg7) is d + 1 or d + 2: the release without a row then falls, with
+    probability 0.39 or so, where the one with it cannot, so its δ is at least that. The report says so; at ε = 1
+    (τ in the hundreds) and with the default rule (τ raised to the exact floor) it says nothing."""
+    from dppca_dask.mechanisms.wishart import support_delta
+
+    store = daily_store(2)
+    args = {"last": "1D", "delta": 1e-6, "release": "wishart", "client": "local", "seed": 1}
+    for rule in ("thm14", "alg7"):
+        loose = window(store, epsilon=50, tau_rule=rule, **args)
+        floor = support_delta(D, loose.calibration["tau"])
+        assert floor > 0.1
+        assert [c for c in loose.privacy.caveats if "tau_rule" in c] == [
+            f"tau_rule={rule!r} (the paper's degrees of freedom, tau={loose.calibration['tau']:.0f}) is not "
+            f"(epsilon, delta)-DP as stated: its Wishart step's delta is at least {floor:.3g}, above the 1e-06 it "
+            "is given; the default tau_rule='thm11' is"]
+        assert not [c for c in window(store, epsilon=1, tau_rule=rule, **args).privacy.caveats if "tau_rule" in c]
+    assert not [c for c in window(store, epsilon=50, **args).privacy.caveats if "tau_rule" in c]

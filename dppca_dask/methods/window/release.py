@@ -443,6 +443,23 @@ def _mechanism(plan: WindowPlan, gram: np.ndarray, noise: NoiseSource, key: str)
     return noisy, shift, event
 
 
+def _paper_tau_caveats(plan: WindowPlan) -> tuple[str, ...]:
+    """What a Wishart release with the paper's degrees of freedom (``tau_rule="thm14"`` or ``"alg7"``) provably
+    does not give: at large ε their τ nears d, and the release without a row then falls, with a probability above
+    the δ it is given, where the one with the row cannot (so δ is at least that; the default rule raises τ)."""
+    cal = plan.calibration
+    if plan.release != "wishart" or cal.get("tau_rule", "thm11") == "thm11":
+        return ()
+    from dppca_dask.mechanisms.wishart import support_delta
+
+    floor = support_delta(plan.dim, float(cal["tau"]))
+    if floor <= float(cal["mechanism_delta"]):
+        return ()
+    return (f"tau_rule={cal['tau_rule']!r} (the paper's degrees of freedom, tau={cal['tau']:.0f}) is not "
+            f"(epsilon, delta)-DP as stated: its Wishart step's delta is at least {floor:.3g}, above the "
+            f"{float(cal['mechanism_delta']):.3g} it is given; the default tau_rule='thm11' is",)
+
+
 def _choose(plan: WindowPlan, client: Any, executor: str) -> Any:
     """Where the release runs: :func:`dppca_dask.pca`'s choice (public values only), from the window's declared
     width and its partition count (partitions are chosen from the public partition table)."""
@@ -739,6 +756,7 @@ def window(
         raise
     report = build_report(list(events), target_epsilon=plan.epsilon, target_delta=plan.delta,
                           neighbouring=plan.neighbouring, private=bool(noise.private))
+    caveats += _paper_tau_caveats(plan)
     if plan.store.schema != "declared" or caveats:
         import dataclasses
 
