@@ -40,6 +40,15 @@ def test_nan_label_fails_before_any_release(tmp_path):
         window(store, last="1D", epsilon=1, delta=1e-6, labels=True, client="local", seed=1)
 
 
+def test_labels_that_are_not_numbers_fail_before_anything_is_read(tmp_path):
+    import zarr
+
+    store = ingest(day_block(1), tmp_path / "s", n_features=D, timestamp="2026-11-01")
+    zarr.open_group(store.path, mode="r+").create_array("labels", data=np.array(["a"] * store.n_rows), chunks=(64,))
+    with pytest.raises(InvalidInputError, match="values, not numbers"):
+        window(store, last="1D", epsilon=1, delta=1e-6, labels=True, client="local", seed=1)
+
+
 def test_stamping_and_append_refusals(tmp_path):
     store = ingest(day_block(1), tmp_path / "s", n_features=D)
     with pytest.raises(InvalidParameterError, match="timezone-aware"):

@@ -127,7 +127,12 @@ def check_labels(store: MatrixStore, selection: WindowSelection) -> tuple[str, d
             f"regression needs a label per row, and '{store.path}' has no '{LABELS_ARRAY}' array; ingest with "
             "store_labels=True (--store-labels, LIBSVM input), or use task='covariance' or 'pca'"
         )
-    length = int(cast(zarr.Array, group[LABELS_ARRAY]).shape[0])
+    labels = cast(zarr.Array, group[LABELS_ARRAY])
+    if np.dtype(labels.dtype).kind not in "biuf":
+        raise InvalidInputError(
+            f"the '{LABELS_ARRAY}' array of '{store.path}' holds {np.dtype(labels.dtype)} values, not numbers; store "
+            "numeric labels (ingest --store-labels from LIBSVM input)", source=store.path)
+    length = int(labels.shape[0])
     last = max(store.partitions[i].row_stop for i in selection.partitions)
     if length < last:
         raise InvalidParameterError(
