@@ -32,6 +32,7 @@ from dppca_dask.kernels.power import (
     added_bin_sums,
     binned_sums,
     clip_factors,
+    clipped_times,
     head_sum,
     stacked_bin_sums,
     union_cuts,
@@ -83,7 +84,7 @@ def centred_norms(block: Any, norms: np.ndarray, mean: np.ndarray | None, row_no
     clipped = factors * norms
     if mean is None:
         return clipped
-    cross = factors * _sparse.times(block, mean).ravel()
+    cross = clipped_times(block, norms, mean, factors, row_norm_bound)  # a'ᵀμ, finite for rows near float64's limit
     return np.sqrt(np.maximum(clipped * clipped - 2.0 * cross + float(mean @ mean), 0.0))
 
 
@@ -91,8 +92,7 @@ def _projections(block: Any, norms: np.ndarray, x: np.ndarray, mean: np.ndarray 
                  row_norm_bound: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Clip factors ``f``, centred norms ``‖ã‖`` and projections ``P = ÃX`` (n×k)."""
     factors = clip_factors(norms, row_norm_bound)
-    product = _sparse.times(block, x).reshape(block.shape[0], x.shape[1])
-    projections = factors[:, None] * product
+    projections = clipped_times(block, norms, x, factors, row_norm_bound)
     if mean is not None:
         projections = projections - (mean @ x)[None, :]
     return factors, centred_norms(block, norms, mean, row_norm_bound), projections

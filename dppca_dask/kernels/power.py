@@ -52,6 +52,7 @@ __all__ = [
     "PowerPartial",
     "binned_sums",
     "clip_factors",
+    "clipped_times",
     "filtered_sum",
     "gather_power_partials",
     "head_sum",
@@ -84,9 +85,44 @@ def clip_factors(norms: np.ndarray, row_norm_bound: float) -> np.ndarray:
         return np.minimum(1.0, row_norm_bound / np.where(norms > 0, norms, np.inf))
 
 
+def clipped_times(block: Any, norms: np.ndarray, x: np.ndarray, factors: np.ndarray,
+                  row_norm_bound: float) -> np.ndarray:
+    """``f ⊙ (A x)``: each clipped row's product ``a'ᵀx`` (``x`` a vector, or d×k: then n×k), finite for every row.
+
+    A row whose values are near the float64 limit (its norm finite, so accepted by validation) can overflow ``aᵀx``
+    before its factor ``f`` applies, even for a unit ``x`` (rounding, when ``‖a‖`` is within a few ulps of the
+    limit), although ``a'ᵀx`` is at most ``c``: such rows are recomputed from the unit row, ``min(‖a‖, c)·(a/‖a‖)ᵀx``.
+    One sum over the result decides whether any row needs it, so the usual case costs an O(n) sum.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        product = _sparse.times(block, x)
+        product = product.ravel() if x.ndim == 1 else product.reshape(block.shape[0], x.shape[1])
+        out = factors * product if product.ndim == 1 else factors[:, None] * product
+        total = float(np.sum(out))  # finite only if every entry is: the per-row check runs only when it is not
+    if not np.isfinite(total) and np.isfinite(row_norm_bound):
+        finite = np.isfinite(out) if out.ndim == 1 else np.isfinite(out).all(axis=1)
+        rows = np.flatnonzero(~finite)  # may be empty: a sum of finite entries can overflow
+        if rows.size:
+            out[rows] = _clipped_rows_times(block, norms, x, rows, row_norm_bound)
+    return out
+
+
+def _clipped_rows_times(block: Any, norms: np.ndarray, x: np.ndarray, rows: np.ndarray,
+                        row_norm_bound: float) -> np.ndarray:
+    """``min(‖a‖, c)·(a/‖a‖)ᵀx`` for the given rows (entries of ``a/‖a‖`` are at most 1: no overflow)."""
+    scale = 1.0 / norms[rows]
+    if sp.issparse(block):
+        unit = sp.csr_array(sp.diags_array(scale) @ sp.csr_array(block)[rows, :].astype(np.float64))
+    else:
+        unit = np.asarray(block, dtype=np.float64)[rows] * scale[:, None]
+    product = np.asarray(unit @ x, dtype=np.float64)
+    keep = np.minimum(norms[rows], row_norm_bound)
+    return keep * product if product.ndim == 1 else keep[:, None] * product
+
+
 def _scores(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float) -> tuple[np.ndarray, ...]:
     factors = clip_factors(norms, row_norm_bound)
-    projections = factors * _sparse.times(block, x).ravel()  # a'ᵀx for each clipped row
+    projections = clipped_times(block, norms, x, factors, row_norm_bound)  # a'ᵀx for each clipped row
     return (factors, projections, _clamped_scores(norms, projections, row_norm_bound))
 
 

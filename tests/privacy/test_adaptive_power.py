@@ -212,3 +212,44 @@ def test_replace_one_map_refuses_events_it_does_not_know() -> None:
     assert plan.replace_one is not None
     with pytest.raises(InvalidParameterError, match="unexpected event LaplaceDpEvent"):
         plan.replace_one[0]((LaplaceDpEvent(1.0),))
+
+
+def test_a_row_of_norm_at_the_float64_limit_is_its_clipped_row() -> None:
+    # a row of finite norm (the largest float64) whose product with a unit iterate overflows by rounding before
+    # the clip factor applies: its score, bin and contribution must be those of its clipped copy (norm c), with
+    # no overflow warning (an inf sum, or the warning, told the neighbours apart)
+    import warnings
+
+    import scipy.sparse as sp
+
+    from dppca_dask.kernels.power import filtered_sum, power_partial
+    from dppca_dask.storage import row_norms_of
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):  # a direction in which the row's product with its own unit vector rounds past the limit
+        row = rng.random(3)
+        row = row / np.linalg.norm(row) * np.finfo(np.float64).max
+        norm = row_norms_of(row[None, :])[0]
+        if not (np.all(np.isfinite(row)) and np.isfinite(norm)):
+            continue
+        x = row / norm
+        x = x / np.linalg.norm(x)
+        with np.errstate(over="ignore"):
+            if not np.isfinite(row @ x):
+                break
+    else:
+        raise AssertionError("no overflowing row found")
+    raw = np.vstack([row, [0.1, 0.2, -0.3]])
+    norms = row_norms_of(raw)
+    assert np.all(np.isfinite(norms))
+    clipped = raw * np.minimum(1.0, 1.0 / norms)[:, None]
+    grid = ThresholdGrid.for_bound(1.0)
+    want = power_partial(clipped, row_norms_of(clipped), x, partition=0, row_norm_bound=1.0, grid=grid, top_m=5)
+    for block in (raw, sp.csr_array(raw)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = power_partial(block, norms, x, partition=0, row_norm_bound=1.0, grid=grid, top_m=5)
+            second = filtered_sum(block, norms, x, row_norm_bound=1.0, grid=grid, index=grid.n_points - 1)
+        np.testing.assert_array_equal(got.histogram, want.histogram)
+        np.testing.assert_allclose(got.full_sum, want.full_sum, rtol=1e-9)
+        assert np.all(np.isfinite(second))

@@ -116,3 +116,49 @@ def test_private_mean_moves_by_its_sensitivity(seed: int, norm: float) -> None:
     assert mean_a.scale == pytest.approx(plan.calibration["mean_noise_multiplier"] * np.sqrt(2.0), rel=1e-15)
     assert plan.calibration["centred_bound"] == 2.0 and plan.calibration["grid"]["top"] == 4.0
     assert np.linalg.norm(out_a.mean) <= 1.0 + 1e-12  # projected onto the ball of radius c
+
+
+def _huge_rows() -> np.ndarray:
+    # rows of finite norm (validation accepts them) whose products with the centre or the iterate overflow float64
+    # before the clip factor applies: one with aᵀμ = +inf (its centred norm fell to 0, so it was never filtered
+    # although its contribution is up to (c + ‖μ‖)²), one with aᵀμ = −inf (centred norm inf), and a plain row
+    block = np.zeros((4, 3))
+    block[0, :2] = 1e308
+    block[1, :2] = [-1e308, -1e308]
+    block[2] = [0.2, -0.1, 0.3]
+    block[3, 0] = 1.7e308
+    return block
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_rows_near_the_float64_limit_are_their_clipped_rows(sparse: bool) -> None:
+    # the kernel must see a row exactly as its clipped copy f·a (norm c): same centred norms, bins and sums, no
+    # overflow warning (its presence would tell the neighbours apart); before, a row with aᵀμ = inf had centred
+    # norm 0 and stayed in every filtered product whatever the threshold
+    import warnings
+
+    import scipy.sparse as sp
+
+    from dppca_dask.kernels import block as B
+    from dppca_dask.storage import row_norms_of
+
+    bound, mean = 1.0, np.array([0.3, 0.4, 0.0])
+    grid = ThresholdGrid.for_bound(bound + float(np.linalg.norm(mean)))
+    raw = _huge_rows()
+    norms = row_norms_of(raw)
+    clipped = raw * np.minimum(1.0, bound / norms)[:, None]
+    x = _orthonormal(np.random.default_rng(3).standard_normal((3, 2)))
+    wrap = sp.csr_array if sparse else np.asarray
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = B.block_partial(wrap(raw), norms, x, partition=0, row_norm_bound=bound, grid=grid, top_m=10,
+                              mean=mean)
+        cnorms = B.centred_norms(wrap(raw), norms, mean, bound)
+        variance = B.variance_partial(wrap(raw), norms, x.T, row_norm_bound=bound, mean=mean)
+    want = B.block_partial(clipped, row_norms_of(clipped), x, partition=0, row_norm_bound=bound, grid=grid,
+                           top_m=10, mean=mean)
+    np.testing.assert_allclose(cnorms, np.linalg.norm(clipped - mean, axis=1), rtol=1e-9)
+    np.testing.assert_array_equal(got.histogram, want.histogram)
+    np.testing.assert_allclose(got.full_sum, want.full_sum, rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(got.square_sum, want.square_sum, rtol=1e-9)
+    assert np.all(np.isfinite(variance.projected)) and np.isfinite(variance.total)
