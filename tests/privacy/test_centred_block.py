@@ -142,7 +142,7 @@ def test_rows_near_the_float64_limit_are_their_clipped_rows(sparse: bool) -> Non
     from dppca_dask.kernels import block as B
     from dppca_dask.storage import row_norms_of
 
-    bound, mean = 1.0, np.array([0.3, 0.4, 0.0])
+    bound, mean = 1.0, np.array([1.0, 1.0, 0.0])
     grid = ThresholdGrid.for_bound(bound + float(np.linalg.norm(mean)))
     raw = _huge_rows()
     norms = row_norms_of(raw)
