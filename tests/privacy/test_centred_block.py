@@ -162,3 +162,29 @@ def test_rows_near_the_float64_limit_are_their_clipped_rows(sparse: bool) -> Non
     np.testing.assert_allclose(got.full_sum, want.full_sum, rtol=1e-9, atol=1e-15)
     np.testing.assert_allclose(got.square_sum, want.square_sum, rtol=1e-9)
     assert np.all(np.isfinite(variance.projected)) and np.isfinite(variance.total)
+
+
+@pytest.mark.parametrize("bound", [2.0, "auto"])
+def test_a_given_centre_and_a_row_near_the_float64_limit_end_to_end(bound: Any) -> None:
+    # pca with a public centre of norm √6 on a dataset with a row whose product with it overflows, and on its
+    # neighbour without the row: both complete with the same releases, each moving within its sensitivity, and
+    # no RuntimeWarning on either (before, the row's run warned "overflow encountered in matmul")
+    import warnings
+
+    from dppca_dask import pca
+
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((300, 6)) * 0.3
+    base[5] = 0.0
+    base[5, :2] = 1.2e308
+    neighbour = np.delete(base, 5, axis=0)  # the row removed
+    runs = []
+    for data in (base, neighbour):
+        noise = AuditingNoiseSource(1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            result = pca(data, epsilon=1.0, delta=1e-6, n_components=2, n_iter=3, mechanism="adaptive-power-block",
+                         center=np.ones(6), row_norm_bound=bound, client="local", progress=False, noise=noise)
+        assert np.all(np.isfinite(result.components)) and np.all(np.isfinite(result.explained_variance))
+        runs.append(noise.records)
+    assert_within_sensitivity(*runs)
