@@ -15,7 +15,9 @@ CSR returns
   which the centred sums ``Σ_bin ã(ãᵀX)`` follow,
 - ``Σ ‖ã‖²`` (the total variance's numerator).
 
-The centred norms come from the stored norms: ``‖a' − μ‖² = f²‖a‖² − 2f·aᵀμ + ‖μ‖²`` (one product ``Aμ``).
+The centred norms come from the stored norms: ``‖a' − μ‖² = f²‖a‖² − 2f·aᵀμ + ‖μ‖²`` (one product ``Aμ``). The
+products ``f ⊙ (AX)`` and ``f ⊙ (Aμ)`` are :func:`~dppca_dask.kernels.power.clipped_times`: finite for a row near the
+float64 limit (whose ``aᵀμ`` overflowed to ±inf, making its centred norm 0 or inf).
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ the whole ``top_m`` (never a share of it), sized so that the second pass is need
 accounted for in δ (:func:`dppca_dask.algorithms.adaptive_power.pass_row_budget`).
 
 Clipping scales a row to norm ``min(‖a‖, c)`` (it never drops rows); it is applied through per-row factors
-``f = min(1, c/‖a‖)`` so the stored block is never copied: ``A'x = f ⊙ (Ax)`` and ``A'ᵀw = Aᵀ(f ⊙ w)``.
+``f = min(1, c/‖a‖)`` so the stored block is never copied: ``A'x = f ⊙ (Ax)`` and ``A'ᵀw = Aᵀ(f ⊙ w)``. A row of
+finite norm near the float64 limit can overflow ``Ax`` before ``f`` applies: :func:`clipped_times` recomputes such
+rows from the unit row, so every clipped row's product is finite and the kernels see it as its clipped copy.
 
 Cost: the private step is the plain step's two products (``A x`` and ``Aᵀw``, scipy's compiled loops) plus O(n)
 vectorised work on the rows' scores (bins by :meth:`~dppca_dask.kernels.grid.ThresholdGrid.bins_and_histogram`,
