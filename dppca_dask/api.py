@@ -200,10 +200,10 @@ def pca(
     center
         ``False`` (default: components of the clipped, uncentred rows, as before), ``True`` or ``"private"`` (the
         mean of the clipped rows is released from 10% of the budget and the rows are centred at it inside the
-        kernels: sparse partitions stay sparse), or a public mean vector used as is. With centring or
-        ``row_norm_bound="auto"``, adaptive power runs as one block of k components (T releases) and Analyze
-        Gauss on the centred Gram matrix; both release the explained variance from 5% of the budget
-        (``result.explained_variance``, ``explained_variance_ratio``, ``singular_values``, ``mean``).
+        kernels: sparse partitions stay sparse), or a public mean vector used as is (finite, of norm at most
+        1e100). With centring or ``row_norm_bound="auto"``, adaptive power runs as one block of k components (T
+        releases) and Analyze Gauss on the centred Gram matrix; both release the explained variance from 5% of the
+        budget (``result.explained_variance``, ``explained_variance_ratio``, ``singular_values``, ``mean``).
     mechanism
         ``"auto"`` (the default, also for None): block adaptive power or Analyze Gauss, chosen from a private
         pilot run (10% of the budget; block adaptive power only above ``max_dense_dim``; ``result.mechanism``
