@@ -83,7 +83,9 @@ def clip_factors(norms: np.ndarray, row_norm_bound: float) -> np.ndarray:
     """Per-row scale ``min(1, c/‖a‖)`` (1 for empty rows and for an infinite bound)."""
     if not np.isfinite(row_norm_bound):
         return np.ones_like(norms)
-    with np.errstate(divide="ignore"):
+    # c/‖a‖ overflows to inf for a row of tiny norm (below c·5.6e-309, e.g. 1e-209 at c = 1e100): its factor is 1
+    # all the same, and the overflow warning, raised on the dataset with such a row only, must not be
+    with np.errstate(divide="ignore", over="ignore"):
         return np.minimum(1.0, row_norm_bound / np.where(norms > 0, norms, np.inf))
 
 

@@ -253,3 +253,31 @@ def test_a_row_of_norm_at_the_float64_limit_is_its_clipped_row() -> None:
         np.testing.assert_array_equal(got.histogram, want.histogram)
         np.testing.assert_allclose(got.full_sum, want.full_sum, rtol=1e-9)
         assert np.all(np.isfinite(second))
+
+
+def test_a_row_of_tiny_norm_raises_no_warning() -> None:
+    # c/‖a‖ overflows for a row of norm below c·5.6e-309 (a normal float at c = 1e100): the factor is 1 either
+    # way, but the overflow warning appeared on the dataset with the row and not on its neighbour without it. A
+    # partition's norms are that small when a row of it overflows the sums of squares (the read then takes the
+    # scaled norms of every row): here the row of 1e200s
+    import warnings
+
+    from dppca_dask.kernels import block as B
+    from dppca_dask.kernels.power import clip_factors, power_partial
+    from dppca_dask.storage.validate import safe_row_norms
+
+    raw = np.array([[1e-250, 0.0, 0.0], [0.3, 0.4, 0.0], [0.0, 0.0, 0.0], [1e200, 1e200, 0.0]])
+    norms = safe_row_norms(raw)
+    assert norms[0] == 1e-250
+    x = np.array([0.6, 0.8, 0.0])
+    for bound in (1e100, 1.0):
+        grid = ThresholdGrid.for_bound(bound)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            np.testing.assert_array_equal(clip_factors(norms, bound)[:2], [1.0, 1.0])
+            power_partial(raw, norms, x, partition=0, row_norm_bound=bound, grid=grid, top_m=5)
+            B.block_partial(raw, norms, x[:, None], partition=0, row_norm_bound=bound, grid=grid, top_m=5)
+            B.mean_partial(raw, norms, row_norm_bound=bound)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(clip_factors(np.array([5e-324, 2.0]), 1.0), [1.0, 0.5])
