@@ -225,17 +225,6 @@ def check_center(center: str | np.ndarray | None, n_cols: int, mean_multiplier: 
         raise InvalidParameterError(
             f"a given mean must be a finite vector of length {n_cols}; got shape {mean.shape}"
         )
-    from dppca_dask.methods._params import ROW_NORM_BOUND_RANGE
-
-    peak = float(np.max(np.abs(mean))) if mean.size else 0.0
-    length = peak * float(np.linalg.norm(mean / peak)) if peak > 0 else 0.0  # ‖μ‖ without overflowing ‖μ‖²
-    if length > ROW_NORM_BOUND_RANGE[1]:
-        # the centred rows' bound c + ‖μ‖ scales every sum as the row bound c does: beyond 1e100, sums over a
-        # few rows of (c + ‖μ‖)² overflow on a dataset with more rows and not on its neighbour
-        raise InvalidParameterError(
-            f"a given mean must have norm at most {ROW_NORM_BOUND_RANGE[1]:g}, as row_norm_bound; got {length:g}; "
-            "scale the data so that rows have norms of order 1"
-        )
     return mean
 
 
@@ -846,7 +835,6 @@ def plan_block_power(
                                    explained_variance=explained_variance, variance_share=variance_share,
                                    norm_grid=norm_grid, main="iterations", main_label="the iterations")
     uses_mean = isinstance(center, str)
-    check_center(center, n_cols, shared.mean_multiplier)  # at planning, before anything is read or released
     power_params = dataclasses.replace(params, mechanism="adaptive-power", n_components=1,
                                        epsilon=params.epsilon * (1.0 - shared.used_epsilon),
                                        delta=params.delta * (1.0 - shared.used))
@@ -981,6 +969,16 @@ def centring_options(mechanism: str, center: Any, row_norm_bound: Any) -> tuple[
         if centre.ndim != 1 or not np.all(np.isfinite(centre)):
             raise InvalidParameterError(
                 f"a given center must be a finite 1-D vector (a public mean); got shape {centre.shape}")
+        from dppca_dask.methods._params import ROW_NORM_BOUND_RANGE
+
+        peak = float(np.max(np.abs(centre))) if centre.size else 0.0
+        length = peak * float(np.linalg.norm(centre / peak)) if peak > 0 else 0.0  # ‖μ‖, ‖μ‖² may overflow
+        if length > ROW_NORM_BOUND_RANGE[1]:
+            # centred rows have the bound c + ‖μ‖, which scales every sum as c does: beyond 1e100, sums over a
+            # few rows of (c + ‖μ‖)² overflow on a dataset with more rows and not on its neighbour with fewer
+            raise InvalidParameterError(
+                f"a given center must have norm at most {ROW_NORM_BOUND_RANGE[1]:g}, as row_norm_bound; got "
+                f"{length:g}; scale the data so that rows have norms of order 1")
     options = CentringOptions(centre, auto)
     if options.active and mechanism not in CENTRING_MECHANISMS:
         raise InvalidParameterError(

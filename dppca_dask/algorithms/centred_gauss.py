@@ -129,7 +129,6 @@ def plan_centred_gauss(
     multiplier = accounting.calibrate_gaussian(epsilon=params.epsilon * (1.0 - shared.used_epsilon),
                                                delta=params.delta * (1.0 - shared.used))
     auto, mean_multiplier, variance_multiplier = shared.auto, shared.mean_multiplier, shared.variance_multiplier
-    check_center(center, n_cols, mean_multiplier)  # at planning, before anything is read or released
 
     def make_run(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
         if resume is not None:

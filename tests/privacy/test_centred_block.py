@@ -194,7 +194,7 @@ def test_a_given_centre_and_a_row_near_the_float64_limit_end_to_end(bound: Any) 
 def test_a_given_centre_beyond_the_bound_range_is_refused_before_any_release(mechanism: str) -> None:
     # with ‖μ‖ = 1e154, (c + ‖μ‖)² = 1e308 is finite but sums over two centred rows overflow: the block run
     # failed (inf products, an overflow warning) on three rows and not on the neighbour of one row, and Analyze
-    # Gauss refused its noise scale only at the release. Refused from the public centre, at planning.
+    # Gauss refused its noise scale only at the release. Refused from the public centre, before anything is read.
     from dppca_dask import pca
     from dppca_dask.errors import InvalidParameterError
 
@@ -202,7 +202,7 @@ def test_a_given_centre_beyond_the_bound_range_is_refused_before_any_release(mec
     base = rng.standard_normal((3, 4)) * 0.3
     for data in (base, base[:1]):
         noise = AuditingNoiseSource(1)
-        with pytest.raises(InvalidParameterError, match="a given mean must have norm at most 1e"):
+        with pytest.raises(InvalidParameterError, match="a given center must have norm at most 1e"):
             pca(data, epsilon=1.0, delta=1e-6, n_components=1, n_iter=2, client="local", progress=False, noise=noise,
                 mechanism=mechanism, center=np.full(4, 0.5e154), row_norm_bound=1.0)
         assert noise.records == []
