@@ -95,7 +95,7 @@ def clipped_times(block: Any, norms: np.ndarray, x: np.ndarray, factors: np.ndar
 
     A row whose values are near the float64 limit (its norm finite, so accepted by validation) can overflow ``aᵀx``
     before its factor ``f`` applies, even for a unit ``x`` (rounding, when ``‖a‖`` is within a few ulps of the
-    limit), although ``a'ᵀx`` is at most ``c``: such rows are recomputed from the unit row, ``min(‖a‖, c)·(a/‖a‖)ᵀx``.
+    limit), although ``a'ᵀx`` is at most ``c``: such rows are recomputed from the unit row, ``f‖a‖·(a/‖a‖)ᵀx``.
     One sum over the result decides whether any row needs it, so the usual case costs an O(n) sum.
     """
     with np.errstate(over="ignore", invalid="ignore"):
@@ -107,20 +107,21 @@ def clipped_times(block: Any, norms: np.ndarray, x: np.ndarray, factors: np.ndar
         finite = np.isfinite(out) if out.ndim == 1 else np.isfinite(out).all(axis=1)
         rows = np.flatnonzero(~finite)  # may be empty: a sum of finite entries can overflow
         if rows.size:
-            out[rows] = _clipped_rows_times(block, norms, x, rows, row_norm_bound)
+            out[rows] = _clipped_rows_times(block, norms, x, rows, factors)
     return out
 
 
 def _clipped_rows_times(block: Any, norms: np.ndarray, x: np.ndarray, rows: np.ndarray,
-                        row_norm_bound: float) -> np.ndarray:
-    """``min(‖a‖, c)·(a/‖a‖)ᵀx`` for the given rows (entries of ``a/‖a‖`` are at most 1: no overflow)."""
+                        factors: np.ndarray) -> np.ndarray:
+    """``f‖a‖·(a/‖a‖)ᵀx`` for the given rows (entries of ``a/‖a‖`` are at most 1: no overflow). ``f‖a‖`` is
+    ``min(‖a‖, c)`` up to rounding, and 0 where ``f = c/‖a‖`` underflows, as the rest of the kernel scales the row."""
     scale = 1.0 / norms[rows]
     if sp.issparse(block):
         unit = sp.csr_array(sp.diags_array(scale) @ sp.csr_array(block)[rows, :].astype(np.float64))
     else:
         unit = np.asarray(block, dtype=np.float64)[rows] * scale[:, None]
     product = np.asarray(unit @ x, dtype=np.float64)
-    keep = np.minimum(norms[rows], row_norm_bound)
+    keep = factors[rows] * norms[rows]
     return keep * product if product.ndim == 1 else keep[:, None] * product
 
 

@@ -218,6 +218,7 @@ def test_a_row_of_norm_at_the_float64_limit_is_its_clipped_row() -> None:
     # a row of finite norm (the largest float64) whose product with a unit iterate overflows by rounding before
     # the clip factor applies: its score, bin and contribution must be those of its clipped copy (norm c), with
     # no overflow warning (an inf sum, or the warning, told the neighbours apart)
+    import itertools
     import warnings
 
     import scipy.sparse as sp
@@ -242,16 +243,18 @@ def test_a_row_of_norm_at_the_float64_limit_is_its_clipped_row() -> None:
     raw = np.vstack([row, [0.1, 0.2, -0.3]])
     norms = row_norms_of(raw)
     assert np.all(np.isfinite(norms))
-    clipped = raw * np.minimum(1.0, 1.0 / norms)[:, None]
-    grid = ThresholdGrid.for_bound(1.0)
-    want = power_partial(clipped, row_norms_of(clipped), x, partition=0, row_norm_bound=1.0, grid=grid, top_m=5)
-    for block in (raw, sp.csr_array(raw)):
+    # at c = 1e-100 the factor c/‖a‖ underflows to 0: the row is then the zero row everywhere in the kernel
+    for bound, block in itertools.product((1.0, 1e-100), (raw, sp.csr_array(raw))):
+        clipped = raw * np.minimum(1.0, bound / norms)[:, None]
+        grid = ThresholdGrid.for_bound(bound)
+        want = power_partial(clipped, row_norms_of(clipped), x, partition=0, row_norm_bound=bound, grid=grid,
+                             top_m=5)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            got = power_partial(block, norms, x, partition=0, row_norm_bound=1.0, grid=grid, top_m=5)
-            second = filtered_sum(block, norms, x, row_norm_bound=1.0, grid=grid, index=grid.n_points - 1)
+            got = power_partial(block, norms, x, partition=0, row_norm_bound=bound, grid=grid, top_m=5)
+            second = filtered_sum(block, norms, x, row_norm_bound=bound, grid=grid, index=grid.n_points - 1)
         np.testing.assert_array_equal(got.histogram, want.histogram)
-        np.testing.assert_allclose(got.full_sum, want.full_sum, rtol=1e-9)
+        np.testing.assert_allclose(got.full_sum, want.full_sum, rtol=1e-9, atol=1e-300)
         assert np.all(np.isfinite(second))
 
 
