@@ -80,7 +80,8 @@ class PowerPartial:
 
 
 def clip_factors(norms: np.ndarray, row_norm_bound: float) -> np.ndarray:
-    """Per-row scale ``min(1, c/‖a‖)`` (1 for empty rows and for an infinite bound)."""
+    """Per-row scale ``min(1, c/‖a‖)`` (1 for an infinite bound; 0 for a row whose norm is 0: an empty row, or
+    one whose squares underflow, which is then left out)."""
     if not np.isfinite(row_norm_bound):
         return np.ones_like(norms)
     # c/‖a‖ overflows to inf for a row of tiny norm (below c·5.6e-309, e.g. 1e-209 at c = 1e100): its factor is 1
