@@ -772,5 +772,5 @@ def window(
         "noise_sampler": noise.sampler,
         "started": started,  # no finishing time: with the start it gives the duration, which depends on the data
     }
-    return WindowRelease(noisy, shift, plan.release, plan.selection, report, plan.labels, dict(plan.calibration),
-                         provenance)
+    return WindowRelease(noisy, shift, plan.release, plan.selection.public(), report, plan.labels,
+                         dict(plan.calibration), provenance)

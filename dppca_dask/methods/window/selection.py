@@ -88,7 +88,9 @@ def _iso(seconds: float) -> str:
 
 @dataclass(frozen=True, slots=True)
 class WindowSelection:
-    """The partitions (and row ranges) of one window. Every field is public."""
+    """The partitions (and row ranges) of one window. Every field is public but ``row_ranges`` of a row window,
+    which follow the partitions' private row counts: they only cut rows inside the tasks, and the selection a
+    release reports (:meth:`public`) has none."""
 
     kind: str
     """``"time"`` or ``"rows"``."""
@@ -99,9 +101,16 @@ class WindowSelection:
     partitions: tuple[int, ...]
     """Indices of the partitions the window reads (in order)."""
     row_ranges: tuple[tuple[int, int] | None, ...]
-    """For each partition, the local row range inside the window (``None``: the whole partition)."""
+    """For each partition, the local row range inside the window (``None``: the whole partition, or not known to
+    a reported selection)."""
     last_rows: int | None = None
     """W for a row window (public); ``None`` for a time window, whose row count is private."""
+
+    def public(self) -> WindowSelection:
+        """This selection without its row ranges (``None`` for each partition), as a release reports it and as a
+        saved release is read back."""
+        return WindowSelection(self.kind, self.start, self.end, self.partitions, (None,) * len(self.partitions),
+                               self.last_rows)
 
     @property
     def n_partitions(self) -> int:
@@ -125,7 +134,7 @@ def select_window(
     InvalidParameterError
         Neither or both of ``last`` and ``last_rows``; a malformed duration or date; a time window (or ``end``) on
         a store with partitions that have no timestamp or whose timestamps decrease; a window that ends before the
-        first partition; an empty time window; no partition up to ``end``.
+        first partition; an empty time window.
     """
     if (last is None) == (last_rows is None):
         raise InvalidParameterError(
@@ -181,9 +190,7 @@ def select_window(
     # window reads every partition up to its end (a set chosen from timestamps alone), and the row ranges, which
     # do follow the counts, only cut rows inside the tasks; they are never reported. With fewer than W rows up to
     # the end the window holds them all: a refusal would tell neighbours apart.
-    upto = [p for p, stamp in zip(parts, stamps) if end_s is None or stamp <= end_s]
-    if not upto:
-        raise InvalidParameterError(f"no partition up to the window's end ({_iso(cast(float, end_s))}); move end")
+    upto = [p for p, stamp in zip(parts, stamps) if end_s is None or stamp <= end_s]  # not empty: see above
     start = max(upto[-1].row_stop - w, 0)
     ranges = []
     for p in upto:

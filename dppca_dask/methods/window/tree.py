@@ -181,4 +181,4 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
     provenance = {"mechanism": "sliding-window", "structure": "binary-tree",
                   "input": {"fingerprint": store.fingerprint, "schema": store.schema}, "executor": choice.executor,
                   "seeded": not noise.private}
-    return WindowRelease(released, 0.0, "gaussian", plan.selection, report, False, calibration, provenance)
+    return WindowRelease(released, 0.0, "gaussian", plan.selection.public(), report, False, calibration, provenance)
