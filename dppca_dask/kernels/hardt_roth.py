@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dppca_dask.kernels import _sparse
-from dppca_dask.kernels.power import clip_factors
+from dppca_dask.kernels.power import clip_factors, clipped_times
 
 __all__ = [
     "RowSlices",
@@ -78,36 +78,14 @@ def rows_times(block: Any, norms: np.ndarray, x: np.ndarray, *, row_norm_bound: 
 
     The clip factor scales each row's product ``f·(aᵀx)``. A row whose values are near the float64 limit (its norm
     finite, so accepted by validation) can overflow ``aᵀx`` before the factor applies, although its clipped product
-    ``c·(a/‖a‖)ᵀx`` is small: those rows are recomputed from the unit row ``a/‖a‖``, so that every clipped row's
-    product is finite and moves by at most the clipping allows, whatever the stored values.
+    ``c·(a/‖a‖)ᵀx`` is small: those rows are recomputed from the unit row ``a/‖a‖``
+    (:func:`~dppca_dask.kernels.power.clipped_times`, as the power kernels do), so that every clipped row's product
+    is finite and moves by at most the clipping allows, whatever the stored values.
     """
     factors = _factors(norms, row_norm_bound)
     if factors is None:
         return _sparse.times(block, x)
-    with np.errstate(over="ignore", invalid="ignore"):
-        product = _sparse.times(block, x)
-        out = factors * product if product.ndim == 1 else factors[:, None] * product
-        total = float(np.sum(out))  # finite only if every entry is: the per-row check runs only when it is not
-    if not np.isfinite(total):
-        finite = np.isfinite(out) if out.ndim == 1 else np.isfinite(out).all(axis=1)
-        rows = np.flatnonzero(~finite)  # may be empty: a sum of finite entries can overflow
-        if rows.size:
-            out[rows] = _clipped_rows_times(block, norms, x, rows, float(row_norm_bound))  # type: ignore[arg-type]
-    return out
-
-
-def _clipped_rows_times(block: Any, norms: np.ndarray, x: np.ndarray, rows: np.ndarray,
-                        row_norm_bound: float) -> np.ndarray:
-    """``min(‖a‖, c)·(a/‖a‖)ᵀx`` for the given rows (entries of ``a/‖a‖`` are at most 1: no overflow)."""
-    scale = 1.0 / norms[rows]
-    if sp.issparse(block):
-        unit = sp.csr_array(block)[rows, :]
-        unit = sp.csr_array(sp.diags_array(scale) @ unit)
-    else:
-        unit = np.asarray(block, dtype=np.float64)[rows] * scale[:, None]
-    product = np.asarray(unit @ x, dtype=np.float64)
-    keep = np.minimum(norms[rows], row_norm_bound)
-    return keep * product if product.ndim == 1 else keep[:, None] * product
+    return clipped_times(block, norms, x, factors, float(row_norm_bound))  # type: ignore[arg-type]
 
 
 def transpose_times(
