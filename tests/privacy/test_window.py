@@ -260,6 +260,57 @@ def test_one_release_at_a_time_from_a_tree(tmp_path):
     assert tree_window(store, last="3D", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C, client="local").private
 
 
+def test_tree_neighbours_release_the_same_nodes_and_charge_the_same_events(tmp_path, auditing_pair):
+    """The binary tree on neighbours (a row at the clip bound on one coordinate, in a partition every release reads):
+    the same nodes drawn by both (the tree's shape is public), each node's exact Gram moving by at most the c² its
+    noise is given, the same result fields, and the same ledger: on each partition, exactly the events of the nodes
+    drawn that hold it, and nothing for a release that draws no node."""
+    from dp_accounting import GaussianDpEvent
+
+    from dppca_dask.accounting import event_to_json
+    from dppca_dask.errors import LedgerError
+    from dppca_dask.ledger import Ledger
+    from dppca_dask.methods.window import tree_window
+    from dppca_dask.methods.window.budget import partition_key
+
+    edge = np.zeros(D)
+    edge[3] = 5.0
+    a = _store(tmp_path / "a", {})
+    b = _store(tmp_path / "b", {5: edge})
+    na, nb = auditing_pair()
+    results, ledgers = [], []
+    for store, noise, name in ((a, na, "a"), (b, nb, "b")):
+        ledger = Ledger.create(tmp_path / f"{name}.sqlite")
+        ledger.init_dataset("nightly", total_epsilon=10.0, total_delta=1e-5)
+        args = {"epsilon": 1.0, "delta": 1e-6, "horizon": 8, "row_norm_bound": C, "client": "local", "noise": noise,
+                "ledger": ledger, "dataset": "nightly"}
+        results.append([tree_window(store, last=last, job_id=f"night-{n}", **args)
+                        for n, last in enumerate(("3D", "5D", "2D"))])
+        ledgers.append((ledger, store))
+    assert [r.release for r in na.records] == [r.release for r in nb.records]
+    assert all(r.sensitivity == pytest.approx(C * C) for r in na.records)
+    assert_within_sensitivity(na.records, nb.records)
+    for ra, rb in zip(*results):
+        assert ra.to_dict().keys() == rb.to_dict().keys() and ra.window == rb.window
+        assert ra.privacy.to_dict() == rb.privacy.to_dict() and ra.calibration == rb.calibration
+    one = event_to_json(GaussianDpEvent(results[0][0].calibration["noise_multiplier"]))
+    charged = []
+    for ledger, store in ledgers:
+        per_partition = {}
+        for index in range(6):
+            held = sum((k << lv) <= index < ((k + 1) << lv)
+                       for lv, k in (tuple(int(v) for v in r.release.split("/")[1:]) for r in na.records))
+            try:
+                entries = ledger.budget(partition_key("nightly", store, index)).entries
+            except LedgerError:  # never charged: the key was never created
+                entries = ()
+            events = [event_to_json(e) for entry in entries for e in entry.counted_events]
+            assert events == [one] * held  # reservations equal the events emitted on the partition
+            per_partition[index] = [(e.job_id, e.status, e.epsilon, e.delta) for e in entries]
+        charged.append(per_partition)
+    assert charged[0] == charged[1]
+
+
 @pytest.mark.parametrize("epsilon", [5.0, 10.0, 50.0, 100.0])
 @pytest.mark.parametrize("dim", [1, 5, 40])
 def test_wishart_release_without_the_row_stays_where_the_one_with_it_can_be(epsilon, dim):

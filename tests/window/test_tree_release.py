@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -50,3 +51,139 @@ def test_tree_noise_off_and_refusals(daily_store):
         tree_window(store, last="3D", epsilon=1, delta=1e-6, horizon=2, client="local")
     with pytest.raises(InvalidParameterError, match="another store or budget"):
         tree_window(store, last="3D", epsilon=2, delta=1e-6, horizon=4, client="local")
+
+
+# ------------------------------------------------------------------------------------ partition-scoped budget
+def _ledger(tmp_path, total: float = 10.0):
+    from dppca_dask.ledger import Ledger
+
+    ledger = Ledger.create(tmp_path / "ledger.sqlite")
+    ledger.init_dataset("nightly", total_epsilon=total, total_delta=1e-5)
+    return ledger
+
+
+def _charged(ledger, store, index: int) -> list:
+    """Every event counted on partition ``index``'s key, over all jobs."""
+    from dppca_dask.methods.window.budget import partition_key
+
+    entries = ledger.budget(partition_key("nightly", store, index)).entries
+    return [e for entry in entries if entry.status in ("reserved", "charged") for e in entry.counted_events]
+
+
+def _nodes_holding(records, index: int) -> int:
+    """How many released nodes (``tree/<level>/<k>``) hold partition ``index``."""
+    held = 0
+    for r in records:
+        level, k = (int(v) for v in r.release.split("/")[1:])
+        held += (k << level) <= index < ((k + 1) << level)
+    return held
+
+
+def test_a_budgeted_tree_charges_each_node_drawn_to_the_partitions_it_holds(daily_store, tmp_path):
+    from dp_accounting import GaussianDpEvent
+
+    from dppca_dask.accounting import event_to_json
+
+    store = daily_store(6)
+    ledger = _ledger(tmp_path)
+    noise = AuditingNoiseSource(3)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 8, "client": "local", "noise": noise, "ledger": ledger,
+            "dataset": "nightly"}
+    first = tree_window(store, last="3D", job_id="night-1", **args)  # partitions 3..5: nodes (0,3), (1,2)
+    assert sorted(r.release for r in noise.records) == ["tree/0/3", "tree/1/2"]
+    tree_window(store, last="6D", job_id="night-2", **args)  # 0..5: (2,0) is new, (1,2) is kept
+    assert sorted(r.release for r in noise.records) == ["tree/0/3", "tree/1/2", "tree/2/0"]
+    tree_window(store, last="2D", job_id="night-3", **args)  # 4..5: (1,2), kept: nothing drawn, nothing charged
+    assert len(noise.records) == 3
+    multiplier = first.calibration["noise_multiplier"]
+    one = event_to_json(GaussianDpEvent(multiplier))
+    for index in range(6):  # the ledger holds exactly the nodes emitted that hold each partition
+        counted = _charged(ledger, store, index)
+        assert [event_to_json(e) for e in counted] == [one] * _nodes_holding(noise.records, index)
+    from dppca_dask.methods.window.budget import partition_key
+
+    assert ledger.entry(partition_key("nightly", store, 4), "night-3") is None
+    assert ledger.entry(partition_key("nightly", store, 3), "night-2").status == "charged"
+
+
+def test_a_partition_in_every_level_spends_the_trees_budget_and_no_more(daily_store, tmp_path):
+    from dppca_dask.ledger import compose_epsilon
+    from dppca_dask.methods.window.budget import partition_key
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    for n, last in enumerate(("1D", "2D", "4D")):  # partition 3 in (0,3), (1,1), (2,0): all L = 3 levels
+        tree_window(store, last=last, epsilon=1, delta=1e-6, horizon=4, client="local", noise=ZeroNoiseSource(),
+                    ledger=ledger, dataset="nightly", job_id=f"night-{n}")
+    events = _charged(ledger, store, 3)
+    assert len(events) == 3
+    spent = ledger.budget(partition_key("nightly", store, 3)).spent_epsilon
+    # the three nodes are the tree's whole (1, 1e-6): at the key's larger delta they count for less
+    assert spent == pytest.approx(compose_epsilon(events, 1e-5)) and 0.5 < spent <= compose_epsilon(events, 1e-6) <= 1.001
+
+
+def test_a_tree_release_over_any_partitions_budget_is_refused_before_any_node(daily_store, tmp_path):
+    from dppca_dask.errors import BudgetExceededError
+    from dppca_dask.methods.window.budget import partition_key
+    from dppca_dask.methods.window.tree import _state_path
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path, total=1.8)  # one node of a (3, 1e-6) tree of 3 levels fits (1.44), two do not
+    args = {"epsilon": 3, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly"}
+    tree_window(store, last="1D", job_id="night-1", noise=ZeroNoiseSource(), **args)  # node (0,3) on partition 3
+    state = os.path.join(_state_path(store.path, 4, False), "nodes.json")
+    with open(state) as fh:
+        before = fh.read()
+    noise = ZeroNoiseSource()
+    with pytest.raises(BudgetExceededError, match="partition/.*:3"):
+        tree_window(store, last="2D", job_id="night-2", noise=noise, **args)  # (1,1) on 2 and 3: 3 is spent
+    assert noise.released_keys == frozenset()
+    assert ledger.entry(partition_key("nightly", store, 2), "night-2").status == "released"
+    with open(state) as fh:
+        assert fh.read() == before  # no node kept
+
+
+def test_a_node_drawn_before_a_failure_stays_charged(daily_store, tmp_path):
+    from dppca_dask.errors import ReleaseError
+    from dppca_dask.mechanisms.testing import ScriptedNoiseSource
+    from dppca_dask.methods.window.budget import partition_key
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    with pytest.raises(ReleaseError, match="no values left"):  # the first node's draw begins, then fails
+        tree_window(store, last="1D", epsilon=1, delta=1e-6, horizon=4, client="local",
+                    noise=ScriptedNoiseSource([]), ledger=ledger, dataset="nightly", job_id="night-1")
+    entry = ledger.entry(partition_key("nightly", store, 3), "night-1")
+    assert entry.status == "charged" and entry.outcome == "failed"
+
+
+def test_a_tree_is_charged_to_one_dataset_key_from_its_first_node(daily_store, tmp_path):
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    ledger.init_dataset("other", total_epsilon=10, total_delta=1e-5)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local"}
+    tree_window(store, last="1D", ledger=ledger, dataset="nightly", job_id="night-1", noise=ZeroNoiseSource(), **args)
+    with pytest.raises(InvalidParameterError, match="charged to dataset 'nightly'"):
+        tree_window(store, last="2D", noise=ZeroNoiseSource(), **args)
+    with pytest.raises(InvalidParameterError, match="charged to dataset 'nightly'"):
+        tree_window(store, last="2D", ledger=ledger, dataset="other", job_id="night-2", noise=ZeroNoiseSource(), **args)
+    plain_store = _four_days(tmp_path / "plain")
+    tree_window(plain_store, last="1D", noise=ZeroNoiseSource(), **args)
+    with pytest.raises(InvalidParameterError, match="drawn without a partition-scoped budget"):
+        tree_window(plain_store, last="2D", ledger=ledger, dataset="nightly", job_id="night-3", noise=ZeroNoiseSource(), **args)
+    with pytest.raises(InvalidParameterError, match="ledger, dataset and job_id together"):
+        tree_window(store, last="2D", ledger=ledger, dataset="nightly", noise=ZeroNoiseSource(), **args)
+    with pytest.raises(InvalidParameterError, match="either seed or noise"):
+        tree_window(store, last="2D", epsilon=1, delta=1e-6, horizon=4, client="local", seed=1,
+                    noise=ZeroNoiseSource())
+
+
+def _four_days(path):
+    from dppca_dask.ingest import ingest
+    from dppca_dask.storage import append_partition
+    from window_data import D, day
+
+    store = ingest(day_block(1), path, n_features=D, timestamp="2026-11-01")
+    for n in range(2, 5):
+        store = append_partition(store.path, day_block(n), timestamp=day(n))
+    return store

@@ -13,7 +13,7 @@ it is returned only if the release fails before its noise is drawn, and charged 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from dppca_dask.accounting import ADD_REMOVE_ROW
 from dppca_dask.errors import BudgetExceededError, InvalidParameterError
 from dppca_dask.storage import MatrixStore
 
-__all__ = ["PARTITION_SCOPE", "PartitionReservation", "partition_key", "reserve_partitions"]
+__all__ = ["PARTITION_SCOPE", "PartitionReservation", "partition_key", "reserve_each", "reserve_partitions"]
 
 #: Name of the ledger scope of window releases.
 PARTITION_SCOPE = "partition"
@@ -77,6 +77,23 @@ def reserve_partitions(
     LedgerError
         No budget for ``dataset``, or a job id reused with other parameters.
     """
+    return reserve_each(ledger, dataset, job_id, store=store,
+                        charges={int(i): (epsilon, delta, tuple(events)) for i in partitions})
+
+
+def reserve_each(
+    ledger: Any,
+    dataset: str,
+    job_id: str,
+    *,
+    store: MatrixStore,
+    charges: Mapping[int, tuple[float, float, Sequence[Any]]],
+) -> PartitionReservation:
+    """Reserve, on each partition ``i`` of ``charges``, its own ``(ε, δ, events)``, or nothing at all.
+
+    What :func:`reserve_partitions` does when a release charges its partitions different events (the binary tree
+    charges a partition one event per node drawn that holds it). Errors as :func:`reserve_partitions`.
+    """
     from dppca_dask.ledger import Ledger
 
     if not isinstance(ledger, Ledger):
@@ -89,10 +106,10 @@ def reserve_partitions(
             "dppca_dask store: `dppca-dask ingest`"
         )
     budget = ledger.budget(dataset)
-    keys = tuple(partition_key(dataset, store, i) for i in partitions)
     done: list[str] = []
     try:
-        for key in keys:
+        for index, (epsilon, delta, events) in charges.items():
+            key = partition_key(dataset, store, index)
             ledger.init_dataset(key, total_epsilon=budget.total_epsilon, total_delta=budget.total_delta,
                                 neighbouring=ADD_REMOVE_ROW)
             ledger.reserve(key, job_id, epsilon=epsilon, delta=delta, events=list(events), mechanism=MECHANISM,
@@ -102,4 +119,4 @@ def reserve_partitions(
         for key in done:
             ledger.release(key, job_id, outcome="failed-before-noise")
         raise
-    return PartitionReservation(ledger, job_id, keys)
+    return PartitionReservation(ledger, job_id, tuple(done))

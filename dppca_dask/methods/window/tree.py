@@ -31,7 +31,7 @@ from dppca_dask.errors import InvalidParameterError, StoreCorruptError
 from dppca_dask.mechanisms import NoiseSource
 from dppca_dask.mechanisms.wishart import symmetric_gaussian_mechanism
 
-__all__ = ["TREE_CAVEAT", "dyadic_cover", "tree_window"]
+__all__ = ["TREE_CAVEAT", "dyadic_cover", "node_charges", "tree_window"]
 
 TREE_CAVEAT = ("experimental binary-tree continual release: the guarantee covers every release from this tree over "
                "its horizon together (each row is in at most L noisy nodes)")
@@ -47,6 +47,23 @@ def dyadic_cover(start: int, stop: int) -> list[tuple[int, int]]:
         out.append((level, pos >> level))
         pos += 2**level
     return out
+
+
+def node_charges(nodes: list[tuple[int, int]], multiplier: float,
+                 delta: float) -> dict[int, tuple[float, float, tuple[Any, ...]]]:
+    """What drawing ``nodes`` charges each partition they hold: one ``GaussianDpEvent(multiplier)`` per node,
+    with the (ε, δ) those events give at ``delta`` (the partitions and node counts are public: the tree's shape)."""
+    from dp_accounting import GaussianDpEvent
+
+    from dppca_dask.ledger import compose_epsilon
+
+    counts: dict[int, int] = {}
+    for lv, k in nodes:
+        for p in range(k << lv, (k + 1) << lv):
+            counts[p] = counts.get(p, 0) + 1
+    per_count = {n: (GaussianDpEvent(multiplier),) * n for n in set(counts.values())}
+    epsilons = {n: compose_epsilon(list(events), delta) for n, events in per_count.items()}
+    return {p: (epsilons[n], delta, per_count[n]) for p, n in sorted(counts.items())}
 
 
 def _state_path(store_path: str, horizon: int, labels: bool) -> str:
@@ -66,12 +83,18 @@ def tree_window(
     executor: str = "auto",
     noise: NoiseSource | None = None,
     seed: int | None = None,
+    ledger: Any = None,
+    dataset: str | None = None,
+    job_id: str | None = None,
 ) -> Any:
     """Release the current time window (``last``, ending at the newest partition) from the binary tree.
 
     Returns a :class:`~dppca_dask.methods.window.WindowRelease` whose privacy report covers all releases of the
     tree up to ``horizon`` partitions (see the module docstring). ``client`` and ``executor`` choose where it
-    runs, as for :func:`~dppca_dask.methods.window.window`.
+    runs, as for :func:`~dppca_dask.methods.window.window`. ``seed`` or ``noise`` (not both) make it not private.
+    ``ledger``, ``dataset`` and ``job_id`` (together) charge each node drawn to the partitions it holds, under the
+    dataset key's total (module docstring); a release whose nodes would take a partition over it is refused before
+    any value is read into a node.
     """
     from dppca_dask.methods.window.release import _choose, plan_window
 
@@ -80,6 +103,27 @@ def tree_window(
     plan = plan_window(store, last=last, epsilon=epsilon, delta=delta, row_norm_bound=row_norm_bound)
     store = plan.store
     choice = _choose(plan, client, executor)
+    if noise is not None and seed is not None:
+        raise InvalidParameterError("give either seed or noise, not both; a seeded NoiseSource is NoiseSource.from_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise InvalidParameterError(f"seed must be an integer or None; got {seed!r}")
+    budget: dict[str, Any] | None = None
+    if (ledger is None) != (dataset is None) or (ledger is None) != (job_id is None):
+        raise InvalidParameterError(
+            "a partition-scoped budget needs ledger, dataset and job_id together; got "
+            f"ledger={ledger!r}, dataset={dataset!r}, job_id={job_id!r}"
+        )
+    if ledger is not None:
+        from dppca_dask.ledger import Ledger
+
+        if not isinstance(job_id, str) or not job_id:
+            raise InvalidParameterError(f"job_id must be a non-empty string; got {job_id!r}")
+        if store.store_id is None:
+            raise InvalidParameterError(f"'{store.path}' has no store id (an AnnData store opened directly); "
+                                        "partition-scoped budgets need a dppca_dask store: `dppca-dask ingest`")
+        budget = {"ledger": ledger if isinstance(ledger, Ledger) else Ledger(ledger), "dataset": dataset,
+                  "job_id": job_id}
+        budget["ledger"].budget(dataset)  # a missing key fails before anything is read
     if store.n_partitions > horizon:
         raise InvalidParameterError(f"the store has more partitions than the tree's horizon={horizon}; the tree "
                                     "is spent: start a new one with a larger horizon (and a new budget)")
@@ -89,7 +133,7 @@ def tree_window(
     lock = _lock(directory)
     try:
         return _tree_release(plan, choice, client, directory, epsilon, delta, int(horizon), levels, multiplier,
-                             noise, seed)
+                             noise, seed, budget)
     finally:
         lock.release()
 
@@ -109,16 +153,28 @@ def _lock(directory: str) -> Any:
 
 
 def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: float, delta: float, horizon: int,
-                  levels: int, multiplier: float, noise: NoiseSource | None, seed: int | None) -> Any:
+                  levels: int, multiplier: float, noise: NoiseSource | None, seed: int | None,
+                  budget: dict[str, Any] | None = None) -> Any:
     import dataclasses
 
-    from dppca_dask.methods.window.gram import PartitionGrams, partitions_source
+    from dp_accounting import GaussianDpEvent
+
+    from dppca_dask.methods.window.gram import (
+        PartitionGrams,
+        check_private_directory,
+        partitions_source,
+        write_private_file,
+    )
     from dppca_dask.methods.window.release import WindowRelease, _execute
-    from dppca_dask.storage._files import make_private_directory
 
     store = plan.store
     c = plan.row_norm_bound
     nodes: dict[str, list[list[float]]] = {}
+    dataset = None if budget is None else budget["dataset"]
+    charged_to = dataset  # a new tree is charged to the release's key (or to none)
+    # Its nodes are released values, but a directory others can write would let them swap the nodes every later
+    # release sums: refused (a link, another user's, not owner-only) before anything is read.
+    check_private_directory(directory)
     state_file = os.path.join(directory, "nodes.json")
     if os.path.exists(state_file):
         try:
@@ -132,8 +188,16 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
                                         "parameters")
         nodes = saved["nodes"]
         drawn_privately = saved.get("private") is True  # a state that does not say so is not private
+        charged_to = saved.get("budget") if nodes else dataset  # a state that does not say so had no budget
     else:
         drawn_privately = True  # no node yet
+    if charged_to != dataset:
+        if charged_to is None:
+            raise InvalidParameterError(f"the tree in '{directory}' was drawn without a partition-scoped budget: its "
+                                        "nodes were never charged, so a budgeted release cannot account for them; "
+                                        "start a new tree (another horizon or store) to charge it")
+        raise InvalidParameterError(f"the tree in '{directory}' is charged to dataset '{charged_to}': pass that "
+                                    "ledger with dataset and job_id")
     start, stop = plan.selection.partitions[0], plan.selection.partitions[-1]
     cover = dyadic_cover(start, stop)
     missing = [node for node in cover if f"{node[0]}/{node[1]}" not in nodes]
@@ -151,27 +215,47 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
         raise InvalidParameterError(f"the tree in '{directory}' was drawn privately; a seeded run would add nodes "
                                     "with known noise to it: run without a seed, or on another store")
 
+    charges = node_charges(missing, multiplier, delta)
+
     def run() -> Any:
-        grams = (yield PartitionGrams(row_norm_bound=c, partitions=needed)) if needed else {}
-        for lv, k in missing:
-            exact = sum(grams[p] for p in range(k << lv, (k + 1) << lv))
-            noisy, _ = symmetric_gaussian_mechanism(exact, row_norm_bound=c, noise_multiplier=multiplier,
-                                                    noise=noise, release=f"tree/{lv}/{k}")
-            nodes[f"{lv}/{k}"] = noisy.tolist()
+        reservation = None
+        if budget is not None and charges:
+            from dppca_dask.methods.window.budget import reserve_each
+
+            reservation = reserve_each(budget["ledger"], budget["dataset"], budget["job_id"], store=store,
+                                       charges=charges)
+        keys = [f"tree/{lv}/{k}" for lv, k in missing]
+        try:
+            grams = (yield PartitionGrams(row_norm_bound=c, partitions=needed)) if needed else {}
+            for (lv, k), key in zip(missing, keys):
+                exact = sum(grams[p] for p in range(k << lv, (k + 1) << lv))
+                noisy, _ = symmetric_gaussian_mechanism(exact, row_norm_bound=c, noise_multiplier=multiplier,
+                                                        noise=noise, release=key)
+                nodes[f"{lv}/{k}"] = noisy.tolist()
+        except BaseException:
+            if reservation is not None:
+                if noise.released_keys & set(keys):  # a node's noise was drawn: the budget stays spent
+                    reservation.charge(outcome="failed")
+                else:
+                    reservation.give_back()
+            raise
+        if reservation is not None:
+            reservation.charge()
         return None
 
     source = partitions_source(store, needed, {"kind": "store", "fingerprint": store.fingerprint})
-    _execute(source, client, None, run(), choice)
-    if not os.path.isdir(directory):
-        make_private_directory(directory)
-    tmp = os.path.join(directory, ".nodes.json.partial")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
-        json.dump({"store_id": store.store_id, "multiplier": multiplier, "levels": levels,
-                   "private": bool(drawn_privately and (noise.private or not missing)),
-                   "nodes": nodes}, fh)
-    os.replace(tmp, state_file)
+    algorithm = run()
+    try:
+        _execute(source, client, None, algorithm, choice)
+    except BaseException:
+        algorithm.close()  # a failure before the noise (a lost cluster, a bad chunk) returns the reservation
+        raise
+    check_private_directory(directory, create=True)
+    state = {"store_id": store.store_id, "multiplier": multiplier, "levels": levels,
+             "private": bool(drawn_privately and (noise.private or not missing)), "budget": charged_to,
+             "nodes": nodes}
+    write_private_file(state_file, lambda fh: fh.write(json.dumps(state).encode()))
     released = cast(np.ndarray, sum(np.asarray(nodes[f"{lv}/{k}"]) for lv, k in cover))  # cover is never empty
-    from dp_accounting import GaussianDpEvent
 
     report = build_report([GaussianDpEvent(multiplier)] * levels, target_epsilon=epsilon, target_delta=delta,
                           neighbouring=ADD_REMOVE_ROW, private=bool(noise.private))
