@@ -1,4 +1,4 @@
-"""``dppca-dask window STORE --last 30D | --last-rows W``: one private release of a sliding window's covariance."""
+"""``dppca-dask window STORE --last 30D | --last-rows W [--last 7D]``: one private release of a sliding window's covariance."""
 
 from __future__ import annotations
 
@@ -25,11 +25,12 @@ def register(subparsers: Any) -> None:
         "principal components or a regression fit from that one release.",
     )
     p.add_argument("store", help="a dppca_dask store with stamped partitions (ingest/append --timestamp)")
-    which = p.add_mutually_exclusive_group(required=True)
-    which.add_argument("--last", default=None, metavar="DURATION",
-                       help="time window: partitions stamped in the last DURATION (30D, 12H, 2W) before --end")
-    which.add_argument("--last-rows", type=int, default=None, metavar="W",
-                       help="row window: the last W rows (it reads and is charged to every partition up to --end)")
+    p.add_argument("--last", default=None, metavar="DURATION",
+                   help="time window: partitions stamped in the last DURATION (30D, 12H, 2W) before --end; with "
+                   "--last-rows, the horizon the row window's rows are taken from")
+    p.add_argument("--last-rows", type=int, default=None, metavar="W",
+                   help="row window: the last W rows (it reads and is charged to every partition up to --end; with "
+                   "--last, only to the partitions of that time window)")
     p.add_argument("--end", default=None, metavar="DATE",
                    help="end of the window (inclusive; default: the newest partition's timestamp)")
     p.add_argument("--epsilon", type=float, required=True, help="privacy budget epsilon of the release")

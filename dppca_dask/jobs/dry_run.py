@@ -26,7 +26,8 @@ append leaves it: one more partition, stamped with the date, under the store's i
 Left to the run: the file's contents (format, width, values, labels: the append reads it; the dry run does not),
 and, if the file holds more rows than the store's rows per partition, the further partitions the append makes
 (new keys, and the executor decided again from the window's partition count). A row window (``last_rows``) is
-planned the same way: it reads and is charged to every partition up to its end, whatever their row counts.
+planned the same way: it reads and is charged to every partition up to its end (with ``last`` too, to those of that
+time window), whatever their row counts.
 
 A job that refreshes its store from ``[data.ingest]`` is checked against the store as it is now (the refresh is
 not run); the dry run says so. A named AnnData ``layer`` is checked to exist in the source (the file opened

@@ -316,3 +316,20 @@ def test_a_not_yet_appended_days_row_window_dry_run_reports_what_the_run_does(tm
     assert outcome.status == "completed" and outcome.result.window.partitions == (0, 1, 2, 3)
     assert outcome.result.provenance["executor"] == checked["executor"]["executor"]
     assert checked["remaining_epsilon_after"] == pytest.approx(_spent_minimum(ledger, store, (0, 1, 2, 3)))
+
+
+def test_a_row_window_with_a_horizon_is_planned_and_charged_on_the_horizon_only(tmp_path: Path, write_spec: Any,
+                                                                                capsys: Any) -> None:
+    """``last_rows`` with ``last`` in a job: the dry run of a day still to be appended plans the time window's
+    partitions (the day's included), and the run releases and charges those, not the whole store."""
+    store = daily_store(tmp_path / "days.zarr")
+    doc = _append_doc(tmp_path, store, "rows", 0.3)
+    doc["mechanism"].update(last="2D", last_rows=3)
+    ledger = doc["budget"]["ledger"]
+    code, checked, _ = _dry_run(write_spec(doc), "2026-11-04", ledger, capsys)
+    assert code == 0 and checked["status"] == "would-run"
+    assert "2 partition(s): 2, 3" in checked["releases"][0]
+    outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04")
+    assert outcome.status == "completed" and outcome.result.window.partitions == (2, 3)
+    assert outcome.result.window.last_rows == 3
+    assert checked["remaining_epsilon_after"] == pytest.approx(_spent_minimum(ledger, store, (2, 3)))

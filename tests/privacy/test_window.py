@@ -205,6 +205,28 @@ def test_row_window_partitions_do_not_depend_on_row_counts(tmp_path, auditing_pa
     assert_within_sensitivity(na.records, nb.records)
 
 
+@pytest.mark.parametrize("where", ["newest", "inside", "before"])
+def test_row_window_with_a_horizon(tmp_path, auditing_pair, where):
+    """``last_rows=W`` within ``last="3D"`` (days 4..6): a row at the clip bound added to the newest day pushes the
+    window's oldest row out (within the row-window sensitivity); added to a day of the horizon before the window's
+    rows it moves nothing; added to a day before the horizon (day 2) it moves nothing either, and that day is not
+    read. Both neighbours read, report and are charged to the horizon's partitions only."""
+    edge = np.zeros(D)
+    edge[0] = 3.0
+    day = {"newest": 6, "inside": 4, "before": 2}[where]
+    a = _store(tmp_path / "a", {})
+    b = _store(tmp_path / "b", {day: edge})
+    na, nb = auditing_pair()
+    ra = _release(a, na, "gaussian", last_rows=30, last="3D")
+    rb = _release(b, nb, "gaussian", last_rows=30, last="3D")
+    assert ra.window == rb.window and ra.window.partitions == (3, 4, 5) and ra.window.last_rows == 30
+    assert ra.provenance["executor"] == rb.provenance["executor"]
+    assert na.records[0].sensitivity == pytest.approx(np.sqrt(2) * C * C)
+    assert_within_sensitivity(na.records, nb.records)
+    if where != "newest":  # 30 rows < one day's 25 + the newest day's: the window is within days 5 and 6
+        assert np.array_equal(na.records[0].exact, nb.records[0].exact)
+
+
 def test_exact_grams_are_never_written_into_a_directory_others_can_write(tmp_path):
     """The Gram cache and the spectral histogram keep exact (pre-noise) Grams beside the store. A directory of that
     name that already exists and others can write to (a shared parent) let them plant a link at the temporary's

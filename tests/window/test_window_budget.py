@@ -153,3 +153,13 @@ def _histogram_directory(store, name: str) -> str:
     from dppca_dask.methods.window.histogram import histogram_path
 
     return histogram_path(store.path, name)
+
+
+def test_a_row_window_with_a_horizon_charges_the_horizons_partitions_only(tmp_path, ten_days):
+    ledger = _ledger(tmp_path)
+    result = window(ten_days, last_rows=30, last="3D", epsilon=1, delta=1e-6, client="local",
+                    noise=ZeroNoiseSource(), ledger=ledger, dataset="nightly", job_id="night-1")
+    assert result.window.partitions == (7, 8, 9)
+    for i in range(10):
+        entry = ledger.entry(partition_key("nightly", ten_days, i), "night-1")
+        assert (entry is not None and entry.status == "charged") == (i >= 7)

@@ -78,9 +78,19 @@ def test_window_covariance_rows_and_out(ten_day_store, tmp_path, capsys):
     assert saved["release"] == "wishart" and saved["window"]["last_rows"] == 45
 
 
+def test_window_rows_within_a_horizon(ten_day_store, capsys):
+    code, out, err = run(capsys, "window", str(ten_day_store), "--last-rows", "45", "--last", "3D", "--epsilon", "1",
+                         "--delta", "1e-6", "--seed", "1", "--json")
+    assert code == 0, err
+    obj = json.loads(out)
+    assert obj["window"]["kind"] == "rows" and obj["window"]["n_partitions"] == 3 and obj["window"]["last_rows"] == 45
+    assert obj["window"]["start"] == "last 45 rows after 2026-11-07T00:00:00+00:00"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
+        ([], "or both (the last W rows within the time window)"),
         (["--last", "5D", "--end", "2026-10-01"], "before the first partition"),
         (["--last", "1H", "--end", "2026-11-03T12:00:00+00:00"], "holds no partition"),
         (["--last", "5D", "--task", "regression"], "no 'labels' array"),

@@ -53,11 +53,30 @@ def test_a_row_window_longer_than_the_store_holds_every_row(ten_days):
         assert short.partitions == long.partitions
 
 
+def test_a_row_window_with_a_horizon_reads_only_the_time_windows_partitions(ten_days):
+    """``last_rows`` with ``last``: the partitions are the time window's (timestamps alone), the row ranges keep
+    the last W rows among them, and with fewer rows there the window holds all of theirs and none before."""
+    store = ten_days
+    empty = (ROWS_PER_DAY, ROWS_PER_DAY)
+    sel = select_window(store, last_rows=ROWS_PER_DAY + 15, last="3D", end="2026-11-06")
+    time = select_window(store, last="3D", end="2026-11-06")
+    assert sel.partitions == time.partitions == (3, 4, 5) and sel.kind == "rows"
+    assert sel.row_ranges == (empty, (ROWS_PER_DAY - 15, ROWS_PER_DAY), None)
+    assert sel.start == f"last {ROWS_PER_DAY + 15} rows after {time.start}" and sel.end == time.end
+    assert sel.to_dict()["last_rows"] == ROWS_PER_DAY + 15 and "row_ranges" not in sel.to_dict()
+    for w in (3 * ROWS_PER_DAY, 3 * ROWS_PER_DAY + 1, 10 * ROWS_PER_DAY):  # the horizon's rows, none before
+        held = select_window(store, last_rows=w, last="3D", end="2026-11-06")
+        assert held.partitions == (3, 4, 5) and held.row_ranges == (None, None, None)
+    newest = select_window(store, last_rows=5, last="2D")
+    assert newest.partitions == (8, 9) and newest.row_ranges == (empty, (ROWS_PER_DAY - 5, ROWS_PER_DAY))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({}, "exactly one of last"),
-        ({"last": "5D", "last_rows": 3}, "exactly one of last"),
+        ({}, "give last .*, last_rows .*, or both"),
+        ({"last": "5D", "last_rows": 0}, "positive integer"),
+        ({"last": "12H", "last_rows": 3, "end": "2026-11-03T18:00:00+00:00"}, "holds no partition"),
         ({"last": "five days"}, "duration such as '30D'"),
         ({"last": "0D"}, "positive duration"),
         ({"last": "5D", "end": "2026-10-20"}, "before the first partition"),

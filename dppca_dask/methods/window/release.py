@@ -632,7 +632,9 @@ def window(
         partition's timestamp) or ``last_rows=W`` (the last W rows, or all of them when fewer are stored).
         Public parameters. Which partitions hold a row window's rows follows their row counts, which are private,
         so a row window reads, reports and is charged to every partition up to its end (and is placed from that
-        number); only the rows kept inside the tasks follow the counts. Prefer a time window on a long store.
+        number); only the rows kept inside the tasks follow the counts. Give both (``last_rows=W, last="7D"``) for
+        the last W rows of the time window's partitions (all of theirs when they hold fewer): a horizon that keeps
+        a nightly row window from reading and charging the whole store.
     epsilon, delta
         The release's budget (ε ≤ 100, as ``pca``).
     release

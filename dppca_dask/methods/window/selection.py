@@ -7,6 +7,9 @@ every row up to there when there are fewer. Which partitions hold those rows fol
 which are private, so a row window reads every partition up to its end, and only the rows inside the tasks follow
 the counts (the partitions reported, the executor chosen from their number, the tasks and the ledger keys charged
 are the same on neighbouring datasets). Time windows read only their own partitions: prefer them on long stores.
+A row window with a horizon (``last_rows=W`` and ``last="7D"`` together) holds the last W rows of the partitions
+stamped in the time window ``(end − last, end]`` (all of theirs when they hold fewer): it reads, reports and is
+charged to those partitions only, chosen from timestamps as a time window's.
 Partition timestamps, like the partition table itself, are public metadata set by the operator at ingest and
 append time (``--timestamp``).
 """
@@ -95,7 +98,8 @@ class WindowSelection:
     kind: str
     """``"time"`` or ``"rows"``."""
     start: str
-    """Start of the window: an ISO time (exclusive) for time windows, ``"last W rows"`` for row windows."""
+    """Start of the window: an ISO time (exclusive) for time windows, ``"last W rows"`` for row windows
+    (``"last W rows after <ISO time>"`` with a horizon)."""
     end: str
     """End of the window: an ISO time (inclusive), or the store's end for a row window without ``end``."""
     partitions: tuple[int, ...]
@@ -129,17 +133,20 @@ def select_window(
 ) -> WindowSelection:
     """Choose the partitions of a window from the public partition table (no data is read).
 
+    ``last`` alone: a time window; ``last_rows`` alone: the last W rows up to ``end``; both: the last W rows of the
+    time window's partitions (a row window with a horizon).
+
     Raises
     ------
     InvalidParameterError
-        Neither or both of ``last`` and ``last_rows``; a malformed duration or date; a time window (or ``end``) on
+        Neither of ``last`` and ``last_rows``; a malformed duration or date; a time window (or ``end``) on
         a store with partitions that have no timestamp or whose timestamps decrease; a window that ends before the
         first partition; an empty time window.
     """
-    if (last is None) == (last_rows is None):
+    if last is None and last_rows is None:
         raise InvalidParameterError(
-            f"give exactly one of last (a duration such as '30D') and last_rows (a row count W); got last={last!r}, "
-            f"last_rows={last_rows!r}"
+            "give last (a duration such as '30D'), last_rows (a row count W), or both (the last W rows within the "
+            "time window)"
         )
     parts = store.partitions
     end_s = None if end is None else parse_timestamp(end, name="end")
@@ -169,6 +176,7 @@ def select_window(
                 f"the window ends at {_iso(end_s)}, before the first partition ({_iso(first)}); choose end on or "
                 "after it"
             )
+    horizon: tuple[int, ...] | None = None  # the partitions a row window may hold rows of (None: all up to end)
     if last is not None:
         seconds = parse_duration(last)
         if end_s is None:
@@ -179,7 +187,9 @@ def select_window(
             raise InvalidParameterError(
                 f"the window ({_iso(start_s)}, {_iso(end_s)}] holds no partition; widen last={last!r} or move end"
             )
-        return WindowSelection("time", _iso(start_s), _iso(end_s), chosen, (None,) * len(chosen))
+        if last_rows is None:
+            return WindowSelection("time", _iso(start_s), _iso(end_s), chosen, (None,) * len(chosen))
+        horizon = chosen
     if isinstance(last_rows, bool) or not isinstance(last_rows, (int,)) and not (
             hasattr(last_rows, "__index__") and not isinstance(last_rows, float)):
         raise InvalidParameterError(f"last_rows must be a positive integer; got {last_rows!r}")
@@ -190,12 +200,19 @@ def select_window(
     # window reads every partition up to its end (a set chosen from timestamps alone), and the row ranges, which
     # do follow the counts, only cut rows inside the tasks; they are never reported. With fewer than W rows up to
     # the end the window holds them all: a refusal would tell neighbours apart.
-    upto = [p for p, stamp in zip(parts, stamps) if end_s is None or stamp <= end_s]  # not empty: see above
-    start = max(upto[-1].row_stop - w, 0)
+    # With a horizon, the partitions are the time window's (timestamps alone) and the rows before its first
+    # partition are outside it.
+    if horizon is None:
+        upto = [p for p, stamp in zip(parts, stamps) if end_s is None or stamp <= end_s]  # not empty: see above
+        start_text = f"last {w} rows"
+    else:
+        upto = [parts[i] for i in horizon]
+        start_text = f"last {w} rows after {_iso(cast(float, end_s) - parse_duration(last))}"
+    start = max(upto[-1].row_stop - w, upto[0].row_start)
     ranges = []
     for p in upto:
         lo = min(max(start - p.row_start, 0), p.n_rows)
         ranges.append(None if lo == 0 else (lo, p.n_rows))
     end_text = _iso(end_s) if end_s is not None else "end of store"
-    return WindowSelection("rows", f"last {w} rows", end_text, tuple(p.index for p in upto), tuple(ranges),
+    return WindowSelection("rows", start_text, end_text, tuple(p.index for p in upto), tuple(ranges),
                            last_rows=w)
