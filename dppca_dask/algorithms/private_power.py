@@ -100,7 +100,8 @@ class PrivatePowerOutput:
     n_releases: int = 0
     """Gaussian rounds actually released."""
     n_passes: int = 0
-    """Passes over the data."""
+    """Passes of tasks over the partitions (the first counts their rows from the partition table, reading no
+    values)."""
 
 
 def default_ladder_start(dimension: int) -> float:
@@ -226,8 +227,8 @@ def private_power_run(
 
     # -- the public structure of the input, before any release --------------------------------------------
     passes = 0
-    counts: RowSlices = yield RowCounts()  # the public shape: rows per partition
-    passes += 1
+    counts: RowSlices = yield RowCounts()  # the public shape: rows per partition (read from the partition table)
+    passes += 1  # a pass of tasks over the partitions, which reads no values
     offsets = row_offsets(counts)
     n_rows = int(offsets[-1])
     if n_rows < 1:
