@@ -100,8 +100,8 @@ class PrivatePowerOutput:
     n_releases: int = 0
     """Gaussian rounds actually released."""
     n_passes: int = 0
-    """Passes of tasks over the partitions (the first counts their rows from the partition table, reading no
-    values)."""
+    """Passes of tasks over the partitions (the first counts their rows from a store's partition table or the
+    blocks' shapes, reading no values)."""
 
 
 def default_ladder_start(dimension: int) -> float:
@@ -227,8 +227,8 @@ def private_power_run(
 
     # -- the public structure of the input, before any release --------------------------------------------
     passes = 0
-    counts: RowSlices = yield RowCounts()  # the public shape: rows per partition (read from the partition table)
-    passes += 1  # a pass of tasks over the partitions, which reads no values
+    counts: RowSlices = yield RowCounts()  # the public shape: rows per partition, no values read
+    passes += 1
     offsets = row_offsets(counts)
     n_rows = int(offsets[-1])
     if n_rows < 1:
