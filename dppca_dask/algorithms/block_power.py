@@ -53,6 +53,7 @@ from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.kernels import block as B
 from dppca_dask.mechanisms import NoiseSource, above_threshold, gaussian_mechanism, svt_scales
 from dppca_dask.mechanisms.centred import ExplainedVariance, private_mean, private_variances
+from dppca_dask.storage.validate import safe_norm
 
 __all__ = [
     "BlockFilteredSum",
@@ -971,8 +972,7 @@ def centring_options(mechanism: str, center: Any, row_norm_bound: Any) -> tuple[
                 f"a given center must be a finite 1-D vector (a public mean); got shape {centre.shape}")
         from dppca_dask.methods._params import ROW_NORM_BOUND_RANGE
 
-        peak = float(np.max(np.abs(centre))) if centre.size else 0.0
-        length = peak * float(np.linalg.norm(centre / peak)) if peak > 0 else 0.0  # ‖μ‖, ‖μ‖² may overflow
+        length = safe_norm(centre)  # ‖μ‖, ‖μ‖² may overflow
         if length > ROW_NORM_BOUND_RANGE[1]:
             # centred rows have the bound c + ‖μ‖, which scales every sum as c does: beyond 1e100, sums over a
             # few rows of (c + ‖μ‖)² overflow on a dataset with more rows and not on its neighbour with fewer

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dppca_dask.coordinator.driver import StepPlan, load_partition, register_request
+from dppca_dask.coordinator.sources import partition_rows
 from dppca_dask.kernels import hardt_roth as K
 
 __all__ = ["DenseRows", "EmbeddedProduct", "LeftProjection", "RowCounts", "RowProduct"]
@@ -25,7 +26,10 @@ __all__ = ["DenseRows", "EmbeddedProduct", "LeftProjection", "RowCounts", "RowPr
 
 @dataclass(frozen=True)
 class RowCounts:
-    """The number of rows of every partition (public structure): slices of shape ``(rows, 0)``."""
+    """The number of rows of every partition (public structure): slices of shape ``(rows, 0)``.
+
+    Answered from what each task's item knows (a store's partition table, a block's shape) without reading the
+    values (:func:`~dppca_dask.coordinator.sources.partition_rows`)."""
 
 
 @dataclass(frozen=True)
@@ -64,8 +68,8 @@ class DenseRows:
 
 # ---------------------------------------------------------------------------------------- how each runs
 def _row_counts_task(item: Any) -> K.RowSlices:
-    part = load_partition(item)
-    return K.RowSlices({part.index: np.zeros((int(part.block.shape[0]), 0))})
+    index, n_rows = partition_rows(item)  # a store's partition table, not a read of its values
+    return K.RowSlices({index: np.zeros((n_rows, 0))})
 
 
 def _row_product_task(item: Any, x: np.ndarray, *, row_norm_bound: float | None) -> K.RowSlices:

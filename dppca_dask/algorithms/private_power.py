@@ -49,6 +49,7 @@ from dppca_dask.errors import InvalidInputError, InvalidParameterError, Mechanis
 from dppca_dask.kernels.hardt_roth import RowSlices, assemble, row_offsets
 from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism, laplace_mechanism
 from dppca_dask.mechanisms.secret import secret_gaussian
+from dppca_dask.storage.validate import safe_norm
 
 __all__ = [
     "DEFAULT_PRIVATE_POWER_N_ITER",
@@ -99,7 +100,8 @@ class PrivatePowerOutput:
     n_releases: int = 0
     """Gaussian rounds actually released."""
     n_passes: int = 0
-    """Passes over the data."""
+    """Passes of tasks over the partitions (the first counts their rows from a store's partition table or the
+    blocks' shapes, reading no values)."""
 
 
 def default_ladder_start(dimension: int) -> float:
@@ -123,22 +125,15 @@ def coherence_ladder(start: float, dimension: int) -> tuple[float, ...]:
     return tuple(out)
 
 
-def _norm(x: np.ndarray) -> float:
-    """‖x‖ of a finite vector without overflow: the entry relation leaves values unbounded, and ‖B·x‖ can be
-    finite while its square is not (``np.linalg.norm`` squares)."""
-    top = float(np.max(np.abs(x))) if x.size else 0.0
-    return top * float(np.linalg.norm(x / top)) if top > 0 else 0.0
-
-
 def _unit(x: np.ndarray) -> np.ndarray:
-    norm = _norm(x)
+    norm = safe_norm(x)  # the entry relation leaves values unbounded: ‖B·x‖ can be finite, its square not
     if not math.isfinite(norm) or norm == 0.0:
         raise InvalidParameterError("the iterate vanished (norm 0); this cannot happen with Gaussian noise")
     return x / norm
 
 
 def _unit_or_zero(x: np.ndarray) -> np.ndarray:
-    norm = _norm(x)
+    norm = safe_norm(x)
     return x / norm if norm > 0 else x
 
 
@@ -232,7 +227,7 @@ def private_power_run(
 
     # -- the public structure of the input, before any release --------------------------------------------
     passes = 0
-    counts: RowSlices = yield RowCounts()  # the public shape: rows per partition
+    counts: RowSlices = yield RowCounts()  # the public shape: rows per partition, no values read
     passes += 1
     offsets = row_offsets(counts)
     n_rows = int(offsets[-1])
@@ -327,7 +322,7 @@ def private_power_run(
             if symmetric:
                 aggregate = yield product(v)
                 deflated = _deflate(as_vector(aggregate), v, vectors, values)  # B_{i-1} v
-                value = float(v @ deflated) if signed_values else _norm(deflated)
+                value = float(v @ deflated) if signed_values else safe_norm(deflated)
             else:
                 u_hat, v_hat = _unit_or_zero(x[:n_rows]), _unit_or_zero(x[n_rows:])
                 aggregate = yield RowProduct(x=v_hat)

@@ -20,8 +20,8 @@ from dppca_dask._sizeof import register_fields
 from dppca_dask.errors import InferredSchemaWarning, InvalidInputError, InvalidParameterError
 from dppca_dask.storage import MatrixStore, open_matrix, row_norms_of, validate_csr_block, validate_dense_block
 
-__all__ = ["INFERRED_SCHEMA_CAVEAT", "PartitionData", "PartitionSource", "as_source", "scatter_inputs",
-           "schema_caveats"]
+__all__ = ["INFERRED_SCHEMA_CAVEAT", "PartitionData", "PartitionSource", "as_source", "partition_rows",
+           "scatter_inputs", "schema_caveats"]
 
 
 def _in_memory_partitions() -> int:
@@ -72,6 +72,27 @@ def make_partition(index: int, block: Any) -> PartitionData:
     else:
         block = np.ascontiguousarray(block, dtype=np.float64)
     return PartitionData(index, block, row_norms_of(block))
+
+
+def partition_rows(item: Any) -> tuple[int, int]:
+    """The index and row count of a partition (a :class:`PartitionData` or a ``(loader, args)`` pair), without
+    reading its values where the item knows the count: a store's partition table, an in-memory block's shape.
+
+    Runs on a worker. The count is the shape's, which the relations that release it treat as public; a store's
+    table gives the same count as a read of the partition would (a read cuts the rows by the same table). Other
+    loaders (a dask array's blocks, not persisted) load the partition.
+    """
+    if isinstance(item, PartitionData):
+        return item.index, int(item.block.shape[0])
+    loader, args = item
+    if loader is load_store_partition:
+        store, index = args
+        return int(index), store.partitions[index].n_rows
+    if loader is make_partition:
+        index, block = args
+        return int(index), int(block.shape[0])
+    part = loader(*args)
+    return part.index, int(part.block.shape[0])
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ __all__ = [
     "check_csr_arrays",
     "check_row_norms",
     "check_sparse_structure",
+    "safe_norm",
     "safe_row_norms",
     "squared_row_sums",
     "validate_csr_block",
@@ -183,6 +184,19 @@ def squared_row_sums(csr: sp.csr_array) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         sums[filled] = np.add.reduceat(np.square(csr.data, dtype=np.float64), csr.indptr[:-1][filled])
     return sums
+
+
+def safe_norm(x: np.ndarray) -> float:
+    """L2 norm of a float array of any shape (the Frobenius norm of a matrix or tensor), without overflow of the squares.
+
+    The largest absolute entry times the norm of the array scaled by it, so an array whose norm is finite but whose
+    squares overflow float64 (entries near 1e200) still gets its norm; 0.0 for an empty or all-zero array. On
+    ordinary values it equals ``np.linalg.norm(x)`` up to rounding (not bit for bit: the scaled array is summed).
+    Meant for finite arrays: an infinite entry gives NaN, and a NaN entry gives 0.0 (the largest entry is NaN, and
+    NaN > 0 is false); check finiteness first where it matters.
+    """
+    top = float(np.max(np.abs(x))) if x.size else 0.0
+    return top * float(np.linalg.norm(x / top)) if top > 0 else 0.0
 
 
 def safe_row_norms(block: Any) -> np.ndarray:

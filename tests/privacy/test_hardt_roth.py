@@ -300,3 +300,55 @@ def test_a_float32_store_releases_what_a_float64_store_of_the_same_values_does(
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a.exact, b.exact, err_msg=a.release)
         assert (a.kind, a.sensitivity) == (b.kind, b.sensitivity)
+
+
+def _damaged_store(tmp_path: Path) -> str:
+    """A store whose last partition (rows 48-59) holds a NaN written into a data chunk after ingest."""
+    import scipy.sparse as sp
+    import zarr
+
+    base, _ = _row_neighbours(1.0)
+    store = write_matrix(tmp_path / "damaged.zarr", sp.csr_array(base), rows_per_partition=16)
+    zarr.open_group(store.path, mode="r+")["X/data"][store.nnz - 1] = np.nan
+    return str(store.path)
+
+
+def test_private_power_on_a_damaged_store_fails_before_any_draw(client: Any, seed: int, tmp_path: Path) -> None:
+    # the row counts come from the partition table (no read); the preflight pass reads every partition before
+    # the run draws anything, so the damaged one stops it with the read's own error and nothing drawn
+    from dppca_dask.errors import StoreCorruptError
+
+    path = _damaged_store(tmp_path)
+    noise = AuditingNoiseSource(seed)
+    with pytest.raises(StoreCorruptError, match=r"partition 3 of store .* non-finite value at row 59") as info:
+        lowrank(path, rank=1, epsilon=1.0, delta=1e-6, mechanism="private-power", c_doubling=True, n_iter=3,
+                noise=noise, client=client)
+    assert info.value.partition == 3
+    assert noise.records == [] and noise.released_keys == frozenset()
+
+
+def test_without_the_preflight_a_damaged_store_fails_in_the_first_product_before_its_noise(
+    seed: int, tmp_path: Path
+) -> None:
+    # defence in depth, out of core: the count pass reads nothing, and the first product pass reads every
+    # partition and fails before its Gaussian noise is drawn (only the secret start vector was)
+    from distributed import Client, LocalCluster
+
+    from dppca_dask.algorithms.hardt_roth_requests import EmbeddedProduct, RowCounts
+    from dppca_dask.algorithms.private_power import private_power_run
+    from dppca_dask.coordinator import Coordinator, as_source
+    from dppca_dask.errors import StoreCorruptError
+
+    path = _damaged_store(tmp_path)
+    noise = AuditingNoiseSource(seed)
+    run = private_power_run(n_cols=25, epsilon=1.0, delta=1e-6, n_iter=3, c_doubling=True, noise=noise)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as dask_client, Coordinator(dask_client, as_source(path), persist=False) as coordinator:
+        request = next(run)
+        assert isinstance(request, RowCounts)
+        request = run.send(coordinator.execute(request))
+        assert isinstance(request, EmbeddedProduct)
+        with pytest.raises(StoreCorruptError, match=r"partition 3 of store .* non-finite value at row 59"):
+            coordinator.execute(request)
+    assert noise.records == []
+    assert noise.released_keys == frozenset({"private-power/component-0/rung-0/start"})

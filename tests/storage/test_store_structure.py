@@ -20,6 +20,7 @@ from dppca_dask.storage.validate import (
     canonical_csr,
     check_csr_arrays,
     check_sparse_structure,
+    safe_norm,
     safe_row_norms,
     validate_csr_block,
 )
@@ -114,6 +115,28 @@ def test_canonical_csr_and_safe_norms() -> None:
     tail = sp.csr_array(np.array([[3.0, 4.0], [0, 0], [6.0, 8.0], [0, 0], [0, 0]]))
     np.testing.assert_allclose(safe_row_norms(tail), [5, 0, 10, 0, 0])
     np.testing.assert_allclose(safe_row_norms(sp.csr_array(np.array([[0, 0], [3e200, 4e200], [0, 0]]))), [0, 5e200, 0])
+
+
+def test_safe_norm_of_any_array() -> None:
+    # squares overflow (1e400), the norm does not
+    assert safe_norm(np.array([3e200, -4e200])) == pytest.approx(5e200, rel=1e-15)
+    with np.errstate(over="ignore"):
+        assert np.linalg.norm(np.array([3e200, -4e200])) == np.inf
+    assert safe_norm(np.array([3e-200, 4e-200])) == pytest.approx(5e-200, rel=1e-15)  # squares underflow to 0
+    assert safe_norm(np.zeros(4)) == 0.0 and safe_norm(np.zeros(0)) == 0.0 and safe_norm(np.zeros((0, 3))) == 0.0
+    assert isinstance(safe_norm(np.zeros(0)), float)
+    # a matrix and a tensor get their Frobenius norm
+    assert safe_norm(np.array([[3e200, 0.0], [0.0, 4e200]])) == pytest.approx(5e200, rel=1e-15)
+    cube = np.arange(27, dtype=np.float64).reshape(3, 3, 3) - 13.0
+    assert safe_norm(cube) == pytest.approx(float(np.sqrt(np.sum(cube**2))), rel=1e-15)
+    for x in (np.random.default_rng(0).standard_normal(50), np.array([-2.5]), np.array([1.0, 2.0, 2.0])):
+        assert safe_norm(x) == pytest.approx(float(np.linalg.norm(x)), rel=1e-15)
+    assert safe_norm(np.array([1.0, 2.0, 2.0])) == 3.0
+    # the norm itself beyond float64: inf; non-finite entries (callers check finiteness first): inf gives NaN, NaN 0
+    assert safe_norm(np.full(3, 1.5e308)) == np.inf
+    with np.errstate(invalid="ignore"):
+        assert np.isnan(safe_norm(np.array([1.0, np.inf])))
+    assert safe_norm(np.array([1.0, np.nan])) == 0.0
 
 
 def test_reads_are_canonical_and_norms_come_from_the_values(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 
 from dppca_dask.errors import InvalidInputError, InvalidParameterError
 from dppca_dask.kernels import tensor as K
+from dppca_dask.storage.validate import safe_norm
 
 __all__ = [
     "Releaser",
@@ -185,12 +186,12 @@ def check_tensor(tensor: Any) -> np.ndarray:
         raise InvalidInputError(f"expected a symmetric d×d×d tensor; got shape {t.shape}; pass a cubic array")
     if not np.isfinite(t).all():
         raise InvalidInputError("the tensor holds a NaN or infinite value; remove it before the decomposition")
-    scale = max(float(np.abs(t).max()), 1e-300)
-    if scale * float(np.linalg.norm(t / scale)) > MAX_TENSOR_NORM:  # ‖T(I,u,u)‖ ≤ ‖T‖_F for unit u
+    if safe_norm(t) > MAX_TENSOR_NORM:  # ‖T(I,u,u)‖ ≤ ‖T‖_F for unit u
         raise InvalidInputError(
             "the tensor's Frobenius norm exceeds 1e150: the squared norms of its power iterates would overflow "
             "float64; divide it by a constant before the decomposition (its eigenvalues scale by the same constant)"
         )
+    scale = max(float(np.abs(t).max()), 1e-300)
     for axes in ((1, 0, 2), (0, 2, 1), (2, 1, 0)):
         if not np.allclose(t, t.transpose(axes), rtol=0.0, atol=1e-12 * scale):
             raise InvalidInputError(
