@@ -127,7 +127,9 @@ def coherence_ladder(start: float, dimension: int) -> tuple[float, ...]:
 
 def _unit(x: np.ndarray) -> np.ndarray:
     norm = safe_norm(x)  # the entry relation leaves values unbounded: ‖B·x‖ can be finite, its square not
-    if not math.isfinite(norm) or norm == 0.0:
+    if not math.isfinite(norm):
+        raise InvalidParameterError("the iterate is not finite (its norm overflows float64)")
+    if norm == 0.0:
         raise InvalidParameterError("the iterate vanished (norm 0); this cannot happen with Gaussian noise")
     return x / norm
 

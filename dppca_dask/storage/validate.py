@@ -6,6 +6,8 @@ Checks are vectorised (no per-row Python loops).
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Literal
 
 import numpy as np
@@ -192,10 +194,12 @@ def safe_norm(x: np.ndarray) -> float:
     The largest absolute entry times the norm of the array scaled by it, so an array whose norm is finite but whose
     squares overflow float64 (entries near 1e200) still gets its norm; 0.0 for an empty or all-zero array. On
     ordinary values it equals ``np.linalg.norm(x)`` up to rounding (not bit for bit: the scaled array is summed).
-    Meant for finite arrays: an infinite entry gives NaN, and a NaN entry gives 0.0 (the largest entry is NaN, and
-    NaN > 0 is false); check finiteness first where it matters.
+    Non-finite entries give a non-finite norm, never a number: a NaN entry gives NaN, an infinite one inf (a
+    release of a norm refuses either, where a norm of 0.0 would have been released as if it were the data's).
     """
     top = float(np.max(np.abs(x))) if x.size else 0.0
+    if not math.isfinite(top):  # np.max propagates NaN; inf only without a NaN
+        return top
     return top * float(np.linalg.norm(x / top)) if top > 0 else 0.0
 
 
