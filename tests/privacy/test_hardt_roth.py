@@ -352,3 +352,31 @@ def test_without_the_preflight_a_damaged_store_fails_in_the_first_product_before
             coordinator.execute(request)
     assert noise.records == []
     assert noise.released_keys == frozenset({"private-power/component-0/rung-0/start"})
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_a_released_value_of_a_product_that_overflowed_is_refused_before_its_noise(seed: int) -> None:
+    """Private power's released value ``‖B_{i−1}v‖`` of a product whose halves overflowed to +inf and −inf (their
+    half-sum is NaN) was the norm of a NaN vector, which came out 0: a value released as noise around 0, whatever the
+    data. The norm is now NaN and the Laplace release refuses it before drawing. Driven request by request with the
+    products answered directly (finite for the Gaussian rounds, overflowed for the value's pass)."""
+    from dppca_dask.algorithms.hardt_roth_requests import EmbeddedProduct, RowCounts
+    from dppca_dask.algorithms.private_power import private_power_run
+    from dppca_dask.errors import InvalidInputError
+    from dppca_dask.kernels.hardt_roth import RowSlices
+
+    d, n_iter = 4, 2
+    noise = AuditingNoiseSource(seed)
+    run = private_power_run(n_cols=d, epsilon=1.0, delta=1e-6, n_iter=n_iter, symmetric=True, coherence=float(d),
+                            release_values=True, noise=noise)
+    request = next(run)
+    assert isinstance(request, RowCounts)
+    request = run.send(RowSlices({0: np.zeros((d, 0))}))
+    for _ in range(n_iter):  # the Gaussian rounds: ordinary products
+        assert isinstance(request, EmbeddedProduct)
+        request = run.send(RowSlices({0: np.ones((d, 1))}, np.ones(d)))
+    assert isinstance(request, EmbeddedProduct)  # the value's pass
+    with pytest.raises(InvalidInputError, match="value.*NaN or infinite"):
+        run.send(RowSlices({0: np.full((d, 1), np.inf)}, np.full(d, -np.inf)))
+    assert not any(key.endswith("/value") for key in noise.released_keys)
+    assert len(noise.records) == n_iter  # the Gaussian rounds only
