@@ -24,7 +24,8 @@ Errors are medians over repetitions (seeded noise, so the runs are reproducible 
 matter for measuring error): ``‖A − B‖_F/‖A‖_F`` for the low-rank outputs, and ``sin²`` between the top right
 singular vector of the output and the exact one. Times are wall-clock seconds per run (in-process executor over
 the store's partitions unless ``--cluster``). Writes ``mechanisms.md`` and one ``mechanisms_<regime>.png`` per
-regime into ``--out`` (default ``benchmarks/results``).
+regime into ``--out`` (default ``benchmarks/results``; ``--quick`` writes ``mechanisms_quick.md`` and
+``mechanisms_<regime>_quick.png``, never the full run's files).
 
     python benchmarks/bench_mechanisms.py --quick           # smaller data, one repetition (about a minute)
     python benchmarks/bench_mechanisms.py                   # the tables and plots of the README
@@ -336,13 +337,14 @@ def main() -> None:
         cluster = _common.local_cluster(n_workers=2, threads_per_worker=1, dashboard_address=None)
         client = Client(cluster)
     started = time.perf_counter()
+    suffix = "_quick" if args.quick else ""  # a quick run never overwrites the full run's results
     sections = []
     try:
         for reg in regimes(args.workdir, quick=args.quick, w8a=args.w8a):
             if args.regimes and reg.name not in args.regimes:
                 continue
             text, results = run_regime(reg, _mechanisms(), epsilons, repeats, client)
-            png = os.path.join(args.out, f"mechanisms_{reg.name}.png")
+            png = os.path.join(args.out, f"mechanisms_{reg.name}{suffix}.png")
             plot(reg, results, epsilons, png)
             sections.append(text + f"\nPlot: `{os.path.relpath(png, args.out)}`\n")
             print(text)
@@ -356,7 +358,7 @@ def main() -> None:
               "low-rank, randomized response), which is weaker than 'add/remove one row (c=1)' (adaptive power, "
               "Analyze Gauss). 'refused': the mechanism declined the size (dense d x d or n x d); 'fails': a public "
               "failure. The oracle-C row uses the exact coherence, which is not a private choice.\n\n")
-    with open(os.path.join(args.out, "mechanisms.md"), "w", encoding="utf-8") as handle:
+    with open(os.path.join(args.out, f"mechanisms{suffix}.md"), "w", encoding="utf-8") as handle:
         handle.write(header + "\n".join(sections))
     print(f"written to {args.out} in {time.perf_counter() - started:.0f} s")
 

@@ -19,7 +19,7 @@ time of one moment step against plain Dask.
    contraction as a plain ``dask.array`` expression on the same rows (threaded scheduler).
 
 Seeded noise everywhere (results are not private; irrelevant for measuring error). Plots go to
-``benchmarks/results/tensor_*.png``.
+``benchmarks/results/tensor_*.png`` (``tensor_*_quick.png`` with ``--quick``).
 
     python benchmarks/bench_tensor.py --quick          # < 2 minutes
     python benchmarks/bench_tensor.py                   # 200,000 × 5,000, 10 topics (tens of minutes)
@@ -45,6 +45,8 @@ from dppca_dask.methods.tensor.rows import private_moment_power_method
 from dppca_dask.methods.tensor.topics import topics
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
+#: ``"_quick"`` for a ``--quick`` run, whose plots never overwrite the full run's.
+SUFFIX = ""
 
 
 def topic_table(n_docs: int, n_words: int, n_topics: int, epsilons: list[float], seed: int = 1) -> list[dict]:
@@ -278,7 +280,7 @@ def plot(topic_rows: list[dict], row_rows: list[dict]) -> None:
     ax[1].set_xscale("log"), ax[1].set_xlabel("epsilon"), ax[1].set_ylabel("median |v^T v_hat|"), ax[1].legend()
     ax[1].set_title("row-level moment TPM")
     fig.tight_layout()
-    fig.savefig(os.path.join(RESULTS, "tensor_benchmarks.png"), dpi=100)
+    fig.savefig(os.path.join(RESULTS, f"tensor_benchmarks{SUFFIX}.png"), dpi=100)
     plt.close(fig)
 
 
@@ -300,7 +302,7 @@ def plot_online(rows: list[dict]) -> None:
     ax.set_xlabel("samples consumed n*k*R"), ax.set_ylabel("error (median over runs)")
     ax.set_title("Alg. 2, online TPM (d=20, k=3, L=R=10)"), ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(RESULTS, "tensor_online.png"), dpi=100)
+    fig.savefig(os.path.join(RESULTS, f"tensor_online{SUFFIX}.png"), dpi=100)
     plt.close(fig)
 
 
@@ -319,7 +321,7 @@ def plot_alg3(rows: list[dict]) -> None:
     ax.set_xlabel("lambda_1"), ax.set_ylabel("median |v_hat^T v|"), ax.set_ylim(0, 1.05)
     ax.set_title("Alg. 3: d=64, k=1, eps=1, delta=1e-5, L=R=10"), ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(os.path.join(RESULTS, "tensor_alg3.png"), dpi=100)
+    fig.savefig(os.path.join(RESULTS, f"tensor_alg3{SUFFIX}.png"), dpi=100)
     plt.close(fig)
 
 
@@ -335,6 +337,8 @@ def main() -> None:
     from _common import table
 
     quick = args.quick
+    global SUFFIX
+    SUFFIX = "_quick" if quick else ""
     print(f"load average at start: {os.getloadavg()[0]:.2f}")
     if "online" in args.part:
         online_rows = online_table([1_000, 10_000] if quick else [1_000, 10_000, 100_000], repeats=3 if quick else 5)
