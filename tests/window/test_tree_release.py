@@ -187,3 +187,46 @@ def _four_days(path):
     for n in range(2, 5):
         store = append_partition(store.path, day_block(n), timestamp=day(n))
     return store
+
+
+def test_a_job_id_reused_by_a_later_tree_release_is_refused_before_its_nodes(daily_store, tmp_path):
+    """A job id already charged on a partition stands for the nodes it drew there: a later release under the same id
+    whose new node holds that partition charges it the same single event, and the ledger returned the old charge
+    unchanged (a re-run), so the partition held two nodes drawn and counted one. Refused before any node is drawn,
+    the reservation it made on the other partition returned."""
+    from dppca_dask.errors import LedgerError
+    from dppca_dask.methods.window.budget import partition_key
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly",
+            "job_id": "nightly"}
+    tree_window(store, last="1D", noise=ZeroNoiseSource(), **args)  # node (0,3): one event on partition 3
+    noise = AuditingNoiseSource(1)
+    with pytest.raises(LedgerError, match="job id 'nightly' is already charged"):
+        tree_window(store, last="2D", noise=noise, **args)  # node (1,1) holds 2 and 3: one event on each
+    assert noise.released_keys == frozenset() and noise.records == []
+    assert ledger.entry(partition_key("nightly", store, 2), "nightly").status == "released"
+    assert len(_charged(ledger, store, 3)) == 1  # the one node drawn on partition 3
+    result = tree_window(store, last="2D", noise=noise, **{**args, "job_id": "nightly-2"})  # a new id: charged
+    assert [r.release for r in noise.records] == ["tree/1/1"] and result.calibration["nodes"] == 1
+    assert len(_charged(ledger, store, 3)) == 2 == _nodes_holding(noise.records, 3) + 1
+    assert len(_charged(ledger, store, 2)) == 1
+
+
+def test_a_job_id_reused_by_a_window_release_is_refused_before_its_noise(daily_store, tmp_path):
+    """The same for a window release: the same window again under a job id already charged would draw fresh noise
+    that the ledger, returning the old charge unchanged, never counts."""
+    from dppca_dask import window
+    from dppca_dask.errors import LedgerError
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    args = {"last": "2D", "epsilon": 1, "delta": 1e-6, "client": "local", "ledger": ledger, "dataset": "nightly",
+            "job_id": "nightly"}
+    window(store, noise=ZeroNoiseSource(), **args)
+    noise = AuditingNoiseSource(1)
+    with pytest.raises(LedgerError, match="job id 'nightly' is already charged"):
+        window(store, noise=noise, **args)
+    assert noise.released_keys == frozenset()
+    assert all(len(_charged(ledger, store, i)) == 1 for i in (2, 3))
