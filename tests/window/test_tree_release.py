@@ -230,3 +230,61 @@ def test_a_job_id_reused_by_a_window_release_is_refused_before_its_noise(daily_s
         window(store, noise=noise, **args)
     assert noise.released_keys == frozenset()
     assert all(len(_charged(ledger, store, i)) == 1 for i in (2, 3))
+
+
+def test_nodes_drawn_before_the_state_write_fails_stay_charged_and_a_rerun_charges_its_own(daily_store, tmp_path,
+                                                                                          monkeypatch):
+    """The state write failing after the nodes were drawn: nothing is released, the nodes stay charged, and the next
+    release (under a new job id; the same id is refused) draws them again and is charged again: on every partition
+    the ledger counts every node drawn that holds it, kept or not."""
+    from dppca_dask.errors import LedgerError
+    from dppca_dask.methods.window import gram
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    noise = AuditingNoiseSource(1)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly",
+            "noise": noise}
+
+    def full_disk(path, write):
+        raise OSError(28, "No space left on device", path)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(gram, "write_private_file", full_disk)
+        with pytest.raises(OSError, match="No space left"):
+            tree_window(store, last="2D", job_id="night-1", **args)  # node (1,1): partitions 2 and 3
+    assert [r.release for r in noise.records] == ["tree/1/1"]
+    assert all(len(_charged(ledger, store, i)) == 1 for i in (2, 3))
+    with pytest.raises(LedgerError, match="already charged"):
+        tree_window(store, last="2D", job_id="night-1", **args)
+    assert len(noise.records) == 1
+    again = AuditingNoiseSource(2)
+    tree_window(store, last="2D", job_id="night-2", **{**args, "noise": again})  # drawn again (never kept)
+    drawn = noise.records + again.records
+    assert [r.release for r in drawn] == ["tree/1/1", "tree/1/1"]
+    for index in (2, 3):  # partitions 0 and 1 were never charged (their keys do not exist)
+        assert len(_charged(ledger, store, index)) == _nodes_holding(drawn, index) == 2
+
+
+def test_a_tree_state_without_a_budget_field_is_an_uncharged_tree(daily_store, tmp_path):
+    """A state written before trees were charged (no ``budget`` field) holds nodes no ledger counted: a budgeted
+    release refuses it before drawing; a release without a budget goes on using it."""
+    import json
+
+    from dppca_dask.methods.window.tree import _state_path
+
+    store = daily_store(4)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local"}
+    tree_window(store, last="1D", noise=ZeroNoiseSource(), **args)
+    state = os.path.join(_state_path(store.path, 4, False), "nodes.json")
+    with open(state) as fh:
+        saved = json.load(fh)
+    del saved["budget"]
+    with open(state, "w") as fh:
+        json.dump(saved, fh)
+    ledger = _ledger(tmp_path)
+    noise = AuditingNoiseSource(1)
+    with pytest.raises(InvalidParameterError, match="drawn without a partition-scoped budget"):
+        tree_window(store, last="2D", ledger=ledger, dataset="nightly", job_id="night-1", noise=noise, **args)
+    assert noise.released_keys == frozenset() and ledger.find("night-1") == []
+    assert tree_window(store, last="1D", noise=ZeroNoiseSource(), **args).calibration["nodes"] == 1
