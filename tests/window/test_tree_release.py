@@ -288,3 +288,37 @@ def test_a_tree_state_without_a_budget_field_is_an_uncharged_tree(daily_store, t
         tree_window(store, last="2D", ledger=ledger, dataset="nightly", job_id="night-1", noise=noise, **args)
     assert noise.released_keys == frozenset() and ledger.find("night-1") == []
     assert tree_window(store, last="1D", noise=ZeroNoiseSource(), **args).calibration["nodes"] == 1
+
+
+def test_a_tree_stays_charged_to_its_ledger(daily_store, tmp_path):
+    """The key a tree is charged to lives in one ledger: a release passing another ledger with a key of the same name
+    would charge its new nodes there, and no ledger would hold a partition's composition of every node drawn that
+    holds it. Refused before any node is drawn."""
+    from dppca_dask.ledger import Ledger
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    other = Ledger.create(tmp_path / "other.sqlite")
+    other.init_dataset("nightly", total_epsilon=10.0, total_delta=1e-5)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "dataset": "nightly"}
+    tree_window(store, last="1D", ledger=ledger, job_id="night-1", noise=ZeroNoiseSource(), **args)  # (0,3)
+    noise = AuditingNoiseSource(1)
+    with pytest.raises(InvalidParameterError, match=f"ledger '{ledger.id}'"):
+        tree_window(store, last="2D", ledger=other, job_id="night-2", noise=noise, **args)  # (1,1) holds 3 too
+    assert noise.released_keys == frozenset() and other.find("night-2") == []
+    tree_window(store, last="2D", ledger=str(ledger.path), job_id="night-2", noise=noise, **args)  # its own: by path
+    assert len(_charged(ledger, store, 3)) == 2
+    import json
+
+    from dppca_dask.methods.window.tree import _state_path
+
+    state = os.path.join(_state_path(store.path, 4, False), "nodes.json")
+    with open(state) as fh:
+        saved = json.load(fh)
+    assert saved["budget"] == "nightly" and saved["ledger"] == ledger.id
+    del saved["ledger"]  # a budgeted state that does not name its ledger
+    with open(state, "w") as fh:
+        json.dump(saved, fh)
+    with pytest.raises(InvalidParameterError, match="does not name the ledger"):
+        tree_window(store, last="4D", ledger=ledger, job_id="night-3", noise=noise, **args)
+    assert ledger.find("night-3") == []
