@@ -172,6 +172,7 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
     c = plan.row_norm_bound
     nodes: dict[str, list[list[float]]] = {}
     dataset = None if budget is None else budget["dataset"]
+    ledger_path = None if budget is None else budget["ledger"].path
     ledger_id = None if budget is None else budget["ledger"].id
     charged_to = dataset  # a new tree is charged to the release's key (or to none), in the release's ledger
     charged_in = ledger_id
@@ -207,7 +208,7 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
         # every node drawn that holds a partition.
         raise InvalidParameterError(
             f"the tree in '{directory}' is charged to dataset '{dataset}' in ledger '{charged_in}' (its id); this "
-            f"release passes ledger '{ledger_id}' ({budget['ledger'].path}): pass the tree's ledger"
+            f"release passes ledger '{ledger_id}' ({ledger_path}): pass the tree's ledger"
             if charged_in else
             f"the tree in '{directory}' is charged to dataset '{dataset}', but its state does not name the ledger "
             "(written before trees recorded it), so this ledger may not hold its earlier nodes: start a new tree "
