@@ -447,3 +447,19 @@ def test_symmetrisation_does_not_overflow_a_finite_product(seeded_noise: Callabl
                release_values=True)
     assert sin2(out.components[0], np.eye(6)[0]) < 1e-12
     assert abs(out.values[0] / 1.7e308 - 1.0) < 1e-9 and np.isfinite(out.values[1])
+
+
+def test_an_iterate_is_normalised_or_refused_whatever_its_entries() -> None:
+    """``_unit`` (each round's noisy iterate): a norm whose square overflows still normalises; a vanished iterate,
+    one with a NaN entry (whose norm was 0 before) and one with an infinite entry are refused, each saying which.
+    ``_unit_or_zero`` leaves a zero or non-finite half as it is (its value's release refuses a non-finite one)."""
+    from dppca_dask.algorithms.private_power import _unit, _unit_or_zero
+
+    np.testing.assert_allclose(_unit(np.array([3e300, -4e300])), [0.6, -0.8], rtol=1e-15)
+    with pytest.raises(InvalidParameterError, match="vanished"):
+        _unit(np.zeros(3))
+    for bad in (np.array([1.0, np.nan]), np.array([np.inf, 1.0]), np.array([-np.inf, np.nan])):
+        with pytest.raises(InvalidParameterError, match="not finite"):
+            _unit(bad)
+    assert np.array_equal(_unit_or_zero(np.zeros(2)), np.zeros(2))
+    assert np.isnan(_unit_or_zero(np.array([np.nan, 1.0]))).any()

@@ -227,6 +227,70 @@ def test_row_window_with_a_horizon(tmp_path, auditing_pair, where):
         assert np.array_equal(na.records[0].exact, nb.records[0].exact)
 
 
+def _labelled(store, extra_day: int | None):
+    """Labels for every row of a :func:`_store` store (the extra row, at position 10 of ``extra_day``, labelled 4.0:
+    clipped with its row)."""
+    import zarr
+
+    labels = []
+    for n in range(1, 7):
+        day = list(np.random.default_rng(100 + n).uniform(-2.0, 2.0, 25))
+        if n == extra_day:
+            day.insert(10, 4.0)
+        labels.extend(day)
+    assert len(labels) == store.n_rows
+    zarr.open_group(store.path, mode="r+").create_array("labels", data=np.asarray(labels), chunks=(64,))
+    return store
+
+
+# (rows W, last, end, day of the added row, whether the window's exact Gram may move):
+# the horizon ``last="3D"`` is days 4..6 (partitions 3..5, 75 rows without the added one).
+HORIZON_CASES = {
+    "newest": (30, "3D", None, 6, True),  # the window's oldest row leaves: aaᵀ − bbᵀ
+    "inside-before-the-rows": (30, "3D", None, 4, False),  # in the horizon, before the window's 30 rows
+    "exactly-W-first-day": (75, "3D", None, 4, True),  # 75 rows = W: the added row pushes day 4's first row out
+    "fewer-than-W": (100, "3D", None, 5, True),  # the horizon holds fewer than W: all its rows, and the added one
+    "fewer-than-W-before-the-horizon": (100, "3D", None, 3, False),  # day 3 is outside, though W > 75
+    "end-given-inside": (30, "2D", "2026-11-05", 5, True),  # days 4..5: the newest day of the window
+    "end-given-after-the-end": (30, "2D", "2026-11-05", 6, False),  # day 6 is after the window's end
+}
+
+
+@pytest.mark.parametrize("case", sorted(HORIZON_CASES))
+def test_row_window_with_a_horizon_every_placement(tmp_path, auditing_pair, case):
+    """A row at the clip bound added anywhere around a row window with a horizon (``last_rows`` with ``last``, with
+    and without ``end``), for each release (and the Gaussian with labels): the neighbours read, report and charge
+    the same partitions (the time window's), make the same releases with the same calibration and result fields,
+    and the exact Gram moves by at most the row-window sensitivity (Gaussian: √2·c² in the L2 norm its noise is
+    given; Wishart and JL: the two fixed-position changes of c² each their (ε/2, δ/(1+e^{ε/2})) calibration
+    covers), and not at all where the row is outside the window's rows. Deterministic."""
+    w, last, end, day, moves = HORIZON_CASES[case]
+    edge = np.zeros(D)
+    edge[0] = 3.0  # clipped to norm C (with its label, to norm C together)
+    a = _labelled(_store(tmp_path / "a", {}), None)
+    b = _labelled(_store(tmp_path / "b", {day: edge}), day)
+    for release, labels in (("gaussian", False), ("gaussian", True), ("wishart", False), ("jl", False)):
+        na, nb = auditing_pair()
+        kwargs = {"last_rows": w, "last": last, "labels": labels, **({"end": end} if end else {})}
+        ra = _release(a, na, release, **kwargs)
+        rb = _release(b, nb, release, **kwargs)
+        horizon = (3, 4) if end else (3, 4, 5)
+        assert ra.window == rb.window and ra.window.partitions == horizon and ra.window.last_rows == w
+        assert ra.window.start == f"last {w} rows after 2026-11-03T00:00:00+00:00"  # both horizons start after Nov 3
+        assert ra.to_dict().keys() == rb.to_dict().keys() and ra.calibration == rb.calibration
+        assert ra.privacy.to_dict() == rb.privacy.to_dict() and ra.provenance["executor"] == rb.provenance["executor"]
+        assert [r.release for r in na.records] == [r.release for r in nb.records]
+        assert ra.released.shape == ((D + 1, D + 1) if labels else (D, D))
+        if release == "gaussian":
+            assert na.records[0].sensitivity == pytest.approx(np.sqrt(2) * C * C)
+            assert_within_sensitivity(na.records, nb.records)
+        else:
+            assert ra.calibration["mechanism_epsilon"] == pytest.approx(0.5)  # ε/2
+            assert ra.calibration["mechanism_delta"] == pytest.approx(1e-6 / (1 + math.exp(0.5)))
+            assert _frobenius_moves(na.records, nb.records)[0] <= 2 * C * C * (1 + 1e-9)
+        assert np.array_equal(na.records[0].exact, nb.records[0].exact) != moves, (release, labels)
+
+
 def test_exact_grams_are_never_written_into_a_directory_others_can_write(tmp_path):
     """The Gram cache and the spectral histogram keep exact (pre-noise) Grams beside the store. A directory of that
     name that already exists and others can write to (a shared parent) let them plant a link at the temporary's

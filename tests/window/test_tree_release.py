@@ -187,3 +187,138 @@ def _four_days(path):
     for n in range(2, 5):
         store = append_partition(store.path, day_block(n), timestamp=day(n))
     return store
+
+
+def test_a_job_id_reused_by_a_later_tree_release_is_refused_before_its_nodes(daily_store, tmp_path):
+    """A job id already charged on a partition stands for the nodes it drew there: a later release under the same id
+    whose new node holds that partition charges it the same single event, and the ledger returned the old charge
+    unchanged (a re-run), so the partition held two nodes drawn and counted one. Refused before any node is drawn,
+    the reservation it made on the other partition returned."""
+    from dppca_dask.errors import LedgerError
+    from dppca_dask.methods.window.budget import partition_key
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly",
+            "job_id": "nightly"}
+    tree_window(store, last="1D", noise=ZeroNoiseSource(), **args)  # node (0,3): one event on partition 3
+    noise = AuditingNoiseSource(1)
+    with pytest.raises(LedgerError, match="job id 'nightly' is already charged"):
+        tree_window(store, last="2D", noise=noise, **args)  # node (1,1) holds 2 and 3: one event on each
+    assert noise.released_keys == frozenset() and noise.records == []
+    assert ledger.entry(partition_key("nightly", store, 2), "nightly").status == "released"
+    assert len(_charged(ledger, store, 3)) == 1  # the one node drawn on partition 3
+    result = tree_window(store, last="2D", noise=noise, **{**args, "job_id": "nightly-2"})  # a new id: charged
+    assert [r.release for r in noise.records] == ["tree/1/1"] and result.calibration["nodes"] == 1
+    assert len(_charged(ledger, store, 3)) == 2 == _nodes_holding(noise.records, 3) + 1
+    assert len(_charged(ledger, store, 2)) == 1
+
+
+def test_a_job_id_reused_by_a_window_release_is_refused_before_its_noise(daily_store, tmp_path):
+    """The same for a window release: the same window again under a job id already charged would draw fresh noise
+    that the ledger, returning the old charge unchanged, never counts."""
+    from dppca_dask import window
+    from dppca_dask.errors import LedgerError
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    args = {"last": "2D", "epsilon": 1, "delta": 1e-6, "client": "local", "ledger": ledger, "dataset": "nightly",
+            "job_id": "nightly"}
+    window(store, noise=ZeroNoiseSource(), **args)
+    noise = AuditingNoiseSource(1)
+    with pytest.raises(LedgerError, match="job id 'nightly' is already charged"):
+        window(store, noise=noise, **args)
+    assert noise.released_keys == frozenset()
+    assert all(len(_charged(ledger, store, i)) == 1 for i in (2, 3))
+
+
+def test_nodes_drawn_before_the_state_write_fails_stay_charged_and_a_rerun_charges_its_own(daily_store, tmp_path,
+                                                                                          monkeypatch):
+    """The state write failing after the nodes were drawn: nothing is released, the nodes stay charged, and the next
+    release (under a new job id; the same id is refused) draws them again and is charged again: on every partition
+    the ledger counts every node drawn that holds it, kept or not."""
+    from dppca_dask.errors import LedgerError
+    from dppca_dask.methods.window import gram
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    noise = AuditingNoiseSource(1)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly",
+            "noise": noise}
+
+    def full_disk(path, write):
+        raise OSError(28, "No space left on device", path)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(gram, "write_private_file", full_disk)
+        with pytest.raises(OSError, match="No space left"):
+            tree_window(store, last="2D", job_id="night-1", **args)  # node (1,1): partitions 2 and 3
+    assert [r.release for r in noise.records] == ["tree/1/1"]
+    assert all(len(_charged(ledger, store, i)) == 1 for i in (2, 3))
+    with pytest.raises(LedgerError, match="already charged"):
+        tree_window(store, last="2D", job_id="night-1", **args)
+    assert len(noise.records) == 1
+    again = AuditingNoiseSource(2)
+    tree_window(store, last="2D", job_id="night-2", **{**args, "noise": again})  # drawn again (never kept)
+    drawn = noise.records + again.records
+    assert [r.release for r in drawn] == ["tree/1/1", "tree/1/1"]
+    for index in (2, 3):  # partitions 0 and 1 were never charged (their keys do not exist)
+        assert len(_charged(ledger, store, index)) == _nodes_holding(drawn, index) == 2
+
+
+def test_a_tree_state_without_a_budget_field_is_an_uncharged_tree(daily_store, tmp_path):
+    """A state written before trees were charged (no ``budget`` field) holds nodes no ledger counted: a budgeted
+    release refuses it before drawing; a release without a budget goes on using it."""
+    import json
+
+    from dppca_dask.methods.window.tree import _state_path
+
+    store = daily_store(4)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local"}
+    tree_window(store, last="1D", noise=ZeroNoiseSource(), **args)
+    state = os.path.join(_state_path(store.path, 4, False), "nodes.json")
+    with open(state) as fh:
+        saved = json.load(fh)
+    del saved["budget"]
+    with open(state, "w") as fh:
+        json.dump(saved, fh)
+    ledger = _ledger(tmp_path)
+    noise = AuditingNoiseSource(1)
+    with pytest.raises(InvalidParameterError, match="drawn without a partition-scoped budget"):
+        tree_window(store, last="2D", ledger=ledger, dataset="nightly", job_id="night-1", noise=noise, **args)
+    assert noise.released_keys == frozenset() and ledger.find("night-1") == []
+    assert tree_window(store, last="1D", noise=ZeroNoiseSource(), **args).calibration["nodes"] == 1
+
+
+def test_a_tree_stays_charged_to_its_ledger(daily_store, tmp_path):
+    """The key a tree is charged to lives in one ledger: a release passing another ledger with a key of the same name
+    would charge its new nodes there, and no ledger would hold a partition's composition of every node drawn that
+    holds it. Refused before any node is drawn."""
+    from dppca_dask.ledger import Ledger
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    other = Ledger.create(tmp_path / "other.sqlite")
+    other.init_dataset("nightly", total_epsilon=10.0, total_delta=1e-5)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "dataset": "nightly"}
+    tree_window(store, last="1D", ledger=ledger, job_id="night-1", noise=ZeroNoiseSource(), **args)  # (0,3)
+    noise = AuditingNoiseSource(1)
+    with pytest.raises(InvalidParameterError, match=f"ledger '{ledger.id}'"):
+        tree_window(store, last="2D", ledger=other, job_id="night-2", noise=noise, **args)  # (1,1) holds 3 too
+    assert noise.released_keys == frozenset() and other.find("night-2") == []
+    tree_window(store, last="2D", ledger=str(ledger.path), job_id="night-2", noise=noise, **args)  # its own: by path
+    assert len(_charged(ledger, store, 3)) == 2
+    import json
+
+    from dppca_dask.methods.window.tree import _state_path
+
+    state = os.path.join(_state_path(store.path, 4, False), "nodes.json")
+    with open(state) as fh:
+        saved = json.load(fh)
+    assert saved["budget"] == "nightly" and saved["ledger"] == ledger.id
+    del saved["ledger"]  # a budgeted state that does not name its ledger
+    with open(state, "w") as fh:
+        json.dump(saved, fh)
+    with pytest.raises(InvalidParameterError, match="does not name the ledger"):
+        tree_window(store, last="4D", ledger=ledger, job_id="night-3", noise=noise, **args)
+    assert ledger.find("night-3") == []

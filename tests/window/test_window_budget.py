@@ -163,3 +163,31 @@ def test_a_row_window_with_a_horizon_charges_the_horizons_partitions_only(tmp_pa
     for i in range(10):
         entry = ledger.entry(partition_key("nightly", ten_days, i), "night-1")
         assert (entry is not None and entry.status == "charged") == (i >= 7)
+
+
+@pytest.mark.parametrize("kwargs", [{"structure": "spectral-histogram"}, {"cache": True}],
+                         ids=["spectral-histogram", "cache"])
+def test_a_row_window_with_a_horizon_refuses_the_histogram_and_the_cache_before_anything(tmp_path, ten_days,
+                                                                                         kwargs):
+    """Which partitions a row window holds whole follows their private row counts, with a horizon as without: the
+    spectral histogram and the Gram cache are refused before any reservation or noise."""
+    from dppca_dask.mechanisms.testing import AuditingNoiseSource
+
+    ledger = _ledger(tmp_path)
+    noise = AuditingNoiseSource(1)
+    with pytest.raises(InvalidParameterError, match="serves time windows"):
+        window(ten_days, last_rows=30, last="3D", epsilon=1, delta=1e-6, client="local", noise=noise,
+               ledger=ledger, dataset="nightly", job_id="night-1", **kwargs)
+    assert noise.released_keys == frozenset() and ledger.find("night-1") == []
+
+
+def test_a_saved_row_window_with_a_horizon_reads_back_as_released(tmp_path, ten_days):
+    from dppca_dask.methods.window.release import load_release
+
+    result = window(ten_days, last_rows=30, last="3D", end="2026-11-08", epsilon=1, delta=1e-6, client="local",
+                    noise=ZeroNoiseSource())
+    result.save(tmp_path / "out")
+    loaded = load_release(tmp_path / "out")
+    assert loaded.window == result.window.public() and loaded.window.partitions == (5, 6, 7)
+    assert loaded.window.start == "last 30 rows after 2026-11-05T00:00:00+00:00" and loaded.window.last_rows == 30
+    assert loaded.calibration == result.calibration and loaded.privacy == result.privacy

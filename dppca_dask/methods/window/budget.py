@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dppca_dask.accounting import ADD_REMOVE_ROW
-from dppca_dask.errors import BudgetExceededError, InvalidParameterError
+from dppca_dask.errors import BudgetExceededError, InvalidParameterError, LedgerError
 from dppca_dask.storage import MatrixStore
 
 __all__ = ["PARTITION_SCOPE", "PartitionReservation", "partition_key", "reserve_each", "reserve_partitions"]
@@ -75,7 +75,9 @@ def reserve_partitions(
         A partition of the window would exceed the total; reservations already made for this release are
         returned, and the message names the partition's key.
     LedgerError
-        No budget for ``dataset``, or a job id reused with other parameters.
+        No budget for ``dataset``, a job id reused with other parameters, or a job id already charged on one of
+        the partitions (a release draws fresh noise; a re-run of a job that stopped before its charge resumes its
+        reservations). Reservations already made for this release are returned.
     """
     return reserve_each(ledger, dataset, job_id, store=store,
                         charges={int(i): (epsilon, delta, tuple(events)) for i in partitions})
@@ -94,7 +96,7 @@ def reserve_each(
     What :func:`reserve_partitions` does when a release charges its partitions different events (the binary tree
     charges a partition one event per node drawn that holds it). Errors as :func:`reserve_partitions`.
     """
-    from dppca_dask.ledger import Ledger
+    from dppca_dask.ledger import CHARGED, Ledger
 
     if not isinstance(ledger, Ledger):
         ledger = Ledger(ledger)
@@ -112,10 +114,17 @@ def reserve_each(
             key = partition_key(dataset, store, index)
             ledger.init_dataset(key, total_epsilon=budget.total_epsilon, total_delta=budget.total_delta,
                                 neighbouring=ADD_REMOVE_ROW)
-            ledger.reserve(key, job_id, epsilon=epsilon, delta=delta, events=list(events), mechanism=MECHANISM,
-                           neighbouring=ADD_REMOVE_ROW, job_name=job_id)
+            entry = ledger.reserve(key, job_id, epsilon=epsilon, delta=delta, events=list(events),
+                                   mechanism=MECHANISM, neighbouring=ADD_REMOVE_ROW, job_name=job_id)
+            if entry.status == CHARGED:
+                # The ledger returns a charged entry unchanged (a re-run), but this release draws fresh noise: under
+                # the same id it would go uncounted on this partition.
+                raise LedgerError(
+                    f"job id '{job_id}' is already charged on partition key '{key}'; a release draws fresh noise, "
+                    "which that charge does not count: give the release a new job id"
+                )
             done.append(key)
-    except BudgetExceededError:
+    except (BudgetExceededError, LedgerError):
         for key in done:
             ledger.release(key, job_id, outcome="failed-before-noise")
         raise

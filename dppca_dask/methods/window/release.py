@@ -683,7 +683,8 @@ def window(
     ledger, dataset, job_id
         Partition-scoped budget (:mod:`~dppca_dask.methods.window.budget`): a ledger (path or
         :class:`~dppca_dask.ledger.Ledger`) whose key ``dataset`` has a budget; the release is charged to every
-        partition it reads under ``job_id``, and refused if any of them would exceed the key's total.
+        partition it reads under ``job_id``, and refused if any of them would exceed the key's total, or if
+        ``job_id`` is already charged on any of them (a job id stands for one release: its noise is fresh).
 
     Returns
     -------

@@ -94,7 +94,8 @@ def tree_window(
     runs, as for :func:`~dppca_dask.methods.window.window`. ``seed`` or ``noise`` (not both) make it not private.
     ``ledger``, ``dataset`` and ``job_id`` (together) charge each node drawn to the partitions it holds, under the
     dataset key's total (module docstring); a release whose nodes would take a partition over it is refused before
-    any value is read into a node.
+    any value is read into a node. A tree stays charged to its first node's key in that node's ledger (the state
+    records the key and the ledger's id); a job id already charged on a partition is refused.
     """
     from dppca_dask.methods.window.release import _choose, plan_window
 
@@ -171,7 +172,10 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
     c = plan.row_norm_bound
     nodes: dict[str, list[list[float]]] = {}
     dataset = None if budget is None else budget["dataset"]
-    charged_to = dataset  # a new tree is charged to the release's key (or to none)
+    ledger_path = None if budget is None else budget["ledger"].path
+    ledger_id = None if budget is None else budget["ledger"].id
+    charged_to = dataset  # a new tree is charged to the release's key (or to none), in the release's ledger
+    charged_in = ledger_id
     # Its nodes are released values, but a directory others can write would let them swap the nodes every later
     # release sums: refused (a link, another user's, not owner-only) before anything is read.
     check_private_directory(directory)
@@ -189,6 +193,7 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
         nodes = saved["nodes"]
         drawn_privately = saved.get("private") is True  # a state that does not say so is not private
         charged_to = saved.get("budget") if nodes else dataset  # a state that does not say so had no budget
+        charged_in = saved.get("ledger") if nodes else ledger_id  # a budgeted state that does not say: unknown
     else:
         drawn_privately = True  # no node yet
     if charged_to != dataset:
@@ -198,6 +203,17 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
                                         "start a new tree (another horizon or store) to charge it")
         raise InvalidParameterError(f"the tree in '{directory}' is charged to dataset '{charged_to}': pass that "
                                     "ledger with dataset and job_id")
+    if dataset is not None and charged_in != ledger_id:
+        # A key of the same name in another ledger holds none of the tree's earlier nodes: no ledger would compose
+        # every node drawn that holds a partition.
+        raise InvalidParameterError(
+            f"the tree in '{directory}' is charged to dataset '{dataset}' in ledger '{charged_in}' (its id); this "
+            f"release passes ledger '{ledger_id}' ({ledger_path}): pass the tree's ledger"
+            if charged_in else
+            f"the tree in '{directory}' is charged to dataset '{dataset}', but its state does not name the ledger "
+            "(written before trees recorded it), so this ledger may not hold its earlier nodes: start a new tree "
+            "(another horizon or store)"
+        )
     start, stop = plan.selection.partitions[0], plan.selection.partitions[-1]
     cover = dyadic_cover(start, stop)
     missing = [node for node in cover if f"{node[0]}/{node[1]}" not in nodes]
@@ -253,7 +269,7 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
     check_private_directory(directory, create=True)
     state = {"store_id": store.store_id, "multiplier": multiplier, "levels": levels,
              "private": bool(drawn_privately and (noise.private or not missing)), "budget": charged_to,
-             "nodes": nodes}
+             "ledger": charged_in, "nodes": nodes}
     write_private_file(state_file, lambda fh: fh.write(json.dumps(state).encode()))
     released = cast(np.ndarray, sum(np.asarray(nodes[f"{lv}/{k}"]) for lv, k in cover))  # cover is never empty
 
