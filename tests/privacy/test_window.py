@@ -223,7 +223,7 @@ def test_row_window_with_a_horizon(tmp_path, auditing_pair, where):
     assert ra.provenance["executor"] == rb.provenance["executor"]
     assert na.records[0].sensitivity == pytest.approx(np.sqrt(2) * C * C)
     assert_within_sensitivity(na.records, nb.records)
-    if where != "newest":  # 30 rows < one day's 25 + the newest day's: the window is within days 5 and 6
+    if where != "newest":  # the window's 30 rows: the newest day's 25 and the last 5 of day 5
         assert np.array_equal(na.records[0].exact, nb.records[0].exact)
 
 

@@ -15,7 +15,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -460,6 +460,32 @@ def _paper_tau_caveats(plan: WindowPlan) -> tuple[str, ...]:
             f"{float(cal['mechanism_delta']):.3g} it is given; the default tau_rule='thm11' is",)
 
 
+def check_seed(seed: Any, noise: NoiseSource | None) -> None:
+    """A release's ``seed`` (an integer or ``None``), refused together with a ``noise`` source."""
+    if noise is not None and seed is not None:
+        raise InvalidParameterError("give either seed or noise, not both; a seeded NoiseSource is NoiseSource.from_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise InvalidParameterError(f"seed must be an integer or None; got {seed!r}")
+
+
+def partition_budget(ledger: Any, dataset: str | None, job_id: str | None) -> dict[str, Any] | None:
+    """The partition-scoped budget of a release (``None`` without one): ``ledger`` (a path or
+    :class:`~dppca_dask.ledger.Ledger`), ``dataset`` and ``job_id``, given together; a ``dataset`` key without a
+    budget fails here, before anything is read."""
+    if (ledger is None) != (dataset is None) or (ledger is None) != (job_id is None):
+        raise InvalidParameterError(
+            "a partition-scoped budget needs ledger, dataset and job_id together; got "
+            f"ledger={ledger!r}, dataset={dataset!r}, job_id={job_id!r}"
+        )
+    if ledger is None:
+        return None
+    from dppca_dask.ledger import Ledger
+
+    book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+    book.budget(cast(str, dataset))  # a missing key fails before anything is read
+    return {"ledger": book, "dataset": dataset, "job_id": job_id}
+
+
 def _choose(plan: WindowPlan, client: Any, executor: str) -> Any:
     """Where the release runs: :func:`dppca_dask.pca`'s choice (public values only), from the window's declared
     width and its partition count (partitions are chosen from the public partition table)."""
@@ -702,28 +728,14 @@ def window(
                        release=release, labels=labels, row_norm_bound=row_norm_bound, tau_rule=tau_rule,
                        sketch_rows=sketch_rows, rank_bound=rank_bound, max_dense_dim=max_dense_dim)
     choice = _choose(plan, client, executor)
-    if noise is not None and seed is not None:
-        raise InvalidParameterError("give either seed or noise, not both; a seeded NoiseSource is NoiseSource.from_seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-        raise InvalidParameterError(f"seed must be an integer or None; got {seed!r}")
+    check_seed(seed, noise)
     if noise is None:
         noise = NoiseSource.from_entropy() if seed is None else NoiseSource.from_seed(int(seed))
     if plan.release != "gaussian" and noise.sampler == "hardened":  # refused by the mechanism: before any read
         from dppca_dask.mechanisms.wishart import _float_sampler
 
         _float_sampler(noise, plan.release)
-    budget: dict[str, Any] | None = None
-    if (ledger is None) != (dataset is None) or (ledger is None) != (job_id is None):
-        raise InvalidParameterError(
-            "a partition-scoped budget needs ledger, dataset and job_id together; got "
-            f"ledger={ledger!r}, dataset={dataset!r}, job_id={job_id!r}"
-        )
-    if ledger is not None:
-        from dppca_dask.ledger import Ledger
-
-        budget = {"ledger": ledger if isinstance(ledger, Ledger) else Ledger(ledger), "dataset": dataset,
-                  "job_id": job_id}
-        budget["ledger"].budget(dataset)  # a missing key fails before anything is read
+    budget = partition_budget(ledger, dataset, job_id)
     charges = plan_charges(plan, structure=structure, last=last, end=end, eta=eta, regularizer=regularizer,
                            cache=cache)
     if budget is not None:

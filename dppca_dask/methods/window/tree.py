@@ -97,34 +97,21 @@ def tree_window(
     any value is read into a node. A tree stays charged to its first node's key in that node's ledger (the state
     records the key and the ledger's id); a job id already charged on a partition is refused.
     """
-    from dppca_dask.methods.window.release import _choose, plan_window
+    from dppca_dask.methods.window.release import _choose, check_seed, partition_budget, plan_window
 
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
         raise InvalidParameterError(f"horizon must be a positive integer (partitions); got {horizon!r}")
     plan = plan_window(store, last=last, epsilon=epsilon, delta=delta, row_norm_bound=row_norm_bound)
     store = plan.store
     choice = _choose(plan, client, executor)
-    if noise is not None and seed is not None:
-        raise InvalidParameterError("give either seed or noise, not both; a seeded NoiseSource is NoiseSource.from_seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-        raise InvalidParameterError(f"seed must be an integer or None; got {seed!r}")
-    budget: dict[str, Any] | None = None
-    if (ledger is None) != (dataset is None) or (ledger is None) != (job_id is None):
-        raise InvalidParameterError(
-            "a partition-scoped budget needs ledger, dataset and job_id together; got "
-            f"ledger={ledger!r}, dataset={dataset!r}, job_id={job_id!r}"
-        )
-    if ledger is not None:
-        from dppca_dask.ledger import Ledger
-
+    check_seed(seed, noise)
+    if ledger is not None and dataset is not None and job_id is not None:  # before the state is read
         if not isinstance(job_id, str) or not job_id:
             raise InvalidParameterError(f"job_id must be a non-empty string; got {job_id!r}")
         if store.store_id is None:
             raise InvalidParameterError(f"'{store.path}' has no store id (an AnnData store opened directly); "
                                         "partition-scoped budgets need a dppca_dask store: `dppca-dask ingest`")
-        budget = {"ledger": ledger if isinstance(ledger, Ledger) else Ledger(ledger), "dataset": dataset,
-                  "job_id": job_id}
-        budget["ledger"].budget(dataset)  # a missing key fails before anything is read
+    budget = partition_budget(ledger, dataset, job_id)
     if store.n_partitions > horizon:
         raise InvalidParameterError(f"the store has more partitions than the tree's horizon={horizon}; the tree "
                                     "is spent: start a new one with a larger horizon (and a new budget)")
