@@ -118,8 +118,11 @@ def test_a_partition_in_every_level_spends_the_trees_budget_and_no_more(daily_st
     events = _charged(ledger, store, 3)
     assert len(events) == 3
     spent = ledger.budget(partition_key("nightly", store, 3)).spent_epsilon
-    # the three nodes are the tree's whole (1, 1e-6): at the key's larger delta they count for less
-    assert spent == pytest.approx(compose_epsilon(events, 1e-5)) and 0.5 < spent <= compose_epsilon(events, 1e-6) <= 1.001
+    # the three nodes are the tree's whole (1, 1e-6): at the key's larger delta they count for less. The 0.1% above 1
+    # allows for the ledger's PLD grid, coarser than the calibration's, which can only round ε up (pessimistic
+    # discretisation; it gives 1 - 1e-9 here)
+    assert spent == pytest.approx(compose_epsilon(events, 1e-5))
+    assert 0.5 < spent <= compose_epsilon(events, 1e-6) <= 1.001
 
 
 def test_a_tree_release_over_any_partitions_budget_is_refused_before_any_node(daily_store, tmp_path):
