@@ -24,7 +24,7 @@ from typing import Any, cast
 import numpy as np
 import zarr
 
-__all__ = ["PIECE", "BufferPool", "ChunkLayout", "chunk_layout", "prefetch_range", "read_range"]
+__all__ = ["PIECE", "BufferPool", "ChunkLayout", "FileIdentity", "chunk_layout", "identity", "prefetch_range", "read_range"]
 
 
 class BufferPool:
@@ -130,8 +130,12 @@ def chunk_layout(array: zarr.Array) -> ChunkLayout | None:
 
 def read_range(layout: ChunkLayout, start: int, stop: int, *, dtype: Any = None,
                visit: Callable[[int, np.ndarray], None] | None = None,
-               piece: Callable[[int, np.ndarray], None] | None = None) -> np.ndarray:
+               piece: Callable[[int, np.ndarray], None] | None = None,
+               seen: list[FileIdentity | None] | None = None) -> np.ndarray:
     """Elements ``[start, stop)`` of the array described by ``layout``, as a new array.
+
+    ``seen``, when given, gets the :func:`identity` of each chunk file read, in order, taken from the open file
+    after its bytes were read (``None`` for a chunk file that does not exist).
 
     ``dtype`` converts the values chunk by chunk on the way (a chunk-sized scratch buffer instead of a second
     array of the whole range). ``visit(offset, values)`` is called once per chunk with the converted values of
@@ -153,29 +157,42 @@ def read_range(layout: ChunkLayout, start: int, stop: int, *, dtype: Any = None,
         a, b = max(lo, start), min(hi, stop)
         target = out[a - start : b - start]
         if scratch is not None:  # decode into the scratch buffer, convert into place piece by piece
-            _read_chunk(layout, index, scratch)
+            _read_chunk(layout, index, scratch, seen)
             for p in range(a, b, PIECE):
                 q = min(p + PIECE, b)
                 np.copyto(out[p - start : q - start], scratch[p - lo : q - lo], casting="unsafe")
                 if piece is not None:
                     piece(p - start, out[p - start : q - start])
         elif a == lo and b == hi:  # the whole chunk: decode it in place
-            _read_chunk(layout, index, target)
+            _read_chunk(layout, index, target, seen)
         else:  # an edge chunk: decode it, keep the part inside the range
             whole = np.empty(chunk, dtype=layout.dtype)
-            _read_chunk(layout, index, whole)
+            _read_chunk(layout, index, whole, seen)
             target[:] = whole[a - lo : b - lo]
         if visit is not None:
             visit(a - start, target)
     return out
 
 
-def _read_chunk(layout: ChunkLayout, index: int, out: np.ndarray) -> None:
+#: What identifies a file's contents without reading them: device, inode, size, modification and change times (ns).
+FileIdentity = tuple[int, int, int, int, int]
+
+
+def identity(status: os.stat_result) -> FileIdentity:
+    """A file's :data:`FileIdentity` from its ``stat``: any write to the file, or a file renamed over it, changes
+    it (the change time is set by the system on every write and cannot be set back by the file's owner)."""
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+def _read_chunk(layout: ChunkLayout, index: int, out: np.ndarray,
+                seen: list[FileIdentity | None] | None = None) -> None:
     path = layout.chunk_path(index)
     try:
         handle = open(path, "rb", buffering=0)
     except FileNotFoundError:  # never written: zarr's fill value
         out.fill(layout.fill_value)
+        if seen is not None:
+            seen.append(None)
         return
     with handle:
         if layout.compressor is None:
@@ -184,8 +201,12 @@ def _read_chunk(layout: ChunkLayout, index: int, out: np.ndarray) -> None:
             if got != out.nbytes or handle.read(1):
                 raise ValueError(f"chunk '{path}' holds {os.fstat(handle.fileno()).st_size} bytes, expected "
                                  f"{out.nbytes}")
+            if seen is not None:  # after the read: a write during it changes the identity
+                seen.append(identity(os.fstat(handle.fileno())))
             return
         encoded = handle.read()
+        if seen is not None:
+            seen.append(identity(os.fstat(handle.fileno())))
     from numcodecs import blosc
 
     # Blosc's 16-byte header: version, format version, flags, type size, then the decoded and the encoded sizes.

@@ -35,7 +35,7 @@ from dppca_dask.errors import (
     UnsupportedStoreVersionError,
 )
 from dppca_dask.storage import _format
-from dppca_dask.storage._chunks import ChunkLayout, chunk_layout, prefetch_range, read_range
+from dppca_dask.storage._chunks import ChunkLayout, FileIdentity, chunk_layout, prefetch_range, read_range
 from dppca_dask.storage.validate import (
     canonical_csr,
     check_csr_arrays,
@@ -186,13 +186,23 @@ class MatrixStore:
             raw = self._read_raw(part, dtype)
             self._check_finite(part, raw)
             return raw, self.read_checked_norms(index, raw)
-        squares = _SquaredRowSums()
-        raw = self._read_raw(part, dtype, squares)
+        key = (self.path, self.fingerprint, part.index, np.dtype(self.dtype if dtype is None else dtype).str)
+        known = CHECKED.get(key)
+        read = _Read(known)
+        # Squares during the read, unless the partition was checked before (then only if its files changed since).
+        squares = _SquaredRowSums() if known is None else None
+        raw = self._read_raw(part, dtype, squares, read)
+        if read.unchanged and known is not None:
+            CHECKED.hits += 1
+            return raw, known.norms.copy()
         block = canonical_csr(raw)
         # Sums of the values as read are the canonical rows' sums when nothing had to be summed or sorted.
-        sums = squares.result() if block is raw else squared_row_sums(block)
+        sums = squares.result() if squares is not None and block is raw else squared_row_sums(block)
         if np.isfinite(sums).all():
-            return block, np.sqrt(sums)
+            norms = np.sqrt(sums)
+            if block is raw:
+                CHECKED.put(key, read.seen, norms)
+            return block, norms
         self._check_finite(part, raw)  # raises on a NaN or infinite value
         return block, self.read_checked_norms(index, block)  # raises on a norm that overflows
 
@@ -242,12 +252,13 @@ class MatrixStore:
         return row_norms_of(block)
 
     def _read_raw(self, part: Partition, dtype: np.dtype[Any] | type | None = None,
-                  squares: _SquaredRowSums | None = None) -> Any:
+                  squares: _SquaredRowSums | None = None, read: _Read | None = None) -> Any:
         """The partition as stored (structure checked, not canonicalised), values converted to ``dtype`` when given
-        (and their squared row sums accumulated into ``squares``, CSR only); read errors become StoreCorruptError."""
+        (and their squared row sums accumulated into ``squares``, CSR only; ``read`` collects the chunk files'
+        identities); read errors become StoreCorruptError."""
         try:
             if self.layout == "csr":
-                return self._read_csr(part, dtype, squares)
+                return self._read_csr(part, dtype, squares, read)
             block = self._read_dense(part)
             return block if dtype is None else block.astype(dtype, copy=False)
         except (StoreCorruptError, InvalidInputError):
@@ -397,7 +408,8 @@ class MatrixStore:
         return self.partitions[index]
 
     def _read_csr(self, part: Partition, dtype: np.dtype[Any] | type | None = None,
-                  squares: _SquaredRowSums | None = None) -> sp.csr_array:
+                  squares: _SquaredRowSums | None = None, read: _Read | None = None) -> sp.csr_array:
+        seen = None if read is None else read.seen
         key = self.matrix_key
         if part.index + 1 < len(self.partitions):  # read-ahead: the OS fetches the next partition meanwhile
             after = self.partitions[part.index + 1]
@@ -405,7 +417,8 @@ class MatrixStore:
                 layout = _layout(self.path, f"{key}/{name}", self.fingerprint)
                 if layout is not None and after.nnz:
                     prefetch_range(layout, after.nnz_start, after.nnz_stop)
-        indptr = _read_range(self.path, f"{key}/indptr", self.fingerprint, part.row_start, part.row_stop + 1)
+        indptr = _read_range(self.path, f"{key}/indptr", self.fingerprint, part.row_start, part.row_stop + 1,
+                             seen=seen)
         self._check_pointers(part, indptr)
         indptr = indptr.astype(np.int64, copy=False) - part.nnz_start
         if squares is not None:
@@ -414,8 +427,9 @@ class MatrixStore:
             with np.errstate(over="ignore", invalid="ignore"):  # squares overflow to inf: the norms' check says so
                 data = _read_range(self.path, f"{key}/data", self.fingerprint, part.nnz_start, part.nnz_stop,
                                    dtype=dtype, visit=None if squares is None else squares.add,
-                                   piece=None if squares is None else squares.piece)
-            indices = _read_range(self.path, f"{key}/indices", self.fingerprint, part.nnz_start, part.nnz_stop)
+                                   piece=None if squares is None else squares.piece, seen=seen)
+            indices = _read_range(self.path, f"{key}/indices", self.fingerprint, part.nnz_start, part.nnz_stop,
+                                  seen=seen, visit=None if read is None else read.bound)
         else:
             data = np.zeros(0, dtype=self.dtype if dtype is None else dtype)
             indices = np.zeros(0, dtype=np.int32)
@@ -427,6 +441,14 @@ class MatrixStore:
         if indices.dtype == np.int32 and part.nnz < 2**31:
             indptr = indptr.astype(np.int32)
         block = sp.csr_array((data, indices, indptr), shape=(part.n_rows, self.n_cols), copy=False)
+        if (read is not None and read.known is not None and read.seen == read.known.files
+                and read.largest < self.n_cols):
+            # Every chunk file is the one a read checked before (:data:`CHECKED`): canonical, and the sums of
+            # squares are known. Every index is in range (its largest value taken as unsigned, so a negative index
+            # would count as too large, was taken chunk by chunk during the read), whatever the files hold: no
+            # scipy routine ever reads out of bounds. The other checks run as always.
+            read.unchanged = True
+            block.has_canonical_format = True
         # Column indices in range: with sorted, unique indices in every row (one scan, which the canonical form
         # needs anyway) the first and last index of each row bound them all; otherwise every index is compared.
         if part.nnz and block.has_canonical_format:
@@ -505,6 +527,101 @@ class MatrixStore:
         return block
 
 
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    files: list[FileIdentity | None]
+    norms: np.ndarray
+
+
+class CheckedReads:
+    """Partitions of this process's reads that passed every check, with the identities of the chunk files read
+    (:func:`._chunks.identity`) and the row norms computed from their values.
+
+    An out-of-core run reads every partition again at every step. When each chunk file a read opens is the one a
+    checked read opened (the same identity, taken from the open file after its bytes were read), its bytes are the
+    ones checked: :meth:`MatrixStore.read_partition_with_norms` then skips the two checks whose result follows from
+    the bytes alone and costs most, the scan for the canonical form and the sums of squares (the norms are the ones
+    computed then), and keeps every other check. A file written or replaced since changes its identity (its change
+    time, which the system sets on every write and no user can set back), and that read checks everything again.
+    Only reads whose every file is identified and whose files' change times are at least :attr:`SETTLED` ns older
+    than the check are kept: a file written twice within the resolution of file times (milliseconds) could keep its
+    change time, so a file changed that recently is checked again at its next read. Bounded to :attr:`max_bytes` of
+    norms, the least recently read dropped first.
+    """
+
+    #: Change times must be this much older than the check (ns) for a read to be kept.
+    SETTLED = 2_000_000_000
+
+    def __init__(self, max_bytes: int = 256 * 2**20) -> None:
+        import threading
+        from collections import OrderedDict
+
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[str, str, int, str], _Checked] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        """Reads that found their files unchanged since a checked read."""
+
+    def get(self, key: tuple[str, str, int, str]) -> _Checked | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+            return entry
+
+    def put(self, key: tuple[str, str, int, str], files: list[FileIdentity | None], norms: np.ndarray) -> None:
+        """Keep a checked read (only when every file is identified and settled, and the norms fit)."""
+        import time
+
+        if not files or any(f is None for f in files) or norms.nbytes > self.max_bytes:
+            return
+        settled = time.time_ns() - self.SETTLED
+        if any(f[4] > settled for f in files if f is not None):
+            return
+        kept = norms.copy()
+        kept.setflags(write=False)
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._bytes -= old.norms.nbytes
+            self._entries[key] = _Checked(list(files), kept)
+            self._bytes += kept.nbytes
+            while self._bytes > self.max_bytes:
+                _key, dropped = self._entries.popitem(last=False)
+                self._bytes -= dropped.norms.nbytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+
+#: The checked reads of this process.
+CHECKED = CheckedReads()
+
+
+@dataclass(slots=True)
+class _Read:
+    """One read: the checked read it may repeat, the identities of the chunk files it opened, and whether they are
+    that read's."""
+
+    known: _Checked | None
+    seen: list[FileIdentity | None] = field(default_factory=list)
+    unchanged: bool = False
+    largest: int = -1
+    """The largest column index read, as unsigned (a negative index counts as larger than any column count)."""
+
+    def bound(self, offset: int, indices: np.ndarray) -> None:
+        """Take a chunk's largest index (``read_range``'s ``visit``: the chunk is still in cache)."""
+        if indices.size:
+            largest = int(indices.view(np.dtype(f"u{indices.dtype.itemsize}")).max())
+            self.largest = max(self.largest, largest)
+
+
 class _SquaredRowSums:
     """Each row's sum of squared values, accumulated chunk by chunk while a partition's values are read.
 
@@ -578,13 +695,16 @@ def _layout(path: str, key: str, version: str) -> ChunkLayout | None:
 
 def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dtype: Any = None,
                 visit: Callable[[int, np.ndarray], None] | None = None,
-                piece: Callable[[int, np.ndarray], None] | None = None) -> np.ndarray:
+                piece: Callable[[int, np.ndarray], None] | None = None,
+                seen: list[FileIdentity | None] | None = None) -> np.ndarray:
     """Elements ``[start, stop)`` of a 1-D array of a store, each chunk decoded straight into the result (see
-    :func:`._chunks.read_range` for ``dtype``, ``visit`` and ``piece``; through zarr, ``visit`` sees the whole
-    range and ``piece`` nothing)."""
+    :func:`._chunks.read_range` for ``dtype``, ``visit``, ``piece`` and ``seen``; through zarr, ``visit`` sees the
+    whole range, ``piece`` nothing, and ``seen`` a ``None``: files read by zarr are not identified)."""
     layout = _layout(path, key, version)
     if layout is not None:
-        return read_range(layout, start, stop, dtype=dtype, visit=visit, piece=piece)
+        return read_range(layout, start, stop, dtype=dtype, visit=visit, piece=piece, seen=seen)
+    if seen is not None:
+        seen.append(None)
     values = np.asarray(_open(path, key, version)[start:stop])
     if dtype is not None:
         values = values.astype(dtype, copy=False)
