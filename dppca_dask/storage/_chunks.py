@@ -24,7 +24,8 @@ from typing import Any, cast
 import numpy as np
 import zarr
 
-__all__ = ["PIECE", "BufferPool", "ChunkLayout", "FileIdentity", "chunk_layout", "identity", "prefetch_range", "read_range"]
+__all__ = ["PIECE", "BufferPool", "ChunkLayout", "FileIdentity", "chunk_layout", "identity", "prefetch_range",
+           "read_range"]
 
 
 class BufferPool:

@@ -9,7 +9,9 @@ decoded straight into the partition's arrays (:mod:`._chunks`), values are conve
 sums of squares taken chunk by chunk while still in cache, the arrays are reused from the previous partition once it
 is released, and the operating system is asked to read the next partition ahead. Every check stays: row pointers
 against the partition table, one probe per chunk for lost chunks, column indices in range, canonical form, finite
-values and norms computed from the values read (never the stored ones).
+values and norms computed from the values read (never the stored ones). A re-read whose chunk files are all the ones
+a checked read of this process opened (:class:`CheckedReads`) skips the two checks that follow from the bytes alone
+and cost most (the canonical-form scan, the sums of squares: their norms are kept) and runs the others.
 """
 
 from __future__ import annotations
@@ -179,7 +181,9 @@ class MatrixStore:
         The finiteness check rides on the norms: a NaN or infinite value makes its row's sum of squares non-finite,
         and only then are the values scanned again (to name the value, or to tell an overflowing norm from a
         non-finite value). The checks and their errors are those of :meth:`read_partition` and
-        :meth:`read_checked_norms`.
+        :meth:`read_checked_norms`. A read whose chunk files are all unchanged since a read of this process that
+        passed them (:data:`CHECKED`) returns that read's norms and skips the canonical-form scan; the column
+        indices are bounded during every read.
         """
         part = self._partition(index)
         if self.layout != "csr":
