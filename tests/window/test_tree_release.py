@@ -325,3 +325,86 @@ def test_a_tree_stays_charged_to_its_ledger(daily_store, tmp_path):
     with pytest.raises(InvalidParameterError, match="does not name the ledger"):
         tree_window(store, last="4D", ledger=ledger, job_id="night-3", noise=noise, **args)
     assert ledger.find("night-3") == []
+
+
+# ------------------------------------------------------------------------------------ one tree per store, any path
+def test_every_path_to_a_store_finds_its_one_tree(daily_store, tmp_path):
+    """A store reached through a symbolic link, or through ``..`` past a link (where the lexical path names another
+    directory), finds the tree its real path found: the second release reuses the first's nodes, draws nothing and
+    charges nothing, and no second state directory appears beside the link."""
+    from dppca_dask.storage import open_matrix
+
+    store = daily_store(4)
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / "elsewhere" / "nightly"
+    link.symlink_to(store.path, target_is_directory=True)
+    (tmp_path / "deep" / "a").mkdir(parents=True)
+    (tmp_path / "hop").symlink_to(tmp_path / "deep" / "a", target_is_directory=True)
+    dotted = os.path.join(str(tmp_path / "hop"), "..", "..", os.path.basename(store.path))  # really tmp_path/store
+    assert os.path.abspath(dotted) != os.path.realpath(dotted) == os.path.realpath(store.path)
+    ledger = _ledger(tmp_path)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly"}
+    noise = AuditingNoiseSource(1)
+    first = tree_window(store, last="2D", job_id="night-1", noise=noise, **args)  # node (1,1)
+    assert [r.release for r in noise.records] == ["tree/1/1"]
+    for n, path in enumerate((str(link), dotted), start=2):
+        again = AuditingNoiseSource(n)
+        second = tree_window(open_matrix(path), last="2D", job_id=f"night-{n}", noise=again, **args)
+        assert again.records == [] and np.array_equal(first.released, second.released)
+        assert ledger.find(f"night-{n}") == []  # nothing drawn, nothing charged
+    assert not os.path.exists(tmp_path / "elsewhere" / ".nightly.window-tree-4-features")
+    assert len(_charged(ledger, store, 2)) == len(_charged(ledger, store, 3)) == 1
+
+
+def test_the_gram_cache_and_histogram_are_named_from_the_real_path(daily_store, tmp_path):
+    from dppca_dask.methods.window.gram import cache_directory
+    from dppca_dask.methods.window.histogram import histogram_path
+    from dppca_dask.storage import open_matrix
+
+    store = daily_store(2)
+    link = tmp_path / "nightly"
+    link.symlink_to(store.path, target_is_directory=True)
+    linked = open_matrix(str(link))
+    assert cache_directory(linked) == cache_directory(store) == os.path.join(str(tmp_path), ".store.window-grams")
+    assert histogram_path(str(link), "86400s-features") == histogram_path(store.path, "86400s-features")
+
+
+def test_a_tree_kept_under_the_name_of_a_link_is_refused_not_redrawn(daily_store, tmp_path):
+    """Earlier versions named a tree's directory from the path as given: a store reached through a link kept its
+    tree beside the link. After the upgrade that path must not start a fresh tree (a second draw of the same nodes,
+    beyond the old tree's report): refused before any node, naming both directories; ``new_tree=True`` starts a new
+    tree deliberately, and is refused once a tree is found."""
+    import json
+    import shutil
+
+    from dppca_dask.methods.window.tree import _older_state_path, _state_path
+    from dppca_dask.storage import open_matrix
+
+    store = daily_store(4)
+    link = tmp_path / "nightly"
+    link.symlink_to(store.path, target_is_directory=True)
+    linked = open_matrix(str(link))
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local"}
+    tree_window(linked, last="2D", noise=ZeroNoiseSource(), **args)
+    real, older = _state_path(str(link), 4, False), _older_state_path(str(link), 4, False)
+    assert real != older and not os.path.exists(older)
+    shutil.move(real, older)  # where an earlier version kept it
+    noise = AuditingNoiseSource(1)
+    with pytest.raises(InvalidParameterError, match="new_tree=True") as refused:
+        tree_window(linked, last="2D", noise=noise, **args)
+    assert f"'{real}'" in str(refused.value) and f"'{older}'" in str(refused.value)
+    assert noise.records == [] and not os.path.exists(real)
+    with pytest.raises(InvalidParameterError, match="new_tree must be True or False"):
+        tree_window(linked, last="2D", noise=noise, new_tree="yes", **args)
+    tree_window(linked, last="2D", noise=noise, new_tree=True, **args)  # deliberately: drawn again
+    assert [r.release for r in noise.records] == ["tree/1/1"]
+    with pytest.raises(InvalidParameterError, match="holds this store's tree: drop new_tree"):
+        tree_window(linked, last="2D", noise=noise, new_tree=True, **args)
+    assert len(noise.records) == 1
+    shutil.rmtree(real)  # the older directory back in place, holding another store's tree: not this store's
+    with open(os.path.join(older, "nodes.json")) as fh:
+        saved = json.load(fh)
+    saved["store_id"] = "another-store"
+    with open(os.path.join(older, "nodes.json"), "w") as fh:
+        json.dump(saved, fh)
+    assert tree_window(linked, last="2D", noise=ZeroNoiseSource(), **args).calibration["nodes"] == 1

@@ -67,6 +67,15 @@ def node_charges(nodes: list[tuple[int, int]], multiplier: float,
 
 
 def _state_path(store_path: str, horizon: int, labels: bool) -> str:
+    """The tree's state directory beside the store, named from the store's real path (links resolved): every path
+    to one store (a link, ``..``) finds its one tree, whose nodes are drawn once."""
+    parent, base = os.path.split(os.path.realpath(store_path))
+    return os.path.join(parent, f".{base}.window-tree-{horizon}-{'labels' if labels else 'features'}")
+
+
+def _older_state_path(store_path: str, horizon: int, labels: bool) -> str:
+    """Where releases before trees were named from the real path kept a tree reached by ``store_path`` (the path
+    as given, links not resolved)."""
     parent, base = os.path.split(os.path.abspath(store_path))
     return os.path.join(parent, f".{base}.window-tree-{horizon}-{'labels' if labels else 'features'}")
 
@@ -86,6 +95,7 @@ def tree_window(
     ledger: Any = None,
     dataset: str | None = None,
     job_id: str | None = None,
+    new_tree: bool = False,
 ) -> Any:
     """Release the current time window (``last``, ending at the newest partition) from the binary tree.
 
@@ -96,6 +106,14 @@ def tree_window(
     dataset key's total (module docstring); a release whose nodes would take a partition over it is refused before
     any value is read into a node. A tree stays charged to its first node's key in that node's ledger (the state
     records the key and the ledger's id); a job id already charged on a partition is refused.
+
+    The tree's state is kept beside the store's real path (links resolved). When no state is found but this store's
+    tree was released before — a state directory written under the name of the path the store was reached by (the
+    name earlier versions gave it), or, with a budget, node charges of this tree in the ledger recorded as written
+    to its state — the release is refused before any node is drawn: drawing the nodes again would release the same
+    rows beyond the tree's report. Restore the state, or pass ``new_tree=True`` to start a new tree deliberately
+    (the rows' privacy is then the composition of both trees' reports; with a budget, the new nodes are charged).
+    ``new_tree=True`` is refused when the tree's state is found.
     """
     from dppca_dask.methods.window.release import _choose, check_seed, partition_budget, plan_window
 
@@ -105,6 +123,8 @@ def tree_window(
     store = plan.store
     choice = _choose(plan, client, executor)
     check_seed(seed, noise)
+    if not isinstance(new_tree, (bool, np.bool_)):
+        raise InvalidParameterError(f"new_tree must be True or False; got {new_tree!r}")
     if ledger is not None and dataset is not None and job_id is not None:  # before the state is read
         if not isinstance(job_id, str) or not job_id:
             raise InvalidParameterError(f"job_id must be a non-empty string; got {job_id!r}")
@@ -118,10 +138,11 @@ def tree_window(
     levels = math.ceil(math.log2(horizon)) + 1
     multiplier = calibrate_gaussian(epsilon=epsilon, delta=delta, count=levels)
     directory = _state_path(store.path, int(horizon), False)
+    older = _older_state_path(store.path, int(horizon), False)
     lock = _lock(directory)
     try:
         return _tree_release(plan, choice, client, directory, epsilon, delta, int(horizon), levels, multiplier,
-                             noise, seed, budget)
+                             noise, seed, budget, older=older, new_tree=bool(new_tree))
     finally:
         lock.release()
 
@@ -140,9 +161,30 @@ def _lock(directory: str) -> Any:
     return lock
 
 
+def _refuse_a_lost_tree(store: Any, directory: str, older: str | None) -> None:
+    """Refuse to start a tree in ``directory`` (no state found there) when this store's tree was released before:
+    its nodes would be drawn again (see :func:`tree_window`)."""
+    older_file = None if older is None else os.path.join(older, "nodes.json")
+    if older_file is not None and older != directory and os.path.lexists(older_file):
+        try:
+            with open(older_file) as fh:
+                theirs = json.load(fh).get("store_id")
+        except (OSError, ValueError, AttributeError):
+            theirs = store.store_id  # unreadable: it may be this store's
+        if theirs == store.store_id:
+            raise InvalidParameterError(
+                f"no tree state in '{directory}' (named from the store's real path), but '{older}' holds this "
+                "store's tree, named from the path the store was reached by (as earlier versions named it): move "
+                f"that directory to '{directory}' to go on with it (a new tree would draw its nodes again, beyond "
+                "its report), or pass new_tree=True to start a new tree deliberately (the rows' privacy is then "
+                "the composition of both trees' reports)"
+            )
+
+
 def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: float, delta: float, horizon: int,
                   levels: int, multiplier: float, noise: NoiseSource | None, seed: int | None,
-                  budget: dict[str, Any] | None = None) -> Any:
+                  budget: dict[str, Any] | None = None, *, older: str | None = None,
+                  new_tree: bool = False) -> Any:
     import dataclasses
 
     from dp_accounting import GaussianDpEvent
@@ -168,6 +210,9 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
     check_private_directory(directory)
     state_file = os.path.join(directory, "nodes.json")
     if os.path.exists(state_file):
+        if new_tree:
+            raise InvalidParameterError(f"new_tree=True starts a tree where none is found, and '{directory}' holds "
+                                        "this store's tree: drop new_tree to go on with it")
         try:
             with open(state_file) as fh:
                 saved = json.load(fh)
@@ -183,6 +228,8 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
         charged_in = saved.get("ledger") if nodes else ledger_id  # a budgeted state that does not say: unknown
     else:
         drawn_privately = True  # no node yet
+        if not new_tree:
+            _refuse_a_lost_tree(store, directory, older)
     if charged_to != dataset:
         if charged_to is None:
             raise InvalidParameterError(f"the tree in '{directory}' was drawn without a partition-scoped budget: its "
