@@ -157,7 +157,11 @@ def test_a_node_drawn_before_a_failure_stays_charged(daily_store, tmp_path):
         tree_window(store, last="1D", epsilon=1, delta=1e-6, horizon=4, client="local",
                     noise=ScriptedNoiseSource([]), ledger=ledger, dataset="nightly", job_id="night-1")
     entry = ledger.entry(partition_key("nightly", store, 3), "night-1")
-    assert entry.status == "charged" and entry.outcome == "failed"
+    assert entry.status == "charged" and entry.outcome == "failed" and entry.first_release is None
+    noise = AuditingNoiseSource(1)  # that node was never kept: the next release draws it, unrefused
+    tree_window(store, last="1D", epsilon=1, delta=1e-6, horizon=4, client="local", noise=noise, ledger=ledger,
+                dataset="nightly", job_id="night-2")
+    assert [r.release for r in noise.records] == ["tree/0/3"] and len(_charged(ledger, store, 3)) == 2
 
 
 def test_a_tree_is_charged_to_one_dataset_key_from_its_first_node(daily_store, tmp_path):
@@ -237,9 +241,11 @@ def test_a_job_id_reused_by_a_window_release_is_refused_before_its_noise(daily_s
 
 def test_nodes_drawn_before_the_state_write_fails_stay_charged_and_a_rerun_charges_its_own(daily_store, tmp_path,
                                                                                           monkeypatch):
-    """The state write failing after the nodes were drawn: nothing is released, the nodes stay charged, and the next
-    release (under a new job id; the same id is refused) draws them again and is charged again: on every partition
-    the ledger counts every node drawn that holds it, kept or not."""
+    """The state write failing after the nodes were drawn: nothing is released and the nodes stay charged. Their
+    first release was recorded just before the write (the ledger cannot tell a failed write from a state moved away
+    later), so the next release is refused as for a lost state; ``new_tree=True`` (under a new job id; the same id is
+    refused) draws them again and is charged again: on every partition the ledger counts every node drawn that holds
+    it, kept or not."""
     from dppca_dask.errors import LedgerError
     from dppca_dask.methods.window import gram
 
@@ -258,11 +264,14 @@ def test_nodes_drawn_before_the_state_write_fails_stay_charged_and_a_rerun_charg
             tree_window(store, last="2D", job_id="night-1", **args)  # node (1,1): partitions 2 and 3
     assert [r.release for r in noise.records] == ["tree/1/1"]
     assert all(len(_charged(ledger, store, i)) == 1 for i in (2, 3))
+    refused = "records nodes of this store's tree .*jobs 'night-1'.*failed writing it"
+    with pytest.raises(InvalidParameterError, match=refused):
+        tree_window(store, last="2D", job_id="night-2", **args)
     with pytest.raises(LedgerError, match="already charged"):
-        tree_window(store, last="2D", job_id="night-1", **args)
-    assert len(noise.records) == 1
+        tree_window(store, last="2D", job_id="night-1", new_tree=True, **args)
+    assert len(noise.records) == 1 and ledger.find("night-2") == []
     again = AuditingNoiseSource(2)
-    tree_window(store, last="2D", job_id="night-2", **{**args, "noise": again})  # drawn again (never kept)
+    tree_window(store, last="2D", job_id="night-2", new_tree=True, **{**args, "noise": again})  # drawn again
     drawn = noise.records + again.records
     assert [r.release for r in drawn] == ["tree/1/1", "tree/1/1"]
     for index in (2, 3):  # partitions 0 and 1 were never charged (their keys do not exist)
@@ -408,3 +417,66 @@ def test_a_tree_kept_under_the_name_of_a_link_is_refused_not_redrawn(daily_store
     with open(os.path.join(older, "nodes.json"), "w") as fh:
         json.dump(saved, fh)
     assert tree_window(linked, last="2D", noise=ZeroNoiseSource(), **args).calibration["nodes"] == 1
+
+
+# ------------------------------------------------------------------------------------ a budgeted tree's lost state
+def test_a_budgeted_trees_state_moved_away_is_refused_not_redrawn(daily_store, tmp_path):
+    """Whoever can write the store's parent directory can move a tree's state away; the ledger records the tree's
+    nodes (mechanism ``sliding-window/binary-tree-<H>``, first release noted before the state is written), so the
+    next release is refused before any node is drawn or reserved; restored, the tree goes on; ``new_tree=True``
+    starts over deliberately and is charged."""
+    from dppca_dask.methods.window.budget import partition_key
+    from dppca_dask.methods.window.tree import _state_path, ledger_mechanism
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly"}
+    noise = AuditingNoiseSource(1)
+    first = tree_window(store, last="2D", job_id="night-1", noise=noise, **args)  # node (1,1)
+    entry = ledger.entry(partition_key("nightly", store, 2), "night-1")
+    assert entry.mechanism == ledger_mechanism(4) == "sliding-window/binary-tree-4"
+    assert entry.status == "charged" and entry.first_release is not None
+    directory = _state_path(store.path, 4, False)
+    os.rename(directory, directory + ".moved")
+    for last in ("2D", "1D"):  # the kept node again, or a new one: the tree is lost either way
+        again = AuditingNoiseSource(2)
+        with pytest.raises(InvalidParameterError, match="records nodes of this store's tree") as refused:
+            tree_window(store, last=last, job_id="night-2", noise=again, **args)
+        assert again.records == [] and again.released_keys == frozenset() and ledger.find("night-2") == []
+    message = str(refused.value)
+    assert f"'{directory}'" in message and "jobs 'night-1'" in message and "Restore the state directory" in message
+    os.rename(directory + ".moved", directory)  # restored: its nodes are reused
+    kept = AuditingNoiseSource(3)
+    assert np.array_equal(tree_window(store, last="2D", job_id="night-2", noise=kept, **args).released, first.released)
+    assert kept.records == [] and ledger.find("night-2") == []
+    os.rename(directory, directory + ".moved")
+    fresh = AuditingNoiseSource(4)
+    tree_window(store, last="2D", job_id="night-3", noise=fresh, new_tree=True, **args)  # deliberately: charged
+    assert [r.release for r in fresh.records] == ["tree/1/1"]
+    assert all(len(_charged(ledger, store, i)) == 2 for i in (2, 3))
+
+
+def test_tree_charges_recorded_before_trees_named_themselves_are_recognised(daily_store, tmp_path):
+    """A ledger written before node charges named their tree holds them as ``sliding-window`` charges of the tree's
+    Gaussian multiplier, one event per node, without a recorded first release: a lost state is refused on them too.
+    A window release's charges on the same key (another multiplier) start no refusal."""
+    import sqlite3
+
+    from dppca_dask import window
+    from dppca_dask.methods.window.tree import _state_path
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly"}
+    window(store, last="2D", epsilon=1, delta=1e-6, client="local", noise=ZeroNoiseSource(), ledger=ledger,
+           dataset="nightly", job_id="window-1")
+    tree_window(store, last="2D", job_id="night-1", noise=ZeroNoiseSource(), **args)  # a first tree: unrefused
+    with sqlite3.connect(ledger.path) as db:  # as an earlier version recorded them
+        db.execute("UPDATE entries SET mechanism = 'sliding-window', first_release = NULL WHERE job_id = 'night-1'")
+    db.close()
+    directory = _state_path(store.path, 4, False)
+    os.rename(directory, directory + ".moved")
+    noise = AuditingNoiseSource(1)
+    with pytest.raises(InvalidParameterError, match="jobs 'night-1'"):
+        tree_window(store, last="2D", job_id="night-2", noise=noise, **args)
+    assert noise.records == [] and ledger.find("night-2") == []

@@ -31,7 +31,7 @@ from dppca_dask.errors import InvalidParameterError, StoreCorruptError
 from dppca_dask.mechanisms import NoiseSource
 from dppca_dask.mechanisms.wishart import symmetric_gaussian_mechanism
 
-__all__ = ["TREE_CAVEAT", "dyadic_cover", "node_charges", "tree_window"]
+__all__ = ["TREE_CAVEAT", "dyadic_cover", "ledger_mechanism", "node_charges", "tree_window"]
 
 TREE_CAVEAT = ("experimental binary-tree continual release: the guarantee covers every release from this tree over "
                "its horizon together (each row is in at most L noisy nodes)")
@@ -47,6 +47,14 @@ def dyadic_cover(start: int, stop: int) -> list[tuple[int, int]]:
         out.append((level, pos >> level))
         pos += 2**level
     return out
+
+
+def ledger_mechanism(horizon: int) -> str:
+    """The mechanism name a tree's node charges carry in the ledger, ``sliding-window/binary-tree-<H>``: with the
+    store id in the partition key, it names the tree (its state directory beside the store)."""
+    from dppca_dask.methods.window.budget import MECHANISM
+
+    return f"{MECHANISM}/binary-tree-{int(horizon)}"
 
 
 def node_charges(nodes: list[tuple[int, int]], multiplier: float,
@@ -181,6 +189,47 @@ def _refuse_a_lost_tree(store: Any, directory: str, older: str | None) -> None:
             )
 
 
+def _refuse_lost_nodes(budget: dict[str, Any], store: Any, directory: str, horizon: int, multiplier: float) -> None:
+    """Refuse to start a tree in ``directory`` (no state found there) when the ledger records nodes of this tree
+    written to its state on the release's dataset key: the state was moved away (or left behind by a store moved
+    or copied), and drawing its nodes again would release the same rows beyond the tree's report.
+
+    A node charge names the tree by its partition key (dataset, store id) and mechanism (:func:`ledger_mechanism`),
+    and records its first release just before the state is written; nodes drawn by a release that failed before
+    writing its state were never kept nor released (drawing them again is what the ledger already counts). Charges
+    recorded before trees named themselves are recognised by their events (this tree's Gaussian multiplier, one
+    per node) on a charge of a release that succeeded. The decision reads the ledger only (public)."""
+    from dp_accounting import GaussianDpEvent
+
+    from dppca_dask.ledger import CHARGED, RESERVED
+    from dppca_dask.methods.window.budget import MECHANISM, partition_key
+
+    ledger, dataset = budget["ledger"], budget["dataset"]
+    name = ledger_mechanism(horizon)
+    keys = [partition_key(dataset, store, i) for i in range(store.n_partitions)]
+    jobs: list[str] = []
+    for entry in ledger.entries(keys):
+        if entry.status not in (RESERVED, CHARGED):
+            continue
+        if entry.mechanism == name:
+            kept = entry.first_release is not None
+        else:
+            kept = (entry.mechanism == MECHANISM and entry.status == CHARGED and entry.outcome == "succeeded"
+                    and bool(entry.events) and all(isinstance(e, GaussianDpEvent) and e.noise_multiplier == multiplier
+                                                   for e in entry.events))
+        if kept and entry.job_id not in jobs:
+            jobs.append(entry.job_id)
+    if jobs:
+        named = ", ".join(f"'{j}'" for j in jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5 else "")
+        raise InvalidParameterError(
+            f"no tree state in '{directory}', but ledger '{ledger.path}' records nodes of this store's tree (horizon "
+            f"{horizon}) on dataset '{dataset}' kept in its state (jobs {named}): drawing them again would release "
+            "the same rows beyond the tree's report. Restore the state directory (moved away, or left behind when "
+            "the store was moved or copied); if it was never written (that release failed writing it), or to start "
+            "over, pass new_tree=True to start a new tree deliberately (its nodes are charged again)"
+        )
+
+
 def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: float, delta: float, horizon: int,
                   levels: int, multiplier: float, noise: NoiseSource | None, seed: int | None,
                   budget: dict[str, Any] | None = None, *, older: str | None = None,
@@ -230,6 +279,8 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
         drawn_privately = True  # no node yet
         if not new_tree:
             _refuse_a_lost_tree(store, directory, older)
+            if budget is not None:
+                _refuse_lost_nodes(budget, store, directory, horizon, multiplier)
     if charged_to != dataset:
         if charged_to is None:
             raise InvalidParameterError(f"the tree in '{directory}' was drawn without a partition-scoped budget: its "
@@ -266,6 +317,7 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
                                     "with known noise to it: run without a seed, or on another store")
 
     charges = node_charges(missing, multiplier, delta)
+    reservations: list[Any] = []
 
     def run() -> Any:
         reservation = None
@@ -273,7 +325,8 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
             from dppca_dask.methods.window.budget import reserve_each
 
             reservation = reserve_each(budget["ledger"], budget["dataset"], budget["job_id"], store=store,
-                                       charges=charges)
+                                       charges=charges, mechanism=ledger_mechanism(horizon))
+            reservations.append(reservation)
         keys = [f"tree/{lv}/{k}" for lv, k in missing]
         try:
             grams = (yield PartitionGrams(row_norm_bound=c, partitions=needed)) if needed else {}
@@ -301,6 +354,8 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
         algorithm.close()  # a failure before the noise (a lost cluster, a bad chunk) returns the reservation
         raise
     check_private_directory(directory, create=True)
+    for reservation in reservations:  # the new nodes are about to be kept: a state lost later is noticed
+        reservation.note_release()
     state = {"store_id": store.store_id, "multiplier": multiplier, "levels": levels,
              "private": bool(drawn_privately and (noise.private or not missing)), "budget": charged_to,
              "ledger": charged_in, "nodes": nodes}
