@@ -184,8 +184,8 @@ def _refuse_a_lost_tree(store: Any, directory: str, older: str | None) -> None:
                 f"no tree state in '{directory}' (named from the store's real path), but '{older}' holds this "
                 "store's tree, named from the path the store was reached by (as earlier versions named it): move "
                 f"that directory to '{directory}' to go on with it (a new tree would draw its nodes again, beyond "
-                "its report), or pass new_tree=True to start a new tree deliberately (the rows' privacy is then "
-                "the composition of both trees' reports)"
+                "its report), or pass new_tree=True (--new-tree) to start a new tree deliberately (the rows' "
+                "privacy is then the composition of both trees' reports)"
             )
 
 
@@ -226,7 +226,8 @@ def _refuse_lost_nodes(budget: dict[str, Any], store: Any, directory: str, horiz
             f"{horizon}) on dataset '{dataset}' kept in its state (jobs {named}): drawing them again would release "
             "the same rows beyond the tree's report. Restore the state directory (moved away, or left behind when "
             "the store was moved or copied); if it was never written (that release failed writing it), or to start "
-            "over, pass new_tree=True to start a new tree deliberately (its nodes are charged again)"
+            "over, pass new_tree=True (--new-tree) to start a new tree deliberately (its nodes are charged "
+            "again)"
         )
 
 
@@ -260,8 +261,8 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
     state_file = os.path.join(directory, "nodes.json")
     if os.path.exists(state_file):
         if new_tree:
-            raise InvalidParameterError(f"new_tree=True starts a tree where none is found, and '{directory}' holds "
-                                        "this store's tree: drop new_tree to go on with it")
+            raise InvalidParameterError(f"new_tree=True (--new-tree) starts a tree where none is found, and "
+                                        f"'{directory}' holds this store's tree: drop new_tree to go on with it")
         try:
             with open(state_file) as fh:
                 saved = json.load(fh)
