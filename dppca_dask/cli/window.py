@@ -1,4 +1,6 @@
-"""``dppca-dask window STORE --last 30D | --last-rows W [--last 7D]``: one private release of a sliding window's covariance."""
+"""``dppca-dask window STORE --last 30D | --last-rows W [--last 7D]``: one private release of a sliding window's
+covariance (``--tree --horizon H``: from the experimental binary tree; ``--ledger --dataset --job-id``: a
+partition-scoped budget)."""
 
 from __future__ import annotations
 
@@ -43,6 +45,21 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cache", action="store_true",
                    help="keep each partition's exact Gram beside the store (owner-only) so that later releases "
                         "read only new partitions")
+    p.add_argument("--tree", action="store_true",
+                   help="experimental: release the window ending at the newest partition (--last) from the binary "
+                        "tree kept beside the store, a continual release over --horizon partitions whose report "
+                        "covers every release of the tree (gaussian release; no --end, --last-rows, --structure, "
+                        "--cache or regression)")
+    p.add_argument("--horizon", type=int, default=None, metavar="H",
+                   help="with --tree: the tree's public horizon in partitions (fixed for the tree's life)")
+    p.add_argument("--new-tree", action="store_true",
+                   help="with --tree: start a new tree deliberately where this store's earlier tree cannot be "
+                        "found (its state moved away); the rows' privacy is then both trees' reports together")
+    p.add_argument("--ledger", default=None,
+                   help="partition-scoped budget: charge each partition read (with --tree: each node drawn, to "
+                        "the partitions it holds) under --dataset's total in this ledger (with --dataset, --job-id)")
+    p.add_argument("--dataset", default=None, help="the ledger's dataset key (dppca-dask budget init)")
+    p.add_argument("--job-id", default=None, help="the release's job id (one per release)")
     p.add_argument("--task", choices=("covariance", "pca", "regression"), default="covariance",
                    help="what to print (all are post-processing of the one release; default: covariance)")
     p.add_argument("--n-components", type=int, default=1, help="components for --task pca (default 1)")
@@ -83,16 +100,51 @@ def window_json(result: Any, task: str, *, n_components: int = 1, ridge: float =
     return out
 
 
-def run(args: argparse.Namespace) -> int:
-    from dppca_dask.methods.window import window
+def _check_tree_arguments(args: argparse.Namespace) -> None:
+    """Refuse options the binary tree does not take (or tree options without ``--tree``), before anything is read."""
+    from dppca_dask.errors import InvalidParameterError
 
-    result = window(
-        args.store, last=args.last, last_rows=args.last_rows, end=args.end, epsilon=args.epsilon,
-        delta=args.delta, release=args.release, structure=args.structure, cache=args.cache,
-        labels=args.task == "regression",
-        row_norm_bound=args.row_norm_bound, tau_rule=args.tau_rule, sketch_rows=args.sketch_rows,
-        client=args.scheduler, executor=args.executor, seed=args.seed,
-    )
+    if not args.tree:
+        for name, given in (("--horizon", args.horizon is not None), ("--new-tree", args.new_tree)):
+            if given:
+                raise InvalidParameterError(f"{name} applies to --tree only; add --tree (binary-tree release)")
+        return
+    if args.horizon is None:
+        raise InvalidParameterError("--tree needs --horizon H: the tree's public horizon in partitions")
+    given = [name for name, on in (
+        ("--last-rows", args.last_rows is not None), ("--end", args.end is not None),
+        ("--release", args.release != "gaussian"), ("--structure", args.structure != "exact"),
+        ("--cache", args.cache), ("--task regression", args.task == "regression"),
+        ("--tau-rule", args.tau_rule != "thm11"), ("--sketch-rows", args.sketch_rows is not None),
+    ) if on]
+    if given:
+        raise InvalidParameterError(
+            f"--tree releases a time window (--last) ending at the newest partition with gaussian noise, from the "
+            f"tree's nodes; {', '.join(given)} do not apply: drop them, or drop --tree"
+        )
+    if args.last is None:
+        raise InvalidParameterError("--tree needs --last DURATION (the window ending at the newest partition)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dppca_dask.methods.window import tree_window, window
+
+    _check_tree_arguments(args)
+    if args.tree:
+        result = tree_window(
+            args.store, last=args.last, epsilon=args.epsilon, delta=args.delta, horizon=args.horizon,
+            row_norm_bound=args.row_norm_bound, client=args.scheduler, executor=args.executor, seed=args.seed,
+            ledger=args.ledger, dataset=args.dataset, job_id=args.job_id, new_tree=args.new_tree,
+        )
+    else:
+        result = window(
+            args.store, last=args.last, last_rows=args.last_rows, end=args.end, epsilon=args.epsilon,
+            delta=args.delta, release=args.release, structure=args.structure, cache=args.cache,
+            labels=args.task == "regression",
+            row_norm_bound=args.row_norm_bound, tau_rule=args.tau_rule, sketch_rows=args.sketch_rows,
+            client=args.scheduler, executor=args.executor, seed=args.seed,
+            ledger=args.ledger, dataset=args.dataset, job_id=args.job_id,
+        )
     out = window_json(result, args.task, n_components=args.n_components, ridge=args.ridge)
     if args.out:
         out["output"] = result.save(args.out)
@@ -103,6 +155,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     w = out["window"]
     print(f"window ({w['start']}, {w['end']}]: {w['n_partitions']} partitions; release {result.release}")
+    if args.tree:
+        cal = out["calibration"]
+        print(f"binary tree: horizon {cal['horizon']} partitions, {cal['levels']} levels; {cal['nodes']} nodes summed")
     print(result.privacy.summary())
     if args.task == "pca":
         for i, comp in enumerate(out["components"]):

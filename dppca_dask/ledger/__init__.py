@@ -719,6 +719,18 @@ class Ledger:
             row = db.execute("SELECT * FROM entries WHERE dataset = ? AND job_id = ?", (dataset, job_id)).fetchone()
             return None if row is None else self._entry(row)
 
+    def entries(self, datasets: Sequence[str]) -> list[LedgerEntry]:
+        """Every entry of the listed dataset keys (a key the ledger does not hold has none), oldest first; unlike
+        :meth:`budget` it composes nothing."""
+        keys = list(dict.fromkeys(datasets))
+        rows: list[sqlite3.Row] = []
+        with self._connection() as db:
+            for start in range(0, len(keys), 500):  # below SQLite's limit on bound parameters
+                chunk = keys[start : start + 500]
+                rows.extend(db.execute(f"SELECT * FROM entries WHERE dataset IN ({', '.join('?' * len(chunk))})",
+                                       chunk))
+        return [self._entry(r) for r in sorted(rows, key=lambda r: int(r["id"]))]
+
     def find(self, job_id: str) -> list[LedgerEntry]:
         """Every entry with this job id (one per dataset key)."""
         with self._connection() as db:

@@ -141,7 +141,8 @@ class MatrixStore:
         """Identifies this version of the store without revealing anything about its contents.
 
         It is the random ``store_id`` and the append ``generation``; for an AnnData store opened directly, a hash
-        of its path and metadata files' modification times. It never depends on data values or counts.
+        of its real path (links resolved) and metadata files' modification times. It never depends on data values
+        or counts.
         """
         if self.store_id is not None:
             return f"{self.store_id}:{self.generation}"
@@ -731,9 +732,12 @@ def _open(path: str, key: str, version: str) -> zarr.Array:
 
 
 def _foreign_stamp(path: str, key: str) -> str:
+    """The fingerprint of a store without a ``store_id`` (AnnData opened directly): its real path (links resolved:
+    every path to one store gives one fingerprint, and a link moved to another store gives another) and the
+    modification times of its metadata."""
     import hashlib
 
-    digest = hashlib.sha256(os.path.abspath(path).encode())
+    digest = hashlib.sha256(os.path.realpath(path).encode())
     for name in ("zarr.json", ".zattrs", ".zgroup", f"{key}/zarr.json", f"{key}/.zattrs"):
         p = Path(path, name)
         if p.exists():

@@ -44,6 +44,19 @@ def test_reserve_charge_and_show(tmp_path: Path) -> None:
     assert again.to_dict()["history"][0]["status"] == CHARGED
 
 
+def test_entries_of_many_keys_oldest_first_without_composing(tmp_path: Path) -> None:
+    ledger = _new(tmp_path / "ledger.sqlite", total=(100.0, 1e-6))
+    keys = [f"ds/partition/s:{i}" for i in range(1200)]  # more than one query's worth of bound parameters
+    for key in (keys[1100], keys[3]):
+        ledger.init_dataset(key, total_epsilon=100.0, total_delta=1e-6)
+        ledger.reserve(key, "a", epsilon=0.1, delta=0.0, events=[EpsilonDeltaDpEvent(0.1)], mechanism="test",
+                       neighbouring=ROW)
+    _reserve(ledger, "b", [EpsilonDeltaDpEvent(0.1)], eps=0.1, total=(100.0, 1e-6))
+    found = ledger.entries(keys + ["missing", keys[3]])
+    assert [(e.dataset, e.job_id) for e in found] == [(keys[1100], "a"), (keys[3], "a")]
+    assert ledger.entries([]) == []
+
+
 def test_refusal_names_requested_spent_remaining_and_total_and_is_recorded(tmp_path: Path) -> None:
     ledger = _new(tmp_path / "ledger.sqlite")
     _reserve(ledger, "first", [EpsilonDeltaDpEvent(0.7)], eps=0.7)

@@ -350,11 +350,11 @@ def test_tree_neighbours_release_the_same_nodes_and_charge_the_same_events(tmp_p
     """The binary tree on neighbours (a row at the clip bound on one coordinate, in a partition every release reads):
     the same nodes drawn by both (the tree's shape is public), each node's exact Gram moving by at most the c² its
     noise is given, the same result fields, and the same ledger: on each partition, exactly the events of the nodes
-    drawn that hold it, and nothing for a release that draws no node."""
+    drawn that hold it, and nothing for a release that draws no node; and, the state moved away, the same refusal."""
     from dp_accounting import GaussianDpEvent
 
     from dppca_dask.accounting import event_to_json
-    from dppca_dask.errors import LedgerError
+    from dppca_dask.errors import InvalidParameterError, LedgerError
     from dppca_dask.ledger import Ledger
     from dppca_dask.methods.window import tree_window
     from dppca_dask.methods.window.budget import partition_key
@@ -392,9 +392,24 @@ def test_tree_neighbours_release_the_same_nodes_and_charge_the_same_events(tmp_p
                 entries = ()
             events = [event_to_json(e) for entry in entries for e in entry.counted_events]
             assert events == [one] * held  # reservations equal the events emitted on the partition
-            per_partition[index] = [(e.job_id, e.status, e.epsilon, e.delta) for e in entries]
+            per_partition[index] = [(e.job_id, e.status, e.outcome, e.mechanism, e.epsilon, e.delta,
+                                     e.first_release is not None) for e in entries]
         charged.append(per_partition)
     assert charged[0] == charged[1]
+    # A lost state is refused on both alike, before any node: the decision reads only the ledger and the file system.
+    from dppca_dask.methods.window.tree import _state_path
+
+    refusals = []
+    for (ledger, store), noise in zip(ledgers, (na, nb)):
+        directory = _state_path(store.path, 8, False)
+        os.rename(directory, directory + ".moved")
+        drawn = len(noise.records)
+        with pytest.raises(InvalidParameterError) as refused:
+            tree_window(store, last="3D", job_id="night-9", epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C,
+                        client="local", noise=noise, ledger=ledger, dataset="nightly")
+        assert len(noise.records) == drawn and ledger.find("night-9") == []
+        refusals.append(str(refused.value).replace(directory, "STATE").replace(str(ledger.path), "LEDGER"))
+    assert refusals[0] == refusals[1] and "records nodes of this store's tree" in refusals[0]
 
 
 @pytest.mark.parametrize("epsilon", [5.0, 10.0, 50.0, 100.0])

@@ -71,6 +71,33 @@ def test_open_anndata_store_with_partitions(tmp_path: Path, sparse: sp.csr_array
         open_matrix(native.path, rows_per_partition=5)
 
 
+def test_anndata_fingerprint_follows_the_real_path(tmp_path: Path, sparse: sp.csr_array) -> None:
+    """A store without a ``store_id`` is fingerprinted by its real path: the same store through a link has one
+    fingerprint (a job checkpoint resumes through either path), and a link moved to another store with metadata of
+    the same modification times has another (arrays opened through the link before are not reused)."""
+    import os
+    import shutil
+
+    anndata.AnnData(X=sp.csr_matrix(sparse)).write_zarr(tmp_path / "a.zarr")
+    link = tmp_path / "current"
+    link.symlink_to(tmp_path / "a.zarr", target_is_directory=True)
+    through = open_matrix(link, rows_per_partition=15)
+    assert through.fingerprint == open_matrix(tmp_path / "a.zarr", rows_per_partition=15).fingerprint
+    anndata.AnnData(X=sp.csr_matrix(sparse * 2.0)).write_zarr(tmp_path / "b.zarr")
+    for root, _, files in os.walk(tmp_path / "a.zarr"):  # b's metadata gets a's modification times
+        for name in files:
+            twin = os.path.join(tmp_path / "b.zarr", os.path.relpath(os.path.join(root, name), tmp_path / "a.zarr"))
+            if os.path.exists(twin):
+                shutil.copystat(os.path.join(root, name), twin)
+    through.to_scipy()
+    before = through.fingerprint
+    link.unlink()
+    link.symlink_to(tmp_path / "b.zarr", target_is_directory=True)
+    moved = open_matrix(link, rows_per_partition=15)
+    assert moved.fingerprint != before
+    np.testing.assert_array_equal(moved.to_scipy().toarray(), 2.0 * sparse.toarray())
+
+
 def test_pickled_store_reads_the_same(tmp_path: Path, sparse: sp.csr_array) -> None:
     store = write_matrix(tmp_path / "s.zarr", sparse, rows_per_partition=10)
     copy = pickle.loads(pickle.dumps(store))

@@ -157,7 +157,11 @@ def test_a_node_drawn_before_a_failure_stays_charged(daily_store, tmp_path):
         tree_window(store, last="1D", epsilon=1, delta=1e-6, horizon=4, client="local",
                     noise=ScriptedNoiseSource([]), ledger=ledger, dataset="nightly", job_id="night-1")
     entry = ledger.entry(partition_key("nightly", store, 3), "night-1")
-    assert entry.status == "charged" and entry.outcome == "failed"
+    assert entry.status == "charged" and entry.outcome == "failed" and entry.first_release is None
+    noise = AuditingNoiseSource(1)  # that node was never kept: the next release draws it, unrefused
+    tree_window(store, last="1D", epsilon=1, delta=1e-6, horizon=4, client="local", noise=noise, ledger=ledger,
+                dataset="nightly", job_id="night-2")
+    assert [r.release for r in noise.records] == ["tree/0/3"] and len(_charged(ledger, store, 3)) == 2
 
 
 def test_a_tree_is_charged_to_one_dataset_key_from_its_first_node(daily_store, tmp_path):
@@ -237,9 +241,11 @@ def test_a_job_id_reused_by_a_window_release_is_refused_before_its_noise(daily_s
 
 def test_nodes_drawn_before_the_state_write_fails_stay_charged_and_a_rerun_charges_its_own(daily_store, tmp_path,
                                                                                           monkeypatch):
-    """The state write failing after the nodes were drawn: nothing is released, the nodes stay charged, and the next
-    release (under a new job id; the same id is refused) draws them again and is charged again: on every partition
-    the ledger counts every node drawn that holds it, kept or not."""
+    """The state write failing after the nodes were drawn: nothing is released and the nodes stay charged. Their
+    first release was recorded just before the write (the ledger cannot tell a failed write from a state moved away
+    later), so the next release is refused as for a lost state; ``new_tree=True`` (under a new job id; the same id is
+    refused) draws them again and is charged again: on every partition the ledger counts every node drawn that holds
+    it, kept or not."""
     from dppca_dask.errors import LedgerError
     from dppca_dask.methods.window import gram
 
@@ -258,11 +264,14 @@ def test_nodes_drawn_before_the_state_write_fails_stay_charged_and_a_rerun_charg
             tree_window(store, last="2D", job_id="night-1", **args)  # node (1,1): partitions 2 and 3
     assert [r.release for r in noise.records] == ["tree/1/1"]
     assert all(len(_charged(ledger, store, i)) == 1 for i in (2, 3))
+    refused = "records nodes of this store's tree .*jobs 'night-1'.*failed writing it"
+    with pytest.raises(InvalidParameterError, match=refused):
+        tree_window(store, last="2D", job_id="night-2", **args)
     with pytest.raises(LedgerError, match="already charged"):
-        tree_window(store, last="2D", job_id="night-1", **args)
-    assert len(noise.records) == 1
+        tree_window(store, last="2D", job_id="night-1", new_tree=True, **args)
+    assert len(noise.records) == 1 and ledger.find("night-2") == []
     again = AuditingNoiseSource(2)
-    tree_window(store, last="2D", job_id="night-2", **{**args, "noise": again})  # drawn again (never kept)
+    tree_window(store, last="2D", job_id="night-2", new_tree=True, **{**args, "noise": again})  # drawn again
     drawn = noise.records + again.records
     assert [r.release for r in drawn] == ["tree/1/1", "tree/1/1"]
     for index in (2, 3):  # partitions 0 and 1 were never charged (their keys do not exist)
@@ -325,3 +334,149 @@ def test_a_tree_stays_charged_to_its_ledger(daily_store, tmp_path):
     with pytest.raises(InvalidParameterError, match="does not name the ledger"):
         tree_window(store, last="4D", ledger=ledger, job_id="night-3", noise=noise, **args)
     assert ledger.find("night-3") == []
+
+
+# ------------------------------------------------------------------------------------ one tree per store, any path
+def test_every_path_to_a_store_finds_its_one_tree(daily_store, tmp_path):
+    """A store reached through a symbolic link, or through ``..`` past a link (where the lexical path names another
+    directory), finds the tree its real path found: the second release reuses the first's nodes, draws nothing and
+    charges nothing, and no second state directory appears beside the link."""
+    from dppca_dask.storage import open_matrix
+
+    store = daily_store(4)
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / "elsewhere" / "nightly"
+    link.symlink_to(store.path, target_is_directory=True)
+    (tmp_path / "deep" / "a").mkdir(parents=True)
+    (tmp_path / "hop").symlink_to(tmp_path / "deep" / "a", target_is_directory=True)
+    dotted = os.path.join(str(tmp_path / "hop"), "..", "..", os.path.basename(store.path))  # really tmp_path/store
+    assert os.path.abspath(dotted) != os.path.realpath(dotted) == os.path.realpath(store.path)
+    ledger = _ledger(tmp_path)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly"}
+    noise = AuditingNoiseSource(1)
+    first = tree_window(store, last="2D", job_id="night-1", noise=noise, **args)  # node (1,1)
+    assert [r.release for r in noise.records] == ["tree/1/1"]
+    for n, path in enumerate((str(link), dotted), start=2):
+        again = AuditingNoiseSource(n)
+        second = tree_window(open_matrix(path), last="2D", job_id=f"night-{n}", noise=again, **args)
+        assert again.records == [] and np.array_equal(first.released, second.released)
+        assert ledger.find(f"night-{n}") == []  # nothing drawn, nothing charged
+    assert not os.path.exists(tmp_path / "elsewhere" / ".nightly.window-tree-4-features")
+    assert len(_charged(ledger, store, 2)) == len(_charged(ledger, store, 3)) == 1
+
+
+def test_the_gram_cache_and_histogram_are_named_from_the_real_path(daily_store, tmp_path):
+    from dppca_dask.methods.window.gram import cache_directory
+    from dppca_dask.methods.window.histogram import histogram_path
+    from dppca_dask.storage import open_matrix
+
+    store = daily_store(2)
+    link = tmp_path / "nightly"
+    link.symlink_to(store.path, target_is_directory=True)
+    linked = open_matrix(str(link))
+    assert cache_directory(linked) == cache_directory(store) == os.path.join(str(tmp_path), ".store.window-grams")
+    assert histogram_path(str(link), "86400s-features") == histogram_path(store.path, "86400s-features")
+
+
+def test_a_tree_kept_under_the_name_of_a_link_is_refused_not_redrawn(daily_store, tmp_path):
+    """Earlier versions named a tree's directory from the path as given: a store reached through a link kept its
+    tree beside the link. After the upgrade that path must not start a fresh tree (a second draw of the same nodes,
+    beyond the old tree's report): refused before any node, naming both directories; ``new_tree=True`` starts a new
+    tree deliberately, and is refused once a tree is found."""
+    import json
+    import shutil
+
+    from dppca_dask.methods.window.tree import _older_state_path, _state_path
+    from dppca_dask.storage import open_matrix
+
+    store = daily_store(4)
+    link = tmp_path / "nightly"
+    link.symlink_to(store.path, target_is_directory=True)
+    linked = open_matrix(str(link))
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local"}
+    tree_window(linked, last="2D", noise=ZeroNoiseSource(), **args)
+    real, older = _state_path(str(link), 4, False), _older_state_path(str(link), 4, False)
+    assert real != older and not os.path.exists(older)
+    shutil.move(real, older)  # where an earlier version kept it
+    noise = AuditingNoiseSource(1)
+    with pytest.raises(InvalidParameterError, match="new_tree=True") as refused:
+        tree_window(linked, last="2D", noise=noise, **args)
+    assert f"'{real}'" in str(refused.value) and f"'{older}'" in str(refused.value)
+    assert noise.records == [] and not os.path.exists(real)
+    with pytest.raises(InvalidParameterError, match="new_tree must be True or False"):
+        tree_window(linked, last="2D", noise=noise, new_tree="yes", **args)
+    tree_window(linked, last="2D", noise=noise, new_tree=True, **args)  # deliberately: drawn again
+    assert [r.release for r in noise.records] == ["tree/1/1"]
+    with pytest.raises(InvalidParameterError, match="holds this store's tree: drop new_tree"):
+        tree_window(linked, last="2D", noise=noise, new_tree=True, **args)
+    assert len(noise.records) == 1
+    shutil.rmtree(real)  # the older directory back in place, holding another store's tree: not this store's
+    with open(os.path.join(older, "nodes.json")) as fh:
+        saved = json.load(fh)
+    saved["store_id"] = "another-store"
+    with open(os.path.join(older, "nodes.json"), "w") as fh:
+        json.dump(saved, fh)
+    assert tree_window(linked, last="2D", noise=ZeroNoiseSource(), **args).calibration["nodes"] == 1
+
+
+# ------------------------------------------------------------------------------------ a budgeted tree's lost state
+def test_a_budgeted_trees_state_moved_away_is_refused_not_redrawn(daily_store, tmp_path):
+    """Whoever can write the store's parent directory can move a tree's state away; the ledger records the tree's
+    nodes (mechanism ``sliding-window/binary-tree-<H>``, first release noted before the state is written), so the
+    next release is refused before any node is drawn or reserved; restored, the tree goes on; ``new_tree=True``
+    starts over deliberately and is charged."""
+    from dppca_dask.methods.window.budget import partition_key
+    from dppca_dask.methods.window.tree import _state_path, ledger_mechanism
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly"}
+    noise = AuditingNoiseSource(1)
+    first = tree_window(store, last="2D", job_id="night-1", noise=noise, **args)  # node (1,1)
+    entry = ledger.entry(partition_key("nightly", store, 2), "night-1")
+    assert entry.mechanism == ledger_mechanism(4) == "sliding-window/binary-tree-4"
+    assert entry.status == "charged" and entry.first_release is not None
+    directory = _state_path(store.path, 4, False)
+    os.rename(directory, directory + ".moved")
+    for last in ("2D", "1D"):  # the kept node again, or a new one: the tree is lost either way
+        again = AuditingNoiseSource(2)
+        with pytest.raises(InvalidParameterError, match="records nodes of this store's tree") as refused:
+            tree_window(store, last=last, job_id="night-2", noise=again, **args)
+        assert again.records == [] and again.released_keys == frozenset() and ledger.find("night-2") == []
+    message = str(refused.value)
+    assert f"'{directory}'" in message and "jobs 'night-1'" in message and "Restore the state directory" in message
+    os.rename(directory + ".moved", directory)  # restored: its nodes are reused
+    kept = AuditingNoiseSource(3)
+    assert np.array_equal(tree_window(store, last="2D", job_id="night-2", noise=kept, **args).released, first.released)
+    assert kept.records == [] and ledger.find("night-2") == []
+    os.rename(directory, directory + ".moved")
+    fresh = AuditingNoiseSource(4)
+    tree_window(store, last="2D", job_id="night-3", noise=fresh, new_tree=True, **args)  # deliberately: charged
+    assert [r.release for r in fresh.records] == ["tree/1/1"]
+    assert all(len(_charged(ledger, store, i)) == 2 for i in (2, 3))
+
+
+def test_tree_charges_recorded_before_trees_named_themselves_are_recognised(daily_store, tmp_path):
+    """A ledger written before node charges named their tree holds them as ``sliding-window`` charges of the tree's
+    Gaussian multiplier, one event per node, without a recorded first release: a lost state is refused on them too.
+    A window release's charges on the same key (another multiplier) start no refusal."""
+    import sqlite3
+
+    from dppca_dask import window
+    from dppca_dask.methods.window.tree import _state_path
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly"}
+    window(store, last="2D", epsilon=1, delta=1e-6, client="local", noise=ZeroNoiseSource(), ledger=ledger,
+           dataset="nightly", job_id="window-1")
+    tree_window(store, last="2D", job_id="night-1", noise=ZeroNoiseSource(), **args)  # a first tree: unrefused
+    with sqlite3.connect(ledger.path) as db:  # as an earlier version recorded them
+        db.execute("UPDATE entries SET mechanism = 'sliding-window', first_release = NULL WHERE job_id = 'night-1'")
+    db.close()
+    directory = _state_path(store.path, 4, False)
+    os.rename(directory, directory + ".moved")
+    noise = AuditingNoiseSource(1)
+    with pytest.raises(InvalidParameterError, match="jobs 'night-1'"):
+        tree_window(store, last="2D", job_id="night-2", noise=noise, **args)
+    assert noise.records == [] and ledger.find("night-2") == []

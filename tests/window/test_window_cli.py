@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +96,15 @@ def test_window_rows_within_a_horizon(ten_day_store, capsys):
         (["--last", "1H", "--end", "2026-11-03T12:00:00+00:00"], "holds no partition"),
         (["--last", "5D", "--task", "regression"], "no 'labels' array"),
         (["--last", "five"], "duration such as"),
+        (["--tree", "--last", "2D"], "--tree needs --horizon H"),
+        (["--tree", "--horizon", "16"], "--tree needs --last DURATION"),
+        (["--horizon", "16", "--last", "2D"], "--horizon applies to --tree only"),
+        (["--new-tree", "--last", "2D"], "--new-tree applies to --tree only"),
+        (["--tree", "--horizon", "16", "--last-rows", "10", "--cache"], "--last-rows, --cache do not apply"),
+        (["--tree", "--horizon", "16", "--last", "2D", "--release", "wishart", "--task", "regression"],
+         "--release, --task regression do not apply"),
+        (["--tree", "--horizon", "4", "--last", "2D"], "more partitions than the tree's horizon=4"),
+        (["--last", "2D", "--ledger", "ledger.sqlite"], "needs ledger, dataset and job_id together"),
     ],
 )
 def test_window_bad_input_exits_2(ten_day_store, capsys, argv, message):
@@ -155,3 +165,63 @@ def test_window_structure_and_cache_flags(ten_day_store, capsys, flags):
     assert obj["window"]["end"] == "2026-11-10T00:00:00+00:00"
     caveats = obj["privacy"]["report"]["caveats"]
     assert bool(caveats) == (flags[0] == "--structure")  # the histogram's conditional guarantee is stated
+
+
+def _ledger_keys(ledger_path, store, job_id):
+    from dppca_dask.ledger import Ledger
+
+    return {e.dataset.rsplit(":", 1)[1]: e for e in Ledger(ledger_path).find(job_id)}
+
+
+def test_window_tree_charges_its_nodes_and_refuses_a_lost_state(daily_store, tmp_path, capsys):
+    """``window --tree --horizon H`` on a real store and ledger: the first release draws and charges its nodes, the
+    same window again reuses them (the same covariance, nothing charged); its state moved away, a release is refused
+    (exit 2) before anything is charged, and ``--new-tree`` starts over and is charged."""
+    from dppca_dask.methods.window.tree import TREE_CAVEAT, _state_path
+
+    store = daily_store(4)
+    ledger = str(tmp_path / "ledger.sqlite")
+    assert main(["budget", "init", "--ledger", ledger, "--dataset", "nightly", "--total-epsilon", "10",
+                 "--total-delta", "1e-5"]) == 0
+    capsys.readouterr()
+    tree = ["window", store.path, "--tree", "--horizon", "4", "--last", "2D", "--epsilon", "1", "--delta", "1e-6",
+            "--scheduler", "local", "--ledger", ledger, "--dataset", "nightly"]
+    code, out, err = run(capsys, *tree, "--job-id", "night-1", "--json")
+    assert code == 0, err
+    first = json.loads(out)
+    assert first["window"]["n_partitions"] == 2 and first["private"] is True
+    assert first["calibration"]["structure"] == "binary-tree" and first["calibration"]["horizon"] == 4
+    assert first["calibration"]["nodes"] == 1  # partitions 2..3: node (1,1)
+    assert first["privacy"]["epsilon"] == pytest.approx(1.0, rel=1e-3)
+    assert TREE_CAVEAT in first["privacy"]["report"]["caveats"]
+    charged = _ledger_keys(ledger, store, "night-1")
+    assert sorted(charged) == ["2", "3"]
+    assert all(e.status == "charged" and e.mechanism == "sliding-window/binary-tree-4" for e in charged.values())
+    code, out, err = run(capsys, *tree, "--job-id", "night-2")  # the kept node: nothing drawn, nothing charged
+    assert code == 0, err
+    assert "binary tree: horizon 4 partitions, 3 levels; 1 nodes summed" in out and "covariance: " in out
+    assert _ledger_keys(ledger, store, "night-2") == {}
+    directory = _state_path(store.path, 4, False)
+    os.rename(directory, directory + ".moved")
+    code, out, err = run(capsys, *tree, "--job-id", "night-3")
+    assert code == 2 and out == "" and "records nodes of this store's tree" in err and "--new-tree" in err
+    assert _ledger_keys(ledger, store, "night-3") == {}
+    code, out, err = run(capsys, *tree, "--job-id", "night-3", "--new-tree", "--json")
+    assert code == 0, err
+    assert json.loads(out)["covariance"] != first["covariance"]  # drawn again, with fresh noise
+    assert sorted(_ledger_keys(ledger, store, "night-3")) == ["2", "3"]
+
+
+def test_window_charges_its_partitions_with_ledger_options(daily_store, tmp_path, capsys):
+    store = daily_store(4)
+    ledger = str(tmp_path / "ledger.sqlite")
+    assert main(["budget", "init", "--ledger", ledger, "--dataset", "nightly", "--total-epsilon", "1",
+                 "--total-delta", "1e-5"]) == 0
+    capsys.readouterr()
+    args = ["window", store.path, "--last", "3D", "--epsilon", "1", "--delta", "1e-6", "--scheduler", "local",
+            "--ledger", ledger, "--dataset", "nightly"]
+    code, out, err = run(capsys, *args, "--job-id", "w-1")
+    assert code == 0, err
+    assert sorted(_ledger_keys(ledger, store, "w-1")) == ["1", "2", "3"]
+    code, out, err = run(capsys, *args, "--job-id", "w-2")  # the partitions' totals are spent
+    assert code == 3 and "budget exceeded" in err and out == ""

@@ -48,6 +48,12 @@ class PartitionReservation:
         for key in self.keys:
             self.ledger.charge(key, self.job_id, outcome=outcome)
 
+    def note_release(self) -> None:
+        """Record on every key that the release is about to write its noisy values outside its process (the binary
+        tree's state): from then on they are the ones later releases use, and the ledger says so."""
+        for key in self.keys:
+            self.ledger.note_first_release(key, self.job_id)
+
     def give_back(self) -> None:
         """Return every reservation (only before the release's noise is drawn)."""
         for key in self.keys:
@@ -90,11 +96,13 @@ def reserve_each(
     *,
     store: MatrixStore,
     charges: Mapping[int, tuple[float, float, Sequence[Any]]],
+    mechanism: str = MECHANISM,
 ) -> PartitionReservation:
     """Reserve, on each partition ``i`` of ``charges``, its own ``(ε, δ, events)``, or nothing at all.
 
     What :func:`reserve_partitions` does when a release charges its partitions different events (the binary tree
-    charges a partition one event per node drawn that holds it). Errors as :func:`reserve_partitions`.
+    charges a partition one event per node drawn that holds it, under its own ``mechanism`` name). Errors as
+    :func:`reserve_partitions`.
     """
     from dppca_dask.ledger import CHARGED, Ledger
 
@@ -115,7 +123,7 @@ def reserve_each(
             ledger.init_dataset(key, total_epsilon=budget.total_epsilon, total_delta=budget.total_delta,
                                 neighbouring=ADD_REMOVE_ROW)
             entry = ledger.reserve(key, job_id, epsilon=epsilon, delta=delta, events=list(events),
-                                   mechanism=MECHANISM, neighbouring=ADD_REMOVE_ROW, job_name=job_id)
+                                   mechanism=mechanism, neighbouring=ADD_REMOVE_ROW, job_name=job_id)
             if entry.status == CHARGED:
                 # The ledger returns a charged entry unchanged (a re-run), but this release draws fresh noise: under
                 # the same id it would go uncounted on this partition.

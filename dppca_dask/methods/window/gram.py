@@ -200,10 +200,8 @@ register_request(
 
 def cache_directory(store: MatrixStore) -> str:
     """Directory of the per-partition Gram cache beside the store (owner-only: the Grams are as sensitive as the
-    rows)."""
-    import os
-
-    parent, base = os.path.split(os.path.abspath(store.path))
+    rows); named from the store's real path (links resolved), so that every path to one store finds one cache."""
+    parent, base = os.path.split(os.path.realpath(store.path))
     return os.path.join(parent, f".{base}.window-grams")
 
 

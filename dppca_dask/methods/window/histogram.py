@@ -158,6 +158,7 @@ class SpectralHistogram:
 
 
 def histogram_path(store_path: str, name: str) -> str:
-    """Directory of a store's spectral histogram ``name``, beside the store (owner-only, like the store)."""
-    parent, base = os.path.split(os.path.abspath(store_path))
+    """Directory of a store's spectral histogram ``name``, beside the store (owner-only, like the store); named
+    from the store's real path (links resolved), so that every path to one store finds one histogram."""
+    parent, base = os.path.split(os.path.realpath(store_path))
     return os.path.join(parent, f".{base}.window-{name}")

@@ -31,7 +31,7 @@ from dppca_dask.errors import InvalidParameterError, StoreCorruptError
 from dppca_dask.mechanisms import NoiseSource
 from dppca_dask.mechanisms.wishart import symmetric_gaussian_mechanism
 
-__all__ = ["TREE_CAVEAT", "dyadic_cover", "node_charges", "tree_window"]
+__all__ = ["TREE_CAVEAT", "dyadic_cover", "ledger_mechanism", "node_charges", "tree_window"]
 
 TREE_CAVEAT = ("experimental binary-tree continual release: the guarantee covers every release from this tree over "
                "its horizon together (each row is in at most L noisy nodes)")
@@ -47,6 +47,14 @@ def dyadic_cover(start: int, stop: int) -> list[tuple[int, int]]:
         out.append((level, pos >> level))
         pos += 2**level
     return out
+
+
+def ledger_mechanism(horizon: int) -> str:
+    """The mechanism name a tree's node charges carry in the ledger, ``sliding-window/binary-tree-<H>``: with the
+    store id in the partition key, it names the tree (its state directory beside the store)."""
+    from dppca_dask.methods.window.budget import MECHANISM
+
+    return f"{MECHANISM}/binary-tree-{int(horizon)}"
 
 
 def node_charges(nodes: list[tuple[int, int]], multiplier: float,
@@ -67,6 +75,15 @@ def node_charges(nodes: list[tuple[int, int]], multiplier: float,
 
 
 def _state_path(store_path: str, horizon: int, labels: bool) -> str:
+    """The tree's state directory beside the store, named from the store's real path (links resolved): every path
+    to one store (a link, ``..``) finds its one tree, whose nodes are drawn once."""
+    parent, base = os.path.split(os.path.realpath(store_path))
+    return os.path.join(parent, f".{base}.window-tree-{horizon}-{'labels' if labels else 'features'}")
+
+
+def _older_state_path(store_path: str, horizon: int, labels: bool) -> str:
+    """Where releases before trees were named from the real path kept a tree reached by ``store_path`` (the path
+    as given, links not resolved)."""
     parent, base = os.path.split(os.path.abspath(store_path))
     return os.path.join(parent, f".{base}.window-tree-{horizon}-{'labels' if labels else 'features'}")
 
@@ -86,6 +103,7 @@ def tree_window(
     ledger: Any = None,
     dataset: str | None = None,
     job_id: str | None = None,
+    new_tree: bool = False,
 ) -> Any:
     """Release the current time window (``last``, ending at the newest partition) from the binary tree.
 
@@ -96,6 +114,14 @@ def tree_window(
     dataset key's total (module docstring); a release whose nodes would take a partition over it is refused before
     any value is read into a node. A tree stays charged to its first node's key in that node's ledger (the state
     records the key and the ledger's id); a job id already charged on a partition is refused.
+
+    The tree's state is kept beside the store's real path (links resolved). When no state is found but this store's
+    tree was released before — a state directory written under the name of the path the store was reached by (the
+    name earlier versions gave it), or, with a budget, node charges of this tree in the ledger recorded as written
+    to its state — the release is refused before any node is drawn: drawing the nodes again would release the same
+    rows beyond the tree's report. Restore the state, or pass ``new_tree=True`` to start a new tree deliberately
+    (the rows' privacy is then the composition of both trees' reports; with a budget, the new nodes are charged).
+    ``new_tree=True`` is refused when the tree's state is found.
     """
     from dppca_dask.methods.window.release import _choose, check_seed, partition_budget, plan_window
 
@@ -105,6 +131,8 @@ def tree_window(
     store = plan.store
     choice = _choose(plan, client, executor)
     check_seed(seed, noise)
+    if not isinstance(new_tree, (bool, np.bool_)):
+        raise InvalidParameterError(f"new_tree must be True or False; got {new_tree!r}")
     if ledger is not None and dataset is not None and job_id is not None:  # before the state is read
         if not isinstance(job_id, str) or not job_id:
             raise InvalidParameterError(f"job_id must be a non-empty string; got {job_id!r}")
@@ -118,10 +146,11 @@ def tree_window(
     levels = math.ceil(math.log2(horizon)) + 1
     multiplier = calibrate_gaussian(epsilon=epsilon, delta=delta, count=levels)
     directory = _state_path(store.path, int(horizon), False)
+    older = _older_state_path(store.path, int(horizon), False)
     lock = _lock(directory)
     try:
         return _tree_release(plan, choice, client, directory, epsilon, delta, int(horizon), levels, multiplier,
-                             noise, seed, budget)
+                             noise, seed, budget, older=older, new_tree=bool(new_tree))
     finally:
         lock.release()
 
@@ -140,9 +169,72 @@ def _lock(directory: str) -> Any:
     return lock
 
 
+def _refuse_a_lost_tree(store: Any, directory: str, older: str | None) -> None:
+    """Refuse to start a tree in ``directory`` (no state found there) when this store's tree was released before:
+    its nodes would be drawn again (see :func:`tree_window`)."""
+    older_file = None if older is None else os.path.join(older, "nodes.json")
+    if older_file is not None and older != directory and os.path.lexists(older_file):
+        try:
+            with open(older_file) as fh:
+                theirs = json.load(fh).get("store_id")
+        except (OSError, ValueError, AttributeError):
+            theirs = store.store_id  # unreadable: it may be this store's
+        if theirs == store.store_id:
+            raise InvalidParameterError(
+                f"no tree state in '{directory}' (named from the store's real path), but '{older}' holds this "
+                "store's tree, named from the path the store was reached by (as earlier versions named it): move "
+                f"that directory to '{directory}' to go on with it (a new tree would draw its nodes again, beyond "
+                "its report), or pass new_tree=True (--new-tree) to start a new tree deliberately (the rows' "
+                "privacy is then the composition of both trees' reports)"
+            )
+
+
+def _refuse_lost_nodes(budget: dict[str, Any], store: Any, directory: str, horizon: int, multiplier: float) -> None:
+    """Refuse to start a tree in ``directory`` (no state found there) when the ledger records nodes of this tree
+    written to its state on the release's dataset key: the state was moved away (or left behind by a store moved
+    or copied), and drawing its nodes again would release the same rows beyond the tree's report.
+
+    A node charge names the tree by its partition key (dataset, store id) and mechanism (:func:`ledger_mechanism`),
+    and records its first release just before the state is written; nodes drawn by a release that failed before
+    writing its state were never kept nor released (drawing them again is what the ledger already counts). Charges
+    recorded before trees named themselves are recognised by their events (this tree's Gaussian multiplier, one
+    per node) on a charge of a release that succeeded. The decision reads the ledger only (public)."""
+    from dp_accounting import GaussianDpEvent
+
+    from dppca_dask.ledger import CHARGED, RESERVED
+    from dppca_dask.methods.window.budget import MECHANISM, partition_key
+
+    ledger, dataset = budget["ledger"], budget["dataset"]
+    name = ledger_mechanism(horizon)
+    keys = [partition_key(dataset, store, i) for i in range(store.n_partitions)]
+    jobs: list[str] = []
+    for entry in ledger.entries(keys):
+        if entry.status not in (RESERVED, CHARGED):
+            continue
+        if entry.mechanism == name:
+            kept = entry.first_release is not None
+        else:
+            kept = (entry.mechanism == MECHANISM and entry.status == CHARGED and entry.outcome == "succeeded"
+                    and bool(entry.events) and all(isinstance(e, GaussianDpEvent) and e.noise_multiplier == multiplier
+                                                   for e in entry.events))
+        if kept and entry.job_id not in jobs:
+            jobs.append(entry.job_id)
+    if jobs:
+        named = ", ".join(f"'{j}'" for j in jobs[:5]) + (f" and {len(jobs) - 5} more" if len(jobs) > 5 else "")
+        raise InvalidParameterError(
+            f"no tree state in '{directory}', but ledger '{ledger.path}' records nodes of this store's tree (horizon "
+            f"{horizon}) on dataset '{dataset}' kept in its state (jobs {named}): drawing them again would release "
+            "the same rows beyond the tree's report. Restore the state directory (moved away, or left behind when "
+            "the store was moved or copied); if it was never written (that release failed writing it), or to start "
+            "over, pass new_tree=True (--new-tree) to start a new tree deliberately (its nodes are charged "
+            "again)"
+        )
+
+
 def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: float, delta: float, horizon: int,
                   levels: int, multiplier: float, noise: NoiseSource | None, seed: int | None,
-                  budget: dict[str, Any] | None = None) -> Any:
+                  budget: dict[str, Any] | None = None, *, older: str | None = None,
+                  new_tree: bool = False) -> Any:
     import dataclasses
 
     from dp_accounting import GaussianDpEvent
@@ -168,6 +260,9 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
     check_private_directory(directory)
     state_file = os.path.join(directory, "nodes.json")
     if os.path.exists(state_file):
+        if new_tree:
+            raise InvalidParameterError(f"new_tree=True (--new-tree) starts a tree where none is found, and "
+                                        f"'{directory}' holds this store's tree: drop new_tree to go on with it")
         try:
             with open(state_file) as fh:
                 saved = json.load(fh)
@@ -183,6 +278,10 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
         charged_in = saved.get("ledger") if nodes else ledger_id  # a budgeted state that does not say: unknown
     else:
         drawn_privately = True  # no node yet
+        if not new_tree:
+            _refuse_a_lost_tree(store, directory, older)
+            if budget is not None:
+                _refuse_lost_nodes(budget, store, directory, horizon, multiplier)
     if charged_to != dataset:
         if charged_to is None:
             raise InvalidParameterError(f"the tree in '{directory}' was drawn without a partition-scoped budget: its "
@@ -219,6 +318,7 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
                                     "with known noise to it: run without a seed, or on another store")
 
     charges = node_charges(missing, multiplier, delta)
+    reservations: list[Any] = []
 
     def run() -> Any:
         reservation = None
@@ -226,7 +326,8 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
             from dppca_dask.methods.window.budget import reserve_each
 
             reservation = reserve_each(budget["ledger"], budget["dataset"], budget["job_id"], store=store,
-                                       charges=charges)
+                                       charges=charges, mechanism=ledger_mechanism(horizon))
+            reservations.append(reservation)
         keys = [f"tree/{lv}/{k}" for lv, k in missing]
         try:
             grams = (yield PartitionGrams(row_norm_bound=c, partitions=needed)) if needed else {}
@@ -254,6 +355,8 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
         algorithm.close()  # a failure before the noise (a lost cluster, a bad chunk) returns the reservation
         raise
     check_private_directory(directory, create=True)
+    for reservation in reservations:  # the new nodes are about to be kept: a state lost later is noticed
+        reservation.note_release()
     state = {"store_id": store.store_id, "multiplier": multiplier, "levels": levels,
              "private": bool(drawn_privately and (noise.private or not missing)), "budget": charged_to,
              "ledger": charged_in, "nodes": nodes}
