@@ -191,7 +191,10 @@ class MatrixStore:
             raw = self._read_raw(part, dtype)
             self._check_finite(part, raw)
             return raw, self.read_checked_norms(index, raw)
-        key = (self.path, self.fingerprint, part.index, np.dtype(self.dtype if dtype is None else dtype).str)
+        # The partition's whole extent, not its position: an AnnData store's partition table is the reader's choice
+        # (``rows_per_partition``), and another table's partition at that position may read the same chunk files.
+        key = (self.path, self.fingerprint, part.row_start, part.row_stop, part.nnz_start, part.nnz_stop,
+               np.dtype(self.dtype if dtype is None else dtype).str)
         known = CHECKED.get(key)
         read = _Read(known)
         # Squares during the read, unless the partition was checked before (then only if its files changed since).
@@ -532,6 +535,10 @@ class MatrixStore:
         return block
 
 
+#: A checked read: store path, fingerprint, the partition's rows and stored values (``[start, stop)`` each), dtype.
+_Key = tuple[str, str, int, int, int, int, str]
+
+
 @dataclass(frozen=True, slots=True)
 class _Checked:
     files: list[FileIdentity | None]
@@ -562,20 +569,20 @@ class CheckedReads:
         from collections import OrderedDict
 
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, str, int, str], _Checked] = OrderedDict()
+        self._entries: OrderedDict[_Key, _Checked] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
         """Reads that found their files unchanged since a checked read."""
 
-    def get(self, key: tuple[str, str, int, str]) -> _Checked | None:
+    def get(self, key: _Key) -> _Checked | None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
                 self._entries.move_to_end(key)
             return entry
 
-    def put(self, key: tuple[str, str, int, str], files: list[FileIdentity | None], norms: np.ndarray) -> None:
+    def put(self, key: _Key, files: list[FileIdentity | None], norms: np.ndarray) -> None:
         """Keep a checked read (only when every file is identified and settled, and the norms fit)."""
         import time
 

@@ -183,3 +183,34 @@ def test_a_store_written_again_at_the_same_path_is_checked_again(tmp_path: Path,
     block, _norms = open_matrix(second.path).read_partition_with_norms(0, dtype=np.float64)
     assert CHECKED.hits == hits
     assert np.array_equal(block.toarray(), other[:25].toarray())
+
+
+def _anndata(path: Path, matrix: sp.csr_array) -> str:
+    """An AnnData store (no partition table of its own) whose arrays each fit one uncompressed chunk file."""
+    import zarr
+
+    root = zarr.open_group(path, mode="w", zarr_format=3)
+    x = root.create_group("X", attributes={"encoding-type": "csr_matrix", "encoding-version": "0.1.0",
+                                           "shape": list(matrix.shape)})
+    for key, values in (("data", matrix.data), ("indices", matrix.indices.astype(np.int32)),
+                        ("indptr", matrix.indptr.astype(np.int64))):
+        x.create_array(key, shape=values.shape, dtype=values.dtype, chunks=(1000,), compressors=None)[:] = values
+    return str(path)
+
+
+def test_a_partition_of_another_table_over_the_same_files_is_not_taken_for_a_checked_one(
+        tmp_path: Path, settle: float) -> None:
+    # An AnnData store has no partition table: the reader chooses one (rows_per_partition). Partition 1 of a table
+    # of 4 rows per partition is rows 4-7; of a table of 6, rows 6-9: as many rows, read from the same chunk files.
+    # A re-read must give the norms of its own rows, never those of the rows another table put at that position.
+    norms = np.array([1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 3.0, 4.0, 50.0, 60.0])
+    matrix = sp.csr_array((norms, (np.arange(10), np.arange(10) % 4)), shape=(10, 4))
+    path = _anndata(tmp_path / "a.zarr", matrix)
+    time.sleep(settle)
+    by_four = open_matrix(path, rows_per_partition=4)
+    _, first = by_four.read_partition_with_norms(1, dtype=np.float64)
+    assert np.array_equal(first, norms[4:8]) and len(CHECKED) == 1
+    by_six = open_matrix(path, rows_per_partition=6)
+    block, second = by_six.read_partition_with_norms(1, dtype=np.float64)
+    assert np.array_equal(block.toarray(), matrix[6:10].toarray())
+    assert np.array_equal(second, norms[6:10])
