@@ -20,6 +20,7 @@ import functools
 import json
 import math
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,7 +210,7 @@ class MatrixStore:
         if np.isfinite(sums).all():
             norms = np.sqrt(sums)
             if block is raw:
-                CHECKED.put(key, read.seen, norms)
+                CHECKED.put(key, read.seen, norms, started=read.started)
             return block, norms
         self._check_finite(part, raw)  # raises on a NaN or infinite value
         return block, self.read_checked_norms(index, block)  # raises on a norm that overflows
@@ -449,8 +450,7 @@ class MatrixStore:
         if indices.dtype == np.int32 and part.nnz < 2**31:
             indptr = indptr.astype(np.int32)
         block = sp.csr_array((data, indices, indptr), shape=(part.n_rows, self.n_cols), copy=False)
-        if (read is not None and read.known is not None and read.seen == read.known.files
-                and read.largest < self.n_cols):
+        if read is not None and read.known is not None and read.known.matches(read.seen) and read.largest < self.n_cols:
             # Every chunk file is the one a read checked before (:data:`CHECKED`): canonical, and the sums of
             # squares are known. Every index is in range (its largest value taken as unsigned, so a negative index
             # would count as too large, was taken chunk by chunk during the read), whatever the files hold: no
@@ -541,8 +541,18 @@ _Key = tuple[str, str, int, int, int, int, str]
 
 @dataclass(frozen=True, slots=True)
 class _Checked:
-    files: list[FileIdentity | None]
+    files: np.ndarray
+    """The identities of the chunk files read, one row each (int64, read-only)."""
     norms: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.files.nbytes + self.norms.nbytes)
+
+    def matches(self, seen: list[FileIdentity | None]) -> bool:
+        """Whether ``seen`` are these files (every one identified, in the same order)."""
+        return (len(seen) == len(self.files) and all(f is not None for f in seen)
+                and bool(np.array_equal(np.array(seen, dtype=np.int64), self.files)))
 
 
 class CheckedReads:
@@ -556,12 +566,13 @@ class CheckedReads:
     computed then), and keeps every other check. A file written or replaced since changes its identity (its change
     time, which the system sets on every write and no user can set back), and that read checks everything again.
     Only reads whose every file is identified and whose files' change times are at least :attr:`SETTLED` ns older
-    than the check are kept: a file written twice within the resolution of file times (milliseconds) could keep its
-    change time, so a file changed that recently is checked again at its next read. Bounded to :attr:`max_bytes` of
-    norms, the least recently read dropped first.
+    than the start of the read are kept: a file written twice within the resolution of file times (milliseconds)
+    could keep its change time, so a file changed that recently is checked again at its next read. Bounded to
+    :attr:`max_bytes` (256 MiB by default) of norms and file identities together, the least recently read dropped
+    first.
     """
 
-    #: Change times must be this much older than the check (ns) for a read to be kept.
+    #: Change times must be this much older than the start of the read (ns) for the read to be kept.
     SETTLED = 2_000_000_000
 
     def __init__(self, max_bytes: int = 256 * 2**20) -> None:
@@ -582,26 +593,28 @@ class CheckedReads:
                 self._entries.move_to_end(key)
             return entry
 
-    def put(self, key: _Key, files: list[FileIdentity | None], norms: np.ndarray) -> None:
-        """Keep a checked read (only when every file is identified and settled, and the norms fit)."""
-        import time
-
-        if not files or any(f is None for f in files) or norms.nbytes > self.max_bytes:
+    def put(self, key: _Key, files: list[FileIdentity | None], norms: np.ndarray, *, started: int) -> None:
+        """Keep a checked read that began at ``started`` (``time.time_ns()`` before its first file was opened): only
+        when every file is identified and settled by then, and the read fits."""
+        if not files or any(f is None for f in files):
             return
-        settled = time.time_ns() - self.SETTLED
-        if any(f[4] > settled for f in files if f is not None):
+        identities = np.array(files, dtype=np.int64).reshape(len(files), 5)
+        if int(identities[:, 4].max()) > started - self.SETTLED:
             return
-        kept = norms.copy()
-        kept.setflags(write=False)
+        entry = _Checked(identities, norms.copy())
+        if entry.nbytes > self.max_bytes:
+            return
+        entry.files.setflags(write=False)
+        entry.norms.setflags(write=False)
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self._bytes -= old.norms.nbytes
-            self._entries[key] = _Checked(list(files), kept)
-            self._bytes += kept.nbytes
+                self._bytes -= old.nbytes
+            self._entries[key] = entry
+            self._bytes += entry.nbytes
             while self._bytes > self.max_bytes:
                 _key, dropped = self._entries.popitem(last=False)
-                self._bytes -= dropped.norms.nbytes
+                self._bytes -= dropped.nbytes
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -623,6 +636,8 @@ class _Read:
 
     known: _Checked | None
     seen: list[FileIdentity | None] = field(default_factory=list)
+    started: int = field(default_factory=time.time_ns)
+    """When the read began (``time.time_ns()``, before any file was opened)."""
     unchanged: bool = False
     largest: int = -1
     """The largest column index read, as unsigned (a negative index counts as larger than any column count)."""

@@ -160,8 +160,12 @@ def test_the_memo_keeps_the_most_recently_read_within_its_bound(tmp_path: Path, 
                                                                small_chunks: int, settle: float,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     store = _write(tmp_path / "s.zarr", random_csr(rng), settle)
-    sizes = [p.n_rows * 8 for p in store.partitions]
-    monkeypatch.setattr(CHECKED, "max_bytes", sizes[0] + sizes[1])
+    for p in store.partitions:  # what each entry holds: its norms and its files' identities
+        store.read_partition_with_norms(p.index, dtype=np.float64)
+    sizes = [entry.nbytes for entry in CHECKED._entries.values()]
+    assert len(sizes) == store.n_partitions
+    CHECKED.clear()
+    monkeypatch.setattr(CHECKED, "max_bytes", sizes[-2] + sizes[-1])
     for p in store.partitions:
         store.read_partition_with_norms(p.index, dtype=np.float64)
     assert len(CHECKED) == 2
@@ -214,3 +218,45 @@ def test_a_partition_of_another_table_over_the_same_files_is_not_taken_for_a_che
     block, second = by_six.read_partition_with_norms(1, dtype=np.float64)
     assert np.array_equal(block.toarray(), matrix[6:10].toarray())
     assert np.array_equal(second, norms[6:10])
+
+
+def test_files_are_settled_by_the_time_the_read_began_not_when_it_ended(
+        tmp_path: Path, rng: np.random.Generator, small_chunks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A file changed just before a read may be changed again within the same tick of file times while the read goes
+    # on: its change time is compared with the time the read began. A slow disk (fault injected: each chunk read
+    # waits) makes the read end long after the files have settled; the read is still not kept.
+    monkeypatch.setattr(CheckedReads, "SETTLED", 1_000_000_000)
+    store = _write(tmp_path / "s.zarr", random_csr(rng), 0.2)
+    read_chunk = _chunks._read_chunk
+
+    def slow(*args: object, **kwargs: object) -> None:
+        read_chunk(*args, **kwargs)  # type: ignore[arg-type]
+        time.sleep(0.1)
+
+    monkeypatch.setattr(_chunks, "_read_chunk", slow)
+    store.read_partition_with_norms(0, dtype=np.float64)  # more than ten chunk files: over a second
+    assert len(CHECKED) == 0
+
+
+def _deep_size(value: object) -> int:
+    import sys
+
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, (list, tuple)):
+        return sys.getsizeof(value) + sum(_deep_size(v) for v in value)
+    return sys.getsizeof(value)
+
+
+def test_the_memo_bound_counts_the_file_identities_it_keeps(tmp_path: Path, rng: np.random.Generator,
+                                                            small_chunks: int, settle: float,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # Partitions of many chunk files keep far more file identities than norms (16 values per chunk here): the bound
+    # is on all that is kept.
+    store = _write(tmp_path / "s.zarr", random_csr(rng), settle)
+    bound = 6 * sum(p.n_rows * 8 for p in store.partitions)  # the norms of every partition, and then some
+    monkeypatch.setattr(CHECKED, "max_bytes", bound)
+    for p in store.partitions:
+        store.read_partition_with_norms(p.index, dtype=np.float64)
+    kept = sum(e.norms.nbytes + _deep_size(e.files) for e in CHECKED._entries.values())
+    assert 0 < len(CHECKED) and kept <= bound
