@@ -11,7 +11,8 @@ is released, and the operating system is asked to read the next partition ahead.
 against the partition table, one probe per chunk for lost chunks, column indices in range, canonical form, finite
 values and norms computed from the values read (never the stored ones). A re-read whose chunk files are all the ones
 a checked read of this process opened (:class:`CheckedReads`) skips the two checks that follow from the bytes alone
-and cost most (the canonical-form scan, the sums of squares: their norms are kept) and runs the others.
+and cost most (the canonical-form scan, the sums of squares: their norms are kept; the finiteness check rides on the
+sums, so it is skipped with them) and runs the others.
 """
 
 from __future__ import annotations
@@ -184,8 +185,9 @@ class MatrixStore:
         and only then are the values scanned again (to name the value, or to tell an overflowing norm from a
         non-finite value). The checks and their errors are those of :meth:`read_partition` and
         :meth:`read_checked_norms`. A read whose chunk files are all unchanged since a read of this process that
-        passed them (:data:`CHECKED`) returns that read's norms and skips the canonical-form scan; the column
-        indices are bounded during every read.
+        passed them (:data:`CHECKED`) returns that read's norms and skips the canonical-form scan and the sums of
+        squares (and so the finiteness check); the row pointers are checked and the column indices bounded during
+        every read.
         """
         part = self._partition(index)
         if self.layout != "csr":
