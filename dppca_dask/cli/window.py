@@ -126,10 +126,28 @@ def _check_tree_arguments(args: argparse.Namespace) -> None:
         raise InvalidParameterError("--tree needs --last DURATION (the window ending at the newest partition)")
 
 
+def _check_task_arguments(args: argparse.Namespace) -> None:
+    """Refuse what the task cannot print (``--n-components``, ``--ridge``) before anything is read: after the noise,
+    the error would spend the budget and lose the release."""
+    import math
+
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.storage import open_matrix
+
+    if args.task == "pca":
+        dim = open_matrix(args.store).n_cols  # metadata only: the released covariance's width
+        k = args.n_components
+        if not 1 <= k <= dim:
+            raise InvalidParameterError(f"n_components must be an integer in [1, {dim}]; got {k!r}")
+    elif args.task == "regression" and not (math.isfinite(args.ridge) and args.ridge >= 0):
+        raise InvalidParameterError(f"ridge must be finite and >= 0; got {args.ridge!r}")
+
+
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.methods.window import tree_window, window
 
     _check_tree_arguments(args)
+    _check_task_arguments(args)
     if args.tree:
         result = tree_window(
             args.store, last=args.last, epsilon=args.epsilon, delta=args.delta, horizon=args.horizon,

@@ -225,3 +225,28 @@ def test_window_charges_its_partitions_with_ledger_options(daily_store, tmp_path
     assert sorted(_ledger_keys(ledger, store, "w-1")) == ["1", "2", "3"]
     code, out, err = run(capsys, *args, "--job-id", "w-2")  # the partitions' totals are spent
     assert code == 3 and "budget exceeded" in err and out == ""
+
+
+@pytest.mark.parametrize(("task", "extra", "message", "tree"), [
+    ("pca", ["--n-components", "0"], "n_components must be an integer in [1, 6]", False),
+    ("pca", ["--n-components", "9"], "n_components must be an integer in [1, 6]", False),
+    ("pca", ["--n-components", "0"], "n_components must be an integer in [1, 6]", True),
+    ("pca", ["--n-components", "7"], "n_components must be an integer in [1, 6]", True),
+    ("regression", ["--ridge", "-1"], "ridge must be finite and >= 0", False),
+    ("regression", ["--ridge", "nan"], "ridge must be finite and >= 0", False),
+])
+def test_window_task_options_are_refused_before_anything_is_charged(daily_store, tmp_path, capsys, tree, task,
+                                                                    extra, message):
+    """What to print from the release is checked before the release: an error after the noise would spend the
+    budget (and, for a window, lose the released matrix) for nothing."""
+    store = daily_store(4, labels=task == "regression")
+    ledger = str(tmp_path / "ledger.sqlite")
+    assert main(["budget", "init", "--ledger", ledger, "--dataset", "nightly", "--total-epsilon", "10",
+                 "--total-delta", "1e-5"]) == 0
+    capsys.readouterr()
+    argv = ["window", store.path, "--last", "2D", "--epsilon", "1", "--delta", "1e-6", "--scheduler", "local",
+            "--ledger", ledger, "--dataset", "nightly", "--job-id", "j-1", "--task", task, *extra,
+            *(["--tree", "--horizon", "4"] if tree else [])]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and message in err
+    assert _ledger_keys(ledger, store, "j-1") == {}
