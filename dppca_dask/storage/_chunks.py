@@ -180,8 +180,11 @@ FileIdentity = tuple[int, int, int, int, int]
 
 
 def identity(status: os.stat_result) -> FileIdentity:
-    """A file's :data:`FileIdentity` from its ``stat``: any write to the file, or a file renamed over it, changes
-    it (the change time is set by the system on every write and cannot be set back by the file's owner)."""
+    """A file's :data:`FileIdentity` from its ``stat``: a file renamed over it changes it, and so does a write, with
+    two exceptions. File times have a resolution (milliseconds): a write of the same size within it of the last
+    change may leave the identity as it was, so only files whose change time is older than that are trusted
+    (``store.CheckedReads.SETTLED``). A write through a shared memory map may set the times only later. The change
+    time is set by the system and cannot be set back by the file's owner (only by setting the clock)."""
     return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
 
 
