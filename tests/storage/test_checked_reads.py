@@ -260,3 +260,26 @@ def test_the_memo_bound_counts_the_file_identities_it_keeps(tmp_path: Path, rng:
         store.read_partition_with_norms(p.index, dtype=np.float64)
     kept = sum(e.norms.nbytes + _deep_size(e.files) for e in CHECKED._entries.values())
     assert 0 < len(CHECKED) and kept <= bound
+
+
+def test_threads_of_one_worker_reading_at_once_get_each_partition_as_checked(
+        tmp_path: Path, rng: np.random.Generator, small_chunks: int, settle: float) -> None:
+    # Several threads per worker: reads of the same and of other partitions at once (some first reads, most
+    # re-reads, some entries replaced meanwhile) each return their own partition's block and norms.
+    from concurrent.futures import ThreadPoolExecutor
+
+    matrix = random_csr(rng)
+    store = _write(tmp_path / "s.zarr", matrix, settle)
+    expected = {p.index: (matrix[p.row_start : p.row_stop].toarray(),
+                          np.sqrt((matrix[p.row_start : p.row_stop].toarray() ** 2).sum(axis=1)))
+                for p in store.partitions}
+    order = rng.integers(0, store.n_partitions, 400)
+
+    def read(index: int) -> bool:
+        block, norms = store.read_partition_with_norms(int(index), dtype=np.float64)
+        dense, want = expected[int(index)]
+        return bool(np.array_equal(block.toarray(), dense) and np.allclose(norms, want, rtol=1e-12, atol=0))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(read, order))
+    assert CHECKED.hits > 0
