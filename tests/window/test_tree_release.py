@@ -480,3 +480,19 @@ def test_tree_charges_recorded_before_trees_named_themselves_are_recognised(dail
     with pytest.raises(InvalidParameterError, match="jobs 'night-1'"):
         tree_window(store, last="2D", job_id="night-2", noise=noise, **args)
     assert noise.records == [] and ledger.find("night-2") == []
+
+
+def test_a_tree_keeps_its_clipping_bound(daily_store):
+    """A window sums nodes drawn by several releases: all must clip rows to the same bound and be scaled to it. A
+    release with another ``row_norm_bound`` would add nodes of another clipping (and report its bound for the sum),
+    so it is refused before anything is drawn."""
+    store = daily_store(6)
+    noise = AuditingNoiseSource(1)
+    tree_window(store, last="2D", epsilon=1, delta=1e-6, horizon=16, client="local", noise=noise)
+    other = AuditingNoiseSource(2)
+    with pytest.raises(InvalidParameterError, match="row_norm_bound=1.0"):
+        tree_window(store, last="5D", epsilon=1, delta=1e-6, horizon=16, client="local", noise=other,
+                    row_norm_bound=2.0)
+    assert other.records == []
+    again = tree_window(store, last="5D", epsilon=1, delta=1e-6, horizon=16, client="local", noise=other)
+    assert again.calibration["row_norm_bound"] == 1.0 and other.records

@@ -113,7 +113,9 @@ def tree_window(
     ``ledger``, ``dataset`` and ``job_id`` (together) charge each node drawn to the partitions it holds, under the
     dataset key's total (module docstring); a release whose nodes would take a partition over it is refused before
     any value is read into a node. A tree stays charged to its first node's key in that node's ledger (the state
-    records the key and the ledger's id); a job id already charged on a partition is refused.
+    records the key and the ledger's id); a job id already charged on a partition is refused. A tree keeps the
+    ``row_norm_bound`` its nodes clip rows to (a window sums nodes of several releases): a release with another is
+    refused (a state written before trees recorded it takes the next release's).
 
     The tree's state is kept beside the store's real path (links resolved). When no state is found but this store's
     tree was released before — a state directory written under the name of the path the store was reached by (the
@@ -272,6 +274,12 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
         if saved.get("store_id") != store.store_id or saved.get("multiplier") != multiplier:
             raise InvalidParameterError(f"the tree in '{directory}' was built for another store or budget; use its "
                                         "parameters")
+        kept_bound = saved.get("row_norm_bound")  # states written before trees recorded it do not say
+        if saved.get("nodes") and kept_bound is not None and kept_bound != c:
+            raise InvalidParameterError(
+                f"the tree in '{directory}' clips rows to row_norm_bound={kept_bound!r} and a window sums its "
+                f"nodes; this release passes row_norm_bound={c!r}: use the tree's bound"
+            )
         nodes = saved["nodes"]
         drawn_privately = saved.get("private") is True  # a state that does not say so is not private
         charged_to = saved.get("budget") if nodes else dataset  # a state that does not say so had no budget
@@ -357,7 +365,7 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
     check_private_directory(directory, create=True)
     for reservation in reservations:  # the new nodes are about to be kept: a state lost later is noticed
         reservation.note_release()
-    state = {"store_id": store.store_id, "multiplier": multiplier, "levels": levels,
+    state = {"store_id": store.store_id, "multiplier": multiplier, "levels": levels, "row_norm_bound": c,
              "private": bool(drawn_privately and (noise.private or not missing)), "budget": charged_to,
              "ledger": charged_in, "nodes": nodes}
     write_private_file(state_file, lambda fh: fh.write(json.dumps(state).encode()))
