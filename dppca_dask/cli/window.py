@@ -127,9 +127,10 @@ def _check_tree_arguments(args: argparse.Namespace) -> None:
 
 
 def _check_task_arguments(args: argparse.Namespace) -> None:
-    """Refuse what the task cannot print (``--n-components``, ``--ridge``) before anything is read: after the noise,
-    the error would spend the budget and lose the release."""
+    """Refuse what the task cannot print (``--n-components``, ``--ridge``) or where it cannot write (``--out``)
+    before anything is read: after the noise, the error would spend the budget and lose the release."""
     import math
+    import os
 
     from dppca_dask.errors import InvalidParameterError
     from dppca_dask.storage import open_matrix
@@ -141,6 +142,9 @@ def _check_task_arguments(args: argparse.Namespace) -> None:
             raise InvalidParameterError(f"n_components must be an integer in [1, {dim}]; got {k!r}")
     elif args.task == "regression" and not (math.isfinite(args.ridge) and args.ridge >= 0):
         raise InvalidParameterError(f"ridge must be finite and >= 0; got {args.ridge!r}")
+    if args.out is not None and os.path.lexists(args.out) and not os.path.isdir(args.out):
+        raise InvalidParameterError(f"--out must be a directory (release.json is written into it); '{args.out}' "
+                                    "is a file: give another path")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -234,12 +234,16 @@ def test_window_charges_its_partitions_with_ledger_options(daily_store, tmp_path
     ("pca", ["--n-components", "7"], "n_components must be an integer in [1, 6]", True),
     ("regression", ["--ridge", "-1"], "ridge must be finite and >= 0", False),
     ("regression", ["--ridge", "nan"], "ridge must be finite and >= 0", False),
+    ("covariance", ["--out", "FILE"], "--out must be a directory", False),
+    ("covariance", ["--out", "FILE"], "--out must be a directory", True),
 ])
 def test_window_task_options_are_refused_before_anything_is_charged(daily_store, tmp_path, capsys, tree, task,
                                                                     extra, message):
     """What to print from the release is checked before the release: an error after the noise would spend the
     budget (and, for a window, lose the released matrix) for nothing."""
     store = daily_store(4, labels=task == "regression")
+    (tmp_path / "out.json").write_text("{}")
+    extra = [str(tmp_path / "out.json") if a == "FILE" else a for a in extra]
     ledger = str(tmp_path / "ledger.sqlite")
     assert main(["budget", "init", "--ledger", ledger, "--dataset", "nightly", "--total-epsilon", "10",
                  "--total-delta", "1e-5"]) == 0
