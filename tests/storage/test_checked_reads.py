@@ -283,3 +283,26 @@ def test_threads_of_one_worker_reading_at_once_get_each_partition_as_checked(
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(read, order))
     assert CHECKED.hits > 0
+
+
+def test_an_append_rewrites_shared_chunks_and_every_partition_still_reads_as_written(
+        tmp_path: Path, rng: np.random.Generator, small_chunks: int, settle: float) -> None:
+    # An append writes the chunk its first values share with the last partition again (a new file, renamed over
+    # the old one) and a new generation: the old handle's re-reads and the new handle's reads both give the rows
+    # as written, and nothing is taken from an entry whose files changed.
+    from dppca_dask.storage import append_partition
+
+    matrix = random_csr(rng)
+    old = _write(tmp_path / "s.zarr", matrix, settle)
+    for p in old.partitions:
+        old.read_partition_with_norms(p.index, dtype=np.float64)
+    extra = random_csr(rng, n_rows=10)
+    new = append_partition(old.path, extra)
+    time.sleep(settle)
+    whole = sp.csr_array(sp.vstack([matrix, extra], format="csr"))
+    for store in (old, open_matrix(new.path)):
+        for p in store.partitions:
+            block, norms = store.read_partition_with_norms(p.index, dtype=np.float64)
+            rows = whole[p.row_start : p.row_stop].toarray()
+            assert np.array_equal(block.toarray(), rows)
+            assert np.allclose(norms, np.sqrt((rows**2).sum(axis=1)), rtol=1e-12, atol=0)
