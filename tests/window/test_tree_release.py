@@ -496,3 +496,25 @@ def test_a_tree_keeps_its_clipping_bound(daily_store):
     assert other.records == []
     again = tree_window(store, last="5D", epsilon=1, delta=1e-6, horizon=16, client="local", noise=other)
     assert again.calibration["row_norm_bound"] == 1.0 and other.records
+
+
+def test_a_release_through_a_link_waits_for_one_through_the_real_path(daily_store, tmp_path):
+    """The tree's lock is named from the store's real path: while a release through the real path holds it, a
+    release through a link is refused before anything is drawn (two at once would each draw a missing node)."""
+    from dppca_dask.methods.window.tree import _lock, _state_path
+    from dppca_dask.storage import open_matrix
+
+    store = daily_store(4)
+    link = tmp_path / "nightly"
+    link.symlink_to(store.path, target_is_directory=True)
+    held = _lock(_state_path(store.path, 4, False))
+    try:
+        noise = AuditingNoiseSource(1)
+        with pytest.raises(InvalidParameterError, match="another release from the tree .* is running"):
+            tree_window(open_matrix(str(link)), last="2D", epsilon=1, delta=1e-6, horizon=4, client="local",
+                        noise=noise)
+        assert noise.records == []
+    finally:
+        held.release()
+    tree_window(open_matrix(str(link)), last="2D", epsilon=1, delta=1e-6, horizon=4, client="local", noise=noise)
+    assert [r.release for r in noise.records] == ["tree/1/1"]
