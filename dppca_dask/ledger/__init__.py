@@ -722,6 +722,9 @@ class Ledger:
     def entries(self, datasets: Sequence[str]) -> list[LedgerEntry]:
         """Every entry of the listed dataset keys (a key the ledger does not hold has none), oldest first; unlike
         :meth:`budget` it composes nothing."""
+        if isinstance(datasets, (str, bytes)):  # a string is a sequence of strings: its characters are not keys
+            raise InvalidParameterError(f"entries takes a list of dataset keys; got the string {datasets!r}: "
+                                        "pass [key]")
         keys = list(dict.fromkeys(datasets))
         rows: list[sqlite3.Row] = []
         with self._connection() as db:

@@ -57,6 +57,18 @@ def test_entries_of_many_keys_oldest_first_without_composing(tmp_path: Path) -> 
     assert ledger.entries([]) == []
 
 
+def test_entries_refuses_one_key_given_as_a_string(tmp_path: Path) -> None:
+    # A string is a sequence of strings: its characters would be read as keys (other datasets' entries).
+    ledger = _new(tmp_path / "ledger.sqlite", total=(100.0, 1e-6))
+    for key in ("a", "b"):
+        ledger.init_dataset(key, total_epsilon=100.0, total_delta=1e-6)
+        ledger.reserve(key, "j", epsilon=0.1, delta=0.0, events=[EpsilonDeltaDpEvent(0.1)], mechanism="test",
+                       neighbouring=ROW)
+    with pytest.raises(InvalidParameterError, match="a list of dataset keys"):
+        ledger.entries("ab")
+    assert [e.dataset for e in ledger.entries(["ab"])] == []
+
+
 def test_refusal_names_requested_spent_remaining_and_total_and_is_recorded(tmp_path: Path) -> None:
     ledger = _new(tmp_path / "ledger.sqlite")
     _reserve(ledger, "first", [EpsilonDeltaDpEvent(0.7)], eps=0.7)
