@@ -448,7 +448,14 @@ class MatrixStore:
         check_csr_arrays(indptr, indices, data, n_rows=part.n_rows, n_cols=self.n_cols, source=self.path,
                          partition=part.index, first_row=part.row_start, error=StoreCorruptError, index_range=False)
         if indices.dtype != np.int32 and self.n_cols < 2**31 and part.nnz < 2**31:
-            indices = indices.astype(np.int32)
+            # Narrowed to 32 bits only when every index is known to be below n_cols: narrowing first would wrap an
+            # index out of range into it (2**32 + 1 into 1); otherwise the range check below names the bad one.
+            if read is not None:
+                largest = read.largest  # bounded chunk by chunk during the read, as unsigned
+            else:
+                largest = int(indices.view(np.dtype(f"u{indices.dtype.itemsize}")).max()) if indices.size else -1
+            if largest < self.n_cols:
+                indices = indices.astype(np.int32)
         if indices.dtype == np.int32 and part.nnz < 2**31:
             indptr = indptr.astype(np.int32)
         block = sp.csr_array((data, indices, indptr), shape=(part.n_rows, self.n_cols), copy=False)

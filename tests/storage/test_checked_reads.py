@@ -306,3 +306,21 @@ def test_an_append_rewrites_shared_chunks_and_every_partition_still_reads_as_wri
             rows = whole[p.row_start : p.row_stop].toarray()
             assert np.array_equal(block.toarray(), rows)
             assert np.allclose(norms, np.sqrt((rows**2).sum(axis=1)), rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("bad", [2**32 + 1, -(2**32) + 2, 2**40])
+def test_a_wide_column_index_out_of_range_is_refused_not_narrowed_into_range(tmp_path: Path, bad: int) -> None:
+    # 64-bit column indices are narrowed to 32 bits for the kernels: only once they are known to be in range
+    # (2**32 + 1 narrowed first would read as column 1).
+    import zarr
+
+    root = zarr.open_group(tmp_path / "a.zarr", mode="w", zarr_format=3)
+    x = root.create_group("X", attributes={"encoding-type": "csr_matrix", "encoding-version": "0.1.0",
+                                           "shape": [2, 4]})
+    for key, values in (("data", np.array([1.0, 2.0, 3.0])), ("indices", np.array([0, bad, 3], np.int64)),
+                        ("indptr", np.array([0, 2, 3], np.int64))):
+        x.create_array(key, shape=values.shape, dtype=values.dtype, chunks=(100,), compressors=None)[:] = values
+    store = open_matrix(tmp_path / "a.zarr")
+    for read in (lambda: store.read_partition(0), lambda: store.read_partition_with_norms(0, dtype=np.float64)):
+        with pytest.raises(StoreCorruptError, match=rf"column indices outside \[0, 4\) \(column {bad} at row 0\)"):
+            read()
