@@ -548,10 +548,17 @@ class MatrixStore:
 _Key = tuple[str, str, int, int, int, int, str]
 
 
+def _packed(files: list[FileIdentity | None]) -> np.ndarray:
+    """Identities as rows of 64-bit words, exactly: device and inode numbers are unsigned 64-bit, times signed (a
+    negative one is kept as its two's complement, so equal identities, and only they, give equal rows)."""
+    return np.array([[v & 0xFFFF_FFFF_FFFF_FFFF for v in cast(FileIdentity, f)] for f in files],
+                    dtype=np.uint64).reshape(len(files), 5)
+
+
 @dataclass(frozen=True, slots=True)
 class _Checked:
     files: np.ndarray
-    """The identities of the chunk files read, one row each (int64, read-only)."""
+    """The identities of the chunk files read, one row each (:func:`_packed`, read-only)."""
     norms: np.ndarray
 
     @property
@@ -561,7 +568,7 @@ class _Checked:
     def matches(self, seen: list[FileIdentity | None]) -> bool:
         """Whether ``seen`` are these files (every one identified, in the same order)."""
         return (len(seen) == len(self.files) and all(f is not None for f in seen)
-                and bool(np.array_equal(np.array(seen, dtype=np.int64), self.files)))
+                and bool(np.array_equal(_packed(seen), self.files)))
 
 
 class CheckedReads:
@@ -607,9 +614,9 @@ class CheckedReads:
         when every file is identified and settled by then, and the read fits."""
         if not files or any(f is None for f in files):
             return
-        identities = np.array(files, dtype=np.int64).reshape(len(files), 5)
-        if int(identities[:, 4].max()) > started - self.SETTLED:
+        if max(cast(FileIdentity, f)[4] for f in files) > started - self.SETTLED:
             return
+        identities = _packed(files)
         entry = _Checked(identities, norms.copy())
         if entry.nbytes > self.max_bytes:
             return

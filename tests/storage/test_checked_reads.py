@@ -324,3 +324,20 @@ def test_a_wide_column_index_out_of_range_is_refused_not_narrowed_into_range(tmp
     for read in (lambda: store.read_partition(0), lambda: store.read_partition_with_norms(0, dtype=np.float64)):
         with pytest.raises(StoreCorruptError, match=rf"column indices outside \[0, 4\) \(column {bad} at row 0\)"):
             read()
+
+
+def test_file_identities_of_any_unsigned_inode_and_device_numbers_are_kept(
+        tmp_path: Path, rng: np.random.Generator, small_chunks: int, settle: float,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Device and inode numbers are unsigned 64-bit (network and FUSE file systems hand out ones above 2**63), times
+    # are signed: every identity is kept and compared exactly.
+    def identity(status: os.stat_result) -> tuple[int, int, int, int, int]:
+        return (status.st_dev + 2**63, status.st_ino + 2**64 - 2**40, status.st_size, status.st_mtime_ns,
+                status.st_ctime_ns)
+
+    monkeypatch.setattr(_chunks, "identity", identity)
+    store = _write(tmp_path / "s.zarr", random_csr(rng), settle)
+    first = store.read_partition_with_norms(0, dtype=np.float64)
+    first = (first[0].copy(), first[1].copy())
+    hits = CHECKED.hits
+    assert _same(store.read_partition_with_norms(0, dtype=np.float64), first) and CHECKED.hits == hits + 1
