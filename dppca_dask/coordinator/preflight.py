@@ -100,9 +100,12 @@ def preflight(source: Any, executor_or_coordinator: Any = None) -> int:
         for part in target._parts:
             check_partition(part)
         return n
+    places: list[dict[str, Any]] = [{} for _ in range(n)]
     if isinstance(target, Coordinator):
         client, items = target.client, target._items(range(n))
         retries = target.retries
+        if target._parts is None:  # re-read partitions: checked on the worker that reads them at every step
+            places = [target._restrictions(i) for i in range(n)]
     elif hasattr(target, "submit") and hasattr(target, "gather"):
         from dask.delayed import Delayed
 
@@ -116,7 +119,8 @@ def preflight(source: Any, executor_or_coordinator: Any = None) -> int:
         )
     token = uuid.uuid4().hex[:8]
     futures = [  # guarded: a failing check comes back as a value without data (no worker log of its arguments)
-        client.submit(guarded(check_partition), item, key=f"dppca-preflight-{token}-{i}", retries=retries)
+        client.submit(guarded(check_partition), item, key=f"dppca-preflight-{token}-{i}", retries=retries,
+                      **places[i])
         for i, item in enumerate(items)
     ]
     try:

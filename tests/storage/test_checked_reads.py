@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -341,3 +342,41 @@ def test_file_identities_of_any_unsigned_inode_and_device_numbers_are_kept(
     first = (first[0].copy(), first[1].copy())
     hits = CHECKED.hits
     assert _same(store.read_partition_with_norms(0, dtype=np.float64), first) and CHECKED.hits == hits + 1
+
+
+def _worker_hits() -> int:
+    from dppca_dask.storage.store import CHECKED
+
+    return CHECKED.hits
+
+
+def test_on_a_cluster_every_step_after_the_checks_re_reads_unchanged_files(tmp_path: Path, rng: np.random.Generator,
+                                                                          local_client: Any) -> None:
+    """Real worker processes: the checks before a run read each partition on the worker that re-reads it at every
+    step, so from the first step on every read finds its files unchanged; each step's partial is the bits of the
+    partition checked anew (an executor in this process with the memo emptied)."""
+    from distributed import get_task_stream
+
+    from dppca_dask.algorithms.requests import PowerStep
+    from dppca_dask.coordinator.driver import Coordinator, LocalExecutor
+    from dppca_dask.coordinator.preflight import preflight
+    from dppca_dask.coordinator.sources import as_source
+    from dppca_dask.kernels import ThresholdGrid
+
+    store = _write(tmp_path / "s.zarr", random_csr(rng, n_rows=200), CheckedReads.SETTLED / 1e9 + 0.2)
+    x = rng.standard_normal(store.n_cols)
+    step = PowerStep(x / np.linalg.norm(x), row_norm_bound=1.0, grid=ThresholdGrid.for_bound(1.0), top_m=20)
+    with Coordinator(local_client, as_source(store), persist=False) as coordinator:
+        with get_task_stream(local_client) as stream:
+            preflight(coordinator.source, coordinator)
+        ran = {str(t["key"]).rsplit("-", 1)[1]: t["worker"] for t in stream.data if "preflight" in str(t["key"])}
+        assert ran == {str(i): coordinator._placement[i] for i in range(store.n_partitions)}
+        before = sum(local_client.run(_worker_hits).values())
+        partials = [coordinator.execute(step) for _ in range(2)]
+        assert sum(local_client.run(_worker_hits).values()) - before == 2 * store.n_partitions
+    CHECKED.clear()
+    expected = LocalExecutor(as_source(store)).execute(step)
+    for got in partials:
+        assert got.full_sum.tobytes() == expected.full_sum.tobytes()
+        assert np.array_equal(got.histogram, expected.histogram) and got.cuts == expected.cuts
+        assert [b.data.tobytes() for b in got.bin_sums] == [b.data.tobytes() for b in expected.bin_sums]
