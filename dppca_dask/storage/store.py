@@ -584,25 +584,42 @@ class CheckedReads:
     Only reads whose every file is identified and whose files' change times are at least :attr:`SETTLED` ns older
     than the start of the read are kept: a file written twice within the resolution of file times (milliseconds)
     could keep its change time, so a file changed that recently is checked again at its next read. Bounded to
-    :attr:`max_bytes` (256 MiB by default) of norms and file identities together, the least recently read dropped
-    first.
+    :attr:`limit` of norms and file identities together (the ``dppca_dask.storage.checked-reads`` setting, 256 MiB by
+    default; 0 keeps nothing, and every read checks everything), the least recently read dropped first.
     """
 
     #: Change times must be this much older than the start of the read (ns) for the read to be kept.
     SETTLED = 2_000_000_000
 
-    def __init__(self, max_bytes: int = 256 * 2**20) -> None:
+    def __init__(self, max_bytes: int | None = None) -> None:
         import threading
         from collections import OrderedDict
 
         self.max_bytes = max_bytes
+        """The bound in bytes; ``None``: the ``dppca_dask.storage.checked-reads`` setting (:attr:`limit`)."""
         self._entries: OrderedDict[_Key, _Checked] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.hits = 0
         """Reads that found their files unchanged since a checked read."""
 
+    @property
+    def limit(self) -> int:
+        """Bytes of norms and file identities kept at most (0: none)."""
+        if self.max_bytes is not None:
+            return self.max_bytes
+        import dask
+        from dask.utils import parse_bytes
+
+        setting = dask.config.get("dppca_dask.storage.checked-reads", "256MiB")
+        limit = parse_bytes(setting) if isinstance(setting, str) else int(setting)
+        if limit < 0:
+            raise InvalidParameterError(f"dppca_dask.storage.checked-reads must be >= 0 bytes; got {setting!r}")
+        return limit
+
     def get(self, key: _Key) -> _Checked | None:
+        if self.limit == 0:
+            return None
         with self._lock:
             entry = self._entries.get(key)
             if entry is not None:
@@ -618,7 +635,8 @@ class CheckedReads:
             return
         identities = _packed(files)
         entry = _Checked(identities, norms.copy())
-        if entry.nbytes > self.max_bytes:
+        limit = self.limit
+        if entry.nbytes > limit:
             return
         entry.files.setflags(write=False)
         entry.norms.setflags(write=False)
@@ -628,7 +646,7 @@ class CheckedReads:
                 self._bytes -= old.nbytes
             self._entries[key] = entry
             self._bytes += entry.nbytes
-            while self._bytes > self.max_bytes:
+            while self._bytes > limit:
                 _key, dropped = self._entries.popitem(last=False)
                 self._bytes -= dropped.nbytes
 

@@ -380,3 +380,27 @@ def test_on_a_cluster_every_step_after_the_checks_re_reads_unchanged_files(tmp_p
         assert got.full_sum.tobytes() == expected.full_sum.tobytes()
         assert np.array_equal(got.histogram, expected.histogram) and got.cuts == expected.cuts
         assert [b.data.tobytes() for b in got.bin_sums] == [b.data.tobytes() for b in expected.bin_sums]
+
+
+def test_the_setting_bounds_the_memo_and_zero_keeps_nothing(tmp_path: Path, rng: np.random.Generator,
+                                                            small_chunks: int, settle: float) -> None:
+    import dask
+
+    from dppca_dask.errors import InvalidParameterError
+
+    store = _write(tmp_path / "s.zarr", random_csr(rng), settle)
+    assert CHECKED.max_bytes is None and CHECKED.limit == 256 * 2**20  # the packaged default
+    hits = CHECKED.hits
+    with dask.config.set({"dppca_dask.storage.checked-reads": 0}):
+        for _ in range(2):
+            store.read_partition_with_norms(0, dtype=np.float64)
+        assert len(CHECKED) == 0 and CHECKED.hits == hits
+    store.read_partition_with_norms(0, dtype=np.float64)
+    with dask.config.set({"dppca_dask.storage.checked-reads": 0}):  # kept before: not used while the setting is 0
+        store.read_partition_with_norms(0, dtype=np.float64)
+        assert len(CHECKED) == 1 and CHECKED.hits == hits
+    with dask.config.set({"dppca_dask.storage.checked-reads": "1KiB"}):
+        assert CHECKED.limit == 1024
+    with dask.config.set({"dppca_dask.storage.checked-reads": -1}):
+        with pytest.raises(InvalidParameterError, match="checked-reads must be >= 0"):
+            store.read_partition_with_norms(0, dtype=np.float64)
