@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from jobs_helpers import declare_schema, init_ledger, render  # noqa: E402
+from jobs_helpers import KilledRuns, declare_schema, init_ledger, render  # noqa: E402
 
 
 @pytest.fixture
@@ -36,6 +36,17 @@ def write_spec(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def kill_at(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KilledRuns]:
+    """``kill_at(point, args, tmp_path)``: run ``dppca-dask *args`` in a new process killed at the job runner's kill
+    point ``point`` (see ``jobs_helpers.KilledRuns``)."""
+    runs = KilledRuns(tmp_path_factory.mktemp("kill-server"))
+    try:
+        yield runs
+    finally:
+        runs.close()
 
 
 @pytest.fixture(scope="session")
