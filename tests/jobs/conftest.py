@@ -1,4 +1,5 @@
-"""Fixtures for job tests: job specs written to a temporary directory, a generated store, the loopback clusters."""
+"""Fixtures for job tests: job specs written to a temporary directory, a generated store, killed runs (the loopback
+clusters are the session's, from ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ import pytest
 _CLUSTER = str(Path(__file__).resolve().parents[1] / "cluster")
 if _CLUSTER not in sys.path:
     sys.path.insert(0, _CLUSTER)
-
-from _local_cluster import loopback_cluster, loopback_tls_cluster  # noqa: E402,F401  (pytest fixtures)
 
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
