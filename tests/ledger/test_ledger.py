@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from ledger_race import race_worker
+from ledger_race import race
 
 from dppca_dask.accounting import EpsilonDeltaDpEvent, epsilon_for
 from dppca_dask.api import plan_release
@@ -152,15 +152,14 @@ def test_processes_racing_for_a_budget_never_overspend(tmp_path: Path) -> None:
 
     path = str(tmp_path / "raced.sqlite")
     _new(path)
-    ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(8), ctx.Queue()
-    procs = [ctx.Process(target=race_worker, args=(path, f"job-{i}", barrier, results)) for i in range(8)]
-    for p in procs:
-        p.start()
-    outcomes = [results.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    ctx = multiprocessing.get_context("spawn")  # a new process, without this one's threads, forks the eight
+    report = ctx.Queue()
+    launcher = ctx.Process(target=race, args=(path, 8, report))
+    launcher.start()
+    outcomes, exit_codes = report.get(timeout=180)
+    launcher.join(timeout=60)
+    assert launcher.exitcode == 0 and exit_codes == [0] * 8
+    assert sorted(job for job, _ in outcomes) == [f"job-{i}" for i in range(8)]
     assert sum(1 for _, status in outcomes if status == "reserved") == fits
     budget = Ledger(path).budget("ds")
     assert sum(1 for e in budget.entries if e.status == RESERVED) == fits
