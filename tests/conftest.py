@@ -34,6 +34,10 @@ from _processes import (  # noqa: E402
 
 mark_this_session()
 
+# The loopback clusters (``dask scheduler`` / ``dask worker`` processes started by ``cluster/local.sh``), defined here
+# so that every folder shares one of each kind per session.
+from _local_cluster import loopback_cluster, loopback_tls_cluster  # noqa: E402,F401  (pytest fixtures)
+
 from collections.abc import Iterator  # noqa: E402
 
 import numpy as np  # noqa: E402

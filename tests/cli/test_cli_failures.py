@@ -30,7 +30,7 @@ from dppca_dask.errors import BudgetExceededError, ClusterLostError, InvalidPara
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "cluster"))
 from _local_cluster import (  # noqa: E402,F401
-    LoopbackCluster, loopback_tls_cluster, running_cluster, started_here,
+    LoopbackCluster, running_cluster, started_here,
 )
 from _processes import deaf_to_sigint, handles_sigint, this_process_deaf_to_sigint  # noqa: E402
 

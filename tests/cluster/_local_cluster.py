@@ -3,13 +3,9 @@
 ``running_cluster(run_dir, tls=...)`` starts a cluster in ``run_dir`` (scheduler on a free port chosen by the
 scheduler itself, so tests running side by side never collide), yields a :class:`LoopbackCluster` and stops it
 afterwards, even when the test fails; whatever survives ``local.sh stop`` is killed by pid. The pytest fixtures
-``loopback_cluster`` and ``loopback_tls_cluster`` wrap it, one cluster per test session.
-
-Use from another test folder: import the fixtures in that folder's ``conftest.py``::
-
-    import sys, pathlib
-    sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "cluster"))
-    from _local_cluster import loopback_cluster, loopback_tls_cluster  # noqa: E402,F401  (pytest fixtures)
+``loopback_cluster`` and ``loopback_tls_cluster`` wrap it, one cluster per test session: ``tests/conftest.py``
+imports them, so every test folder uses them without importing them again (a second import, in a folder's
+``conftest.py`` or a test module, would define a second fixture and start a second cluster of the same kind).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Fixtures for tests that need a real scheduler and two workers on loopback (see ``_local_cluster``)."""
+"""Tests that need a real scheduler and two workers on loopback (see ``_local_cluster``; its fixtures
+``loopback_cluster`` and ``loopback_tls_cluster`` are imported by ``tests/conftest.py``, one cluster of each kind for
+the whole session)."""
 
 from __future__ import annotations
 
@@ -9,5 +11,3 @@ from pathlib import Path
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
-
-from _local_cluster import loopback_cluster, loopback_tls_cluster  # noqa: E402,F401  (pytest fixtures)

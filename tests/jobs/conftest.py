@@ -1,9 +1,10 @@
-"""Fixtures for job tests: job specs written to a temporary directory, a generated store, the loopback clusters."""
+"""Fixtures for job tests: job specs written to a temporary directory, a generated store, killed runs (the loopback
+clusters are the session's, from ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +14,11 @@ _CLUSTER = str(Path(__file__).resolve().parents[1] / "cluster")
 if _CLUSTER not in sys.path:
     sys.path.insert(0, _CLUSTER)
 
-from _local_cluster import loopback_cluster, loopback_tls_cluster  # noqa: E402,F401  (pytest fixtures)
-
 _HERE = str(Path(__file__).resolve().parent)
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from jobs_helpers import declare_schema, init_ledger, render  # noqa: E402
+from jobs_helpers import KilledRuns, declare_schema, init_ledger, render  # noqa: E402
 
 
 @pytest.fixture
@@ -36,6 +35,17 @@ def write_spec(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def kill_at(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KilledRuns]:
+    """``kill_at(point, args, tmp_path)``: run ``dppca-dask *args`` in a new process killed at the job runner's kill
+    point ``point`` (see ``jobs_helpers.KilledRuns``)."""
+    runs = KilledRuns(tmp_path_factory.mktemp("kill-server"))
+    try:
+        yield runs
+    finally:
+        runs.close()
 
 
 @pytest.fixture(scope="session")

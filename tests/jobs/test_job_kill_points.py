@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from jobs_helpers import base_doc, released_results, run_killed_at
+from jobs_helpers import base_doc, released_results
 
 from dppca_dask.cli import main
 from dppca_dask.ledger import CHARGED, Ledger
@@ -29,7 +29,7 @@ MECHANISMS = {
     "private-power": {"name": "private-power", "n_iter": 2, "coherence": 300.0},
 }
 POINTS = ("reserved", "computed", "noted", "pending-written", "pending-complete", "charged")
-#: Run by default (about 30 s); the whole matrix (about 5 minutes on 2 cores) is marked slow.
+#: Run by default (about 10 s); the whole matrix (about 1 minute on 2 cores) is marked slow.
 FAST = {("analyze-gauss", "computed"), ("analyze-gauss", "pending-complete"), ("private-low-rank", "pending-written"),
         ("adaptive-power-block", "noted")}
 CASES = [pytest.param(m, p, marks=() if (m, p) in FAST else pytest.mark.slow)
@@ -59,7 +59,8 @@ def _identity(directory: Path, lowrank: bool) -> str | None:
 
 @pytest.mark.parametrize("mechanism, point", CASES)
 def test_a_kill_at_every_point_leaves_one_release_per_charge(tmp_path: Path, small_store: str, local_client,
-                                                             write_spec, capsys, mechanism: str, point: str) -> None:
+                                                             write_spec, kill_at, capsys, mechanism: str,
+                                                             point: str) -> None:
     doc = base_doc(tmp_path, small_store)
     doc["mechanism"] = dict(MECHANISMS[mechanism])
     doc["privacy"]["epsilon"] = 0.5
@@ -67,7 +68,7 @@ def test_a_kill_at_every_point_leaves_one_release_per_charge(tmp_path: Path, sma
     lowrank = "rank" in doc["mechanism"]
     identity = functools.partial(_identity, lowrank=lowrank)
     args = ["run", str(spec), "--scheduler", local_client.scheduler.address, "--date", DATE]
-    run_killed_at(point, args, tmp_path)
+    kill_at(point, args, tmp_path)
     out = tmp_path / "out" / "test-job" / DATE
     released = released_results(out, identity)
 

@@ -135,21 +135,28 @@ def test_crash_between_charge_and_result_is_finished_by_a_rerun(tmp_path: Path, 
     assert json.loads((out / "result.json").read_text()) == before and not (out / ".pending").exists()
 
 
+@pytest.fixture(scope="module")
+def medium_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """120,000 x 400, 10 partitions: a pass takes long enough to kill a job between two releases (read only)."""
+    from dppca_dask.datasets import PlantedSpec, write_low_coherence
+
+    store = tmp_path_factory.mktemp("killed-mid-job") / "medium.zarr"
+    write_low_coherence(store, PlantedSpec(n_rows=120_000, n_cols=400, nnz_per_row=25, support=60,
+                                           signal_share=0.02, seed=3), rows_per_partition=12_000, progress=False)
+    declare_schema(store)
+    return store
+
+
 @pytest.mark.parametrize("mechanism", [
     pytest.param({"name": "adaptive-power"}, id="sequential"),
     pytest.param({"name": "adaptive-power-block", "n_components": 2}, id="block", marks=pytest.mark.slow),
 ])
-def test_coordinator_killed_mid_job_resumes_from_its_last_release(tmp_path: Path, local_client,
+def test_coordinator_killed_mid_job_resumes_from_its_last_release(tmp_path: Path, medium_store: Path, local_client,
                                                                  write_spec, mechanism: dict) -> None:
     """SIGKILL the job process after some releases; the re-run continues under the same reservation from the
     checkpoint, keeps the released iterations (same thresholds) and is charged once."""
-    from dppca_dask.datasets import PlantedSpec, write_low_coherence
-
-    store = tmp_path / "medium.zarr"
-    write_low_coherence(store, PlantedSpec(n_rows=120_000, n_cols=400, nnz_per_row=25, support=60,
-                                           signal_share=0.02, seed=3), rows_per_partition=12_000, progress=False)
-    declare_schema(store)
-    n_iter = 40
+    store = medium_store
+    n_iter = 20  # killed after 3 releases: 17 passes (seconds) are left to kill it in
     spec = write_spec(base_doc(tmp_path, str(store), **{**mechanism, "n_iter": n_iter, "persist": False}))
     args = [sys.executable, "-m", "dppca_dask", "run", str(spec), "--scheduler", local_client.scheduler.address,
             "--date", "2026-01-01"]

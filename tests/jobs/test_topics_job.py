@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from jobs_helpers import declare_schema, released_results, run_killed_at
+from jobs_helpers import declare_schema, released_results
 
 from dppca_dask.cli import main
 from dppca_dask.ledger import CHARGED, Ledger
@@ -168,13 +168,13 @@ def _topics_identity(directory: Path) -> str | None:
     pytest.param("computed", marks=pytest.mark.slow),
 ])
 def test_a_killed_topics_job_leaves_one_release_per_charge(tmp_path: Path, corpus_store: str, local_client,
-                                                           write_spec, capsys, point: str) -> None:
+                                                           write_spec, kill_at, capsys, point: str) -> None:
     """As tests/jobs/test_job_kill_points.py for the topic model, which releases only at the end: killed after its
     result was complete the re-run finishes it; killed after the release was recorded but before that, the re-run
     refuses (exit 3); killed before, it runs again under the same reservation."""
     spec = write_spec(topics_doc(tmp_path, corpus_store))
     args = ["run", str(spec), "--scheduler", local_client.scheduler.address, "--date", DATE]
-    run_killed_at(point, args, tmp_path)
+    kill_at(point, args, tmp_path)
     out = tmp_path / "out" / DATE
     released = released_results(out, _topics_identity)
     code = main([*args, "--json"])

@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from ledger_race import race
 
 from dppca_dask.accounting import EpsilonDeltaDpEvent, epsilon_for
 from dppca_dask.api import plan_release
@@ -161,21 +162,6 @@ def test_missing_ledger_and_foreign_schema_are_clear_errors(tmp_path: Path) -> N
         Ledger(garbage)
 
 
-def _race_worker(path: str, job: str, barrier: object, results: object) -> None:
-    from dppca_dask.accounting import EpsilonDeltaDpEvent as Event
-    from dppca_dask.errors import BudgetExceededError as Refused
-    from dppca_dask.ledger import Ledger as L
-
-    ledger = L(path)
-    barrier.wait()  # type: ignore[attr-defined]
-    try:
-        ledger.reserve("ds", job, epsilon=0.3, delta=0.0, events=[Event(0.3)], mechanism="race", neighbouring=ROW,
-                       total_epsilon=1.0, total_delta=1e-6)
-        results.put((job, "reserved"))  # type: ignore[attr-defined]
-    except Refused:
-        results.put((job, "refused"))  # type: ignore[attr-defined]
-
-
 def test_processes_racing_for_a_budget_never_overspend(tmp_path: Path) -> None:
     """Eight processes reserve (0.3, 0) at the same moment against a total of (1, 1e-6): exactly as many succeed
     as would one after the other, and the composition stays within the total."""
@@ -191,15 +177,14 @@ def test_processes_racing_for_a_budget_never_overspend(tmp_path: Path) -> None:
 
     path = str(tmp_path / "raced.sqlite")
     _new(path)
-    ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(8), ctx.Queue()
-    procs = [ctx.Process(target=_race_worker, args=(path, f"job-{i}", barrier, results)) for i in range(8)]
-    for p in procs:
-        p.start()
-    outcomes = [results.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    ctx = multiprocessing.get_context("spawn")  # a new process, without this one's threads, forks the eight
+    report = ctx.Queue()
+    launcher = ctx.Process(target=race, args=(path, 8, report))
+    launcher.start()
+    outcomes, exit_codes = report.get(timeout=180)
+    launcher.join(timeout=60)
+    assert launcher.exitcode == 0 and exit_codes == [0] * 8
+    assert sorted(job for job, _ in outcomes) == [f"job-{i}" for i in range(8)]
     assert sum(1 for _, status in outcomes if status == "reserved") == fits
     budget = Ledger(path).budget("ds")
     assert sum(1 for e in budget.entries if e.status == RESERVED) == fits
