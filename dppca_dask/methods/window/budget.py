@@ -59,6 +59,14 @@ class PartitionReservation:
         for key in self.keys:
             self.ledger.release(key, self.job_id, outcome="failed-before-noise")
 
+    def close_failed(self, *, drawn: bool) -> None:
+        """Close the reservations of a release that failed: charged (outcome ``failed``) once any of its noise was
+        drawn, since the budget then stays spent (invariant 6); returned otherwise."""
+        if drawn:
+            self.charge(outcome="failed")
+        else:
+            self.give_back()
+
 
 def reserve_partitions(
     ledger: Any,

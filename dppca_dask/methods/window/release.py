@@ -181,10 +181,7 @@ def _window_run(plan: WindowPlan, noise: NoiseSource, budget: Mapping[str, Any] 
         noisy, shift, event = _mechanism(plan, gram, noise, key)
     except BaseException:
         if reservation is not None:
-            if key in noise.released_keys:  # noise was drawn: the budget stays spent (invariant 6)
-                reservation.charge(outcome="failed")
-            else:
-                reservation.give_back()
+            reservation.close_failed(drawn=key in noise.released_keys)
         raise
     del gram
     if reservation is not None:
@@ -371,10 +368,7 @@ def _histogram_release(plan: WindowPlan, setup: HistogramSetup, noise: NoiseSour
             noisy, shift, event = _mechanism(plan, gram, noise, key)
         except BaseException:
             if reservation is not None:
-                if key in noise.released_keys:
-                    reservation.charge(outcome="failed")
-                else:
-                    reservation.give_back()
+                reservation.close_failed(drawn=key in noise.released_keys)
             raise
         if reservation is not None:
             reservation.charge()

@@ -346,10 +346,7 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
                 nodes[f"{lv}/{k}"] = noisy.tolist()
         except BaseException:
             if reservation is not None:
-                if noise.released_keys & set(keys):  # a node's noise was drawn: the budget stays spent
-                    reservation.charge(outcome="failed")
-                else:
-                    reservation.give_back()
+                reservation.close_failed(drawn=bool(noise.released_keys & set(keys)))
             raise
         if reservation is not None:
             reservation.charge()
