@@ -117,6 +117,17 @@ def rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
+@pytest.fixture(params=[False, True], ids=["numpy", "compiled"])
+def compiled(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Each test using it runs twice: on the numpy kernels and on the compiled (numba) loops, in this process."""
+    from dppca_dask.kernels import _jit
+
+    if request.param and not _jit.NUMBA_INSTALLED:
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", request.param)
+    return bool(request.param)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get("DPPCA_RUN_LARGE") == "1":
         return

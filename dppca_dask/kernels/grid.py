@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dppca_dask.errors import InvalidParameterError
-from dppca_dask.kernels._jit import HAVE_NUMBA, jit
+from dppca_dask.kernels import _jit
+from dppca_dask.kernels._jit import jit
 
 __all__ = ["ThresholdGrid"]
 
@@ -77,7 +78,7 @@ class ThresholdGrid:
     def bins(self, scores: np.ndarray) -> np.ndarray:
         """``bin(s) = min{j : s > θ_j}`` for each score (``n_points`` when no grid value is below ``s``)."""
         scores = np.asarray(scores, dtype=np.float64)
-        if HAVE_NUMBA and scores.ndim == 1:
+        if _jit.HAVE_NUMBA and scores.ndim == 1:
             return self.bins_and_histogram(scores)[0]
         return self.bins_by_logs(scores)
 
@@ -120,33 +121,37 @@ class ThresholdGrid:
         below = np.searchsorted(self._ascending, scores, side="left")  # number of grid values < s
         return (self.n_points - below).astype(np.int64)
 
-    def bins_and_histogram(self, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def bins_and_histogram(self, scores: np.ndarray, *, out: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`bins` of a 1-D array of scores and their histogram (length :attr:`n_bins`).
 
         With numba, a guess from ``θ_j = top·2^(-j/g)`` (``j ≈ g·log2(top/s)``) corrected by exact comparisons
-        against the grid values, so the result is the definition's whatever the rounding of the logarithm.
+        against the grid values, so the result is the definition's whatever the rounding of the logarithm. ``out``:
+        an int64 array of the scores' length to hold the bins (returned), instead of a new one.
         """
         scores = np.asarray(scores, dtype=np.float64)
-        if not HAVE_NUMBA or _bins_jit is None:
+        if not _jit.HAVE_NUMBA or _bins_jit is None:
             bins = self.bins_by_logs(scores)
+            if out is not None:
+                out[...] = bins
+                bins = out
             return bins, np.bincount(bins, minlength=self.n_bins).astype(np.int64)
-        with np.errstate(divide="ignore"):
-            logs = np.log2(scores)  # -inf for 0; vectorised, far cheaper than a call per score
-        bins = np.empty(scores.shape[0], dtype=np.int64)
+        bins = np.empty(scores.shape[0], dtype=np.int64) if out is None else out
         histogram = np.zeros(self.n_bins, dtype=np.int64)
-        _bins_jit(scores, logs, self.thetas, math.log2(self.top), float(self.per_octave), bins, histogram)
+        _bins_jit(scores, self.thetas, math.log2(self.top), float(self.per_octave), bins, histogram)
         return bins, histogram
 
     def to_json(self) -> dict[str, float | int]:
         return {"top": self.top, "per_octave": self.per_octave, "n_points": self.n_points}
 
 
-def _bins_loop(scores, logs, thetas, log_top, per_octave, bins, histogram):  # type: ignore[no-untyped-def]  # noqa: ANN001
+def _bins_loop(scores, thetas, log_top, per_octave, bins, histogram):  # type: ignore[no-untyped-def]  # noqa: ANN001
     """``bins[i] = min{j : scores[i] > thetas[j]}`` (``n_points`` if none) and their histogram."""
     n_points = thetas.shape[0]
     for i in range(scores.shape[0]):
         score = scores[i]
-        guess = per_octave * (log_top - logs[i])  # +inf for a zero score; NaN never reaches a kernel
+        # log2 of a score, -inf for zero (and below: placed by the comparisons), NaN for NaN
+        log = math.log2(score) if score > 0.0 else (-math.inf if score <= 0.0 else score)
+        guess = per_octave * (log_top - log)  # +inf for a zero score; NaN never reaches a kernel
         if guess >= n_points:
             b = n_points
         elif guess < 0 or guess != guess:  # (NaN: bin 0, as the binary search places it)

@@ -57,7 +57,7 @@ def _assert_identical(got: sp.csr_array, want: sp.csr_array) -> None:
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("value_dtype", [np.float64, np.float32])
 def test_binned_sums_equal_the_selector_product(k: int | None, index_dtype: type, value_dtype: type, d: int,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+                                                monkeypatch: pytest.MonkeyPatch, compiled: bool) -> None:
     rng = np.random.default_rng(11)
     n, n_bins = 60, 9
     products: list[int] = []
@@ -81,7 +81,7 @@ def test_binned_sums_equal_the_selector_product(k: int | None, index_dtype: type
     assert got.indices.dtype == np.int32  # what travels: 4 bytes per column index while k·d fits
 
 
-def test_an_exact_zero_sum_is_not_stored() -> None:
+def test_an_exact_zero_sum_is_not_stored(compiled: bool) -> None:
     row = np.array([[0.0, 1.25, -3.0, 7e-300]])
     block = sp.csr_array(np.vstack([row, row, 2 * row]))
     got = binned_sums(block, np.array([0, 1, 2]), np.array([1, 1, 0]), np.array([0.75, -0.75, 1.0]), 3)
@@ -89,7 +89,7 @@ def test_an_exact_zero_sum_is_not_stored() -> None:
     _assert_identical(got, _reference(block, np.array([0, 1, 2]), np.array([1, 1, 0]), np.array([0.75, -0.75, 1.0]), 3))
 
 
-def test_binned_sums_of_other_blocks_and_empty_selections() -> None:
+def test_binned_sums_of_other_blocks_and_empty_selections(compiled: bool) -> None:
     rng = np.random.default_rng(12)
     n, d, n_bins = 40, 17, 6
     block = _block(rng, n, d)
@@ -109,3 +109,22 @@ def test_binned_sums_of_other_blocks_and_empty_selections() -> None:
     assert binned_sums(block, rows, bins, np.zeros((rows.shape[0], 0)), n_bins).shape == (n_bins, 0)
     # every selected weight zero: nothing stored
     assert binned_sums(block, rows, bins, np.zeros(rows.shape[0]), n_bins).nnz == 0
+
+
+def test_every_sum_kept_when_the_rows_fill_every_bins_columns(compiled: bool) -> None:
+    """Rows holding every column, one bin each: every bin's d sums are stored (the most a bin can hold), NaN sums
+    kept and an exact zero dropped, the same bits as the product."""
+    rng = np.random.default_rng(13)
+    n, d, n_bins = 12, 7, 5
+    dense = rng.standard_normal((n, d)) + 3.0
+    dense[3, 2] = np.nan  # a NaN value: its bin's sum of that column is NaN, stored (not an exact zero)
+    block = sp.csr_array(dense)
+    rows = np.arange(n)
+    bins = np.repeat(np.arange(n_bins - 1), 3)
+    weights = rng.standard_normal(n)
+    weights[9:] = 0.0  # bin 3's rows all weigh zero: nothing stored for it
+    got = binned_sums(block, rows, bins, weights, n_bins)
+    assert np.diff(got.indptr).tolist() == [d, d, d, 0, 0]
+    assert np.isnan(got.toarray()[1, 2])
+    _assert_identical(got, _reference(block, rows, bins, weights, n_bins))
+

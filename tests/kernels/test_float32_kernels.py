@@ -16,8 +16,7 @@ import scipy.sparse as sp
 
 from dppca_dask.coordinator.sources import load_store_partition
 from dppca_dask.kernels import ThresholdGrid, filtered_sum, gram_times, plain_gram_times, power_partial
-from dppca_dask.kernels import _jit, _sparse
-from dppca_dask.kernels import grid as grid_module
+from dppca_dask.kernels import _sparse
 from dppca_dask.kernels.power import clip_factors
 from dppca_dask.storage import row_norms_of, write_matrix
 
@@ -81,13 +80,9 @@ def test_empty_blocks_and_other_inputs_go_to_scipy(rng: np.random.Generator) -> 
     np.testing.assert_array_equal(_sparse.times(dense, np.ones(4)), dense.astype(np.float64) @ np.ones(4))
 
 
-@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 def test_private_step_on_float32_equals_float64(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch,
                                                 compiled: bool, index_dtype: type) -> None:
-    if compiled and not _jit.NUMBA_INSTALLED:
-        pytest.skip("numba is not installed")
-    monkeypatch.setattr(grid_module, "HAVE_NUMBA", compiled)
     monkeypatch.setattr(_sparse, "CHUNK", 97)  # many chunks at this size
     block = _block(rng, dtype=np.float32, index_dtype=index_dtype)
     ref = _as64(block)

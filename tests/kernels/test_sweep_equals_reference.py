@@ -14,7 +14,6 @@ import scipy.sparse as sp
 
 from dppca_dask.kernels import ThresholdGrid, filtered_sum, power_partial
 from dppca_dask.kernels import _jit
-from dppca_dask.kernels import grid as grid_module
 from dppca_dask.kernels.power import clip_factors
 from dppca_dask.storage import row_norms_of
 
@@ -68,14 +67,10 @@ def _assert_same(got, want) -> None:  # noqa: ANN001
     np.testing.assert_array_equal(got.bin_sums.toarray(), bin_sums.toarray())
 
 
-@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("bound", [1.0, 0.5, 4.0])
-def test_power_partial_equals_the_previous_kernel(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch,
-                                                   compiled: bool, index_dtype: type, bound: float) -> None:
-    if compiled and not _jit.NUMBA_INSTALLED:
-        pytest.skip("numba is not installed")
-    monkeypatch.setattr(grid_module, "HAVE_NUMBA", compiled)
+def test_power_partial_equals_the_previous_kernel(rng: np.random.Generator, compiled: bool, index_dtype: type,
+                                                   bound: float) -> None:
     d = 40
     grid = ThresholdGrid.for_bound(bound, per_octave=4, octaves=16)
     block, norms = _crafted(rng, d, grid)
@@ -119,7 +114,7 @@ def test_boundary_rows_land_in_the_bins_of_the_definition() -> None:
 
 @pytest.mark.skipif(not _jit.NUMBA_INSTALLED, reason="numba is not installed")
 def test_compiled_bins_equal_the_binary_search(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(grid_module, "HAVE_NUMBA", True)
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
     for grid in (ThresholdGrid.for_bound(1.0), ThresholdGrid.for_bound(3.0, per_octave=3, octaves=7),
                  ThresholdGrid(top=0.7, per_octave=1, n_points=1), ThresholdGrid(top=2.0, per_octave=5, n_points=40)):
         thetas = grid.thetas
@@ -134,15 +129,10 @@ def test_compiled_bins_equal_the_binary_search(rng: np.random.Generator, monkeyp
         np.testing.assert_array_equal(grid.bins(scores), want)
 
 
-@pytest.mark.parametrize("compiled", [False, True])
-def test_bins_from_the_logarithm_equal_the_binary_search(rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch,
-                                                         compiled: bool) -> None:
+def test_bins_from_the_logarithm_equal_the_binary_search(rng: np.random.Generator, compiled: bool) -> None:
     """The numpy bins (closed-form guess, one exact comparison each way) are the definition's on the grid values,
     one ulp either side of each, zero, subnormals, infinities, NaN and random scores over 40 octaves; scores below
     zero, never a kernel's, too. Without numba the kernels' bins and histogram are these."""
-    if compiled and not _jit.NUMBA_INSTALLED:
-        pytest.skip("numba is not installed")
-    monkeypatch.setattr(grid_module, "HAVE_NUMBA", compiled)
     for grid in (ThresholdGrid.for_bound(1.0), ThresholdGrid.for_bound(3.0, per_octave=3, octaves=7),
                  ThresholdGrid(top=0.7, per_octave=1, n_points=1), ThresholdGrid(top=2.0, per_octave=5, n_points=40),
                  ThresholdGrid.for_bound(1e-150), ThresholdGrid.for_bound(1e150, per_octave=7)):

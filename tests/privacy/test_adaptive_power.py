@@ -214,10 +214,10 @@ def test_replace_one_map_refuses_events_it_does_not_know() -> None:
         plan.replace_one[0]((LaplaceDpEvent(1.0),))
 
 
-def test_a_row_of_norm_at_the_float64_limit_is_its_clipped_row() -> None:
+def test_a_row_of_norm_at_the_float64_limit_is_its_clipped_row(compiled: bool) -> None:
     # a row of finite norm (the largest float64) whose product with a unit iterate overflows by rounding before
     # the clip factor applies: its score, bin and contribution must be those of its clipped copy (norm c), with
-    # no overflow warning (an inf sum, or the warning, told the neighbours apart)
+    # no overflow warning (an inf sum, or the warning, told the neighbours apart); numpy kernels and compiled loops
     import itertools
     import warnings
 

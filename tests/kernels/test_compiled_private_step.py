@@ -1,0 +1,183 @@
+"""The compiled loops of the private step (numba, ``DPPCA_DASK_NUMBA=1``) give the numpy kernels' values bit for
+bit, whatever path the data takes, and the arrays they reuse between calls never reach a result.
+
+The compiled path computes ``A x`` into an array kept per thread, the rows' weights and scores in one loop, the
+bins, and the top rows' per-bin sums reading each row where it is; the numpy path allocates each array afresh.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dppca_dask.kernels import ThresholdGrid, _jit, _sparse, power_partial
+from dppca_dask.kernels import power as power_module
+from dppca_dask.storage import row_norms_of
+
+pytestmark = pytest.mark.skipif(not _jit.NUMBA_INSTALLED, reason="numba is not installed")
+
+
+def _block(rng: np.random.Generator, n: int, d: int, density: float, value_dtype: type = np.float64) -> sp.csr_array:
+    dense = rng.standard_normal((n, d)) * (rng.random((n, d)) < density) * 10.0 ** rng.integers(-3, 3, size=(n, 1))
+    dense[7] = 0.0  # an empty row
+    return sp.csr_array(dense.astype(value_dtype))
+
+
+def _partial(block: sp.csr_array, x: np.ndarray, top_m: int, *, bound: float = 2.0) -> power_module.PowerPartial:
+    return power_partial(block, row_norms_of(block), x, partition=1, row_norm_bound=bound,
+                         grid=ThresholdGrid.for_bound(bound), top_m=top_m)
+
+
+def _assert_same_bits(got: power_module.PowerPartial, want: power_module.PowerPartial) -> None:
+    np.testing.assert_array_equal(got.histogram, want.histogram)
+    assert np.array_equal(got.full_sum.view(np.uint64), want.full_sum.view(np.uint64))
+    assert got.cuts == want.cuts
+    assert got.bin_sums.shape == want.bin_sums.shape
+    for name in ("indptr", "indices"):
+        np.testing.assert_array_equal(getattr(got.bin_sums, name), getattr(want.bin_sums, name))
+    assert np.array_equal(got.bin_sums.data.view(np.uint64), want.bin_sums.data.view(np.uint64))
+
+
+@pytest.mark.parametrize("value_dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("d", [30, 3000])  # per-bin dense vectors; too wide for them: the selector product
+def test_the_private_kernel_is_the_same_compiled_or_not(monkeypatch: pytest.MonkeyPatch, value_dtype: type,
+                                                        index_dtype: type, d: int) -> None:
+    rng = np.random.default_rng(14)
+    block = _block(rng, 400, d, density=0.5 if d < 100 else 0.002, value_dtype=value_dtype)
+    block.indices = block.indices.astype(index_dtype)
+    block.indptr = block.indptr.astype(index_dtype)
+    x = rng.standard_normal(d)
+    x /= np.linalg.norm(x)
+    for top_m in (0, 1, 50, 399, 10_000):
+        for bound in (2.0, 1e-3, np.inf):
+            results = []
+            for flag in (False, True):
+                monkeypatch.setattr(_jit, "HAVE_NUMBA", flag)
+                if np.isfinite(bound):
+                    results.append(_partial(block, x, top_m, bound=bound))
+                else:  # an infinite bound has no grid: the rows' weights and the full sum only
+                    results.append(power_module._sweep(block, row_norms_of(block), x, bound,
+                                                       ThresholdGrid.for_bound(1.0)))
+            if np.isfinite(bound):
+                _assert_same_bits(results[1], results[0])
+            else:
+                for got, want in zip(results[1], results[0]):
+                    assert np.array_equal(np.asarray(got).view(np.uint64), np.asarray(want).view(np.uint64))
+
+
+def test_results_never_share_the_arrays_reused_between_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partial computed first is unchanged by the next calls (which reuse the per-thread arrays) and equals the
+    same partial computed afresh on the numpy path."""
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
+    rng = np.random.default_rng(15)
+    first_block, other = _block(rng, 300, 25, 0.6), _block(rng, 500, 25, 0.6)
+    x = rng.standard_normal(25)
+    x /= np.linalg.norm(x)
+    first = _partial(first_block, x, 120)
+    copies = (first.histogram.copy(), first.full_sum.copy(), first.bin_sums.copy())
+    assert first.bin_sums.nnz > 0
+    y = rng.standard_normal(25)
+    for _ in range(3):  # the same sizes (the same arrays reused), smaller ones, larger ones
+        _partial(first_block, -x, 120)
+        _partial(first_block, y / np.linalg.norm(y), 120)
+        _partial(first_block[:100], x, 30)
+        _partial(other, -x, 400)
+    np.testing.assert_array_equal(first.histogram, copies[0])
+    np.testing.assert_array_equal(first.full_sum, copies[1])
+    assert (first.bin_sums != copies[2]).nnz == 0
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", False)
+    _assert_same_bits(first, _partial(first_block, x, 120))
+
+
+def test_threads_computing_partials_at_once_get_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker with several threads: each thread's reused arrays are its own."""
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", False)
+    rng = np.random.default_rng(16)
+    blocks = [_block(rng, 200 + 50 * i, 40, 0.4) for i in range(4)]
+    x = rng.standard_normal(40)
+    x /= np.linalg.norm(x)
+    want = [_partial(b, x, 60) for b in blocks]
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
+    got: dict[int, list[power_module.PowerPartial]] = {}
+    start = threading.Barrier(4)
+
+    def run(i: int) -> None:
+        start.wait()
+        got[i] = [_partial(blocks[i], x, 60) for _ in range(20)]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(4):
+        for partial in got[i]:
+            _assert_same_bits(partial, want[i])
+
+
+def test_the_per_bin_loop_is_compiled_whichever_path_the_rows_take(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a compilation happens must not depend on the data: the per-bin loop is compiled (or loaded) for the
+    block's types on the first call even when the rows take the selector product, so a later call whose rows take
+    the loop adds no compilation."""
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
+    rng = np.random.default_rng(17)
+    for value_dtype in (np.float64, np.float32):
+        wide = _block(rng, 200, 5000, 0.001, value_dtype)  # a few entries per bin: the selector product
+        narrow = _block(rng, 200, 20, 0.8, value_dtype)  # the rows' entries outweigh the bins' dense vectors
+        products: list[int] = []
+        selected_product = power_module._selected_product
+
+        def counted(*args, _products=products, _product=selected_product, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            _products.append(1)
+            return _product(*args, **kwargs)
+
+        monkeypatch.setattr(power_module, "_selected_product", counted)
+        x = rng.standard_normal(5000)
+        _partial(wide, x / np.linalg.norm(x), 150)
+        assert products == [1]
+        compiled = power_module._binned_jit.compiled
+        assert compiled is not None
+        signatures = set(compiled.signatures)
+        assert any(str(sig[2].dtype) == np.dtype(value_dtype).name for sig in signatures)
+        x = rng.standard_normal(20)
+        _partial(narrow, x / np.linalg.norm(x), 150)
+        assert products == [1]  # the loop this time
+        assert set(compiled.signatures) == signatures
+
+
+def test_times_into_is_scipys_product() -> None:
+    rng = np.random.default_rng(18)
+    block = _block(rng, 50, 30, 0.3)
+    x = rng.standard_normal(30)
+    out = np.full(50, np.nan)
+    assert _sparse.times_into(block, x, out) is out
+    assert np.array_equal(out.view(np.uint64), np.asarray(block @ x).view(np.uint64))
+    for other in (sp.csc_array(block), block.toarray(), sp.csr_array(block.astype(np.float32))):
+        out = np.full(50, np.nan)
+        np.testing.assert_array_equal(_sparse.times_into(other, x, out), _sparse.times(other, x))
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        _sparse.times_into(block, x, np.zeros(49))
+    with pytest.raises(ValueError, match="dimension mismatch"):
+        _sparse.times_into(block, np.ones(29), np.zeros(50))
+
+
+def test_partitions_above_the_kept_size_use_fresh_arrays(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
+    monkeypatch.setattr(power_module, "SCRATCH_ROWS", 100)
+    scratch = power_module._Scratch()
+    small = scratch.take("a", 100, np.float64)
+    assert np.shares_memory(scratch.take("a", 60, np.float64), small)  # kept and reused
+    large = scratch.take("a", 101, np.float64)
+    assert large.shape == (101,) and not np.shares_memory(large, small)  # fresh, and not kept:
+    assert np.shares_memory(scratch.take("a", 100, np.float64), small)
+    assert scratch.take("z", 101, np.float64, zeroed=True).sum() == 0.0
+    rng = np.random.default_rng(19)
+    block = _block(rng, 300, 25, 0.6)
+    x = rng.standard_normal(25)
+    got = _partial(block, x / np.linalg.norm(x), 120)
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", False)
+    _assert_same_bits(got, _partial(block, x / np.linalg.norm(x), 120))
