@@ -259,6 +259,7 @@ class Coordinator:
         self._step = 0
         self._parts: list[Any] | None = None
         self._placement = self._place()
+        self._direct = _direct_gathers(client)
         if self.persisted:
             self._parts = self._persist()
 
@@ -354,7 +355,7 @@ class Coordinator:
             ]
         # The last level (at most fan_in partials) is gathered and merged here: one hop fewer than a last reduce
         # task on a worker. Task errors come back as values without data in them (see coordinator.guard).
-        partials = [unwrap(p) for p in self.client.gather(level)]
+        partials = [unwrap(p) for p in self.client.gather(level, direct=self._direct)]
         del level, vector_future
         return final(*partials)
 
@@ -369,6 +370,26 @@ class Coordinator:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _direct_gathers(client: Any) -> bool | None:
+    """Whether a step's partials are fetched straight from the workers (``True``) or through the scheduler (Dask's
+    default for a client outside the cluster, ``None`` here).
+
+    The client's own setting (``Client(direct_to_workers=...)`` or ``distributed.client.direct-to-workers``) when it
+    has one; otherwise straight from the workers when the client was made for a ``LocalCluster`` object, whose
+    workers it can always reach (the package's embedded clusters); a client given a scheduler's address may sit where
+    only the scheduler is reachable, and keeps Dask's default. Through the scheduler, each partial is received and
+    sent on once more: on the 10⁸-entry benchmark store (8 partials of 0.6 MB), the private step's aggregate was
+    back 15.3-17.4 ms after its last task ended, against 10.3-10.7 ms straight from the workers (the plain step's
+    0.16 MB partials: 6-8 ms either way). The route carries the same partials either way.
+    """
+    setting = getattr(client, "direct_to_workers", None)
+    if setting is not None:
+        return bool(setting)
+    from distributed import LocalCluster
+
+    return True if isinstance(getattr(client, "cluster", None), LocalCluster) else None
 
 
 def run_algorithm(executor: Coordinator | LocalExecutor, run: AlgorithmRun[Any]) -> Any:

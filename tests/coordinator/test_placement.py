@@ -76,3 +76,51 @@ def test_lost_scattered_blocks_are_sent_again(rng: np.random.Generator, monkeypa
                     client.sync(worker.close)
             np.testing.assert_allclose(coordinator.execute(PlainGramTimes(x)), dense.T @ (dense @ x))
             assert coordinator._token != token  # the partitions were built again from blocks scattered again
+
+
+def _count_scheduler_gathers(dask_scheduler: Any) -> None:
+    """Installed on the scheduler: count the gathers it serves (each sends data it first received from workers)."""
+    handler = dask_scheduler.handlers["gather"]
+    dask_scheduler.counted_gathers = 0
+    dask_scheduler.uncounted_gather = handler
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        dask_scheduler.counted_gathers += 1
+        return await handler(*args, **kwargs)
+
+    dask_scheduler.handlers["gather"] = counted
+
+
+def test_partials_come_straight_from_the_workers_of_a_local_cluster(local_client: Any, rng: np.random.Generator,
+                                                                    monkeypatch: Any) -> None:
+    """A client made for a LocalCluster reaches its workers: a step's partials are fetched from them, not through
+    the scheduler; a client given a scheduler's address keeps Dask's route, and a client's own setting wins. The
+    aggregate is the same bits either way."""
+    from distributed import Client
+
+    from dppca_dask.coordinator.driver import _direct_gathers
+
+    def counted(dask_scheduler: Any) -> int:
+        return int(dask_scheduler.counted_gathers)
+
+    def restore(dask_scheduler: Any) -> None:
+        dask_scheduler.handlers["gather"] = dask_scheduler.uncounted_gather
+
+    matrix = _matrix(rng, 1_200)
+    x = np.arange(30.0)
+    local_client.run_on_scheduler(_count_scheduler_gathers)
+    try:
+        with Coordinator(local_client, as_source(matrix)) as coordinator:
+            assert coordinator._direct is True
+            straight = coordinator.execute(PlainGramTimes(x))
+        assert local_client.run_on_scheduler(counted) == 0
+        with Client(local_client.scheduler.address) as by_address:
+            assert _direct_gathers(by_address) is None
+            with Coordinator(by_address, as_source(matrix)) as coordinator:
+                routed = coordinator.execute(PlainGramTimes(x))
+        assert local_client.run_on_scheduler(counted) >= 1
+    finally:
+        local_client.run_on_scheduler(restore)
+    assert np.array_equal(straight, routed)
+    monkeypatch.setattr(local_client, "direct_to_workers", False)
+    assert _direct_gathers(local_client) is False
