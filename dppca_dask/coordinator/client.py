@@ -777,8 +777,10 @@ class InProcessClient:
         del workers, hash, kwargs
         return data
 
-    def gather(self, futures: Any) -> Any:
-        """The results of ``futures`` (a future, or a list of them), in order."""
+    def gather(self, futures: Any, direct: bool | None = None) -> Any:
+        """The results of ``futures`` (a future, or a list of them), in order (``direct``, the route of a Dask
+        client's gather, means nothing here: the results are in this process)."""
+        del direct
         return _resolve(futures)
 
     def scheduler_info(self, n_workers: int = -1) -> dict[str, Any]:

@@ -387,9 +387,12 @@ def _direct_gathers(client: Any) -> bool | None:
     setting = getattr(client, "direct_to_workers", None)
     if setting is not None:
         return bool(setting)
+    cluster = getattr(client, "cluster", None)
+    if cluster is None:  # (an in-process client has none: distributed is then not imported at all)
+        return None
     from distributed import LocalCluster
 
-    return True if isinstance(getattr(client, "cluster", None), LocalCluster) else None
+    return True if isinstance(cluster, LocalCluster) else None
 
 
 def run_algorithm(executor: Coordinator | LocalExecutor, run: AlgorithmRun[Any]) -> Any:

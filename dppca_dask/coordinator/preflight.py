@@ -31,7 +31,8 @@ def check_partition(item: Any) -> None:
 
     The loaders already refuse malformed structure, non-finite values and overflowing norms; this also checks
     what the kernels rely on, so a loader that forgot a check cannot let a bad block through: a canonical CSR
-    block (sorted indices, no duplicates), finite values, one finite, non-negative norm per row.
+    block (sorted indices, no duplicates, every column index in range and row pointers in order: the compiled
+    loops read with them unchecked), finite values, one finite, non-negative norm per row.
     """
     if isinstance(item, PartitionData):
         part = item
@@ -41,10 +42,10 @@ def check_partition(item: Any) -> None:
     block, norms = part.block, np.asarray(part.norms)
     where = f"partition {part.index}"
     if sp.issparse(block):
-        if block.format != "csr" or not block.has_canonical_format:
+        if block.format != "csr" or not _in_range(block) or not block.has_canonical_format:
             raise InvalidInputError(
-                f"{where} is not canonical CSR (unsorted or duplicate entries); this is a defect of its reader: "
-                "report it, and ingest the data with `dppca-dask ingest` meanwhile",
+                f"{where} is not canonical CSR (unsorted, duplicate or out-of-range entries); this is a defect of "
+                "its reader: report it, and ingest the data with `dppca-dask ingest` meanwhile",
                 partition=part.index,
             )
         values = block.data
@@ -58,6 +59,15 @@ def check_partition(item: Any) -> None:
             f"{where} has row norms that are not finite or do not match its rows; rescale the data and re-ingest",
             partition=part.index,
         )
+
+
+def _in_range(block: Any) -> bool:
+    """Row pointers from 0 to the number of entries, in order, and every column index in ``[0, d)``."""
+    try:
+        block.check_format(full_check=True)
+    except ValueError:
+        return False
+    return True
 
 
 def preflight(source: Any, executor_or_coordinator: Any = None) -> int:

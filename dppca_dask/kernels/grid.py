@@ -40,6 +40,7 @@ class ThresholdGrid:
     """``+inf``, the grid values, ``-inf``: ``_bounds[b]`` is ``θ_{b-1}`` (see :meth:`bins_by_logs`)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "top", float(self.top))  # (numpy scalars too: the kernels clamp scores to it)
         if not (math.isfinite(self.top) and self.top > 0):
             raise InvalidParameterError(f"grid top must be finite and > 0; got {self.top}")
         if self.per_octave < 1:
@@ -63,7 +64,7 @@ class ThresholdGrid:
             raise InvalidParameterError(f"row_norm_bound must be finite and > 0; got {row_norm_bound}")
         if octaves < 1:
             raise InvalidParameterError(f"octaves must be >= 1; got {octaves}")
-        return cls(top=row_norm_bound**2, per_octave=per_octave, n_points=per_octave * octaves + 1)
+        return cls(top=float(row_norm_bound) ** 2, per_octave=per_octave, n_points=per_octave * octaves + 1)
 
     @property
     def n_bins(self) -> int:
@@ -129,6 +130,8 @@ class ThresholdGrid:
         an int64 array of the scores' length to hold the bins (returned), instead of a new one.
         """
         scores = np.asarray(scores, dtype=np.float64)
+        if out is not None and (out.shape != scores.shape or out.dtype != np.int64 or not out.flags.writeable):
+            raise ValueError(f"out must be a writeable int64 array of shape {scores.shape}")
         if not _jit.HAVE_NUMBA or _bins_jit is None:
             bins = self.bins_by_logs(scores)
             if out is not None:

@@ -150,9 +150,25 @@ def _clamped_scores(norms: np.ndarray, projections: np.ndarray, row_norm_bound: 
     return scores
 
 
+def _rows_and_bound(block: Any, norms: Any, row_norm_bound: float) -> tuple[np.ndarray, float]:
+    """The row norms as float64, one per row, and the bound as a float (> 0, or +inf): both paths of the kernels
+    compute from these in float64, whatever types they were given (a float32 bound squared in float32 would put
+    the clamp of the scores off the grid's top, which is computed in float64)."""
+    norms = np.asarray(norms, dtype=np.float64)
+    if norms.shape != (block.shape[0],):
+        raise ValueError(f"dimension mismatch: {norms.shape} norms for {block.shape[0]} rows")
+    bound = float(row_norm_bound)
+    if not bound > 0:  # (NaN too)
+        raise ValueError(f"row_norm_bound must be > 0; got {row_norm_bound}")
+    return norms, bound
+
+
 def _sweep(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float,
            grid: ThresholdGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One pass: each row's weight ``f·(a'ᵀx)``, its bin, the bins' histogram and ``Σ a'(a'ᵀx) = Aᵀ(f·(a'ᵀx))``."""
+    """One pass: each row's weight ``f·(a'ᵀx)``, its bin, the bins' histogram and ``Σ a'(a'ᵀx) = Aᵀ(f·(a'ᵀx))``.
+
+    ``norms`` and ``row_norm_bound`` as :func:`_rows_and_bound` gives them. On the compiled path the weights and the
+    bins are this thread's reused arrays (:class:`_Scratch`): valid until its next call, never to be returned."""
     if _sparse.chunked(block) and block.dtype != np.float64 and x.ndim == 1:  # float32: see kernels._sparse
         factors = clip_factors(norms, row_norm_bound)
         projections, weights, full_sum = _sparse.sweep(block, factors, x)
@@ -163,7 +179,7 @@ def _sweep(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float,
         with np.errstate(over="ignore", invalid="ignore"):  # a row near the float64 limit: handled below
             weights = _sparse.times_into(block, x, _SCRATCH.take("weights", n, np.float64))  # aᵀx, then w in place
         scores = _SCRATCH.take("scores", n, np.float64)
-        if _rows_jit(np.asarray(norms, dtype=np.float64), weights, float(row_norm_bound), weights, scores):
+        if _rows_jit(norms, weights, row_norm_bound, weights, scores):
             bins, histogram = grid.bins_and_histogram(scores, out=_SCRATCH.take("bins", n, np.int64))
             return weights, bins, histogram, _transpose_times(block, weights)
         # a row's product is not finite (values near the float64 limit): the path below recomputes such rows
@@ -209,11 +225,11 @@ class _Scratch(threading.local):
     Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536`` (the package's embedded clusters do not:
     ``dppca_dask.cluster.worker-environ``), under which every array above 128 KiB is fresh memory from the system
     whose pages fault in on first write: the compiled kernel on one partition (1.25·10⁷ entries, 54,348 rows) took
-    42.9-43.1 ms with a fresh array for each per-row value, against 40.3-40.5 ms with these kept (39.7-40.3 ms under
+    42.9-43.1 ms with a fresh array for each per-row value, against 40.3-40.5 ms with these kept (40.0-40.3 ms under
     glibc's default setting either way). They are kept for partitions of at most :data:`SCRATCH_ROWS` rows (a row
     count is public; a larger partition allocates as before, its work dwarfs it): at most about
-    ``24·SCRATCH_ROWS`` bytes per thread, plus the top rows' sums (at most their entries). Nothing a kernel returns
-    refers to them.
+    ``24·SCRATCH_ROWS`` bytes per thread, and one vector of d for the top rows' per-bin sums (sizes of public
+    shapes only). Nothing a kernel returns refers to them.
     """
 
     def take(self, name: str, n: int, dtype: type, *, zeroed: bool = False) -> np.ndarray:
@@ -252,14 +268,16 @@ def binned_sums(block: Any, rows: np.ndarray, bins: np.ndarray, weights: np.ndar
     list. Clearing and scanning a bin's dense vector costs d, so when the used bins' vectors outweigh the rows'
     entries (wide d, many sparsely filled bins) the product is used instead. With the compiled loops
     (:mod:`dppca_dask.kernels._jit`) a vector of weights is accumulated by :func:`_binned_loop`, which reads the rows
-    where they are instead of taking them out: 1.6 ms for the loop and 2.0-2.9 ms in all, against 3.6 ms, for those
-    2,784 rows.
+    where they are instead of taking them out: for the 2,784 top rows (6.4·10⁵ entries, 5 bins) of a benchmark
+    partition at a late iterate, 1.6 ms for the loop and 2.0-2.9 ms in all, against 3.6 ms.
     """
     d = block.shape[1]
     matrix = weights.ndim == 2
     k = weights.shape[1] if matrix else 1
     if k == 0:
         return sp.csr_array((n_bins, 0))
+    if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= block.shape[0]):
+        raise ValueError(f"rows out of range for a block of {block.shape[0]} rows")
     order = np.lexsort((rows, bins))  # by bin, rows ascending within a bin, whatever the path below
     rows, bins, weights = rows[order], bins[order], np.ascontiguousarray(weights[order], dtype=np.float64)
     width = k * d
@@ -284,11 +302,10 @@ def binned_sums(block: Any, rows: np.ndarray, bins: np.ndarray, weights: np.ndar
     counts = np.zeros(n_bins + 1, dtype=index_type)
     if compiled is not None:
         # The rows are read where they are (no copy); a bin keeps at most d sums, and used × d <= entries here
-        sums, columns = _SCRATCH.take("sums", used * d, np.float64), _SCRATCH.take("columns", used * d, index_type)
+        sums, columns = np.empty(used * d), np.empty(used * d, dtype=index_type)
         kept = compiled(block.indptr, _unsigned(block.indices), block.data, rows, bounds, weights,
                         _SCRATCH.take("accumulator", d, np.float64, zeroed=True), sums, columns, counts)
-        return sp.csr_array((sums[:kept].copy(), columns[:kept].copy(), np.cumsum(counts, dtype=index_type)),
-                            shape=(n_bins, d))
+        return sp.csr_array((sums[:kept], columns[:kept], np.cumsum(counts, dtype=index_type)), shape=(n_bins, d))
     taken = block[rows]
     pointers = taken.indptr.astype(taken.indices.dtype, copy=False)
     values = taken.data.astype(np.float64, copy=False)  # float32 and integers convert exactly, as the product does
@@ -383,6 +400,7 @@ def power_partial(
     ``block`` is a float64 ``csr_array`` or dense array of the partition's rows, ``norms`` their stored L2 norms,
     ``x`` the broadcast unit vector.
     """
+    norms, row_norm_bound = _rows_and_bound(block, norms, row_norm_bound)
     weights, bins, histogram, full_sum = _sweep(block, norms, x, row_norm_bound, grid)
     cumulative = np.cumsum(histogram[: grid.n_points])
     cut = int(np.searchsorted(cumulative, top_m, side="right")) - 1  # largest j with F_j <= top_m
@@ -481,6 +499,7 @@ def filtered_sum(
     above: int = -1,
 ) -> np.ndarray:
     """Exact ``Σ a'(a'ᵀx)`` over the partition's rows of bin in ``(above, index]`` (the second pass)."""
+    norms, row_norm_bound = _rows_and_bound(block, norms, row_norm_bound)
     factors, projections, scores = _scores(block, norms, x, row_norm_bound)  # the first pass's scores and bins
     bins = grid.bins(scores)
     weights = np.where((bins <= index) & (bins > above), factors * projections, 0.0)

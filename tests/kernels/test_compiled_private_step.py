@@ -20,9 +20,14 @@ from dppca_dask.storage import row_norms_of
 pytestmark = pytest.mark.skipif(not _jit.NUMBA_INSTALLED, reason="numba is not installed")
 
 
-def _block(rng: np.random.Generator, n: int, d: int, density: float, value_dtype: type = np.float64) -> sp.csr_array:
+def _block(rng: np.random.Generator, n: int, d: int, density: float, value_dtype: type = np.float64,
+           x: np.ndarray | None = None) -> sp.csr_array:
+    """Random rows over six orders of magnitude, an empty row; with ``x``, rows along it far above any bound (their
+    score is clamped to c²: without the clamp they would land in bin 0, which θ₀ = c² never fills)."""
     dense = rng.standard_normal((n, d)) * (rng.random((n, d)) < density) * 10.0 ** rng.integers(-3, 3, size=(n, 1))
     dense[7] = 0.0  # an empty row
+    if x is not None:
+        dense[10:20] = np.outer(rng.uniform(5.0, 50.0, 10), x)
     return sp.csr_array(dense.astype(value_dtype))
 
 
@@ -47,11 +52,12 @@ def _assert_same_bits(got: power_module.PowerPartial, want: power_module.PowerPa
 def test_the_private_kernel_is_the_same_compiled_or_not(monkeypatch: pytest.MonkeyPatch, value_dtype: type,
                                                         index_dtype: type, d: int) -> None:
     rng = np.random.default_rng(14)
-    block = _block(rng, 400, d, density=0.5 if d < 100 else 0.002, value_dtype=value_dtype)
-    block.indices = block.indices.astype(index_dtype)
-    block.indptr = block.indptr.astype(index_dtype)
     x = rng.standard_normal(d)
     x /= np.linalg.norm(x)
+    block = _block(rng, 400, d, density=0.5 if d < 100 else 0.002, value_dtype=value_dtype, x=x)
+    block.indices = block.indices.astype(index_dtype)
+    block.indptr = block.indptr.astype(index_dtype)
+    assert _partial(block, x, 10).histogram[0] == 0  # the clamp: rows along x far above the bound
     for top_m in (0, 1, 50, 399, 10_000):
         for bound in (2.0, 1e-3, np.inf):
             results = []
@@ -124,6 +130,7 @@ def test_the_per_bin_loop_is_compiled_whichever_path_the_rows_take(monkeypatch: 
     block's types on the first call even when the rows take the selector product, so a later call whose rows take
     the loop adds no compilation."""
     monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
+    monkeypatch.setattr(power_module, "_binned_jit", _jit._Lazy(power_module._binned_loop))  # none compiled yet
     rng = np.random.default_rng(17)
     for value_dtype in (np.float64, np.float32):
         wide = _block(rng, 200, 5000, 0.001, value_dtype)  # a few entries per bin: the selector product
@@ -181,3 +188,109 @@ def test_partitions_above_the_kept_size_use_fresh_arrays(monkeypatch: pytest.Mon
     got = _partial(block, x / np.linalg.norm(x), 120)
     monkeypatch.setattr(_jit, "HAVE_NUMBA", False)
     _assert_same_bits(got, _partial(block, x / np.linalg.norm(x), 120))
+
+
+def test_inputs_of_other_types_compute_in_float64_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A float32 bound, float32 norms or norms as a list give the same bits on both paths, each computing in float64
+    from the values given: a bound squared in float32 would clamp the scores off the grid's top (rows in bin 0, where
+    the second pass would not put them)."""
+    rng = np.random.default_rng(20)
+    x = rng.standard_normal(30)
+    x /= np.linalg.norm(x)
+    block = _block(rng, 300, 30, 0.4, x=x)
+    norms = row_norms_of(block)
+    for bound in (1.1, 0.3, 2.3, 0.55):  # (2.3 in float32, squared in float32, rounds above its float64 square)
+        for given_bound, given_norms in ((np.float32(bound), norms), (bound, norms.astype(np.float32)),
+                                         (np.float64(bound), list(norms))):
+            grid = ThresholdGrid.for_bound(given_bound)
+            results = []
+            for flag in (False, True):
+                monkeypatch.setattr(_jit, "HAVE_NUMBA", flag)
+                got = power_partial(block, given_norms, x, partition=1, row_norm_bound=given_bound, grid=grid,
+                                    top_m=100)
+                assert got.histogram[0] == 0
+                second = power_module.filtered_sum(block, given_norms, x, row_norm_bound=given_bound, grid=grid,
+                                                   index=0)
+                assert not second.any()  # bin 0 is empty in the second pass too
+                results.append(got)
+            _assert_same_bits(results[1], results[0])
+            monkeypatch.setattr(_jit, "HAVE_NUMBA", False)
+            _assert_same_bits(results[0], power_partial(block, np.asarray(given_norms, dtype=np.float64), x,
+                                                        partition=1, row_norm_bound=float(given_bound), grid=grid,
+                                                        top_m=100))
+
+
+@pytest.mark.parametrize("flag", [False, True])
+def test_inputs_the_kernels_cannot_take_are_refused_on_both_paths(monkeypatch: pytest.MonkeyPatch,
+                                                                  flag: bool) -> None:
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", flag)
+    rng = np.random.default_rng(21)
+    block = _block(rng, 50, 10, 0.5)
+    norms = row_norms_of(block)
+    x = np.ones(10) / np.sqrt(10)
+    grid = ThresholdGrid.for_bound(1.0)
+    for bad_norms in (norms[:1], np.concatenate([norms, norms])):  # broadcast, or longer than the rows
+        with pytest.raises(ValueError, match="dimension mismatch"):
+            power_partial(block, bad_norms, x, partition=0, row_norm_bound=1.0, grid=grid, top_m=10)
+        with pytest.raises(ValueError, match="dimension mismatch"):
+            power_module.filtered_sum(block, bad_norms, x, row_norm_bound=1.0, grid=grid, index=5)
+    for bound in (np.nan, 0.0, -1.0):
+        with pytest.raises(ValueError, match="row_norm_bound must be > 0"):
+            power_partial(block, norms, x, partition=0, row_norm_bound=bound, grid=grid, top_m=10)
+    with pytest.raises(ValueError, match="rows out of range"):
+        power_module.binned_sums(block, np.array([-1, 3]), np.array([0, 0]), np.ones(2), 4)
+    with pytest.raises(ValueError, match="rows out of range"):
+        power_module.binned_sums(block, np.array([3, 50]), np.array([0, 0]), np.ones(2), 4)
+    scores = np.linspace(0.0, 1.0, 20)
+    for out in (np.zeros(10, dtype=np.int64), np.zeros(20), np.zeros(20, dtype=np.int64)[::-1].copy()[:20]):
+        if out.shape == (20,) and out.dtype == np.int64:
+            out.flags.writeable = False
+        with pytest.raises(ValueError, match="out must be a writeable int64 array"):
+            grid.bins_and_histogram(scores, out=out)
+    out = np.full(20, -7, dtype=np.int64)
+    bins, _histogram = grid.bins_and_histogram(scores, out=out)
+    assert bins is out
+    np.testing.assert_array_equal(out, grid.bins_searchsorted(scores))
+
+
+@pytest.mark.slow
+def test_workers_running_the_compiled_loops_return_the_same_aggregate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Worker processes started with ``DPPCA_DASK_NUMBA=1`` (a real LocalCluster, two threads each: their reused
+    arrays are per thread) return the aggregate of the numpy kernels run in this process, bit for bit, over three
+    steps."""
+    from distributed import Client, LocalCluster
+
+    from dppca_dask.algorithms.requests import PowerStep
+    from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source
+
+    monkeypatch.setenv("DPPCA_DASK_NUMBA", "1")
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", False)
+    rng = np.random.default_rng(22)
+    x = rng.standard_normal(40)
+    x /= np.linalg.norm(x)
+    matrix = sp.csr_array(sp.vstack([_block(rng, 700, 40, 0.3, x=x) for _ in range(3)], format="csr"))
+    source = as_source(matrix)
+    assert source.n_partitions >= 2
+    grid = ThresholdGrid.for_bound(1.5)
+    steps = [PowerStep(v / np.linalg.norm(v), 1.5, grid, top_m) for v, top_m in
+             ((x, 200), (rng.standard_normal(40), 50), (rng.standard_normal(40), 2_000))]
+    want = [LocalExecutor(source).execute(step) for step in steps]
+
+    def compiled_here() -> bool:
+        from dppca_dask.kernels import _jit as worker_jit
+
+        return bool(worker_jit.HAVE_NUMBA)
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None,
+                      host="127.0.0.1") as cluster, Client(cluster) as client:
+        assert list(client.run(compiled_here).values()) == [True]
+        with Coordinator(client, source) as coordinator:
+            got = [coordinator.execute(step) for step in steps]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.histogram, w.histogram)
+        assert np.array_equal(g.full_sum.view(np.uint64), w.full_sum.view(np.uint64))
+        assert g.cuts == w.cuts
+        for gp, wp in zip(g.bin_sums, w.bin_sums):
+            for name in ("indptr", "indices"):
+                np.testing.assert_array_equal(getattr(gp, name), getattr(wp, name))
+            assert np.array_equal(gp.data.view(np.uint64), wp.data.view(np.uint64))

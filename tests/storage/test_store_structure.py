@@ -188,3 +188,10 @@ def test_check_partition_refuses_what_kernels_cannot_take() -> None:
     with pytest.raises(InvalidInputError, match=r"do not match its rows"):
         check_partition(PartitionData(1, np.ones((2, 2)), np.ones(3)))
     check_partition(PartitionData(2, sp.csr_array(np.eye(2)), np.ones(2)))
+    # sorted, no duplicates, but a column index beyond the block's width, or a negative one, or row pointers out of
+    # order: the compiled loops would read and write out of bounds (scipy's canonical-format flag does not see it)
+    for indices, indptr in (([0, 5], [0, 2]), ([-1, 1], [0, 2]), ([0, 1], [0, 3])):
+        bad = sp.csr_array((np.ones(2), np.array([0, 1]), np.array([0, 2])), shape=(1, 3))
+        bad.indices, bad.indptr = np.array(indices, dtype=np.int32), np.array(indptr, dtype=np.int32)
+        with pytest.raises(InvalidInputError, match=r"partition 5 is not canonical CSR \(unsorted, duplicate or out-of-range"):
+            check_partition(PartitionData(5, bad, np.ones(1)))
