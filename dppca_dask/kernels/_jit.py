@@ -7,9 +7,10 @@ the top rows' per-bin sums read in place: :mod:`dppca_dask.kernels.power`) make 
 1.18-1.24x without them (``benchmarks/bench_iteration.py``, six alternating runs each). They are off by default:
 importing numba and loading the compiled loops costs each worker 0.4-0.5 s on its first step with numba's on-disk
 cache warm, and 1-3.5 s the first time they compile (the benchmark's first step 4.8 s when they compiled, then
-1.3-2.4 s, against 0.84-1.22 s without them). At 10⁸ entries a step is 10-20 ms shorter (0.226-0.240 s against 0.240-0.252 s), which repays a warm load after
-25-50 steps; the saving grows with the data. Set ``DPPCA_DASK_NUMBA=1`` (on the workers too) for large stores and
-long runs, or where a measurement on the target machine shows a gain.
+1.3-2.4 s, against 0.84-1.22 s without them). At 10⁸ entries a step is 10-20 ms shorter (0.226-0.240 s against
+0.240-0.252 s), which repays a warm load after 25-50 steps; the saving grows with the data. Set
+``DPPCA_DASK_NUMBA=1`` (on the workers too) for large stores and long runs, or where a measurement on the target
+machine shows a gain.
 
 numba itself is imported, and a loop compiled (or loaded from numba's on-disk cache), on the loop's first call,
 so that importing the package stays light (numba takes seconds to import).

@@ -54,8 +54,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from dppca_dask.kernels import _sparse
-from dppca_dask.kernels import _jit
+from dppca_dask.kernels import _jit, _sparse
 from dppca_dask.kernels._jit import jit
 from dppca_dask.kernels.grid import ThresholdGrid
 
