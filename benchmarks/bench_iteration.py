@@ -11,6 +11,7 @@ largest store (the speed-up from more cores). Prints one table and ends with the
     python benchmarks/bench_iteration.py --quick                 # 10^6 and 10^7 non-zeros, about a minute
     python benchmarks/bench_iteration.py --nnz 1e6 1e7 1e8       # the issue's table (d = 20,000, 8 partitions)
     python benchmarks/bench_iteration.py --nnz 1e8 --workdir DIR # reuse the stores generated in DIR
+    DPPCA_DASK_NUMBA=1 python benchmarks/bench_iteration.py ...   # the private step's compiled loops (numba)
 """
 
 from __future__ import annotations
@@ -137,8 +138,11 @@ def main() -> None:
         args.nnz, args.iterations, args.no_scaling = [1e6, 1e7], 4, True
     workdir = args.workdir or tempfile.mkdtemp(prefix="dppca-bench-")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    from dppca_dask.kernels._jit import HAVE_NUMBA
+
     print(f"load average at start {load:.1f}; {args.workers} workers x 1 thread; d = {args.cols:,}; "
-          f"{args.partitions} partitions; medians of {args.iterations} interleaved steps")
+          f"{args.partitions} partitions; medians of {args.iterations} interleaved steps; compiled loops "
+          f"{'on' if HAVE_NUMBA else 'off'} (DPPCA_DASK_NUMBA, inherited by the workers)")
 
     rows, stores = [], []
     for nnz in args.nnz:
