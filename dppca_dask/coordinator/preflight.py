@@ -22,6 +22,7 @@ import scipy.sparse as sp
 from dppca_dask.coordinator.guard import guarded, unwrap
 from dppca_dask.coordinator.sources import PartitionData, PartitionSource, as_source
 from dppca_dask.errors import InvalidInputError, InvalidParameterError
+from dppca_dask.storage.validate import check_csr_arrays
 
 __all__ = ["check_partition", "preflight"]
 
@@ -62,16 +63,13 @@ def check_partition(item: Any) -> None:
 
 
 def _in_range(block: Any) -> bool:
-    """Row pointers from 0 to at most the number of entries, in order, and every column index in ``[0, d)`` (read
-    only: scipy's ``check_format`` would also rewrite the block's arrays)."""
-    indptr, indices = np.asarray(block.indptr), np.asarray(block.indices)
-    n, d = block.shape
-    if indptr.shape != (n + 1,) or indices.shape != np.shape(block.data) or indptr[0] != 0:
+    """Row pointers from 0 to the number of entries, in order, and every column index in ``[0, d)`` (the readers'
+    own check, :func:`~dppca_dask.storage.validate.check_csr_arrays`)."""
+    try:
+        check_csr_arrays(block.indptr, block.indices, block.data, n_rows=block.shape[0], n_cols=block.shape[1])
+    except InvalidInputError:
         return False
-    if indptr[-1] > indices.shape[0] or bool(np.any(indptr[1:] < indptr[:-1])):
-        return False
-    used = indices[: int(indptr[-1])]
-    return not used.size or (int(used.min()) >= 0 and int(used.max()) < d)
+    return True
 
 
 def preflight(source: Any, executor_or_coordinator: Any = None) -> int:

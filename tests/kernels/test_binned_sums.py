@@ -1,11 +1,12 @@
 """The top rows' per-bin sums equal the selector product they replace, bit for bit.
 
 :func:`~dppca_dask.kernels.power.binned_sums` accumulates each bin's rows into a dense vector through scipy's
-``csc_matvec`` (``csc_matvecs`` for k columns); the reference is the product ``selector @ block`` the kernels used
-before, one selector per column of the weights, side by side. Both add each bin's rows in ascending row order and
-drop exact zeros, so every stored value must be equal, not close. The inputs have values of very different scales
-(a different summation order changes the last bits of most sums), rows that cancel exactly, empty rows, stored
-zeros, 32- and 64-bit indices, float32 values and dense and CSC blocks.
+``csc_matvec`` (``csc_matvecs`` for k columns), or a compiled loop with numba (the tests run on both); the reference
+is the product ``selector @ block`` the kernels used before, one selector per column of the weights, side by side.
+Both add each bin's rows in ascending row order and drop exact zeros, so every stored value must be equal, not
+close. The inputs have values of very different scales (a different summation order changes the last bits of most
+sums), rows that cancel exactly, empty rows, stored zeros, 32- and 64-bit indices, float32 values and dense and CSC
+blocks.
 """
 
 from __future__ import annotations
@@ -127,4 +128,3 @@ def test_every_sum_kept_when_the_rows_fill_every_bins_columns(compiled: bool) ->
     assert np.diff(got.indptr).tolist() == [d, d, d, 0, 0]
     assert np.isnan(got.toarray()[1, 2])
     _assert_identical(got, _reference(block, rows, bins, weights, n_bins))
-
