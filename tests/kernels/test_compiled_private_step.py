@@ -125,12 +125,34 @@ def test_threads_computing_partials_at_once_get_their_own(monkeypatch: pytest.Mo
             _assert_same_bits(partial, want[i])
 
 
-def test_the_per_bin_loop_is_compiled_whichever_path_the_rows_take(monkeypatch: pytest.MonkeyPatch) -> None:
-    """When a compilation happens must not depend on the data: the per-bin loop is compiled (or loaded) for the
-    block's types on the first call even when the rows take the selector product, so a later call whose rows take
-    the loop adds no compilation."""
+def test_a_sequence_of_calls_equals_the_numpy_path_call_by_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bins' dense vectors are kept between calls and must be left zero: every call of a sequence (the same
+    block with other iterates, smaller and larger blocks, more and fewer used bins) equals the numpy path."""
+    rng = np.random.default_rng(22)
+    blocks = [_block(rng, 300, 25, 0.6), _block(rng, 120, 25, 0.9), _block(rng, 500, 40, 0.5)]
+    calls = []
+    for _ in range(3):
+        for block in blocks:
+            x = rng.standard_normal(block.shape[1])
+            calls.append((block, x / np.linalg.norm(x), int(rng.integers(1, block.shape[0]))))
     monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
-    monkeypatch.setattr(power_module, "_binned_jit", _jit._Lazy(power_module._binned_loop))  # none compiled yet
+    got = [_partial(block, x, top_m) for block, x, top_m in calls]
+    assert sum(p.bin_sums.nnz > 0 for p in got) >= 6
+    assert not power_module._SCRATCH.__dict__["bin_accumulators"].any()
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", False)
+    for partial, (block, x, top_m) in zip(got, calls):
+        _assert_same_bits(partial, _partial(block, x, top_m))
+
+
+def test_the_compiled_loops_are_compiled_whichever_path_the_rows_take(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a compilation happens must not depend on the data: every loop of the compiled step is compiled (or
+    loaded) for the block's types on the first call even when the rows take the selector product, so a later call
+    whose rows take the bins' dense vectors (or the per-bin loop) adds no compilation."""
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
+    loops = {"_binned_jit": "_binned_loop", "_transpose_binned_jit": "_transpose_binned_loop",
+             "_compact_jit": "_compact_loop"}
+    for name, loop in loops.items():  # none compiled yet
+        monkeypatch.setattr(power_module, name, _jit._Lazy(getattr(power_module, loop)))
     rng = np.random.default_rng(17)
     for value_dtype in (np.float64, np.float32):
         wide = _block(rng, 200, 5000, 0.001, value_dtype)  # a few entries per bin: the selector product
@@ -146,14 +168,15 @@ def test_the_per_bin_loop_is_compiled_whichever_path_the_rows_take(monkeypatch: 
         x = rng.standard_normal(5000)
         _partial(wide, x / np.linalg.norm(x), 150)
         assert products == [1]
-        compiled = power_module._binned_jit.compiled
-        assert compiled is not None
-        signatures = set(compiled.signatures)
-        assert any(str(sig[2].dtype) == np.dtype(value_dtype).name for sig in signatures)
+        compiled = {name: getattr(power_module, name).compiled for name in loops}
+        names = loops if value_dtype == np.float64 else ["_binned_jit"]  # (float32: the chunked products)
+        signatures = {name: set(compiled[name].signatures) for name in names}
+        assert all(signatures.values())
+        assert any(str(sig[2].dtype) == np.dtype(value_dtype).name for sig in signatures["_binned_jit"])
         x = rng.standard_normal(20)
         _partial(narrow, x / np.linalg.norm(x), 150)
-        assert products == [1]  # the loop this time
-        assert set(compiled.signatures) == signatures
+        assert products == [1]  # the dense vectors this time
+        assert {name: set(compiled[name].signatures) for name in names} == signatures
 
 
 def test_times_into_is_scipys_product() -> None:
