@@ -21,7 +21,7 @@ LOWEST_TESTS ?= tests/test_packaging_imports.py tests/test_packaging_extras.py t
 	tests/test_packaging_mtx_fast_path.py tests/accounting/test_gaussian_library_calibration.py \
 	tests/accounting/test_composition.py tests/storage tests/ingest/test_ingest_parquet.py \
 	tests/ingest/test_ingest_anndata.py tests/ingest/test_ingest_mtx.py tests/ingest/test_ingest_svmlight.py \
-	tests/cli/test_cli_strict_json.py tests/coordinator_client
+	tests/cli/test_cli_strict_json.py tests/kernels/test_compiled_private_step.py tests/coordinator_client
 
 .PHONY: demo test test-lowest clean
 
@@ -34,7 +34,7 @@ $(VENV)/.installed-demo: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[anndata,parquet,test,bench,scanpy,typecheck]'
+	$(BIN)/python -m pip install --quiet -e '.[anndata,parquet,test,bench,scanpy,typecheck,numba]'
 	touch $@ $(VENV)/.installed-demo
 
 demo: $(VENV)/.installed-demo
@@ -46,7 +46,7 @@ test: $(VENV)/.installed-test
 $(LOWEST_VENV)/.installed: pyproject.toml ci/lowest-constraints.txt
 	$(PYTHON) -m venv $(LOWEST_VENV)
 	$(LOWEST_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(LOWEST_VENV)/bin/python -m pip install --quiet -c ci/lowest-constraints.txt -e '.[anndata,parquet,test]'
+	$(LOWEST_VENV)/bin/python -m pip install --quiet -c ci/lowest-constraints.txt -e '.[anndata,parquet,test,numba]'
 	touch $@
 
 # Deselected here (run by `make test`): with distributed 2025.1 the session's LocalCluster does not close after

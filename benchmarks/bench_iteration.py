@@ -4,7 +4,9 @@ For each store size, both run over the same store, on the same LocalCluster, thr
 persistence), and alternate iteration by iteration (private, plain, private, plain, ...) so that drift in the
 machine affects both alike. Beside them, in this process on one core: scipy's ``Aᵀ(Ax)`` on one partition (the
 reference throughput) and the private kernel on the same partition (CPU time, which load on a shared machine
-inflates less than wall time). Then the private step on 1 worker × 1 thread against W workers × 1 thread on the
+inflates less than wall time); with the compiled loops on, also the private kernel against a plain step whose
+``Aᵀw`` is the compiled private step's own loop (faster than scipy's), which isolates the private step's own work.
+Then the private step on 1 worker × 1 thread against W workers × 1 thread on the
 largest store (the speed-up from more cores). Prints one table and ends with the line
 ``ratio <private / non-private median time per iteration, largest store>`` (goal: <= 1.1).
 
@@ -102,15 +104,33 @@ def _cluster_steps(store: Any, workers: int, iterations: int, plain: bool) -> di
             "all_private": private_times, "all_plain": plain_times}
 
 
+def _same_loop_plain(block: Any, x: np.ndarray) -> np.ndarray:
+    """The plain step's ``Aᵀ(Ax)`` with the compiled private step's own loop for ``Aᵀw`` (no top rows: every row's
+    slot is -1): the plain step the private one would be compared with if it had the same products."""
+    from dppca_dask.kernels import power
+
+    n, d = block.shape
+    out = np.zeros(d)
+    power._transpose_binned_jit(power._unsigned(block.indptr), power._unsigned(block.indices), block.data,
+                                np.asarray(block @ x), np.zeros(n, dtype=np.int64), np.full(1, -1), out,
+                                np.zeros((0, d)))
+    return out
+
+
 def _one_core(store: Any, repeats: int = 7) -> dict[str, float]:
-    """CPU seconds on one partition in this process: scipy ``Aᵀ(Ax)`` and the private kernel, interleaved."""
+    """CPU seconds on one partition in this process: scipy ``Aᵀ(Ax)`` and the private kernel, interleaved (and, with
+    the compiled loops on, the plain step with the private step's compiled ``Aᵀw``, which is faster than scipy's)."""
+    from dppca_dask.kernels._jit import HAVE_NUMBA
+
     part = load_store_partition(store, 0)
     grid = ThresholdGrid.for_bound(1.0)
     top_m = default_top_m(cutoff=svt_cutoff(EPSILON_SVT, 0.05), epsilon_svt=EPSILON_SVT)
     x = np.random.default_rng(2).standard_normal(store.n_cols)
     x /= np.linalg.norm(x)
-    scipy_times, kernel_times = [], []
+    scipy_times, kernel_times, same_times = [], [], []
     power_partial(part.block, part.norms, x, partition=0, row_norm_bound=1.0, grid=grid, top_m=top_m)  # compile
+    if HAVE_NUMBA:
+        assert np.allclose(_same_loop_plain(part.block, x), plain_gram_times(part.block, x), rtol=1e-12, atol=0)
     for _ in range(repeats):
         t = time.process_time()
         plain_gram_times(part.block, x)
@@ -118,9 +138,14 @@ def _one_core(store: Any, repeats: int = 7) -> dict[str, float]:
         t = time.process_time()
         power_partial(part.block, part.norms, x, partition=0, row_norm_bound=1.0, grid=grid, top_m=top_m)
         kernel_times.append(time.process_time() - t)
+        if HAVE_NUMBA:
+            t = time.process_time()
+            _same_loop_plain(part.block, x)
+            same_times.append(time.process_time() - t)
     nnz = part.block.nnz
-    return {"scipy_rate": nnz / float(np.median(scipy_times)),
-            "kernel_ratio": float(np.median(kernel_times)) / float(np.median(scipy_times))}
+    kernel = float(np.median(kernel_times))
+    return {"scipy_rate": nnz / float(np.median(scipy_times)), "kernel_ratio": kernel / float(np.median(scipy_times)),
+            "same_loop_ratio": kernel / float(np.median(same_times)) if same_times else float("nan")}
 
 
 def main() -> None:
@@ -155,7 +180,8 @@ def main() -> None:
             "ratio": steps["private"] / steps["plain"],
             "private nnz/s/core": f"{store.nnz / steps['private'] / args.workers / 1e6:.0f}M",
             "scipy 1 core nnz/s": f"{core['scipy_rate'] / 1e6:.0f}M",
-            "kernel/scipy (CPU)": core["kernel_ratio"], "first step s": steps["first"],
+            "kernel/scipy (CPU)": core["kernel_ratio"], "kernel/same-loop plain": core["same_loop_ratio"],
+            "first step s": steps["first"],
         })
         print(f"  {store.nnz:.3g} nnz: private {', '.join(f'{v:.3f}' for v in steps['all_private'])}; "
               f"plain {', '.join(f'{v:.3f}' for v in steps['all_plain'])}", flush=True)

@@ -47,7 +47,7 @@ def test_pyproject_floors_equal_the_lowest_constraints() -> None:
     root = Path(__file__).resolve().parent.parent
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     requirements = list(project["dependencies"])
-    for extra in ("parquet", "anndata", "sklearn", "test"):
+    for extra in ("parquet", "anndata", "sklearn", "test", "numba"):
         requirements += project["optional-dependencies"][extra]
     floors = {}
     for requirement in requirements:

@@ -2,15 +2,16 @@
 
 Every compiled loop in :mod:`dppca_dask.kernels` has a numpy/scipy counterpart that computes the same values; the
 tests compare the two bit for bit. The private step's compiled loops (the rows' weights, scores and grid bins, and
-the top rows' per-bin sums read in place: :mod:`dppca_dask.kernels.power`) make its kernel 1.09x scipy's plain
-``Aᵀ(Ax)`` on one core against 1.16-1.17x, and the 10⁸-entry private step 1.11-1.17x the plain Dask step against
-1.18-1.24x without them (``benchmarks/bench_iteration.py``, six alternating runs each). They are off by default:
-importing numba and loading the compiled loops costs each worker 0.4-0.5 s on its first step with numba's on-disk
-cache warm, and 1-3.5 s the first time they compile (the benchmark's first step 4.8 s when they compiled, then
-1.3-2.4 s, against 0.84-1.22 s without them). At 10⁸ entries a step is 10-20 ms shorter (0.226-0.240 s against
-0.240-0.252 s), which repays a warm load after 25-50 steps; the saving grows with the data. Set
-``DPPCA_DASK_NUMBA=1`` (on the workers too) for large stores and long runs, or where a measurement on the target
-machine shows a gain.
+``Aᵀw`` with the top rows' per-bin sums in one pass: :mod:`dppca_dask.kernels.power`) make its kernel 0.98x scipy's
+plain ``Aᵀ(Ax)`` on one core against 1.14-1.24x on the numpy path (1.02-1.07x a plain step given the same compiled
+``Aᵀw``), and the 10⁸-entry private step 1.06-1.14x the plain Dask step against 1.14-1.19x with the loops of the
+release before (``benchmarks/bench_iteration.py``, three alternating pairs on a shared machine). They are off by
+default: importing numba and loading the compiled loops costs each worker about 0.35 s on its first step with
+numba's on-disk cache warm, and about 1.5 s the first time they compile (measured in one process, idle machine); a
+step at 10⁸ entries is 20-30 ms shorter than on the numpy path (4-8 ms per partition of 1.25·10⁷ entries), which
+repays a warm load after 12-18 steps; the saving grows with the data and is nil for small partitions. Set
+``DPPCA_DASK_NUMBA=1`` (on the workers too; ``pip install 'dppca-dask[numba]'``) for large stores and long runs, or
+where a measurement on the target machine shows a gain.
 
 numba itself is imported, and a loop compiled (or loaded from numba's on-disk cache), on the loop's first call,
 so that importing the package stays light (numba takes seconds to import).

@@ -24,12 +24,18 @@ Cost: the private step is the plain step's two products (``A x`` and ``Aᵀw``, 
 vectorised work on the rows' scores (bins by :meth:`~dppca_dask.kernels.grid.ThresholdGrid.bins_and_histogram`)
 and O(nnz of the top rows) for their contributions (:func:`binned_sums`); nothing per row in Python. With numba
 installed and asked for (:mod:`dppca_dask.kernels._jit`), the O(n) work is one compiled loop over the rows into
-arrays reused per thread (:class:`_Scratch`), and the top rows' sums are accumulated by a compiled loop reading
-each row where it is: one partition of 1.25·10⁷ entries (54,348 rows, d = 20,000, 2,784 top rows of 6.4·10⁵
-entries; one core, idle machine, interleaved repeats) took 40.0-40.3 ms against 42.9-43.3 ms on the numpy path and
-35.9-36.3 ms for the plain step's products; under Dask's default heap setting (``MALLOC_TRIM_THRESHOLD_=65536``,
-which makes every large temporary fresh memory) 40.3-40.5 ms against 50.5-51.0 ms (plain 37.0-37.3 ms). The same
-values either way, bit for bit (``tests/kernels/test_compiled_private_step.py``).
+arrays reused per thread (:class:`_Scratch`), and ``Aᵀw`` and the top rows' per-bin sums are one compiled pass over
+the rows (:func:`_fused_partial`): each top row is added into its bin's dense vector in the same loop that adds it
+into ``Aᵀw``, so it is not read a second time, and the loop reads row pointers and indices as unsigned integers,
+which makes its ``Aᵀw`` faster than scipy's. One partition of 1.25·10⁷ entries (54,348 rows, d = 20,000, about
+2,800 top rows in 5 bins at a late iterate; one core, interleaved repeats) took 24.7-25.0 ms against 24.8-25.8 ms
+for scipy's two products of the plain step, 28.4-29.9 ms with the compiled loops of the release before (scipy's
+``Aᵀw`` and a second loop over the top rows) and 29.6-33.6 ms on the numpy path; against a plain step with the same
+compiled ``Aᵀw`` the private kernel is 1.02-1.07x (``benchmarks/bench_iteration.py``). The same values either way,
+bit for bit (``tests/kernels/test_compiled_private_step.py``). Under Dask's default heap setting
+(``MALLOC_TRIM_THRESHOLD_=65536``, which makes every large temporary fresh memory; the embedded clusters set their
+own) the numpy path's temporaries cost most: 50.5-51.0 ms against 40.3-40.5 ms compiled on a slower machine, where
+the plain products took 37.0-37.3 ms.
 
 Value types. Every value that bears sensitivity (scores, bins, the histogram, ``S_p`` and the bins' sums) is
 accumulated in float64. Store partitions reach the kernels as float64: the read converts float32 values chunk by
@@ -441,7 +447,9 @@ def _fused_partial(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound:
     order, each bin's rows are added in row order, each product ``value·w`` once for both. Where the used bins'
     dense vectors outweigh the top rows' entries (:func:`binned_sums`' rule) the pass adds into ``Aᵀw`` only and the
     bins' sums are :func:`binned_sums`'."""
-    if _transpose_binned_jit is None or not (_sparse.chunked(block) and block.data.dtype == np.float64):
+    if _transpose_binned_jit is None or _compact_jit is None or _binned_jit is None:
+        return None
+    if not (_sparse.chunked(block) and block.data.dtype == np.float64):
         return None
     n, d = block.shape
     if d == 0:
@@ -478,7 +486,9 @@ def _warm_compiled(block: Any, d: int, index_type: type) -> None:
     """Compile (or load) the compiled private step's loops for the block's types now, on no rows, as they are called
     below and in :func:`binned_sums`: which of them a step runs depends on the data, when a compilation happens (a
     second or more) must not."""
-    none, no_index = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=index_type)
+    assert _transpose_binned_jit is not None and _compact_jit is not None and _binned_jit is not None
+    none: np.ndarray = np.zeros(0, dtype=np.int64)
+    no_index: np.ndarray = np.zeros(0, dtype=index_type)
     indices = _unsigned(block.indices)
     _transpose_binned_jit(_unsigned(block.indptr), indices, block.data, np.zeros(0), none, none, np.zeros(d),
                           np.zeros((0, d)))
