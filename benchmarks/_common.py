@@ -59,10 +59,11 @@ def _fmt(v: Any) -> str:
 
 def local_cluster(**kwargs: Any) -> Any:
     """A ``LocalCluster`` whose workers start as the package's embedded cluster starts them (with
-    ``dppca_dask.cluster.worker-environ``), so the figures are those of ``pca`` and the other entry points."""
+    ``dppca_dask.cluster.worker-environ`` and ``dppca_dask.cluster.dask-config``), so the figures are those of ``pca``
+    and the other entry points."""
     from distributed import LocalCluster
 
-    from dppca_dask.coordinator.client import embedded_worker_environ
+    from dppca_dask.coordinator.client import embedded_cluster_settings
 
-    with embedded_worker_environ():
+    with embedded_cluster_settings():
         return LocalCluster(**kwargs)

@@ -548,7 +548,7 @@ def connect(
     worker_log_level = max(logging.getLogger("distributed").getEffectiveLevel(), logging.WARNING)
     dashboard = options.dashboard_address
     try:
-        with _workers_block_sigint(), embedded_worker_environ():
+        with _workers_block_sigint(), embedded_cluster_settings():
             local_cluster = LocalCluster(
                 n_workers=options.n_workers,
                 threads_per_worker=options.threads_per_worker,
@@ -595,6 +595,37 @@ def _package_worker_environ() -> dict[str, str]:
             f"dppca_dask.cluster.worker-environ must map variable names to values; got {type(extra).__name__}"
         )
     return {str(k): str(v) for k, v in extra.items() if v is not None}
+
+
+def cluster_dask_config() -> dict[str, Any]:
+    """The non-null entries of ``dppca_dask.cluster.dask-config`` as dotted Dask settings
+    (``{"distributed.worker.profile.enabled": False, ...}``); null: Dask's own value."""
+    tree = dask.config.get("dppca_dask.cluster.dask-config", default={}) or {}
+    if not isinstance(tree, dict):
+        raise InvalidParameterError(
+            f"dppca_dask.cluster.dask-config must map Dask settings to values; got {type(tree).__name__}"
+        )
+    settings: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), item)
+        elif value is not None:
+            settings[prefix] = value
+
+    walk("", tree)
+    return settings
+
+
+@contextlib.contextmanager
+def embedded_cluster_settings() -> Iterator[None]:
+    """Start a ``LocalCluster`` (created inside) as the embedded cluster is started: its workers with
+    :func:`worker_environ` (:func:`embedded_worker_environ`), and the whole cluster with
+    :func:`cluster_dask_config` (the scheduler reads its settings when it is made; each nanny hands this process's
+    configuration to its worker)."""
+    with embedded_worker_environ(), dask.config.set(cluster_dask_config()):
+        yield
 
 
 @contextlib.contextmanager
