@@ -599,7 +599,7 @@ def _package_worker_environ() -> dict[str, str]:
 
 def cluster_dask_config() -> dict[str, Any]:
     """The non-null entries of ``dppca_dask.cluster.dask-config`` as dotted Dask settings
-    (``{"distributed.worker.profile.enabled": False, ...}``); null: Dask's own value."""
+    (``{"distributed.worker.profile.enabled": False, ...}``); null: this process's setting (Dask's unless set)."""
     tree = dask.config.get("dppca_dask.cluster.dask-config", default={}) or {}
     if not isinstance(tree, dict):
         raise InvalidParameterError(

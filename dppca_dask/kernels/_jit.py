@@ -7,10 +7,11 @@ plain ``Aᵀ(Ax)`` on one core against 1.14-1.24x on the numpy path (1.02-1.07x 
 ``Aᵀw``), and the 10⁸-entry private step 1.06-1.14x the plain Dask step against 1.14-1.19x with the loops of the
 release before (``benchmarks/bench_iteration.py``, three alternating pairs on a shared machine). They are off by
 default: importing numba and loading the compiled loops costs each worker about 0.35 s on its first step with
-numba's on-disk cache warm, and about 1.5 s the first time they compile (measured in one process, idle machine); a
-step at 10⁸ entries is 20-30 ms shorter than on the numpy path (4-8 ms per partition of 1.25·10⁷ entries), which
-repays a warm load after 12-18 steps; the saving grows with the data, and per partition is largest where the top
-rows are a large share of it (3.8 against 8.3 ms for 1.25·10⁶ entries whose top rows are half the rows). Set
+numba's on-disk cache warm, and about 1.5 s the first time they compile (measured in one process, idle machine); the
+kernel is 4-8 ms shorter than on the numpy path per partition of 1.25·10⁷ entries, and a step at 10⁸ entries 0-20 ms
+(three runs alternating on a busy machine), which repays a warm load after 20-40 steps; the saving grows with the
+data, and per partition is largest where the top rows are a large share of it (3.8 against 8.3 ms for 1.25·10⁶
+entries whose top rows are half the rows). Set
 ``DPPCA_DASK_NUMBA=1`` (on the workers too; ``pip install 'dppca-dask[numba]'``) for large stores and long runs, or
 where a measurement on the target machine shows a gain.
 

@@ -185,18 +185,19 @@ def _compiled_rows(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound:
     return weights, bins, histogram
 
 
-def _sweep(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float,
-           grid: ThresholdGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _sweep(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float, grid: ThresholdGrid, *,
+           compiled: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """One pass: each row's weight ``f·(a'ᵀx)``, its bin, the bins' histogram and ``Σ a'(a'ᵀx) = Aᵀ(f·(a'ᵀx))``.
 
     ``norms`` and ``row_norm_bound`` as :func:`_rows_and_bound` gives them. On the compiled path the weights and the
-    bins are this thread's reused arrays (:class:`_Scratch`): valid until its next call, never to be returned."""
+    bins are this thread's reused arrays (:class:`_Scratch`): valid until its next call, never to be returned.
+    ``compiled=False``: not the compiled path (its rows were already found not finite)."""
     if _sparse.chunked(block) and block.dtype != np.float64 and x.ndim == 1:  # float32: see kernels._sparse
         factors = clip_factors(norms, row_norm_bound)
         projections, weights, full_sum = _sparse.sweep(block, factors, x)
         bins, histogram = grid.bins_and_histogram(_clamped_scores(norms, projections, row_norm_bound))
         return weights, bins, histogram, full_sum
-    rows = _compiled_rows(block, norms, x, row_norm_bound, grid)
+    rows = _compiled_rows(block, norms, x, row_norm_bound, grid) if compiled else None
     if rows is not None:
         weights, bins, histogram = rows
         return weights, bins, histogram, _transpose_times(block, weights)
@@ -245,8 +246,9 @@ class _Scratch(threading.local):
     42.9-43.1 ms with a fresh array for each per-row value, against 40.3-40.5 ms with these kept (40.0-40.3 ms under
     glibc's default setting either way). They are kept for partitions of at most :data:`SCRATCH_ROWS` rows (a row
     count is public; a larger partition allocates as before, its work dwarfs it): at most about
-    ``24·SCRATCH_ROWS`` bytes per thread, and one vector of d for the top rows' per-bin sums (sizes of public
-    shapes only). Nothing a kernel returns refers to them.
+    ``24·SCRATCH_ROWS`` bytes per thread, one vector of d for the top rows' per-bin sums of :func:`binned_sums`, and
+    the used bins' dense vectors of :func:`_fused_partial` (at most ``SCRATCH_ROWS`` values, 8 MiB, kept; larger
+    ones are allocated afresh). Nothing a kernel returns refers to them.
     """
 
     def take(self, name: str, n: int, dtype: type, *, zeroed: bool = False) -> np.ndarray:
@@ -286,7 +288,9 @@ def binned_sums(block: Any, rows: np.ndarray, bins: np.ndarray, weights: np.ndar
     entries (wide d, many sparsely filled bins) the product is used instead. With the compiled loops
     (:mod:`dppca_dask.kernels._jit`) a vector of weights is accumulated by :func:`_binned_loop`, which reads the rows
     where they are instead of taking them out: for the 2,784 top rows (6.4·10⁵ entries, 5 bins) of a benchmark
-    partition at a late iterate, 1.6 ms for the loop and 2.0-2.9 ms in all, against 3.6 ms.
+    partition at a late iterate, 1.6 ms for the loop and 2.0-2.9 ms in all, against 3.6 ms. The private step's
+    compiled path does not call this for float64 CSR blocks whose bins take dense vectors: it adds the top rows into
+    their bins in its pass for ``Aᵀw`` (:func:`_fused_partial`), and calls this only where the product is used.
     """
     d = block.shape[1]
     matrix = weights.ndim == 2
@@ -418,11 +422,15 @@ def power_partial(
     ``x`` the broadcast unit vector.
     """
     norms, row_norm_bound = _rows_and_bound(block, norms, row_norm_bound)
-    fused = _fused_partial(block, norms, x, row_norm_bound, grid, top_m)
-    if fused is not None:
-        histogram, full_sum, bin_sums, cut = fused
-    else:
-        weights, bins, histogram, full_sum = _sweep(block, norms, x, row_norm_bound, grid)
+    fusable = _fusable(block, x)
+    rows = None
+    if fusable:
+        _warm_compiled(block, grid.n_points)  # before the data can pick a path
+        rows = _compiled_rows(block, norms, x, row_norm_bound, grid)
+    if rows is not None:
+        histogram, full_sum, bin_sums, cut = _fused_partial(block, rows, grid, top_m)
+    else:  # (a fusable block whose rows' products are not finite: the numpy path, without A x a second time)
+        weights, bins, histogram, full_sum = _sweep(block, norms, x, row_norm_bound, grid, compiled=not fusable)
         cut = _cut(histogram, grid.n_points, top_m)
         chosen = np.flatnonzero(bins <= cut) if cut >= 0 else np.zeros(0, dtype=np.int64)
         bin_sums = binned_sums(block, chosen, bins[chosen], weights[chosen], grid.n_points)
@@ -434,34 +442,39 @@ def _cut(histogram: np.ndarray, n_points: int, top_m: int) -> int:
     return int(np.searchsorted(np.cumsum(histogram[:n_points]), top_m, side="right")) - 1
 
 
-def _fused_partial(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float, grid: ThresholdGrid,
-                   top_m: int) -> tuple[np.ndarray, np.ndarray, sp.csr_array, int] | None:
-    """:func:`power_partial`'s histogram, full sum, bins' sums and cut on the compiled path, or ``None`` where it
-    does not apply (no compiled loops, a matrix ``x``, a block that is not a float64 CSR array, no columns, a row
-    whose product is not finite).
+def _fusable(block: Any, x: np.ndarray) -> bool:
+    """Whether :func:`power_partial` takes the compiled path's single pass (:func:`_fused_partial`): compiled loops
+    on, a vector ``x``, a float64 CSR block with columns."""
+    return (_jit.HAVE_NUMBA and _transpose_binned_jit is not None and _compact_jit is not None
+            and _binned_jit is not None and x.ndim == 1 and _sparse.chunked(block)
+            and block.data.dtype == np.float64 and block.shape[1] > 0)
 
-    ``A x`` and the rows' weights, scores and bins as :func:`_sweep` computes them; then one compiled pass over the
-    rows (:func:`_transpose_binned_loop`) adds every row into ``Aᵀw`` and, in the same loop, each top row (bin
-    ``<= cut``) into its bin's dense vector, which :func:`_compact_loop` turns into the bins' sparse sums: the top
-    rows are not read a second time. The same values as the numpy path bit for bit: ``Aᵀw`` adds the rows in row
-    order, each bin's rows are added in row order, each product ``value·w`` once for both. Where the used bins'
-    dense vectors outweigh the top rows' entries (:func:`binned_sums`' rule) the pass adds into ``Aᵀw`` only and the
-    bins' sums are :func:`binned_sums`'."""
-    if _transpose_binned_jit is None or _compact_jit is None or _binned_jit is None:
-        return None
-    if not (_sparse.chunked(block) and block.data.dtype == np.float64):
-        return None
-    n, d = block.shape
-    if d == 0:
-        return None
-    rows = _compiled_rows(block, norms, x, row_norm_bound, grid)
-    if rows is None:
-        return None
+
+def _index_type(n_points: int, d: int) -> type:
+    """The bins' sums' column index type (as :func:`binned_sums` chooses it)."""
+    return np.int32 if n_points * d < 2**31 else np.int64
+
+
+def _fused_partial(block: Any, rows: tuple[np.ndarray, np.ndarray, np.ndarray], grid: ThresholdGrid,
+                   top_m: int) -> tuple[np.ndarray, np.ndarray, sp.csr_array, int]:
+    """:func:`power_partial`'s histogram, full sum, bins' sums and cut on the compiled path (a :func:`_fusable`
+    block), from :func:`_compiled_rows`' weights, bins and histogram.
+
+    One compiled pass over the rows (:func:`_transpose_binned_loop`) adds every row into ``Aᵀw`` and, in the same
+    loop, each top row (bin ``<= cut``) into its bin's dense vector, which :func:`_compact_loop` turns into the bins'
+    sparse sums: the top rows are not read a second time. The same values as the numpy path bit for bit: ``Aᵀw``
+    adds the rows in row order as scipy's ``csc_matvec`` does, each bin's rows are added in row order, each product
+    ``value·w`` rounded once for both. Where the used bins' dense vectors outweigh the top rows' entries
+    (:func:`binned_sums`' rule) the pass adds into ``Aᵀw`` only and the bins' sums are :func:`binned_sums`'.
+
+    The dense vectors are this thread's (:class:`_Scratch`), all zero between calls: :func:`_compact_loop` clears
+    them, and so does any exception (a ``KeyboardInterrupt`` raised when the pass returns) before it reaches the
+    caller, whose next call would otherwise add these rows into its own sums."""
+    assert _transpose_binned_jit is not None and _compact_jit is not None  # (_fusable)
     weights, bins, histogram = rows
+    n, d = block.shape
     n_points = grid.n_points
-    index_type = np.int32 if n_points * d < 2**31 else np.int64
-    indptr, indices = _unsigned(block.indptr), _unsigned(block.indices)
-    _warm_compiled(block, d, index_type)
+    index_type = _index_type(n_points, d)
     cut = _cut(histogram, n_points, top_m)
     used = np.flatnonzero(histogram[: cut + 1]) if cut >= 0 else np.zeros(0, dtype=np.int64)
     chosen = np.flatnonzero(bins <= cut) if cut >= 0 else np.zeros(0, dtype=np.int64)
@@ -472,21 +485,28 @@ def _fused_partial(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound:
     width = used.shape[0] * d if dense else 0
     accumulators = _SCRATCH.take("bin_accumulators", width, np.float64, zeroed=True).reshape(width // d, d)
     full_sum = np.zeros(d)
-    _transpose_binned_jit(indptr, indices, block.data, weights, bins, slots, full_sum, accumulators)
-    if not dense:
-        return histogram, full_sum, binned_sums(block, chosen, bins[chosen], weights[chosen], n_points), cut
-    sums, columns = np.empty(width), np.empty(width, dtype=index_type)
-    counts = np.zeros(n_points + 1, dtype=index_type)
-    kept = _compact_jit(accumulators, used, sums, columns, counts)
+    try:
+        _transpose_binned_jit(_unsigned(block.indptr), _unsigned(block.indices), block.data, weights, bins, slots,
+                              full_sum, accumulators)
+        if not dense:
+            return histogram, full_sum, binned_sums(block, chosen, bins[chosen], weights[chosen], n_points), cut
+        sums, columns = np.empty(width), np.empty(width, dtype=index_type)
+        counts: np.ndarray = np.zeros(n_points + 1, dtype=index_type)
+        kept = _compact_jit(accumulators, used, sums, columns, counts)
+    except BaseException:
+        accumulators.fill(0.0)
+        raise
     bin_sums = sp.csr_array((sums[:kept], columns[:kept], np.cumsum(counts, dtype=index_type)), shape=(n_points, d))
     return histogram, full_sum, bin_sums, cut
 
 
-def _warm_compiled(block: Any, d: int, index_type: type) -> None:
+def _warm_compiled(block: Any, n_points: int) -> None:
     """Compile (or load) the compiled private step's loops for the block's types now, on no rows, as they are called
     below and in :func:`binned_sums`: which of them a step runs depends on the data, when a compilation happens (a
     second or more) must not."""
     assert _transpose_binned_jit is not None and _compact_jit is not None and _binned_jit is not None
+    d = block.shape[1]
+    index_type = _index_type(n_points, d)
     none: np.ndarray = np.zeros(0, dtype=np.int64)
     no_index: np.ndarray = np.zeros(0, dtype=index_type)
     indices = _unsigned(block.indices)

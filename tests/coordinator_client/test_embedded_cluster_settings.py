@@ -1,7 +1,7 @@
 """The embedded cluster starts with ``dppca_dask.cluster.dask-config``: its workers without Dask's statistical
 profiler (whose dashboard page shows which code paths a step took and for how long, and which costs half of an idle
-worker's CPU) and its servers' event-loop check once a second instead of every 20 ms. A null entry keeps Dask's
-value; this process's own settings are left as they were.
+worker's CPU) and its servers' event-loop check once a second instead of every 20 ms. A null entry keeps this
+process's setting (Dask's unless set); this process's own settings are left as they were.
 """
 
 from __future__ import annotations
@@ -44,14 +44,17 @@ def _tick(dask_scheduler: Any) -> float:
 
 @pytest.mark.slow
 def test_the_embedded_cluster_runs_without_the_profiler_unless_asked() -> None:
-    with dask.config.set({"dppca_dask.cluster.use-active-client": False}):
+    own = dask.config.get("distributed.worker.profile.enabled")
+    with dask.config.set({"dppca_dask.cluster.use-active-client": False,
+                          "distributed.worker.profile.enabled": True, "distributed.admin.tick.interval": "20ms"}):
         with connect(None, n_workers=1, memory_limit="1GiB") as client:
             assert list(client.run(_profiling).values()) == [False]
             assert client.run_on_scheduler(_tick) == 1.0
             assert client.submit(sum, [1, 2], pure=False).result() == 3
             assert client.profile()["count"] == 0  # nothing sampled: the dashboard's profile page stays empty
-        assert dask.config.get("distributed.worker.profile.enabled") is True  # this process's own setting
+        assert dask.config.get("distributed.worker.profile.enabled") is True  # this process's own setting is back
         with dask.config.set({"dppca_dask.cluster.dask-config.distributed": None}), \
                 connect(None, n_workers=1, memory_limit="1GiB") as client:
             assert list(client.run(_profiling).values()) == [True]
             assert client.run_on_scheduler(_tick) == 0.02
+    assert dask.config.get("distributed.worker.profile.enabled") == own

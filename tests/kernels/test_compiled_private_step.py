@@ -144,6 +144,76 @@ def test_a_sequence_of_calls_equals_the_numpy_path_call_by_call(monkeypatch: pyt
         _assert_same_bits(partial, _partial(block, x, top_m))
 
 
+@pytest.mark.parametrize("loop", ["_transpose_binned_jit", "_compact_jit"])
+def test_an_interrupted_call_leaves_no_rows_in_the_next_ones_sums(monkeypatch: pytest.MonkeyPatch,
+                                                                 loop: str) -> None:
+    """A KeyboardInterrupt (Ctrl-C in a local run: raised when a compiled loop returns) after the top rows were added
+    into this thread's dense vectors: the vectors are cleared before it reaches the caller, so the next call's sums
+    hold none of the interrupted call's rows."""
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
+    rng = np.random.default_rng(23)
+    interrupted, block = _block(rng, 300, 25, 0.6), _block(rng, 300, 25, 0.6)
+    x = rng.standard_normal(25)
+    x /= np.linalg.norm(x)
+    real = getattr(power_module, loop)
+
+    def then_interrupted(*args):  # noqa: ANN002, ANN202
+        if loop == "_compact_jit" and args[1].shape[0]:  # between the pass and the compaction (not the warm-up)
+            raise KeyboardInterrupt
+        real(*args)
+        if loop == "_transpose_binned_jit" and args[3].shape[0]:  # when the pass over the rows returns
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(power_module, loop, then_interrupted)
+    kept = power_module._SCRATCH.take("bin_accumulators", 120 * 25, np.float64, zeroed=True)
+    with pytest.raises(KeyboardInterrupt):
+        _partial(interrupted, x, 120)
+    assert not kept.any()
+    monkeypatch.setattr(power_module, loop, real)
+    got = _partial(block, x, 120)
+    assert got.bin_sums.nnz > 0
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", False)
+    _assert_same_bits(got, _partial(block, x, 120))
+
+
+def test_rows_past_the_float64_limit_change_neither_the_compilations_nor_the_products(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block with a row whose product overflows takes the numpy path (which recomputes that row from its unit
+    row): the compiled loops are compiled all the same on that call (when a compilation happens must not depend on
+    the data), and ``A x`` is computed once, not once per path."""
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
+    for name, loop in {"_transpose_binned_jit": "_transpose_binned_loop", "_compact_jit": "_compact_loop"}.items():
+        monkeypatch.setattr(power_module, name, _jit._Lazy(getattr(power_module, loop)))
+    rng = np.random.default_rng(24)
+    for _ in range(100):  # a row whose product with its own direction rounds past the limit
+        row = rng.random(3)
+        row = row / np.linalg.norm(row) * np.finfo(np.float64).max
+        if not (np.all(np.isfinite(row)) and np.isfinite(row_norms_of(row[None, :])[0])):
+            continue
+        x = row / row_norms_of(row[None, :])[0]
+        x /= np.linalg.norm(x)
+        with np.errstate(over="ignore"):
+            if not np.isfinite(row @ x):
+                break
+    else:
+        raise AssertionError("no overflowing row found")
+    block = sp.csr_array(np.vstack([row, [0.1, 0.2, -0.3], [0.0, 0.5, 0.5]]))
+    products: list[int] = []
+    times_into = _sparse.times_into
+
+    def counted(*args):  # noqa: ANN002, ANN202
+        products.append(1)
+        return times_into(*args)
+
+    monkeypatch.setattr(_sparse, "times_into", counted)
+    got = _partial(block, x, 5, bound=1.0)
+    assert products == [1]
+    assert power_module._transpose_binned_jit.compiled is not None
+    assert power_module._compact_jit.compiled is not None
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", False)
+    _assert_same_bits(got, _partial(block, x, 5, bound=1.0))
+
+
 def test_the_compiled_loops_are_compiled_whichever_path_the_rows_take(monkeypatch: pytest.MonkeyPatch) -> None:
     """When a compilation happens must not depend on the data: every loop of the compiled step is compiled (or
     loaded) for the block's types on the first call even when the rows take the selector product, so a later call
