@@ -521,7 +521,8 @@ def _transpose_binned_loop(indptr, indices, data, weights, bins, slots, out, acc
     """``out += Aᵀw`` as scipy's ``csc_matvec`` computes it (``out[col] += value·w``, row after row), and each row
     whose bin has a slot (``slots[bins[i]] >= 0``) added the same way into ``accumulators[slot]``. Indices and row
     pointers are unsigned views (:func:`_unsigned`): a compiled loop then indexes without the check for negative
-    indices that signed ones carry, which made it 1.1-1.2x slower than scipy's loop; with them it is faster."""
+    indices that signed ones carry. With signed row pointers the loop's ``Aᵀw`` took 13.0-14.4 ms against scipy's
+    12.6-13.3 ms on a partition of 1.25·10⁷ entries (one core); with unsigned ones 10.7-12.0 ms against 12.7-13.1."""
     for i in range(weights.shape[0]):
         weight = weights[i]
         slot = slots[bins[i]]
