@@ -302,14 +302,12 @@ def binned_sums(block: Any, rows: np.ndarray, bins: np.ndarray, weights: np.ndar
     order = np.lexsort((rows, bins))  # by bin, rows ascending within a bin, whatever the path below
     rows, bins, weights = rows[order], bins[order], np.ascontiguousarray(weights[order], dtype=np.float64)
     width = k * d
-    index_type = np.int32 if n_bins * width < 2**31 else np.int64  # a column index and the result's entries
+    index_type = _index_type(n_bins, width)  # a column index and the result's entries
     compiled = _binned_jit if _jit.HAVE_NUMBA and not matrix and _sparse.chunked(block) else None
     if compiled is not None:
         # Compile (or load) the loop for these types now, on no rows, whichever path the data takes below: when a
         # compilation happens (a second or more) must not depend on the rows' entries
-        none, no_index = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=index_type)
-        compiled(block.indptr, _unsigned(block.indices), block.data, none, none, np.zeros(0), np.zeros(0),
-                 np.zeros(0), no_index, no_index)
+        _warm_binned(block, index_type)
     if not (sp.issparse(block) and block.format == "csr") or _sparse._sparsetools is None:
         return _selected_product(block, rows, bins, weights, n_bins)
     # A bin's dense vector costs d to clear and scan: worth it while the rows hold at least d entries per used bin
@@ -450,9 +448,9 @@ def _fusable(block: Any, x: np.ndarray) -> bool:
             and block.data.dtype == np.float64 and block.shape[1] > 0)
 
 
-def _index_type(n_points: int, d: int) -> type:
-    """The bins' sums' column index type (as :func:`binned_sums` chooses it)."""
-    return np.int32 if n_points * d < 2**31 else np.int64
+def _index_type(n_bins: int, width: int) -> np.dtype[Any]:
+    """The bins' sums' column index type: 32-bit while ``n_bins × width`` entries fit."""
+    return np.dtype(np.int32 if n_bins * width < 2**31 else np.int64)
 
 
 def _fused_partial(block: Any, rows: tuple[np.ndarray, np.ndarray, np.ndarray], grid: ThresholdGrid,
@@ -472,7 +470,7 @@ def _fused_partial(block: Any, rows: tuple[np.ndarray, np.ndarray, np.ndarray], 
     caller, whose next call would otherwise add these rows into its own sums."""
     assert _transpose_binned_jit is not None and _compact_jit is not None  # (_fusable)
     weights, bins, histogram = rows
-    n, d = block.shape
+    d = block.shape[1]
     n_points = grid.n_points
     index_type = _index_type(n_points, d)
     cut = _cut(histogram, n_points, top_m)
@@ -480,8 +478,9 @@ def _fused_partial(block: Any, rows: tuple[np.ndarray, np.ndarray, np.ndarray], 
     chosen = np.flatnonzero(bins <= cut) if cut >= 0 else np.zeros(0, dtype=np.int64)
     entries = int((block.indptr[chosen + 1] - block.indptr[chosen]).sum())
     dense = 0 < used.shape[0] * d <= entries  # (as binned_sums decides between its dense vectors and the product)
-    slots = np.full(grid.n_bins, -1, dtype=np.int64)
-    slots[used] = np.arange(used.shape[0]) if dense else -1
+    slots = np.full(grid.n_bins, -1, dtype=np.int64)  # -1: a row added into Aᵀw only
+    if dense:
+        slots[used] = np.arange(used.shape[0])
     width = used.shape[0] * d if dense else 0
     accumulators = _SCRATCH.take("bin_accumulators", width, np.float64, zeroed=True).reshape(width // d, d)
     full_sum = np.zeros(d)
@@ -508,13 +507,18 @@ def _warm_compiled(block: Any, n_points: int) -> None:
     d = block.shape[1]
     index_type = _index_type(n_points, d)
     none: np.ndarray = np.zeros(0, dtype=np.int64)
-    no_index: np.ndarray = np.zeros(0, dtype=index_type)
-    indices = _unsigned(block.indices)
-    _transpose_binned_jit(_unsigned(block.indptr), indices, block.data, np.zeros(0), none, none, np.zeros(d),
-                          np.zeros((0, d)))
-    _compact_jit(np.zeros((0, d)), none, np.zeros(0), no_index, np.zeros(1, dtype=index_type))
-    _binned_jit(block.indptr, indices, block.data, none, none, np.zeros(0), np.zeros(0), np.zeros(0), no_index,
-                no_index)
+    _transpose_binned_jit(_unsigned(block.indptr), _unsigned(block.indices), block.data, np.zeros(0), none, none,
+                          np.zeros(d), np.zeros((0, d)))
+    _compact_jit(np.zeros((0, d)), none, np.zeros(0), np.zeros(0, dtype=index_type), np.zeros(1, dtype=index_type))
+    _warm_binned(block, index_type)
+
+
+def _warm_binned(block: Any, index_type: np.dtype[Any]) -> None:
+    """Compile (or load) :func:`_binned_loop` for the block's types and this index type, on no rows."""
+    assert _binned_jit is not None
+    none, no_index = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=index_type)
+    _binned_jit(block.indptr, _unsigned(block.indices), block.data, none, none, np.zeros(0), np.zeros(0),
+                np.zeros(0), no_index, no_index)
 
 
 def _transpose_binned_loop(indptr, indices, data, weights, bins, slots, out, accumulators):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202, E501

@@ -16,7 +16,7 @@ from dppca_dask.coordinator.client import cluster_dask_config, connect, embedded
 from dppca_dask.errors import InvalidParameterError
 
 
-def test_the_settings_are_dotted_and_null_keeps_dasks_value() -> None:
+def test_the_settings_are_dotted_and_null_keeps_this_process_setting() -> None:
     assert cluster_dask_config() == {"distributed.worker.profile.enabled": False,
                                      "distributed.admin.tick.interval": "1s"}
     with dask.config.set({"dppca_dask.cluster.dask-config.distributed.worker.profile.enabled": None}):
