@@ -51,7 +51,6 @@ def topics_doc(tmp_path: Path, store: str, **mechanism) -> dict:
 def test_topics_job_runs_charges_what_it_emits_and_is_idempotent(tmp_path: Path, corpus, corpus_store: str,
                                                                   local_client, write_spec, capsys) -> None:
     from dppca_dask.accounting import epsilon_for, event_from_json
-    from dppca_dask.methods.tensor.corpora import total_variation
 
     spec = write_spec(topics_doc(tmp_path, corpus_store))
     args = ["run", str(spec), "--scheduler", local_client.scheduler.address, "--date", DATE]
@@ -66,7 +65,7 @@ def test_topics_job_runs_charges_what_it_emits_and_is_idempotent(tmp_path: Path,
     found = np.asarray(result["topics"])
     assert found.shape == (3, 60) and np.allclose(found.sum(axis=1), 1.0) and (found >= 0).all()
     assert np.array_equal(np.load(out / "topics.npy"), found)
-    assert np.median(total_variation(found, corpus.topics)) < 0.2  # large ε: the planted topics come back
+    # no accuracy check here: this run's noise comes from the operating system (test_a_seeded_topics_job_...)
     assert json.loads((out / "job.json").read_text())["spec"]["mechanism"]["n_topics"] == 3
 
     entry = Ledger(tmp_path / "ledger.sqlite").entry("corpus", f"topics-job@{DATE}")
@@ -82,6 +81,30 @@ def test_topics_job_runs_charges_what_it_emits_and_is_idempotent(tmp_path: Path,
     assert main([*args, "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert again["status"] == "already-completed" and again["mechanism"] == "topics"
+
+
+def test_a_seeded_topics_job_finds_the_planted_topics_and_releases_what_the_library_computes(
+        tmp_path: Path, corpus, corpus_store: str, local_client, write_spec) -> None:
+    """The job's accuracy, with seeded noise so that the check is deterministic. Unseeded (as the CLI runs it),
+    these settings (2 restarts, 3 iterations) miss one planted topic in about 2% of runs (median total variation
+    above 0.2 in 63 of 3,000 seeds), which is why the CLI test above checks no accuracy."""
+    import warnings
+
+    from dppca_dask import topics
+    from dppca_dask.jobs import load_job, run_job
+    from dppca_dask.mechanisms import NoiseSource
+    from dppca_dask.methods.tensor.corpora import total_variation
+
+    spec = load_job(write_spec(topics_doc(tmp_path, corpus_store)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # seeded noise: reproducible, not private (the point of the test)
+        outcome = run_job(spec, date=DATE, client=local_client, noise=NoiseSource.from_seed(11))
+        direct = topics(corpus_store, n_topics=3, n_restarts=2, n_iter=3, pca_iter=3, epsilon=500.0, delta=1e-6,
+                        client=local_client, noise=NoiseSource.from_seed(11))
+    assert outcome.status == "completed"
+    found = np.load(tmp_path / "out" / DATE / "topics.npy")
+    assert np.array_equal(found, np.asarray(direct.topics))  # the job adds nothing to the mechanism's release
+    assert np.median(total_variation(found, corpus.topics)) < 0.2  # large ε: the planted topics come back
 
 
 def test_topics_dry_run_describes_the_reservation(tmp_path: Path, corpus_store: str, write_spec, capsys) -> None:
