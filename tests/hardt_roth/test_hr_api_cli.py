@@ -142,7 +142,9 @@ def test_cli_lowrank_private_power_on_a_symmetric_store(
 
 def test_cli_pca_private_power(stores: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["pca", stores["psd"], "--mechanism", "private-power", "--symmetric", "--n-components", "2",
-                 "--coherence", "40", "--epsilon", "1", "--delta", "1e-6", "--scheduler", "local", "--json"])
+                 "--coherence", "40", "--epsilon", "1", "--delta", "1e-6", "--scheduler", "local", "--json",
+                 "--seed", "3"])
+    # seeded: unseeded, an iterate past the coherence bound (exit 4) was measured in none of 8,000 runs (~1e-6)
     assert code == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["privacy"]["neighbouring"] == ENTRY_CHANGE
