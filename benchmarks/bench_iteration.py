@@ -7,7 +7,8 @@ reference throughput) and the private kernel on the same partition (CPU time, wh
 inflates less than wall time); with the compiled loops on, also the private kernel against a plain step whose
 ``Aᵀw`` is the compiled private step's own loop (faster than scipy's), which isolates the private step's own work.
 Then the private step on 1 worker × 1 thread against W workers × 1 thread on the
-largest store (the speed-up from more cores). Prints one table and ends with the line
+largest store (the speed-up from more cores), and the same steps in this process on a pool of W threads (against 1
+thread, and private against plain): the executor ``executor="auto"`` picks for these stores. Prints one table and ends with the line
 ``ratio <private / non-private median time per iteration, largest store>`` (goal: <= 1.1).
 
     python benchmarks/bench_iteration.py --quick                 # 10^6 and 10^7 non-zeros, about a minute
@@ -78,8 +79,21 @@ def _private_step(coordinator: Coordinator, run: Any, request: Any) -> Any:
 def _cluster_steps(store: Any, workers: int, iterations: int, plain: bool) -> dict[str, Any]:
     """Median private (and plain) step on ``workers`` × 1 thread, partitions persisted, steps interleaved."""
     shape = dict(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None)
-    with _common.local_cluster(**shape) as cluster, Client(cluster) as client, \
-            Coordinator(client, as_source(store), persist=True) as coordinator:
+    with _common.local_cluster(**shape) as cluster, Client(cluster) as client:
+        return _steps(client, store, iterations, plain)
+
+
+def _in_process_steps(store: Any, threads: int, iterations: int, plain: bool) -> dict[str, Any]:
+    """As :func:`_cluster_steps` in this process, on a pool of ``threads`` threads: the executor that
+    ``executor="auto"`` picks for a store of at most 16 partitions and 100,000 columns (the package's defaults)."""
+    from dppca_dask.coordinator.client import InProcessClient
+
+    with InProcessClient(threads) as client:
+        return _steps(client, store, iterations, plain)
+
+
+def _steps(client: Any, store: Any, iterations: int, plain: bool) -> dict[str, Any]:
+    with Coordinator(client, as_source(store), persist=True) as coordinator:
         run = _private_run(store, iterations)
         t = time.perf_counter()
         request = run.send(coordinator.execute(next(run)))  # loads and persists the partitions
@@ -157,10 +171,12 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--no-scaling", action="store_true", help="skip the 1-worker vs W-worker comparison")
+    parser.add_argument("--no-in-process", action="store_true",
+                        help="skip the in-process executor's steps (W threads against 1, private against plain)")
     parser.add_argument("--workdir", default=None, help="where the generated stores are (or go; default: a temp dir)")
     args = parser.parse_args()
     if args.quick:
-        args.nnz, args.iterations, args.no_scaling = [1e6, 1e7], 4, True
+        args.nnz, args.iterations, args.no_scaling, args.no_in_process = [1e6, 1e7], 4, True, True
     workdir = args.workdir or tempfile.mkdtemp(prefix="dppca-bench-")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     from dppca_dask.kernels._jit import HAVE_NUMBA
@@ -191,6 +207,15 @@ def main() -> None:
         many = _cluster_steps(stores[-1], args.workers, args.iterations, plain=False)
         print(f"private step on {stores[-1].nnz:.3g} nnz: 1 worker {one['private']:.3f} s, {args.workers} workers "
               f"{many['private']:.3f} s: speed-up {one['private'] / many['private']:.2f}")
+    if not args.no_in_process:
+        # The executor a run of this store gets by default (executor="auto"): the same coordinator and tasks on a
+        # pool of threads in this process, without the scheduler's and the workers' processes
+        many = _in_process_steps(stores[-1], args.workers, args.iterations, plain=True)
+        one = _in_process_steps(stores[-1], 1, args.iterations, plain=False)
+        print(f"in process on {stores[-1].nnz:.3g} nnz, {args.workers} threads: private {many['private']:.3f} s, "
+              f"plain {many['plain']:.3f} s: ratio {many['private'] / many['plain']:.3f}; private step on 1 thread "
+              f"{one['private']:.3f} s: speed-up {one['private'] / many['private']:.2f}; "
+              f"{stores[-1].nnz / many['private'] / args.workers / 1e6:.0f}M nnz/s per core")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"load average at end {load:.1f}")
     print(f"ratio {rows[-1]['ratio']:.3f}")
