@@ -43,6 +43,13 @@ HEAP_SETTINGS = (
     "export MALLOC_MMAP_THRESHOLD_=33554432",
     "export MALLOC_TRIM_THRESHOLD_=67108864",
 )
+#: Dask settings in every worker job, as the embedded cluster has them (dppca_dask.cluster.dask-config): no statistical
+#: profiler (its dashboard page shows which code paths a step took, which depend on the data), event-loop checks once
+#: a second.
+DASK_SETTINGS = (
+    "export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False",
+    "export DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL=1s",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -156,7 +163,7 @@ def make_cluster(args: argparse.Namespace) -> Any:
         job_name=args.job_name,
         python=args.python,
         job_extra_directives=list(args.sbatch),
-        job_script_prologue=[*THREAD_LIMITS, *HEAP_SETTINGS, *args.prologue],
+        job_script_prologue=[*THREAD_LIMITS, *HEAP_SETTINGS, *DASK_SETTINGS, *args.prologue],
         # `python -m distributed.cli.dask_worker`: the module, which distributed keeps; the `dask-worker` script
         # is gone in distributed 2026.x. Equivalent to `dask worker`, and it accepts --nworkers and --nanny.
         worker_command="distributed.cli.dask_worker",

@@ -21,8 +21,24 @@ from _local_cluster import CLUSTER_DIR, REPO, local_sh
 OLD_COMMANDS = re.compile(r"(?<![\w.])dask-(scheduler|worker)(?![\w-])")
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 #: The heap settings every deployment gives its workers: the embedded cluster's (the package's defaults).
-HEAP_VARS = {str(k): str(v) for k, v in yaml.safe_load(
-    (REPO / "dppca_dask" / "dppca_dask.yaml").read_text())["dppca_dask"]["cluster"]["worker-environ"].items()}
+_CLUSTER_DEFAULTS = yaml.safe_load((REPO / "dppca_dask" / "dppca_dask.yaml").read_text())["dppca_dask"]["cluster"]
+HEAP_VARS = {str(k): str(v) for k, v in _CLUSTER_DEFAULTS["worker-environ"].items()}
+
+
+def _dask_environment(tree: dict[str, Any], path: tuple[str, ...] = ()) -> dict[str, str]:
+    """Dask settings (nested as in its files) as the environment variables Dask reads them from."""
+    out: dict[str, str] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_dask_environment(value, (*path, key)))
+        elif value is not None:
+            out["DASK_" + "__".join(p.upper().replace("-", "_") for p in (*path, key))] = str(value)
+    return out
+
+
+#: The Dask settings every deployment gives its workers: the embedded cluster's (no statistical profiler, whose
+#: dashboard page shows which code paths a step took; event-loop checks once a second).
+DASK_VARS = _dask_environment(_CLUSTER_DEFAULTS["dask-config"])
 
 
 @pytest.fixture(autouse=True)
@@ -75,6 +91,7 @@ def test_compose_has_a_scheduler_two_workers_and_a_client(compose: dict[str, Any
         env = _env_dict(service)
         assert all(env.get(var) == "1" for var in THREAD_VARS), (name, env)
         assert {k: env.get(k) for k in HEAP_VARS} == HEAP_VARS, (name, env)
+        assert {k: env.get(k) for k in DASK_VARS} == DASK_VARS, (name, env)
         for dependency in service.get("depends_on", {}):
             assert dependency in services, (name, dependency)
 
@@ -148,7 +165,7 @@ def test_dockerfile_installs_the_package_and_starts_the_scheduler() -> None:
     assert any(op == "USER" and rest.strip() != "root" for op, rest in instructions), "run as a non-root user"
     for var in THREAD_VARS:
         assert any(re.search(rf"\b{var}=1\b", rest) for rest in env), var
-    for var, value in HEAP_VARS.items():
+    for var, value in {**HEAP_VARS, **DASK_VARS}.items():
         assert any(re.search(rf"\b{var}={value}(\s|$)", rest) for rest in env), var
     cmd = [rest for op, rest in instructions if op == "CMD"][-1]
     assert cmd.startswith('["dask", "scheduler"')
@@ -195,6 +212,7 @@ def _check_dask_cluster_spec(spec: dict[str, Any], cluster_name: str) -> None:
     env = {e["name"]: e["value"] for e in container["env"]}
     assert all(env.get(var) == "1" for var in THREAD_VARS), env
     assert {k: env.get(k) for k in HEAP_VARS} == HEAP_VARS, env
+    assert {k: env.get(k) for k in DASK_VARS} == DASK_VARS, env
     # The Dask memory limit fits in the pod's memory limit.
     limit = container["resources"]["limits"]["memory"]
     assert limit.endswith("Gi") and args[args.index("--memory-limit") + 1].endswith("GiB")
@@ -297,7 +315,7 @@ def test_slurm_example_renders_its_job_script(tmp_path: Path) -> None:
     prologue = lines[: lines.index(worker_line)]
     for var in THREAD_VARS:
         assert f"export {var}=1" in prologue, var
-    for var, value in HEAP_VARS.items():
+    for var, value in {**HEAP_VARS, **DASK_VARS}.items():
         assert f"export {var}={value}" in prologue, var
     assert prologue.index("export OMP_NUM_THREADS=1") < prologue.index("source /shared/venv/bin/activate")
     _no_old_command(lines)

@@ -66,6 +66,16 @@ def _check_workers_compute(cluster: LoopbackCluster, scheme: str) -> None:
         heap = client.run(initial_heap_settings)
         assert all(v == {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "67108864"}
                    for v in heap.values()), heap
+        # ... and the embedded cluster's Dask settings: no statistical profiler (its dashboard page shows which code
+        # paths a step took), event-loop checks once a second
+        def dask_settings() -> tuple[object, object]:
+            import dask
+
+            return (dask.config.get("distributed.worker.profile.enabled"),
+                    dask.config.get("distributed.admin.tick.interval"))
+
+        assert set(client.run(dask_settings).values()) == {(False, "1s")}
+        assert client.run_on_scheduler(dask_settings)[1] == "1s"
         limits = client.run(lambda dask_worker: dask_worker.memory_manager.memory_limit)
         assert set(limits.values()) == {2**30}
 
