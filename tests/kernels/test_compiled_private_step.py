@@ -75,6 +75,27 @@ def test_the_private_kernel_is_the_same_compiled_or_not(monkeypatch: pytest.Monk
                     assert np.array_equal(np.asarray(got).view(np.uint64), np.asarray(want).view(np.uint64))
 
 
+@pytest.mark.parametrize("value_dtype", [np.float64, np.float32])  # the fused pass; the per-bin loop (binned_sums)
+def test_64_bit_bin_indices_are_the_same_compiled_or_not(monkeypatch: pytest.MonkeyPatch, value_dtype: type) -> None:
+    """The bins' sums take 64-bit column indices where ``n_points × d`` reaches 2³¹ (d of about 22 million: dense
+    vectors of 16 GiB and more, beyond any test). The index type is forced here on small blocks, so that the loops
+    compiled for it (the fused pass's compaction and the per-bin loop) run and give the numpy path's values."""
+    monkeypatch.setattr(power_module, "_index_type", lambda n_bins, width: np.dtype(np.int64))
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal(30)
+    x /= np.linalg.norm(x)
+    block = _block(rng, 400, 30, density=0.5, value_dtype=value_dtype, x=x)
+    for top_m in (50, 399):  # some top rows in a few bins; most rows in many
+        results = []
+        for flag in (False, True):
+            monkeypatch.setattr(_jit, "HAVE_NUMBA", flag)
+            results.append(_partial(block, x, top_m))
+        assert power_module._fusable(block, x) == (value_dtype == np.float64)
+        _assert_same_bits(results[1], results[0])
+        assert results[1].bin_sums.nnz > 0
+        assert results[1].bin_sums.indices.dtype == np.int64 and results[1].bin_sums.indptr.dtype == np.int64
+
+
 def test_results_never_share_the_arrays_reused_between_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """A partial computed first is unchanged by the next calls (which reuse the per-thread arrays) and equals the
     same partial computed afresh on the numpy path."""
