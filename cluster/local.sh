@@ -500,8 +500,9 @@ cmd_start() {
     export MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=67108864
     # Dask settings as the embedded cluster has them (dppca_dask.cluster.dask-config): no statistical profiler on
     # the workers (its dashboard page shows which code paths a step took, which depend on the data) and event-loop
-    # checks once a second instead of every 20 ms.
-    export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL=1s
+    # checks once a second instead of every 20 ms. Values already in the environment are kept (to profile a run).
+    export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED="${DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED:-False}"
+    export DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL="${DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL:-1s}"
 
     started=1
     start_done=0

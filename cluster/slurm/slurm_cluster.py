@@ -45,7 +45,7 @@ HEAP_SETTINGS = (
 )
 #: Dask settings in every worker job, as the embedded cluster has them (dppca_dask.cluster.dask-config): no statistical
 #: profiler (its dashboard page shows which code paths a step took, which depend on the data), event-loop checks once
-#: a second.
+#: a second (the scheduler, which runs in this process, gets the latter in make_cluster).
 DASK_SETTINGS = (
     "export DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False",
     "export DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL=1s",
@@ -149,29 +149,33 @@ def make_cluster(args: argparse.Namespace) -> Any:
         raise SystemExit(
             f"slurm_cluster.py: error: --cores ({args.cores}) must be a positive multiple of --processes ({processes})"
         )
+    import dask
+
     scheduler_options: dict[str, Any] = {"port": args.scheduler_port, "dashboard_address": args.dashboard_address}
-    return SLURMCluster(
-        cores=args.cores,
-        processes=processes,
-        memory=args.memory,
-        walltime=args.walltime,
-        queue=args.queue,
-        account=args.account,
-        interface=args.interface,
-        local_directory=args.local_directory,
-        log_directory=args.log_directory,
-        job_name=args.job_name,
-        python=args.python,
-        job_extra_directives=list(args.sbatch),
-        job_script_prologue=[*THREAD_LIMITS, *HEAP_SETTINGS, *DASK_SETTINGS, *args.prologue],
-        # `python -m distributed.cli.dask_worker`: the module, which distributed keeps; the `dask-worker` script
-        # is gone in distributed 2026.x. Equivalent to `dask worker`, and it accepts --nworkers and --nanny.
-        worker_command="distributed.cli.dask_worker",
-        # A worker that has lost the scheduler for this long exits, so no SLURM job idles on after a crash.
-        death_timeout=120,
-        security=_security(args),
-        scheduler_options=scheduler_options,
-    )
+    # The scheduler runs in this process: its event-loop check once a second, as the workers' (DASK_SETTINGS)
+    with dask.config.set({"distributed.admin.tick.interval": "1s"}):
+        return SLURMCluster(
+            cores=args.cores,
+            processes=processes,
+            memory=args.memory,
+            walltime=args.walltime,
+            queue=args.queue,
+            account=args.account,
+            interface=args.interface,
+            local_directory=args.local_directory,
+            log_directory=args.log_directory,
+            job_name=args.job_name,
+            python=args.python,
+            job_extra_directives=list(args.sbatch),
+            job_script_prologue=[*THREAD_LIMITS, *HEAP_SETTINGS, *DASK_SETTINGS, *args.prologue],
+            # `python -m distributed.cli.dask_worker`: the module, which distributed keeps; the `dask-worker` script
+            # is gone in distributed 2026.x. Equivalent to `dask worker`, and it accepts --nworkers and --nanny.
+            worker_command="distributed.cli.dask_worker",
+            # A worker that has lost the scheduler for this long exits, so no SLURM job idles on after a crash.
+            death_timeout=120,
+            security=_security(args),
+            scheduler_options=scheduler_options,
+        )
 
 
 def client_environment(address: str, args: argparse.Namespace) -> dict[str, str]:

@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,14 +68,16 @@ def _env() -> dict[str, str]:
     return env
 
 
-def local_sh(*args: str, timeout: float = START_TIMEOUT + 30) -> subprocess.CompletedProcess[str]:
-    """Run ``cluster/local.sh ARGS`` with the test's Python; never raises on a non-zero exit."""
+def local_sh(*args: str, timeout: float = START_TIMEOUT + 30,
+             environ: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``cluster/local.sh ARGS`` with the test's Python (and ``environ`` over the test's environment); never
+    raises on a non-zero exit."""
     return subprocess.run(
         ["bash", str(LOCAL_SH), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_env(),
+        env={**_env(), **(environ or {})},
         stdin=subprocess.DEVNULL,
     )
 
@@ -200,6 +202,7 @@ def start_cluster(
     cert_dir: Path | None = None,
     scheduler_port: int = 0,
     extra_args: Sequence[str] = (),
+    environ: Mapping[str, str] | None = None,
 ) -> LoopbackCluster:
     """Run ``local.sh start``; raise ``RuntimeError`` with its output when it fails."""
     args = [
@@ -217,7 +220,7 @@ def start_cluster(
         if cert_dir is not None:
             args += ["--cert-dir", str(cert_dir)]
     _STARTED.add(run_dir.resolve())
-    proc = local_sh(*args)
+    proc = local_sh(*args, environ=environ)
     if proc.returncode != 0:
         raise RuntimeError(
             f"local.sh start failed with exit code {proc.returncode}\n"

@@ -39,6 +39,7 @@ def _dask_environment(tree: dict[str, Any], path: tuple[str, ...] = ()) -> dict[
 #: The Dask settings every deployment gives its workers: the embedded cluster's (no statistical profiler, whose
 #: dashboard page shows which code paths a step took; event-loop checks once a second).
 DASK_VARS = _dask_environment(_CLUSTER_DEFAULTS["dask-config"])
+assert DASK_VARS  # (the checks below would pass on an empty dict)
 
 
 @pytest.fixture(autouse=True)
@@ -304,6 +305,7 @@ def test_slurm_example_renders_its_job_script(tmp_path: Path) -> None:
     )  # fmt: skip
     with module.make_cluster(args) as cluster:
         script = cluster.job_script()
+        assert cluster.scheduler._tick_interval == 1.0  # (seconds) the scheduler, in this process, as the workers
     lines = script.splitlines()
     assert lines[0].startswith("#!")
     for directive in ("#SBATCH -p normal", "#SBATCH -A proj", "#SBATCH -t 00:20:00", "#SBATCH --cpus-per-task=4"):

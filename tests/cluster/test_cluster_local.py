@@ -43,7 +43,7 @@ def _processes_mentioning(text: str) -> list[int]:
     return out
 
 
-def _check_workers_compute(cluster: LoopbackCluster, scheme: str) -> None:
+def _check_workers_compute(cluster: LoopbackCluster, scheme: str, *, profile: bool = False) -> None:
     with cluster.client() as client:
         workers = client.nthreads()
         assert len(workers) == 2, workers
@@ -67,14 +67,14 @@ def _check_workers_compute(cluster: LoopbackCluster, scheme: str) -> None:
         assert all(v == {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "67108864"}
                    for v in heap.values()), heap
         # ... and the embedded cluster's Dask settings: no statistical profiler (its dashboard page shows which code
-        # paths a step took), event-loop checks once a second
+        # paths a step took; unless the environment of local.sh asks for it), event-loop checks once a second
         def dask_settings() -> tuple[object, object]:
             import dask
 
             return (dask.config.get("distributed.worker.profile.enabled"),
                     dask.config.get("distributed.admin.tick.interval"))
 
-        assert set(client.run(dask_settings).values()) == {(False, "1s")}
+        assert set(client.run(dask_settings).values()) == {(profile, "1s")}
         assert client.run_on_scheduler(dask_settings)[1] == "1s"
         limits = client.run(lambda dask_worker: dask_worker.memory_manager.memory_limit)
         assert set(limits.values()) == {2**30}
@@ -139,12 +139,14 @@ def test_tls_cluster_start_run_status_stop(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     known: list[int] = []
     try:
-        cluster = start_cluster(run_dir, tls=True, cert_dir=cert_dir)
+        # (and a profiled run: a Dask setting already in local.sh's environment is kept)
+        cluster = start_cluster(run_dir, tls=True, cert_dir=cert_dir,
+                                environ={"DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "True"})
         known = cluster.process_tree()
         assert cluster.address.startswith("tls://127.0.0.1:")
         assert not (run_dir / "certs").exists(), "--cert-dir was given: no certificates made in the run dir"
 
-        _check_workers_compute(cluster, "tls")
+        _check_workers_compute(cluster, "tls", profile=True)
 
         # A plain TCP client is refused, and so is a TLS connection without a client certificate (mutual TLS).
         from distributed import Client
