@@ -140,11 +140,13 @@ def test_cli_lowrank_private_power_on_a_symmetric_store(
     np.testing.assert_allclose(dense, dense.T, atol=1e-9)
 
 
+@pytest.mark.filterwarnings("ignore::dppca_dask.errors.NotPrivateWarning")
 def test_cli_pca_private_power(stores: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["pca", stores["psd"], "--mechanism", "private-power", "--symmetric", "--n-components", "2",
                  "--coherence", "40", "--epsilon", "1", "--delta", "1e-6", "--scheduler", "local", "--json",
                  "--seed", "3"])
-    # seeded: unseeded, an iterate past the coherence bound (exit 4) was measured in none of 8,000 runs (~1e-6)
+    # Seeded: unseeded, the exit code depends on the start vector (exit 4 when an iterate passes the coherence
+    # bound), which happened in none of 8,000 runs (below 4e-4 at 95% confidence)
     assert code == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["privacy"]["neighbouring"] == ENTRY_CHANGE
