@@ -18,27 +18,18 @@ import pytest
 import yaml
 from _local_cluster import CLUSTER_DIR, REPO, local_sh
 
+from dppca_dask.coordinator.client import cluster_dask_config
+
 OLD_COMMANDS = re.compile(r"(?<![\w.])dask-(scheduler|worker)(?![\w-])")
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 #: The heap settings every deployment gives its workers: the embedded cluster's (the package's defaults).
-_CLUSTER_DEFAULTS = yaml.safe_load((REPO / "dppca_dask" / "dppca_dask.yaml").read_text())["dppca_dask"]["cluster"]
-HEAP_VARS = {str(k): str(v) for k, v in _CLUSTER_DEFAULTS["worker-environ"].items()}
-
-
-def _dask_environment(tree: dict[str, Any], path: tuple[str, ...] = ()) -> dict[str, str]:
-    """Dask settings (nested as in its files) as the environment variables Dask reads them from."""
-    out: dict[str, str] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_dask_environment(value, (*path, key)))
-        elif value is not None:
-            out["DASK_" + "__".join(p.upper().replace("-", "_") for p in (*path, key))] = str(value)
-    return out
-
-
+HEAP_VARS = {str(k): str(v) for k, v in yaml.safe_load(
+    (REPO / "dppca_dask" / "dppca_dask.yaml").read_text())["dppca_dask"]["cluster"]["worker-environ"].items()}
 #: The Dask settings every deployment gives its workers: the embedded cluster's (no statistical profiler, whose
-#: dashboard page shows which code paths a step took; event-loop checks once a second).
-DASK_VARS = _dask_environment(_CLUSTER_DEFAULTS["dask-config"])
+#: dashboard page shows which code paths a step took; event-loop checks once a second), as the environment
+#: variables Dask reads them from.
+DASK_VARS = {"DASK_" + key.upper().replace("-", "_").replace(".", "__"): str(value)
+             for key, value in cluster_dask_config().items()}
 assert DASK_VARS  # (the checks below would pass on an empty dict)
 
 
