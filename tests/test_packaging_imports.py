@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -78,3 +79,27 @@ def test_progress_shows_in_a_jupyter_kernel(monkeypatch: pytest.MonkeyPatch) -> 
         assert not bar.disable
     shell.kernel = None  # a terminal IPython: no kernel, no widget
     assert not _progress.in_notebook()
+
+
+def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command path of the parser (``()``, ``("pca",)``, ``("budget", "init")``, ...)."""
+    found = [path]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found.extend(_parsers(sub, (*path, name)))
+    return found
+
+
+def test_every_command_renders_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse formats each help text with ``%``: an unescaped one ("10% of the budget") makes ``--help`` of that
+    command fail with a TypeError (``dppca-dask pca --help`` did). Every command and subcommand, as users call it."""
+    from dppca_dask.cli import build_parser, main
+
+    paths = _parsers(build_parser())
+    assert ("pca",) in paths and len(paths) > len({"ingest", "pca", "budget"})
+    for path in paths:
+        with pytest.raises(SystemExit) as exc:
+            main([*path, "--help"])
+        assert exc.value.code == 0, path
+        assert capsys.readouterr().out.startswith("usage: dppca-dask"), path

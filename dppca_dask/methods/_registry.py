@@ -86,5 +86,7 @@ def get_mechanism(name: str, entry: str | None = None) -> Mechanism:
 
 
 def mechanism_help(entry: str) -> str:
-    """One CLI help text for ``--mechanism`` of ``entry``: each name with its summary."""
-    return "; ".join(f"{name}: {get_mechanism(name, entry).summary}" for name in mechanism_names(entry))
+    """One CLI help text for ``--mechanism`` of ``entry``: each name with its summary, ``%`` escaped for argparse
+    (which formats help texts with ``%``: a summary's "10% of the budget" made ``--help`` fail)."""
+    text = "; ".join(f"{name}: {get_mechanism(name, entry).summary}" for name in mechanism_names(entry))
+    return text.replace("%", "%%")

@@ -153,7 +153,7 @@ def _load_block_state(obj: Any) -> Any:
 
 MECHANISM = Mechanism(
     name="adaptive-power", entry="pca",
-    summary="top components by noisy power iteration, rows of large norm filtered by sparse vector (default)",
+    summary="top components by noisy power iteration, rows of large norm filtered by sparse vector",
     neighbouring=ADD_REMOVE_ROW, private=True, validate=pca_validator("adaptive-power"),
     plan=pca_planner(_plan_adaptive_power), load_state=_load_sequential_state,
 )
