@@ -15,7 +15,7 @@ table and ends with the line ``ratio <private / non-private median time per iter
     python benchmarks/bench_iteration.py --quick                 # 10^6 and 10^7 non-zeros, about a minute
     python benchmarks/bench_iteration.py --nnz 1e6 1e7 1e8       # the issue's table (d = 20,000, 8 partitions)
     python benchmarks/bench_iteration.py --nnz 1e8 --workdir DIR # reuse the stores generated in DIR
-    DPPCA_DASK_NUMBA=1 python benchmarks/bench_iteration.py ...   # the private step's compiled loops (numba)
+    DPPCA_DASK_NUMBA=0 python benchmarks/bench_iteration.py ...   # without the compiled loops (on wherever numba is)
 """
 
 from __future__ import annotations
@@ -185,7 +185,8 @@ def main() -> None:
 
     print(f"load average at start {load:.1f}; {args.workers} workers x 1 thread; d = {args.cols:,}; "
           f"{args.partitions} partitions; medians of {args.iterations} interleaved steps; compiled loops "
-          f"{'on' if HAVE_NUMBA else 'off'} (DPPCA_DASK_NUMBA, inherited by the workers)")
+          f"{'on' if HAVE_NUMBA else 'off'} (numba installed; DPPCA_DASK_NUMBA=0 turns them off, and the workers "
+          "inherit it)")
 
     rows, stores = [], []
     for nnz in args.nnz:

@@ -1,23 +1,27 @@
-"""Optional compiled loops: numba when it is installed and asked for (``DPPCA_DASK_NUMBA=1``), else nothing.
+"""Optional compiled loops: numba's, used whenever numba is installed unless ``DPPCA_DASK_NUMBA=0`` turns them off.
 
 Every compiled loop in :mod:`dppca_dask.kernels` has a numpy/scipy counterpart that computes the same values; the
-tests compare the two bit for bit. The private step's compiled loops (the rows' weights, scores and grid bins, and
-``Aᵀw`` with the top rows' per-bin sums in one pass: :mod:`dppca_dask.kernels.power`) make its kernel 0.98x scipy's
-plain ``Aᵀ(Ax)`` on one core against 1.14-1.24x on the numpy path (1.02-1.07x a plain step given the same compiled
-``Aᵀw``), and the 10⁸-entry private step 1.06-1.14x the plain Dask step against 1.14-1.19x with the loops of the
-release before (``benchmarks/bench_iteration.py``, three alternating pairs on a shared machine); on the in-process
-executor (2 threads), where no scheduler shares the cores, 1.05-1.10x against 1.26-1.41x on the numpy path, and
-0.114-0.153 s against 0.134-0.161 s per step. They are off by default: importing numba and loading the compiled
-loops costs each worker about 0.35 s on its first step with numba's on-disk cache warm, and about 1.5 s the first
-time they compile (measured in one process, idle machine); the kernel is 4-8 ms shorter than on the numpy path per
-partition of 1.25·10⁷ entries, and a step at 10⁸ entries 0-20 ms (three runs alternating on a busy machine), which
-repays a warm load after 20-40 steps; the saving grows with the data, and per partition is largest where the top
-rows are a large share of it (3.8 against 8.3 ms for 1.25·10⁶ entries whose top rows are half the rows). Set
-``DPPCA_DASK_NUMBA=1`` (on the workers too; ``pip install 'dppca-dask[numba]'``) for large stores and long runs, or
-where a measurement on the target machine shows a gain.
+tests compare the two bit for bit, so whether a process has them changes its speed, never a value. The private
+step's compiled loops (the rows' weights, scores and grid bins, and ``Aᵀw`` with the top rows' per-bin sums in one
+pass: :mod:`dppca_dask.kernels.power`) make its kernel 0.98x scipy's plain ``Aᵀ(Ax)`` on one core against
+1.14-1.24x on the numpy path, and the 10⁸-entry private step 1.05-1.10x the plain step on the in-process executor
+against 1.26-1.41x (1.06-1.14x against 1.19-1.27x on a 2-worker LocalCluster; ``benchmarks/bench_iteration.py``).
+The numpy path cannot close that gap with scipy's loops: the top rows' per-bin sums need the rows read a second
+time, and reading a subset of rows in place (scipy's ``csc_matvec`` given each row's bounds, no copy) works only
+in descending row order, which took 2.7x the ascending pass (the hardware's prefetch runs forward); one pass with a
+column per bin (``csc_matvecs``) took 2.3x at 6 columns.
+
+Their cost is paid once per process: importing numba and its first compiled call take about 0.4 s with numba's
+on-disk cache warm (about 1.5 s the first time the loops compile), after which each further loop loads in a few
+milliseconds. A step at 10⁸ entries is 15-45 ms shorter, so they repay after 10-25 such steps; on a small store
+they do not (the w8a sample: ``pca`` on the in-process executor 2.2-2.8 s without them, 2.8-2.9 s with). Whether
+they repay depends on the data's size, which is private, so the choice follows the installation: installing numba
+(``pip install 'dppca-dask[numba]'``; scanpy installs it too) asks for them, and ``DPPCA_DASK_NUMBA=0`` (in the
+environment of every process that runs tasks: an embedded cluster's workers inherit this process's) leaves them
+off. ``DPPCA_DASK_NUMBA=1`` asks for them explicitly (an error-free no-op when numba is missing: the numpy path).
 
 numba itself is imported, and a loop compiled (or loaded from numba's on-disk cache), on the loop's first call,
-so that importing the package stays light (numba takes seconds to import).
+so that importing the package stays light (numba takes a fifth of a second or more to import).
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ __all__ = ["HAVE_NUMBA", "NUMBA_INSTALLED", "jit"]
 
 #: Whether numba is installed (the compiled loops exist and are tested).
 NUMBA_INSTALLED = importlib.util.find_spec("numba") is not None
-#: Whether compiled loops are used: numba installed and asked for by ``DPPCA_DASK_NUMBA=1``.
-HAVE_NUMBA = NUMBA_INSTALLED and os.environ.get("DPPCA_DASK_NUMBA", "0") == "1"
+#: Whether compiled loops are used: numba installed, and not turned off by ``DPPCA_DASK_NUMBA=0``.
+HAVE_NUMBA = NUMBA_INSTALLED and os.environ.get("DPPCA_DASK_NUMBA", "1").strip() != "0"
 
 
 class _Lazy:

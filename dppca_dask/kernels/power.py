@@ -21,18 +21,18 @@ finite norm near the float64 limit can overflow ``Ax`` before ``f`` applies: :fu
 rows from the unit row, so every clipped row's product is finite and the kernels see it as its clipped copy.
 
 Cost: the private step is the plain step's two products (``A x`` and ``Aᵀw``, scipy's compiled loops) plus O(n)
-vectorised work on the rows' scores (bins by :meth:`~dppca_dask.kernels.grid.ThresholdGrid.bins_and_histogram`)
-and O(nnz of the top rows) for their contributions (:func:`binned_sums`); nothing per row in Python. With numba
-installed and asked for (:mod:`dppca_dask.kernels._jit`), the O(n) work is one compiled loop over the rows into
-arrays reused per thread (:class:`_Scratch`), and ``Aᵀw`` and the top rows' per-bin sums are one compiled pass over
-the rows (:func:`_fused_partial`): each top row is added into its bin's dense vector in the same loop that adds it
-into ``Aᵀw``, so it is not read a second time, and the loop reads row pointers and indices as unsigned integers,
-which makes its ``Aᵀw`` faster than scipy's. One partition of 1.25·10⁷ entries (54,348 rows, d = 20,000, about
-2,800 top rows in 5 bins at a late iterate; one core, interleaved repeats) took 24.7-25.0 ms against 24.8-25.8 ms
-for scipy's two products of the plain step, 28.4-29.9 ms with the compiled loops of the release before (scipy's
-``Aᵀw`` and a second loop over the top rows) and 29.6-33.6 ms on the numpy path; against a plain step with the same
-compiled ``Aᵀw`` the private kernel is 1.02-1.07x (``benchmarks/bench_iteration.py``). The same values either way,
-bit for bit (``tests/kernels/test_compiled_private_step.py``). Under Dask's default heap setting
+vectorised work on the rows' scores (bins by :meth:`~dppca_dask.kernels.grid.ThresholdGrid.bins_and_histogram`) and
+O(nnz of the top rows) for their contributions (:func:`binned_sums`); nothing per row in Python. With numba
+installed (:mod:`dppca_dask.kernels._jit`; ``DPPCA_DASK_NUMBA=0`` turns it off), the O(n) work is one compiled loop
+over the rows into arrays reused per thread (:class:`_Scratch`), and ``Aᵀw`` and the top rows' per-bin sums are one
+compiled pass over the rows (:func:`_fused_partial`): each top row is added into its bin's dense vector in the same
+loop that adds it into ``Aᵀw``, so it is not read a second time, and the loop reads row pointers and indices as
+unsigned integers, which makes its ``Aᵀw`` faster than scipy's. One partition of 1.25·10⁷ entries (54,348 rows, d =
+20,000, about 2,800 top rows in 5 bins at a late iterate; one core, interleaved repeats) took 24.7-25.0 ms against
+24.8-25.8 ms for scipy's two products of the plain step, 28.4-29.9 ms with the compiled loops of the release before
+(scipy's ``Aᵀw`` and a second loop over the top rows) and 29.6-33.6 ms on the numpy path; against a plain step with
+the same compiled ``Aᵀw`` the private kernel is 1.02-1.07x (``benchmarks/bench_iteration.py``). The same values
+either way, bit for bit (``tests/kernels/test_compiled_private_step.py``). Under Dask's default heap setting
 (``MALLOC_TRIM_THRESHOLD_=65536``, which makes every large temporary fresh memory; the embedded clusters set their
 own) the numpy path's temporaries cost most: 50.5-51.0 ms against 40.3-40.5 ms compiled on a slower machine, where
 the plain products took 37.0-37.3 ms.

@@ -154,6 +154,10 @@ def test_dockerfile_installs_the_package_and_starts_the_scheduler() -> None:
         assert (REPO / src).exists(), src
     assert pyproject["project"]["readme"] in copied
     assert any(op == "RUN" and "pip install" in rest for op, rest in instructions)
+    # The extras it installs exist (pip only warns about an unknown one), numba's compiled loops among them.
+    extras = {name for op, rest in instructions if op == "RUN"
+              for group in re.findall(r'"\.\[([^\]]*)\]"', rest) for name in group.split(",")}
+    assert "numba" in extras and extras <= set(pyproject["project"]["optional-dependencies"]), extras
     assert any(op == "USER" and rest.strip() != "root" for op, rest in instructions), "run as a non-root user"
     for var in THREAD_VARS:
         assert any(re.search(rf"\b{var}=1\b", rest) for rest in env), var

@@ -1,4 +1,4 @@
-"""The compiled loops of the private step (numba, ``DPPCA_DASK_NUMBA=1``) give the numpy kernels' values bit for
+"""The compiled loops of the private step (numba's, on when it is installed) give the numpy kernels' values bit for
 bit, whatever path the data takes, and the arrays they reuse between calls never reach a result.
 
 The compiled path computes ``A x`` into an array kept per thread, the rows' weights and scores in one loop, the
@@ -368,17 +368,22 @@ def test_inputs_the_kernels_cannot_take_are_refused_on_both_paths(monkeypatch: p
 
 
 @pytest.mark.slow
-def test_workers_running_the_compiled_loops_return_the_same_aggregate(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Worker processes started with ``DPPCA_DASK_NUMBA=1`` (a real LocalCluster, two threads each: their reused
-    arrays are per thread) return the aggregate of the numpy kernels run in this process, bit for bit, over three
-    steps."""
+@pytest.mark.parametrize("workers_compiled", [True, False], ids=["compiled-workers", "numpy-workers"])
+def test_workers_running_the_compiled_loops_return_the_same_aggregate(monkeypatch: pytest.MonkeyPatch,
+                                                                      workers_compiled: bool) -> None:
+    """Worker processes with the compiled loops (numba's default, ``DPPCA_DASK_NUMBA`` unset) or without them
+    (``DPPCA_DASK_NUMBA=0``) (a real LocalCluster, two threads each: the reused arrays are per thread) return the
+    aggregate of the other path run in this process, bit for bit, over three steps."""
     from distributed import Client, LocalCluster
 
     from dppca_dask.algorithms.requests import PowerStep
     from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source
 
-    monkeypatch.setenv("DPPCA_DASK_NUMBA", "1")
-    monkeypatch.setattr(_jit, "HAVE_NUMBA", False)
+    if workers_compiled:
+        monkeypatch.delenv("DPPCA_DASK_NUMBA", raising=False)
+    else:
+        monkeypatch.setenv("DPPCA_DASK_NUMBA", "0")
+    monkeypatch.setattr(_jit, "HAVE_NUMBA", not workers_compiled)
     rng = np.random.default_rng(22)
     x = rng.standard_normal(40)
     x /= np.linalg.norm(x)
@@ -397,7 +402,7 @@ def test_workers_running_the_compiled_loops_return_the_same_aggregate(monkeypatc
 
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None,
                       host="127.0.0.1") as cluster, Client(cluster) as client:
-        assert list(client.run(compiled_here).values()) == [True]
+        assert list(client.run(compiled_here).values()) == [workers_compiled]
         with Coordinator(client, source) as coordinator:
             got = [coordinator.execute(step) for step in steps]
     for g, w in zip(got, want):
@@ -408,3 +413,20 @@ def test_workers_running_the_compiled_loops_return_the_same_aggregate(monkeypatc
             for name in ("indptr", "indices"):
                 np.testing.assert_array_equal(getattr(gp, name), getattr(wp, name))
             assert np.array_equal(gp.data.view(np.uint64), wp.data.view(np.uint64))
+
+
+@pytest.mark.parametrize(("value", "used"), [(None, True), ("1", True), ("0", False), (" 0 ", False)])
+def test_the_compiled_loops_are_on_where_numba_is_installed_unless_turned_off(value: str | None, used: bool) -> None:
+    """Installing numba asks for the compiled loops; ``DPPCA_DASK_NUMBA=0`` turns them off (a fresh process each:
+    the choice is made when the package's kernels are imported)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "DPPCA_DASK_NUMBA"}
+    if value is not None:
+        env["DPPCA_DASK_NUMBA"] = value
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    out = subprocess.run([sys.executable, "-c", "from dppca_dask.kernels import _jit; print(_jit.HAVE_NUMBA)"],
+                         check=True, capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.strip() == str(used)
