@@ -98,9 +98,11 @@ def format_lowrank(result: Any, out: str, *, requested_rank: int | None = None) 
             f"privacy: ({report.epsilon:.4g}, {report.delta:.3g})-differentially private; neighbouring: "
             f"{report.neighbouring} (accountant: {report.accountant}; target epsilon {report.target_epsilon:g})"
         )
+        within = ("it stays at most the target" if report.meets_target else
+                  f"it exceeds the target {report.target_epsilon:g} (the warning above says why)")
         lines.append(
             f"  epsilon {report.epsilon:.4g} is the whole run's: the accountant composes every noisy step "
-            f"(for private-low-rank, the range finder and the projection) and it stays at most the target"
+            f"(for private-low-rank, the range finder and the projection) and {within}"
         )
         group = getattr(report, "group_privacy", None)
         if group:

@@ -195,3 +195,21 @@ def test_cli_parameter_abuse_exits_2_before_reading(stores: dict[str, str], tmp_
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.filterwarnings("ignore:calibration='paper'")
+@pytest.mark.parametrize(("calibration", "said"), [("standard", "it stays at most the target"),
+                                                   ("paper", "it exceeds the target 1 (the warning above says why)")])
+def test_cli_lowrank_says_whether_the_run_meets_its_target(
+    stores: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str], calibration: str, said: str
+) -> None:
+    """The paper's constants miss the target (erratum): the summary must not say the run's epsilon is within it."""
+    out = tmp_path / "factors"
+    code = main(["lowrank", stores["tall"], "--rank", "2", "--epsilon", "1", "--delta", "1e-6", "--out", str(out),
+                 "--scheduler", "local", "--calibration", calibration])
+    assert code == 0
+    lines = capsys.readouterr().out.splitlines()
+    meets = json.loads((out / "result.json").read_text())["privacy"]["meets_target"]
+    assert meets is (calibration == "standard")
+    assert any(said in line for line in lines), lines
+    assert not any("stays at most the target" in line for line in lines) or meets
