@@ -53,11 +53,12 @@ from dppca_dask.mechanisms import NoiseSource, svt_cutoff
 DELTA = 1e-6
 
 
-class _CachedGram:
-    """Executor for Analyze Gauss runs that reuses one exact Gram matrix (the noise differs per run)."""
+class _CachedGram(LocalExecutor):
+    """The regime's executor for Analyze Gauss runs, reusing one exact Gram matrix (the noise differs per run); its
+    partitions are the regime's, so ``run_algorithm``'s checks of every partition run on them as for any run."""
 
-    def __init__(self, gram: np.ndarray) -> None:
-        self.gram = gram
+    def __init__(self, executor: LocalExecutor, gram: np.ndarray) -> None:
+        self.source, self._parts, self.gram = executor.source, executor._parts, gram
 
     def execute(self, request: Any) -> Any:
         assert isinstance(request, GramMatrix)
@@ -90,12 +91,13 @@ def adaptive_errors(executor: LocalExecutor, truth: np.ndarray, *, epsilon: floa
     return errors, thetas
 
 
-def gauss_errors(gram: np.ndarray, truth: np.ndarray, *, epsilon: float, repeats: int, seed: int) -> list[float]:
+def gauss_errors(executor: LocalExecutor, gram: np.ndarray, truth: np.ndarray, *, epsilon: float, repeats: int,
+                 seed: int) -> list[float]:
     multiplier = accounting.calibrate_gaussian(epsilon=epsilon, delta=DELTA)
-    executor = _CachedGram(gram)
+    cached = _CachedGram(executor, gram)
     errors = []
     for r in range(repeats):
-        out = run_algorithm(executor, analyze_gauss_run(
+        out = run_algorithm(cached, analyze_gauss_run(
             n_cols=gram.shape[0], n_components=1, row_norm_bound=1.0, noise_multiplier=multiplier,
             noise=_noise(seed * 1000 + 500 + r), max_dense_dim=gram.shape[0]))
         errors.append(_common.sin2(out.components[0], truth))
@@ -120,7 +122,7 @@ def regime(name: str, spec: PlantedSpec, *, epsilons: list[float], iters: list[i
             row[f"adaptive T={T}"] = _common.median(errs)
             row[f"theta T={T}"] = _common.median(thetas)
             summary[(eps, T)] = _common.median(errs)
-        g = _common.median(gauss_errors(gram, truth, epsilon=eps, repeats=repeats, seed=1))
+        g = _common.median(gauss_errors(executor, gram, truth, epsilon=eps, repeats=repeats, seed=1))
         row["analyze-gauss"] = g
         summary[(eps, "gauss")] = g
         best = min(row[f"adaptive T={T}"] for T in iters)
