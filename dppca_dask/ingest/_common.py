@@ -56,10 +56,11 @@ class IngestOptions:
     """How the store's chunks are compressed (one of :data:`dppca_dask.storage._format.CODECS`), recorded in it."""
 
     def check_size(self, *, n_rows: int | None, n_cols: int, nnz: int | None = None, layout: Layout = "csr",
-                   value_bytes: int = 8, source: object = "the input") -> None:
-        """Refuse a shape whose store or analysis would not fit (:class:`SizeLimits`), before anything is written."""
+                   value_bytes: int = 8, source: object = "the input", so_far: bool = False) -> None:
+        """Refuse a shape whose store or analysis would not fit (:class:`SizeLimits`), before anything is written
+        (``so_far``: the part of a streamed input written so far)."""
         self.limits.check(out=self.out, n_rows=n_rows, n_cols=n_cols, nnz=nnz, layout=layout,
-                          value_bytes=value_bytes, source=source)
+                          value_bytes=value_bytes, source=source, so_far=so_far)
 
     @property
     def schema(self) -> Literal["declared", "inferred"]:
@@ -106,12 +107,20 @@ class IngestOptions:
         self.check_width(n_cols, source=source.get("path", "the input"))
         self.check_size(n_rows=n_rows, n_cols=n_cols, nnz=nnz, layout=layout, value_bytes=np.dtype(dtype).itemsize,
                         source=source.get("path", "the input"))
+        # A streamed input (svmlight with a declared width, Parquet) has no size before it is read: an explicit
+        # max_disk is then checked as each partition is written (the store is removed when it is exceeded)
+        streamed = self.limits.max_disk is not None and (n_rows is None or (layout == "csr" and nnz is None))
         with self.bar(total=n_rows, desc="write", unit="rows") as bar:
             written = [0]
+            opened: list[StoreWriter] = []
 
             def advance(rows: int) -> None:
                 bar.update(rows - written[0])
                 written[0] = rows
+                if streamed and opened:
+                    self.check_size(n_rows=rows, n_cols=n_cols, nnz=opened[0].nnz_written, layout=layout,
+                                    value_bytes=np.dtype(dtype).itemsize, source=source.get("path", "the input"),
+                                    so_far=True)
 
             with StoreWriter(
                 self.out,
@@ -126,6 +135,7 @@ class IngestOptions:
                 schema=self.schema,
                 codec=self.codec,
             ) as writer:
+                opened.append(writer)
                 yield writer
 
 

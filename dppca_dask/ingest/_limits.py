@@ -52,10 +52,11 @@ def physical_memory() -> int:
 
 
 def _gib(n: float) -> str:
-    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30)):
-        if n >= scale or unit == "GiB":
+    """A size in the largest binary unit it reaches (down to bytes: a 1 KiB limit is not "0.0 GiB")."""
+    for unit, scale in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
             return f"{n / scale:.1f} {unit}"
-    return ""  # pragma: no cover - unreachable
+    return f"{int(n)} bytes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +78,9 @@ class SizeLimits:
             )
 
     def check(self, *, out: str, n_rows: int | None, n_cols: int, nnz: int | None, layout: str, value_bytes: int,
-              source: object) -> None:
-        """Raise :class:`InvalidInputError` with the figures when the declared size exceeds a limit."""
+              source: object, so_far: bool = False) -> None:
+        """Raise :class:`InvalidInputError` with the figures when the declared size exceeds a limit (``so_far``: the
+        rows written so far of a streamed input, whose size was not known before it was read)."""
         memory = VECTORS_PER_ANALYSIS * 8 * int(n_cols)
         limit = self.max_memory if self.max_memory is not None else physical_memory()
         if limit and memory > limit:
@@ -99,6 +101,13 @@ class SizeLimits:
         else:
             parent = os.path.dirname(os.path.abspath(out)) or "."
             space, what = shutil.disk_usage(parent).free, f"free on the file system of '{parent}'"
+        if disk > space and so_far:
+            raise InvalidInputError(
+                f"'{source}': its first {n_rows} rows ({nnz} entries) already take up to {_gib(disk)} on disk, more "
+                f"than the {_gib(space)} allowed ({what}); the store was not written. Raise max_disk (--max-disk) "
+                "if the store will compress well",
+                source=source,
+            )
         if disk > space:
             raise InvalidInputError(
                 f"'{source}' declares {n_rows if n_rows is not None else 'its'} rows"

@@ -171,6 +171,11 @@ class StoreWriter:
             self.abort()
 
     @property
+    def nnz_written(self) -> int:
+        """Stored entries of the partitions written so far."""
+        return self._nnz
+
+    @property
     def n_rows(self) -> int:
         """Rows received so far."""
         return self._rows_in

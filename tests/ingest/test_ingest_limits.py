@@ -43,12 +43,32 @@ def test_an_mtx_declaring_1e11_rows_is_refused_by_the_free_disk(tmp_path: Path) 
 
 def test_max_disk_and_max_memory_options(tmp_path: Path) -> None:
     (tmp_path / "m.mtx").write_text("%%MatrixMarket matrix coordinate real general\n1000 3 1\n1 1 1.0\n")
-    with pytest.raises(InvalidInputError, match=r"more than the 0\.0 GiB allowed \(max_disk, --max-disk\)"):
+    with pytest.raises(InvalidInputError, match=r"take up to 15\.6 KiB on disk, more than the 1\.0 KiB allowed "
+                                                 r"\(max_disk, --max-disk\)"):
         ingest(tmp_path / "m.mtx", tmp_path / "s.zarr", max_disk="1KiB")
     assert ingest(tmp_path / "m.mtx", tmp_path / "s.zarr", max_disk="1MiB").n_rows == 1000
     with pytest.raises(InvalidInputError, match=r"declares 3 columns: an analysis needs about .* \(max_memory"):
         ingest(tmp_path / "m.mtx", tmp_path / "t.zarr", max_memory=VECTORS_PER_ANALYSIS * 8 * 3 - 1)
     assert nothing_left(tmp_path, "t.zarr")
+
+
+def test_max_disk_is_checked_as_a_streamed_input_is_written(tmp_path: Path) -> None:
+    """An svmlight file with a declared width is read once, so its size is unknown before it is read (a file
+    without it is scanned first, and Parquet and Matrix Market say theirs): ``max_disk`` is checked as partitions
+    are written, and the store is not left behind when it is exceeded."""
+    rows, n_cols = 3000, 50
+    matrix = sp.csr_array(sp.random(rows, n_cols, density=0.2, format="csr", random_state=np.random.default_rng(3)))
+    src = tmp_path / "m.svm"
+    src.write_text("".join(
+        "0 " + " ".join(f"{j + 1}:{float(v)!r}" for j, v in zip(matrix.indices[matrix.indptr[i]:matrix.indptr[i + 1]],
+                                                               matrix.data[matrix.indptr[i]:matrix.indptr[i + 1]]))
+        + "\n" for i in range(rows)))
+    with pytest.raises(InvalidInputError, match=r"its first 500 rows \(\d+ entries\) already take up to .* on disk, "
+                                                 r"more than the 1\.0 KiB allowed \(max_disk, --max-disk\); the store "
+                                                 r"was not written"):
+        ingest(src, tmp_path / "s.zarr", n_features=n_cols, rows_per_partition=500, max_disk="1KiB")
+    assert nothing_left(tmp_path, "s.zarr")
+    assert ingest(src, tmp_path / "s.zarr", n_features=n_cols, rows_per_partition=500, max_disk="1MiB").n_rows == rows
 
 
 def test_a_width_of_2e9_or_2_to_the_40_is_refused_by_the_memory(tmp_path: Path) -> None:
