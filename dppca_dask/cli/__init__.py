@@ -34,7 +34,9 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="more log output (-v: info, -vv: debug)"
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="only errors on standard error")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no log output: only errors and warnings (a run that is not private, a caveat of the "
+                             "privacy guarantee) on standard error")
     parser.add_argument(
         "--debug", action="store_true",
         help="print the traceback of an error (it may show values of the data: not for private runs)",

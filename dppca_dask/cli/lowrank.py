@@ -48,8 +48,9 @@ def register(subparsers: Any) -> None:
     pfp.add_argument("--left-factor", choices=("orthonormal", "pruned"), default=None)
     pfp.add_argument("--truncate", action="store_true", help="truncate the output to rank r (post-processing)")
     rr = p.add_argument_group("randomized-response")
-    rr.add_argument("--max-dense-bytes", type=int, default=None,
-                    help="largest coordinator memory for the dense matrix (default 2 GiB)")
+    rr.add_argument("--max-dense-bytes", type=size, default=None, metavar="SIZE",
+                    help="largest coordinator memory for the dense matrix: bytes or a size such as 512MiB "
+                         "(default 2 GiB)")
     pp = p.add_argument_group("private-power")
     pp.add_argument("--entry-bound", type=float, default=None, help="one entry changes by at most this (default 1)")
     pp.add_argument("--coherence", type=float, default=None, help="public coherence bound C")
@@ -86,6 +87,13 @@ def _rank_line(result: Any, requested: int | None) -> str:
         return (f"{line}: the requested rank {requested} + oversampling {result.rank - requested} (the range "
                 f"finder's sketch width; --truncate keeps the best rank-{requested} part, --oversampling sets it)")
     return f"{line}: the requested rank {requested}, capped by the matrix's shape"
+
+
+def size(text: str) -> int:
+    """Bytes from ``123`` or ``512MiB`` (as ``--memory-limit`` and ingest's limits take them)."""
+    from dppca_dask.ingest._limits import parse_size
+
+    return parse_size(text)
 
 
 def format_lowrank(result: Any, out: str, *, requested_rank: int | None = None) -> str:
@@ -144,4 +152,6 @@ def run(args: argparse.Namespace) -> int:
         _json.dump(out)
     else:
         print(format_lowrank(result, args.out, requested_rank=args.rank))
+        if args.timings and result.timings:
+            print(f"timings (not covered by the privacy guarantee): total {result.timings['total']:.2f} s")
     return 0

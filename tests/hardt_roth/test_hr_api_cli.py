@@ -164,6 +164,11 @@ def test_cli_public_failures_and_refusals(stores: dict[str, str], tmp_path: Path
                  "--scheduler", "local"])
     assert code == 2
     assert "would need about" in capsys.readouterr().err
+    code = main(["lowrank", stores["tall"], "--mechanism", "randomized-response", "--rank", "2", "--epsilon", "1",
+                 "--delta", "1e-6", "--out", str(tmp_path / "x"), "--max-dense-bytes", "1KiB",
+                 "--scheduler", "local"])  # a size with a unit, as --memory-limit takes
+    assert code == 2
+    assert "more than max_dense_bytes=1024" in capsys.readouterr().err
     code = main(["pca", stores["tall"], "--mechanism", "adaptive-power", "--coherence", "4", "--epsilon", "1",
                  "--delta", "1e-6", "--scheduler", "local"])
     assert code == 2
@@ -213,3 +218,14 @@ def test_cli_lowrank_says_whether_the_run_meets_its_target(
     assert meets is (calibration == "standard")
     assert any(said in line for line in lines), lines
     assert not any("stays at most the target" in line for line in lines) or meets
+
+
+def test_cli_lowrank_prints_timings_when_asked(stores: dict[str, str], tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """As ``pca --timings``: the text output says the total and that it is outside the guarantee; never unasked."""
+    for flag, shown in (([], False), (["--timings"], True)):
+        code = main(["lowrank", stores["tall"], "--rank", "2", "--epsilon", "1", "--delta", "1e-6",
+                     "--out", str(tmp_path / f"f{len(flag)}"), "--scheduler", "local", *flag])
+        assert code == 0
+        text = capsys.readouterr().out
+        assert ("timings (not covered by the privacy guarantee): total " in text) is shown, text
