@@ -95,7 +95,12 @@ def append_file(
                     "with labels"
                 )
             _write_labels(target, np.asarray(cast(zarr.Array, day_group["labels"])[:], dtype=np.float64))
-        return append_partition(target.path, block, timestamp=stamp)
+        row_ids = None
+        if _format.locate(group, _format.ID_MAPS["obs_ids"]) is not None:  # the day's ids follow the store's
+            day_ids = _format.locate(zarr.open_group(day.path, mode="r"), _format.ID_MAPS["obs_ids"])
+            if day_ids is not None:
+                row_ids = np.asarray(cast(zarr.Array, zarr.open_group(day.path, mode="r")[day_ids])[:])
+        return append_partition(target.path, block, timestamp=stamp, row_ids=row_ids)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

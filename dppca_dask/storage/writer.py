@@ -542,6 +542,9 @@ def _open_for_append(store: MatrixStore) -> dict[str, zarr.Array]:
     if store.layout == "dense":
         arrays["X"] = group["X"]  # type: ignore[assignment]
     arrays["row_norms"] = group[_format.locate(group, _format.ROW_NORMS) or _format.ROW_NORMS]  # type: ignore[assignment]
+    ids = _format.locate(group, _format.ID_MAPS["obs_ids"])
+    if ids is not None:
+        arrays["obs_ids"] = group[ids]  # type: ignore[assignment]
     return arrays
 
 
@@ -553,6 +556,8 @@ def _trim(store: MatrixStore, arrays: Mapping[str, zarr.Array]) -> None:
         extents = {"row_norms": store.n_rows}
         if arrays["X"].shape[0] != store.n_rows:
             arrays["X"].resize((store.n_rows, store.n_cols))
+    if "obs_ids" in arrays and arrays["obs_ids"].shape[0] > store.n_rows:
+        extents["obs_ids"] = store.n_rows  # (shorter: a store whose earlier appends had no ids; left as it is)
     for name, length in extents.items():
         if arrays[name].shape[0] != length:
             log.warning("store %s: trimming '%s' from %d to the committed %d entries (an earlier append did not "
@@ -588,6 +593,7 @@ def append_partition(
     *,
     timestamp: float | _dt.datetime | None = None,
     on_duplicate: DuplicatePolicy | None = None,
+    row_ids: np.ndarray | None = None,
 ) -> MatrixStore:
     """Append rows to a store as one new partition (several if the block is larger than a partition).
 
@@ -605,6 +611,10 @@ def append_partition(
         time-windowed analyses.
     on_duplicate
         Policy for duplicate entries; defaults to the policy the store was ingested with.
+    row_ids
+        The new rows' ids (one per row, of the kind of the store's): required when the store maps its rows to ids
+        (``obs_ids``, a Parquet store: the AnnData view's ``obs_names``), refused otherwise. Written before the
+        commit point, as the rows are.
 
     Returns
     -------
@@ -640,6 +650,7 @@ def append_partition(
         store = open_matrix(path)  # re-read under the lock
         arrays = _open_for_append(store)
         _trim(store, arrays)
+        ids = _checked_row_ids(store, arrays.get("obs_ids"), row_ids, int(checked.shape[0]))
         step = int(store.metadata.get("rows_per_partition") or max(int(checked.shape[0]), 1))
         partitions = list(store.partitions)
         n_rows, nnz = store.n_rows, store.nnz
@@ -649,6 +660,9 @@ def append_partition(
                 part = _write_rows(arrays, store.layout, piece, n_rows, nnz, len(partitions), timestamp)
                 partitions.append(part)
                 n_rows, nnz = part.row_stop, nnz + part.nnz
+            if ids is not None:
+                arrays["obs_ids"].resize((n_rows,))
+                arrays["obs_ids"][store.n_rows:] = ids
             _commit_metadata(store, partitions, n_rows, nnz)
         except BaseException:
             with contextlib.suppress(Exception):
@@ -658,6 +672,33 @@ def append_partition(
     if reopened.n_rows != n_rows:
         raise StoreCorruptError(f"append to '{store.path}' did not commit", source=store.path)
     return reopened
+
+
+def _checked_row_ids(store: MatrixStore, stored: zarr.Array | None, row_ids: np.ndarray | None,
+                     n_new: int) -> np.ndarray | None:
+    """The new rows' ids to write after the store's (None: nothing to write), or an error before anything is."""
+    if stored is None:
+        if row_ids is not None:
+            raise InvalidParameterError(f"'{store.path}' has no row ids (obs_ids) to extend; append without row_ids")
+        return None
+    if row_ids is None:
+        raise InvalidParameterError(
+            f"'{store.path}' maps its rows to ids (obs_ids, the AnnData view's obs_names) and the appended rows have "
+            "none; append a Parquet file with the store's row id column"
+        )
+    ids = np.asarray(row_ids)
+    if ids.shape != (n_new,):
+        raise InvalidParameterError(f"row_ids has shape {ids.shape} for {n_new} new rows")
+    if (ids.dtype.kind in "iu") != (np.dtype(stored.dtype).kind in "iu"):
+        raise InvalidParameterError(
+            f"the appended rows' ids are {'integers' if ids.dtype.kind in 'iu' else 'strings'} and "
+            f"'{store.path}''s are not; append a file whose row id column has the store's type"
+        )
+    if int(stored.shape[0]) != store.n_rows:  # an earlier append without ids: the map no longer lines up
+        log.warning("store %s: its row ids cover %d of %d rows (appended before ids were kept); the new rows' ids "
+                    "are not written", store.path, int(stored.shape[0]), store.n_rows)
+        return None
+    return ids
 
 
 def stamp_partitions(path: str | os.PathLike[str], timestamp: float | _dt.datetime) -> MatrixStore:

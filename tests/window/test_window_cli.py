@@ -55,6 +55,28 @@ def test_ten_stamped_days(ten_day_store):
     assert store.n_cols == N_COLS and store.schema == "declared"
 
 
+def test_appended_days_keep_their_row_ids(ten_day_store, tmp_path, capsys):
+    """The store's row ids grow with each appended day (the AnnData view's obs_names: every day's, not the first
+    day's and then row numbers), and an append whose rows have no ids is refused with the store unchanged."""
+    anndata = pytest.importorskip("anndata")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the append lock file beside the arrays
+        adata = anndata.read_zarr(ten_day_store)
+    want = [str(1000 * n + i) for n in range(1, 11) for i in range(30)]
+    assert list(adata.obs_names) == want
+    before = open_matrix(ten_day_store)
+    import scipy.sparse as sp
+
+    sp.save_npz(tmp_path / "no-ids.npz", sp.csr_array(np.ones((2, N_COLS))))
+    code, _, err = run(capsys, "append", str(ten_day_store), str(tmp_path / "no-ids.npz"), "--timestamp",
+                       "2026-11-30")
+    assert code == 2 and "maps its rows to ids" in err, err
+    after = open_matrix(ten_day_store)
+    assert (after.n_rows, after.n_partitions) == (before.n_rows, before.n_partitions)
+
+
 def test_window_pca_json_returns_the_top_component(ten_day_store, capsys):
     code, out, err = run(capsys, "window", str(ten_day_store), "--last", "5D", "--task", "pca", "--epsilon", "1",
                          "--delta", "1e-6", "--json", "--scheduler", "local", "--seed", "7")
