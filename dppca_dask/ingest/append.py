@@ -19,6 +19,7 @@ import zarr
 
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.storage import MatrixStore, append_partition, open_matrix
+from dppca_dask.storage._files import private_writes
 
 __all__ = ["append_file", "check_append"]
 
@@ -94,7 +95,8 @@ def append_file(
                     f"'{target.path}' stores a label per row and the appended file has none; append a LIBSVM file "
                     "with labels"
                 )
-            _write_labels(target, np.asarray(cast(zarr.Array, day_group["labels"])[:], dtype=np.float64))
+            with private_writes(target.path):  # the store's modes, as append_partition gives its writes
+                _write_labels(target, np.asarray(cast(zarr.Array, day_group["labels"])[:], dtype=np.float64))
         return append_partition(target.path, block, timestamp=stamp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
