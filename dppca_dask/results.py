@@ -55,15 +55,19 @@ def report_dict(privacy: Any) -> dict[str, Any]:
 def write_result_json(directory: str | os.PathLike[str], data: Mapping[str, Any], *, name: str = "result.json",
                       indent: int | None = 2) -> str:
     """Write ``data`` (made JSON-safe) to ``directory/name`` atomically (complete or absent) and owner-only
-    (``DPPCA_DASK_FILE_MODE=umask`` follows the umask), creating ``directory`` if needed; returns the path."""
-    from dppca_dask.storage._files import private_files
+    (``DPPCA_DASK_FILE_MODE=umask`` follows the umask), creating ``directory`` and its missing parents if needed
+    (owner-only too; an existing directory keeps its mode); returns the path."""
+    from dppca_dask.storage._files import FILE_MODE, make_directories, private_files
 
     directory = os.fspath(directory)
-    os.makedirs(directory, mode=0o700 if private_files() else 0o777, exist_ok=True)
+    make_directories(directory)
     path = os.path.join(directory, name)
     tmp = os.path.join(directory, f".{name}.partial")
-    mode = 0o600 if private_files() else 0o666
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w", encoding="utf-8") as handle:
+    private = private_files()
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE if private else 0o666), "w",
+              encoding="utf-8") as handle:
+        if private:
+            os.fchmod(handle.fileno(), FILE_MODE)  # a leftover temporary keeps its old mode through O_TRUNC
         json.dump(json_safe(data), handle, indent=indent, sort_keys=True)
         handle.write("\n")
     os.replace(tmp, path)
@@ -169,10 +173,17 @@ class PCAResult:
         return json_safe(out)  # type: ignore[no-any-return]
 
     def save(self, directory: str | os.PathLike[str]) -> str:
-        """Write ``components.zarr`` (the vectors) and ``result.json`` (report, provenance) into ``directory``."""
+        """Write ``components.zarr`` (the vectors) and ``result.json`` (report, provenance) into ``directory``.
+
+        Owner-only (``DPPCA_DASK_FILE_MODE=umask`` follows the umask): ``directory`` and its missing parents are
+        created 0700 (an existing directory keeps its mode), the files 0600 and the directories of
+        ``components.zarr`` 0700; an earlier ``components.zarr`` or ``result.json`` there is replaced."""
+        from dppca_dask.storage._files import make_directories, private_replacement
+
         directory = os.fspath(directory)
-        os.makedirs(directory, exist_ok=True)
-        zarr.save_array(os.path.join(directory, "components.zarr"), cast(Any, np.asarray(self.components)), zarr_format=3)
+        make_directories(directory)
+        with private_replacement(os.path.join(directory, "components.zarr")) as path:
+            zarr.save_array(path, cast(Any, np.asarray(self.components)), zarr_format=3)
         write_result_json(directory, self.to_dict(include_components=False))
         return directory
 
@@ -268,16 +279,23 @@ class LowRankResult:
         return json_safe(out)  # type: ignore[no-any-return]
 
     def save(self, directory: str | os.PathLike[str]) -> str:
-        """Write ``factors.zarr`` (arrays ``left`` and ``right``) and ``result.json`` into ``directory``."""
+        """Write ``factors.zarr`` (arrays ``left`` and ``right``) and ``result.json`` into ``directory``.
+
+        Owner-only (``DPPCA_DASK_FILE_MODE=umask`` follows the umask), as :meth:`PCAResult.save`: ``left`` has a
+        row per person."""
+        from dppca_dask.storage._files import make_directories, private_replacement
+
         directory = os.fspath(directory)
-        os.makedirs(directory, exist_ok=True)
-        group = zarr.open_group(os.path.join(directory, "factors.zarr"), mode="w", zarr_format=3)
-        rows = max(1, min(self.shape[0], _LEFT_CHUNK_ROWS))
-        left = group.create_array("left", shape=self.left.shape, chunks=(rows, max(1, self.rank)), dtype="float64")
-        left[...] = self.left
-        right = group.create_array("right", shape=self.right.shape, dtype="float64")
-        right[...] = self.right
-        group.attrs["description"] = "B = left @ right"
+        make_directories(directory)
+        with private_replacement(os.path.join(directory, "factors.zarr")) as path:
+            group = zarr.open_group(path, mode="w", zarr_format=3)
+            rows = max(1, min(self.shape[0], _LEFT_CHUNK_ROWS))
+            left = group.create_array("left", shape=self.left.shape, chunks=(rows, max(1, self.rank)),
+                                      dtype="float64")
+            left[...] = self.left
+            right = group.create_array("right", shape=self.right.shape, dtype="float64")
+            right[...] = self.right
+            group.attrs["description"] = "B = left @ right"
         write_result_json(directory, self.to_dict())
         return directory
 

@@ -19,6 +19,7 @@ import zarr
 
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.storage import MatrixStore, append_partition, open_matrix
+from dppca_dask.storage._files import private_writes
 
 __all__ = ["append_file", "check_append"]
 
@@ -94,12 +95,14 @@ def append_file(
                     f"'{target.path}' stores a label per row and the appended file has none; append a LIBSVM file "
                     "with labels"
                 )
-            _write_labels(target, np.asarray(cast(zarr.Array, day_group["labels"])[:], dtype=np.float64))
+            with private_writes(target.path):  # the store's modes, as append_partition gives its writes
+                _write_labels(target, np.asarray(cast(zarr.Array, day_group["labels"])[:], dtype=np.float64))
         row_ids = None
         if _format.locate(group, _format.ID_MAPS["obs_ids"]) is not None:  # the day's ids follow the store's
-            day_ids = _format.locate(zarr.open_group(day.path, mode="r"), _format.ID_MAPS["obs_ids"])
+            day_group = zarr.open_group(day.path, mode="r")
+            day_ids = _format.locate(day_group, _format.ID_MAPS["obs_ids"])
             if day_ids is not None:
-                row_ids = np.asarray(cast(zarr.Array, zarr.open_group(day.path, mode="r")[day_ids])[:])
+                row_ids = np.asarray(cast(zarr.Array, day_group[day_ids])[:])
         return append_partition(target.path, block, timestamp=stamp, row_ids=row_ids)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -61,7 +61,7 @@ JOB_FILE = "job.json"
 PENDING = ".pending"
 #: Written into ``.pending/`` after the whole result: a re-run finishes only a result that has it.
 COMPLETE = "COMPLETE"
-FILE_MODE, DIR_MODE = 0o600, 0o700
+FILE_MODE = 0o600
 
 #: Failures that read no data value: the store or the cluster could not be reached, a chunk is missing or cannot
 #: be decoded, or the process was interrupted. With no noise drawn and nothing released, the reservation returns.
@@ -128,25 +128,16 @@ def _read_json(path: str) -> Any:
 
 def _owner_only(path: str) -> None:
     """chmod a tree written by a library call that follows the umask: files 0600, directories 0700."""
-    if os.path.isfile(path):
-        os.chmod(path, FILE_MODE)
-        return
-    for root, dirs, files in os.walk(path):
-        os.chmod(root, DIR_MODE)
-        for name in files:
-            os.chmod(os.path.join(root, name), FILE_MODE)
+    from dppca_dask.storage._files import make_tree_private
+
+    make_tree_private(path, private=True)
 
 
 def _makedirs(path: str) -> None:
     """Make ``path`` and its missing parents owner-only (existing directories keep their mode)."""
-    missing = []
-    head = os.path.abspath(path)
-    while not os.path.exists(head):
-        missing.append(head)
-        head = os.path.dirname(head)
-    for directory in reversed(missing):
-        os.mkdir(directory, DIR_MODE)
-        os.chmod(directory, DIR_MODE)
+    from dppca_dask.storage._files import make_directories
+
+    make_directories(path, private=True)
 
 
 # ------------------------------------------------------------------------------------------------ checks

@@ -2,7 +2,11 @@
 
 - **Permissions.** Stores and temporary (``.NAME.partial-*``) and spill (``.NAME.spill-*``) directories hold raw data:
   they are created owner-only (directories 0700, and the files of a committed store 0600) unless the environment
-  variable ``DPPCA_DASK_FILE_MODE`` is ``umask`` (then the process umask decides, as for any other file).
+  variable ``DPPCA_DASK_FILE_MODE`` is ``umask`` (then the process umask decides, as for any other file). What an
+  append writes into a store gets the same modes (:func:`private_writes`). Results use the same setting
+  (:func:`make_directories`, :func:`private_replacement`); job outputs pass ``private=True`` (owner-only whatever
+  the setting). Modes are set explicitly after creation, never by changing the process umask (which would also
+  change it for every other thread). Directories that already exist keep their mode: they are the user's.
 - **Replacement.** ``overwrite`` replaces only a dppca_dask store or an empty directory, never a file or another
   directory (a typo in an output path must not delete a source).
 - **Cleanup.** Every temporary directory holds an owner marker (host and process id). A killed ingest (SIGKILL, power
@@ -12,12 +16,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import socket
 import stat
+import tempfile
 import time
+from collections.abc import Iterator
 
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.storage import _format
@@ -27,15 +34,21 @@ __all__ = [
     "check_replaceable",
     "finish_private_tree",
     "is_store",
+    "make_directories",
     "make_private_directory",
+    "make_tree_private",
     "mark_owner",
     "private_files",
+    "private_replacement",
+    "private_writes",
     "remove_stale_temporaries",
     "remove_tree",
 ]
 
 #: Environment variable: ``private`` (default, owner-only files) or ``umask`` (follow the process umask).
 FILE_MODE_ENV = "DPPCA_DASK_FILE_MODE"
+#: Modes of owner-only files and directories.
+FILE_MODE, DIR_MODE = 0o600, 0o700
 #: Name of the owner marker inside a temporary directory.
 OWNER_FILE = ".dppca-owner"
 _TEMPORARY_KINDS = (".partial-", ".spill-")
@@ -54,7 +67,7 @@ def private_files() -> bool:
 
 def make_private_directory(path: str) -> str:
     """Create the directory ``path``, owner-only unless configured otherwise."""
-    os.mkdir(path, 0o700 if private_files() else 0o777)
+    os.mkdir(path, DIR_MODE if private_files() else 0o777)
     return path
 
 
@@ -70,12 +83,123 @@ def finish_private_tree(path: str) -> None:
         os.remove(os.path.join(path, OWNER_FILE))
     except FileNotFoundError:
         pass
-    if not private_files():
+    make_tree_private(path)
+
+
+def make_tree_private(path: str, *, private: bool | None = None) -> None:
+    """Make the file or directory tree ``path``, which the package has just written, owner-only: files 0600,
+    directories 0700 (symbolic links are left alone). ``private`` defaults to :func:`private_files`; when false,
+    nothing changes. Only for paths the package created: never a directory the user gave."""
+    if not (private_files() if private is None else private):
+        return
+    if os.path.islink(path):
+        return
+    if not os.path.isdir(path):
+        os.chmod(path, FILE_MODE)
         return
     for root, dirs, files in os.walk(path):
-        os.chmod(root, 0o700)
+        os.chmod(root, DIR_MODE)
         for name in files:
-            os.chmod(os.path.join(root, name), 0o600)
+            leaf = os.path.join(root, name)
+            if not os.path.islink(leaf):
+                os.chmod(leaf, FILE_MODE)
+
+
+def make_directories(path: str | os.PathLike[str], *, private: bool | None = None) -> list[str]:
+    """Create the directory ``path`` and its missing parents; return the directories created, outermost first.
+
+    Those it creates are 0700 whatever the umask when ``private`` (default: :func:`private_files`), else they
+    follow the umask. Directories that exist already, ``path`` included, keep their mode (they are the user's)."""
+    private = private_files() if private is None else private
+    missing = []
+    head = os.path.abspath(os.fspath(path))
+    while not os.path.isdir(head):
+        missing.append(head)
+        parent = os.path.dirname(head)
+        if parent == head:
+            break
+        head = parent
+    created = []
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE if private else 0o777)
+        except FileExistsError:
+            if os.path.isdir(directory):
+                continue  # made meanwhile by another process: not ours
+            raise
+        if private:
+            os.chmod(directory, DIR_MODE)  # mkdir's mode passes through the umask
+        created.append(directory)
+    return created
+
+
+@contextlib.contextmanager
+def private_replacement(target: str | os.PathLike[str], *, private: bool | None = None) -> Iterator[str]:
+    """Yield a path at which to write a file or directory tree (a zarr array or group, an ``.npy`` file) that then
+    replaces ``target``.
+
+    The path is inside a fresh temporary directory beside ``target`` (``.NAME.partial-*``, 0700), so nobody else
+    can reach what is written while it is written; after the block, what was written is made owner-only (files
+    0600, directories 0700; when ``private``, default :func:`private_files`) and moved to ``target``, replacing
+    what was there. After an error the temporary is removed and ``target`` is left as it was. The parent directory
+    of ``target`` must exist.
+    """
+    target = os.path.abspath(os.fspath(target))
+    parent, name = os.path.split(target)
+    remove_stale_temporaries(target)
+    tmp = tempfile.mkdtemp(prefix=f".{name}.partial-", dir=parent)  # 0700 whatever the umask
+    mark_owner(tmp)
+    path = os.path.join(tmp, name)
+    try:
+        yield path
+        make_tree_private(path, private=private)
+        if os.path.isdir(target) and not os.path.islink(target):
+            shutil.rmtree(target)
+        elif os.path.lexists(target) and os.path.isdir(path):
+            os.remove(target)  # a directory cannot replace a file or a link in one rename
+        os.replace(path, target)
+    except BaseException:
+        remove_tree(tmp)  # also while zarr may still be writing into it after an interrupt
+        raise
+    shutil.rmtree(tmp, ignore_errors=True)  # only the owner marker is left
+
+
+def _tree_state(root: str) -> dict[str, tuple[int, int, int]]:
+    """Every path under ``root`` (``root`` included) with its device, inode and change time."""
+    state = {}
+    for base, dirs, files in os.walk(root):
+        for path in [base, *(os.path.join(base, name) for name in files)]:
+            with contextlib.suppress(FileNotFoundError):
+                info = os.lstat(path)
+                state[path] = (info.st_dev, info.st_ino, info.st_ctime_ns)
+    return state
+
+
+@contextlib.contextmanager
+def private_writes(root: str | os.PathLike[str]) -> Iterator[None]:
+    """Make what the block writes into the existing directory tree ``root`` (a store) owner-only, as ingest makes a
+    store: new directories get 0700, and files that are new, replaced by a new file (zarr writes every file through
+    a temporary and a rename) or changed get 0600, unless ``DPPCA_DASK_FILE_MODE=umask``. Existing directories and
+    untouched files keep their mode. Also after an error: what a failed write left is as private."""
+    if not private_files():
+        yield
+        return
+    root = os.fspath(root)
+    before = _tree_state(root)
+    try:
+        yield
+    finally:
+        for path, state in _tree_state(root).items():
+            earlier = before.get(path)
+            if earlier == state:
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                info = os.lstat(path)
+                if stat.S_ISDIR(info.st_mode):
+                    if earlier is None or earlier[:2] != state[:2]:  # new (a directory changes with its entries)
+                        os.chmod(path, DIR_MODE)
+                elif stat.S_ISREG(info.st_mode):
+                    os.chmod(path, FILE_MODE)
 
 
 def is_store(path: str) -> bool:

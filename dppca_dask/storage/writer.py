@@ -7,6 +7,8 @@ metadata (one atomic file replacement), so an interrupted append leaves the stor
 
 A single writer per store: zarr loses data when concurrent tasks write unaligned slices of the same array
 (dask-zarr spec), and the partition table is read-modify-written. Appends take an exclusive lock file.
+What an append writes (the lock file, new chunks, rewritten metadata) gets the modes ingest gives a store: owner-only
+unless ``DPPCA_DASK_FILE_MODE=umask``.
 """
 
 from __future__ import annotations
@@ -28,10 +30,13 @@ import zarr
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, StoreCorruptError, format_location
 from dppca_dask.storage import _format
 from dppca_dask.storage._files import (
+    FILE_MODE,
     check_replaceable,
     finish_private_tree,
     make_private_directory,
     mark_owner,
+    private_files,
+    private_writes,
     remove_stale_temporaries,
     remove_tree,
 )
@@ -529,10 +534,13 @@ def write_matrix(
 # ------------------------------------------------------------------------------------------------- appending
 @contextlib.contextmanager
 def _append_lock(path: str) -> Iterator[None]:
+    """Hold the store's append lock; what is written meanwhile (the lock file included) gets the store's modes."""
     from filelock import FileLock  # portable (fcntl is POSIX-only)
 
-    with FileLock(os.path.join(path, ".append.lock")):
-        yield
+    lock = os.path.join(path, ".append.lock")
+    with private_writes(path):
+        with FileLock(lock, mode=FILE_MODE) if private_files() else FileLock(lock):
+            yield
 
 
 def _open_for_append(store: MatrixStore) -> dict[str, zarr.Array]:

@@ -170,11 +170,14 @@ class TopicResult:
         }
 
     def save(self, directory: str | os.PathLike[str]) -> None:
-        """Write ``result.json`` (everything) and ``topics.npy`` (the K × d matrix) into ``directory``."""
+        """Write ``result.json`` (everything) and ``topics.npy`` (the K × d matrix) into ``directory``, owner-only
+        (as :meth:`~dppca_dask.results.PCAResult.save`), each complete or absent."""
         from dppca_dask.results import write_result_json
+        from dppca_dask.storage._files import private_replacement
 
-        write_result_json(directory, self.to_dict(), indent=None)  # owner-only, complete or absent
-        np.save(os.path.join(directory, "topics.npy"), np.asarray(self.topics))
+        write_result_json(directory, self.to_dict(), indent=None)  # creates directory
+        with private_replacement(os.path.join(os.fspath(directory), "topics.npy")) as path:
+            np.save(path, np.asarray(self.topics))
 
 
 def load_topics(directory: str | os.PathLike[str]) -> TopicResult:

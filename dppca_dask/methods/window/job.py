@@ -90,6 +90,7 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
     from dppca_dask.methods.window.release import load_release, window
     from dppca_dask.methods.window.selection import parse_timestamp
     from dppca_dask.storage import open_matrix
+    from dppca_dask.storage._files import make_directories, make_tree_private
 
     ledger = Ledger(spec.budget.ledger)
     dataset = spec.budget.dataset
@@ -129,7 +130,9 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
             result = window(spec.data.store, epsilon=spec.epsilon, delta=spec.delta, ledger=ledger,
                             dataset=dataset, job_id=job_id, client=client, executor=spec.cluster.executor,
                             noise=noise, **parameters)
-        os.makedirs(os.path.dirname(output) or ".", exist_ok=True)
-        result.save(output)
+        # Owner-only whatever the umask, like every job's output: the output directory and its missing parents
+        # 0700 (existing ones keep their mode), release.json 0600.
+        make_directories(output, private=True)
+        make_tree_private(result.save(output), private=True)
         entries = [e for e in ledger.find(job_id) if e.dataset.startswith(f"{dataset}/")]
         return JobOutcome(job_id, "completed", output, entries[-1], result)
