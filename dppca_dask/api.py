@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from dppca_dask import __version__
+from dppca_dask._urls import url_scheme
 from dppca_dask.algorithms.analyze_gauss import DEFAULT_MAX_DENSE_DIM
 from dppca_dask.algorithms.block_power import (
     BLOCK_POWER,
@@ -467,7 +468,15 @@ def _executor_choice(source: PartitionSource, client: Any, executor: str) -> Any
     # only the width counts for them.
     ingested = source.store is not None and source.store.format_version is not None
     public_partitions = source.n_partitions if ingested else None
-    return choose_executor(client, executor, n_cols=source.n_cols, n_partitions=public_partitions)
+    choice = choose_executor(client, executor, n_cols=source.n_cols, n_partitions=public_partitions)
+    location = str(getattr(source.store, "path", "") or "") if source.store is not None else ""
+    if choice.executor == "cluster" and url_scheme(location) == "memory":
+        raise InvalidParameterError(
+            f"'{location}' is a memory:// store: it lives in this process, and a cluster's workers (other processes) "
+            f"cannot read it (the run would go to the cluster: {choice.reason}); run in this process "
+            "(executor='local', --executor local), or write the store where the workers can read it"
+        )
+    return choice
 
 
 def _execute(source: PartitionSource, client: Any, persist: bool | None, run: Any, choice: Any = None) -> Any:

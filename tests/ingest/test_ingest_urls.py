@@ -64,6 +64,11 @@ def test_pca_reads_memory_and_file_stores(tmp_path: Path, memory: object) -> Non
         np.testing.assert_array_equal(other.components, results[0].components)
     with pytest.raises(StoreNotFoundError, match="no matrix store at 'memory://stores/none.zarr'"):
         open_matrix("memory://stores/none.zarr")
+    # On a cluster the store would be looked for in the workers' processes, where it does not exist: refused before
+    # anything runs, saying why (it read as a damaged store)
+    with pytest.raises(InvalidParameterError, match=r"is a memory:// store: it lives in this process.*"
+                                                    r"executor='cluster' was asked for.*executor='local'"):
+        dppca_dask.pca("memory://stores/s.zarr", epsilon=1.0, delta=1e-6, executor="cluster")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("s3fs") is not None, reason="s3fs is installed")
