@@ -339,6 +339,7 @@ def main() -> None:
     started = time.perf_counter()
     suffix = "_quick" if args.quick else ""  # a quick run never overwrites the full run's results
     sections = []
+    headline = None
     try:
         for reg in regimes(args.workdir, quick=args.quick, w8a=args.w8a):
             if args.regimes and reg.name not in args.regimes:
@@ -348,6 +349,7 @@ def main() -> None:
             plot(reg, results, epsilons, png)
             sections.append(text + f"\nPlot: `{os.path.relpath(png, args.out)}`\n")
             print(text)
+            headline = _headline(reg.name, results, epsilons) or headline
     finally:
         if cluster is not None:
             client.close()
@@ -361,6 +363,19 @@ def main() -> None:
     with open(os.path.join(args.out, f"mechanisms{suffix}.md"), "w", encoding="utf-8") as handle:
         handle.write(header + "\n".join(sections))
     print(f"written to {args.out} in {time.perf_counter() - started:.0f} s")
+    if headline is not None:
+        print(headline)
+
+
+def _headline(regime: str, results: dict[str, dict[float, dict[str, Any]]], epsilons: tuple[float, ...]) -> str | None:
+    """The last line: the product's core mechanism against its baseline, adaptive power's sin² / Analyze Gauss's at
+    ε = 1 (or the largest ε run) on the last regime where both ran."""
+    eps = 1.0 if 1.0 in epsilons else epsilons[-1]
+    ours, base = (results.get(label, {}).get(eps, {}) for label in ("adaptive-power", "analyze-gauss"))
+    if not ours.get("sin2") or not base.get("sin2"):
+        return None
+    return (f"ratio {ours['sin2'] / base['sin2']:.3f}  (adaptive power / Analyze Gauss sin², {regime}, "
+            f"epsilon {eps:g})")
 
 
 if __name__ == "__main__":

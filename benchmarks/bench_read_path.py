@@ -42,7 +42,10 @@ def main() -> None:
     parser.add_argument("--nnz", type=float, default=1.6e7, help="stored entries of the partition")
     parser.add_argument("--cols", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--quick", action="store_true", help="a partition of 2·10⁶ entries, three repeats")
     args = parser.parse_args()
+    if args.quick:
+        args.nnz, args.repeats = 2e6, 3
     rows = int(args.nnz // 230) + 1
     spec = PlantedSpec(n_rows=rows, n_cols=args.cols, nnz_per_row=30, support=200, signal_share=0.003, seed=5)
     with tempfile.TemporaryDirectory() as tmp:

@@ -135,6 +135,15 @@ def main() -> None:
     suffix = "_quick" if args.quick else ""
     with open(os.path.join(RESULTS, f"window{suffix}.md"), "w") as fh:
         fh.write(header + text + "\n")
+    _plot(out, epsilons, rows, suffix)
+    # The headline against the baseline (the Gaussian release, Analyze Gauss on the window) at the largest epsilon
+    wishart, gaussian = ({o["release"]: o for o in out if o["epsilon"] == epsilons[-1]}[k] for k in ("wishart",
+                                                                                                        "gaussian"))
+    print(f"ratio {wishart['cov_spectral_err'] / gaussian['cov_spectral_err']:.3f}  (Wishart / Gaussian covariance "
+          f"error at epsilon {epsilons[-1]:g})")
+
+
+def _plot(out: list[dict], epsilons: list[float], rows: int, suffix: str) -> None:
     try:
         import matplotlib
 

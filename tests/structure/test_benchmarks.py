@@ -47,8 +47,11 @@ def test_each_benchmark_starts() -> None:
     assert [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("started ")] == SCRIPTS
 
 
-def test_the_utility_benchmark_quick_mode_completes() -> None:
-    proc = _run("bench_utility.py", "--quick", timeout=300)
+@pytest.mark.parametrize("script", ["bench_utility.py", "bench_centred.py"])
+def test_a_utility_benchmark_quick_mode_ends_with_its_ratio(script: str) -> None:
+    if script == "bench_centred.py":
+        pytest.importorskip("sklearn")  # its reference is scikit-learn's PCA
+    proc = _run(script, "--quick", timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("ratio ") and float(last.split()[1]) > 0, last
