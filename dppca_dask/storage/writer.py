@@ -532,14 +532,27 @@ def write_matrix(
 
 
 # ------------------------------------------------------------------------------------------------- appending
+def append_lock_path(path: str) -> str:
+    """The store's append lock file: beside the store (``.NAME.append.lock``), where ingest and append keep their
+    temporaries, not inside it, where AnnData's reader warned about an object zarr does not know."""
+    parent, name = os.path.split(os.path.abspath(path))
+    return os.path.join(parent, f".{name}.append.lock")
+
+
 @contextlib.contextmanager
 def _append_lock(path: str) -> Iterator[None]:
-    """Hold the store's append lock; what is written meanwhile (the lock file included) gets the store's modes."""
+    """Hold the store's append lock; what is written meanwhile (the lock file included) gets the store's modes.
+
+    A store appended to by an earlier release has its lock inside (``NAME/.append.lock``): that one is taken too,
+    after this one, so that appends by both releases still take turns."""
     from filelock import FileLock  # portable (fcntl is POSIX-only)
 
-    lock = os.path.join(path, ".append.lock")
-    with private_writes(path):
-        with FileLock(lock, mode=FILE_MODE) if private_files() else FileLock(lock):
+    def lock(file: str) -> Any:
+        return FileLock(file, mode=FILE_MODE) if private_files() else FileLock(file)
+
+    legacy = os.path.join(path, ".append.lock")
+    with private_writes(path), lock(append_lock_path(path)):
+        with lock(legacy) if os.path.exists(legacy) else contextlib.nullcontext():
             yield
 
 

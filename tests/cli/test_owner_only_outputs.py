@@ -168,9 +168,11 @@ def test_append_writes_owner_only_paths_into_a_store(tmp_path: Path, capsys: pyt
     assert main(["append", str(out), str(tmp_path / "day2.svm"), "--zero-based", "--timestamp", "2026-11-02"]) == 0
     capsys.readouterr()
     after = {os.path.relpath(os.path.join(b, n), out) for b, d, f in os.walk(out) for n in d + f}
-    assert ".append.lock" in after and "labels/c/1" in after - before  # new chunks, the labels' among them
+    assert "labels/c/1" in after - before  # new chunks, the labels' among them
     assert not_owner_only(out) == {}
-    assert sorted(os.listdir(tmp_path)) == ["day1.svm", "day2.svm", "s.zarr"]  # no temporaries left beside it
+    lock = tmp_path / ".s.zarr.append.lock"  # the lock file, beside the store
+    assert stat.S_IMODE(os.stat(lock).st_mode) == 0o600
+    assert sorted(os.listdir(tmp_path)) == [".s.zarr.append.lock", "day1.svm", "day2.svm", "s.zarr"]  # no temporaries
 
 
 def test_ingest_with_a_timestamp_keeps_the_store_owner_only(tmp_path: Path,
@@ -182,5 +184,5 @@ def test_ingest_with_a_timestamp_keeps_the_store_owner_only(tmp_path: Path,
     assert main(["ingest", str(tmp_path / "day1.svm"), "--out", str(out), "--n-features", "12", "--zero-based",
                  "--timestamp", "2026-11-01"]) == 0
     capsys.readouterr()
-    assert os.path.exists(out / ".append.lock")
+    assert stat.S_IMODE(os.stat(tmp_path / ".s.zarr.append.lock").st_mode) == 0o600
     assert not_owner_only(out) == {}

@@ -117,5 +117,26 @@ def test_crash_after_writing_chunks(tmp_path: Path, sparse: sp.csr_array, small_
 def test_concurrent_appends_take_a_lock(tmp_path: Path, sparse: sp.csr_array) -> None:
     store = write_matrix(tmp_path / "s.zarr", sparse)
     append_partition(store.path, sparse[:2])
-    assert os.path.exists(tmp_path / "s.zarr" / ".append.lock")
+    assert os.path.exists(tmp_path / ".s.zarr.append.lock")  # beside the store: zarr lists what is inside
+    assert not os.path.exists(tmp_path / "s.zarr" / ".append.lock")
+    assert open_matrix(store.path).n_rows == 42
+
+
+def test_a_store_locked_inside_by_an_earlier_release_still_appends(tmp_path: Path, sparse: sp.csr_array) -> None:
+    """Earlier releases locked appends with ``NAME/.append.lock``: an append takes that lock too while it exists
+    (it is held by the other release's append otherwise), and leaves it in place."""
+    from filelock import FileLock
+
+    store = write_matrix(tmp_path / "s.zarr", sparse)
+    legacy = tmp_path / "s.zarr" / ".append.lock"
+    legacy.touch()
+    with FileLock(str(legacy)):  # an append of the earlier release, running: this one must wait for it
+        import threading
+
+        done = threading.Event()
+        worker = threading.Thread(target=lambda: (append_partition(store.path, sparse[:2]), done.set()))
+        worker.start()
+        assert not done.wait(1.0)
+    worker.join(30)
+    assert done.is_set() and legacy.exists()
     assert open_matrix(store.path).n_rows == 42
