@@ -154,10 +154,7 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
         what = f"layer '{layer}' of " if layer is not None else ""
         notes.append(f"the store would be refreshed from {what}'{spec.data.ingest['source']}' first; checked as it "
                      "is now")
-        if not os.path.exists(spec.data.ingest["source"]):
-            from dppca_dask.errors import JobSpecError
-
-            raise JobSpecError(f"{spec.source}: [data.ingest] source '{spec.data.ingest['source']}' does not exist")
+        runner.ingest_arguments(spec)  # the source exists, and its width is declared (Parquet: column_ids)
         if layer is not None:  # as the ingest checks it, without reading the matrix
             from dppca_dask.ingest.adata import check_layer
 
@@ -236,6 +233,7 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
         check_scheduler(address, security=security)
     notes: list[str] = []
     store = open_matrix(spec.data.store)
+    runner._check_schema(spec, store)
     pending = None  # the index of the partition the day's file would become, before it is appended
     if spec.data.append is not None:
         source = spec.data.append["source"].format(date=date)
