@@ -42,7 +42,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="check the spec, the store (every partition; a sliding-window job: the window's plan from the "
                         "public partition table), its schema, the scheduler and the budget (the reservation tried on a "
-                        "copy of the ledger); reserve, release and write nothing")
+                        "copy of the ledger); reserve, release and write nothing. A job that ingests its store "
+                        "first is checked from its spec and source, without ingesting")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
 

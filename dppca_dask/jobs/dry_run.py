@@ -1,5 +1,6 @@
-"""``dppca-dask run --dry-run``: every check a run makes before it reserves, and the reservation itself tried on a
-copy of the ledger; nothing is reserved, read for a release, released or written.
+"""``dppca-dask run --dry-run``: the checks a run makes before it reserves, and the reservation itself tried on a
+copy of the ledger; nothing is reserved, read for a release, released or written (see below for what a job that
+ingests its store first leaves to the run).
 
 What is checked, in the order a run checks it: the spec (when it is loaded), the job's earlier attempts in the
 ledger, the output path, the store (opened; every partition read and validated, as before a real run), its schema,
@@ -29,14 +30,23 @@ and, if the file holds more rows than the store's rows per partition, the furthe
 planned the same way: it reads and is charged to every partition up to its end (with ``last`` too, to those of that
 time window), whatever their row counts.
 
-A job that refreshes its store from ``[data.ingest]`` is checked against the store as it is now (the refresh is
-not run); the dry run says so. A named AnnData ``layer`` is checked to exist in the source (the file opened
-read-only, no matrix read), with the ingest's message.
+A job that refreshes its store from ``[data.ingest]`` first is planned from its spec and its source, without
+ingesting (the store is neither written nor read, and need not exist yet): the source exists, its format (the
+``format`` key, else its name or magic bytes), the declared width the ingest would use (``n_features``; Parquet
+triplets need ``column_ids``), a named AnnData ``layer`` (the file opened read-only, no matrix read, with the
+ingest's message), that the store's path can be replaced, and the reservation of the events planned from the
+declared width. Left to the run, and said so in a note: the values and their width against the declared one (read
+by the ingest), every partition and a topic model's word counts (read before the reservation), where the run
+executes when the ingested store's partition count decides it (``"undecided"``), and the reservation of a
+mechanism whose plan needs the store's number of rows (a low-rank job; private power's C-doubling on the
+embedding): the dry run says it could not try it, and still succeeds. A job resuming an earlier attempt does not
+refresh its store, and is checked against the store as it is.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sqlite3
 import tempfile
@@ -71,10 +81,14 @@ class DryRun:
     releases: tuple[str, ...] = field(default_factory=tuple)
     """What the reservation covers, one line per part (public calibrated constants)."""
     executor: dict[str, str] = field(default_factory=dict)
-    """Where the run would execute: ``{"asked": [cluster] executor, "executor": "in-process" or "cluster",
+    """Where the run would execute: ``{"asked": [cluster] executor, "executor": "in-process", "cluster" or, before
+    an ingest when the partition count decides, "undecided",
     "reason": ...}`` (empty when the run would do nothing)."""
     layer: str | None = None
     """The AnnData layer ``[data.ingest]`` would ingest (``None``: ``X``, or no ingest)."""
+    ingest: dict[str, Any] | None = None
+    """The ingest the run would perform first (``source``, ``format``, the declared ``n_features``, ``layer``,
+    ``column_ids``), or ``None`` (no ``[data.ingest]``, or a resumed job, which does not refresh its store)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +97,7 @@ class DryRun:
             "output": self.output, "remaining_epsilon_after": self.remaining_epsilon_after,
             "notes": list(self.notes), "parameters": dict(self.parameters), "releases": list(self.releases),
             "executor": dict(self.executor), "layer": self.layer,
+            "ingest": None if self.ingest is None else dict(self.ingest),
         }
 
 
@@ -150,45 +165,117 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
                        [f"job '{job_id}' already succeeded; a run would do nothing"])
     notes: list[str] = []
     runner._check_output(output)
-    if spec.data.ingest is not None:
-        what = f"layer '{layer}' of " if layer is not None else ""
-        notes.append(f"the store would be refreshed from {what}'{spec.data.ingest['source']}' first; checked as it "
-                     "is now")
-        if not os.path.exists(spec.data.ingest["source"]):
-            from dppca_dask.errors import JobSpecError
+    resuming = previous is not None and previous.status in (RESERVED, CHARGED)
+    store: Any = None
+    ingest: dict[str, Any] | None = None
+    if spec.data.ingest is not None and not resuming:  # the run ingests first: plan from the spec and the source
+        ingest = _check_ingest(spec, notes)
+        n_rows, n_cols = None, int(ingest["n_features"])
+    else:
+        if spec.data.ingest is not None:
+            notes.append(f"the store is not refreshed when a job resumes: '{spec.data.store}' is checked as it is")
+        store = open_matrix(spec.data.store)
+        runner._check_schema(spec, store)
+        n_rows, n_cols = int(store.n_rows), int(store.n_cols)
+    from dppca_dask.jobs.plan import planned_events, rows_needed
 
-            raise JobSpecError(f"{spec.source}: [data.ingest] source '{spec.data.ingest['source']}' does not exist")
-        if layer is not None:  # as the ingest checks it, without reading the matrix
-            from dppca_dask.ingest.adata import check_layer
-
-            check_layer(spec.data.ingest["source"], layer)
-    store = open_matrix(spec.data.store)
-    runner._check_schema(spec, store)
-    from dppca_dask.jobs.plan import plan_job
-
-    plan = plan_job(spec, store)
-    neighbouring, events = plan.neighbouring, plan.events
+    unplanned = rows_needed(spec.mechanism, spec.parameters) if n_rows is None else None
+    plan = None
+    if unplanned is None:
+        plan = planned_events(spec.mechanism, n_rows=n_rows, n_cols=n_cols, epsilon=spec.epsilon,
+                              delta=spec.delta, parameters=dict(spec.parameters))
     security = runner._security(spec)
     if spec.cluster.address:
         check_scheduler(spec.cluster.address, security=security)
-    choice = runner.job_executor(spec, store)
-    executor = {"asked": spec.cluster.executor, "executor": choice.executor, "reason": choice.reason}
-    preflight(store, None)
-    runner._check_content(spec, store)
-    resuming = previous is not None and previous.status in (RESERVED, CHARGED)
+    if store is not None:
+        choice = runner.job_executor(spec, store)
+        executor = {"asked": spec.cluster.executor, "executor": choice.executor, "reason": choice.reason}
+        preflight(store, None)
+        runner._check_content(spec, store)
+    else:
+        executor = _executor_before_ingest(spec, n_cols)
     with _ledger_snapshot(spec.budget.ledger) as copy:
         trial = Ledger(copy)
         trial.check_store(dataset, runner._job_store_id(spec, store), allow_new_store=allow_new_store)
-        trial.reserve(
-            dataset, job_id, epsilon=spec.epsilon, delta=spec.delta, events=events, mechanism=spec.mechanism,
-            neighbouring=neighbouring, job_name=spec.name, total_epsilon=spec.budget.total_epsilon,
-            total_delta=spec.budget.total_delta,
-        )
-        remaining = float(trial.budget(dataset).remaining_epsilon)
+        remaining = None
+        if plan is not None:
+            trial.reserve(
+                dataset, job_id, epsilon=spec.epsilon, delta=spec.delta, events=plan.events,
+                mechanism=spec.mechanism, neighbouring=plan.neighbouring, job_name=spec.name,
+                total_epsilon=spec.budget.total_epsilon, total_delta=spec.budget.total_delta,
+            )
+            remaining = float(trial.budget(dataset).remaining_epsilon)
+        elif spec.budget.total_epsilon is not None:  # what the reservation would check first: the key's totals
+            trial.ensure_dataset(dataset, total_epsilon=spec.budget.total_epsilon,
+                                 total_delta=cast(float, spec.budget.total_delta))
+        else:
+            trial.budget(dataset)  # a key without a budget fails here, as in the run
+    if unplanned is not None:
+        notes.append(f"the reservation is not tried: {unplanned}, known only once the ingest has run; the run "
+                     "plans and reserves it after its ingest, before any noise is drawn")
     if resuming:
         notes.append(f"job '{job_id}' has a reservation from an earlier attempt; a run would resume it")
-    return outcome("would-resume" if resuming else "would-run", neighbouring, remaining, notes, plan.describe(),
-                   executor)
+    result = outcome("would-resume" if resuming else "would-run", None if plan is None else plan.neighbouring,
+                     remaining, notes, () if plan is None else plan.describe(), executor)
+    return dataclasses.replace(result, ingest=ingest)
+
+
+def _check_ingest(spec: JobSpec, notes: list[str]) -> dict[str, Any]:
+    """What the run's ingest would do, checked as far as it can be without reading the data: the source exists,
+    its format, the declared width (and Parquet's column ids), an AnnData ``layer`` (the file opened read-only,
+    no matrix read) and that the store's path can be replaced. Returns the ingest's public description."""
+    from dppca_dask.jobs import runner
+    from dppca_dask.storage._files import check_replaceable
+
+    source, fmt, args = runner.ingest_arguments(spec)
+    layer = args.get("layer")
+    if layer is not None:  # as the ingest checks it, without reading the matrix
+        from dppca_dask.ingest.adata import check_layer
+
+        check_layer(source, layer)
+    if os.path.lexists(spec.data.store):
+        try:
+            check_replaceable(spec.data.store)  # the ingest replaces only a store or an empty directory
+        except DppcaError as exc:
+            from dppca_dask.errors import JobSpecError
+
+            raise JobSpecError(f"{spec.source}: [data] store: {exc}") from exc
+    ids = args.get("column_ids")
+    described: dict[str, Any] = {"source": source, "format": fmt, "n_features": int(args["n_features"]),
+                                 "layer": layer, "column_ids": ids if isinstance(ids, str) or ids is None
+                                 else f"{len(ids)} ids"}
+    what = f"layer '{layer}' of " if layer is not None else ""
+    notes.append(
+        f"the run would first ingest {what}'{source}' ({fmt}, declared width n_features={described['n_features']}"
+        + (f", column ids from {ids}" if isinstance(ids, str) else "") + f") into '{spec.data.store}'; the dry "
+        "run does not ingest: the values (and their width against the declared one) are read and checked by the "
+        "ingest, then every partition"
+        + (" and the word counts" if spec.kind == "topics" else "") + " before the reservation, not here"
+    )
+    return described
+
+
+def _executor_before_ingest(spec: JobSpec, n_cols: int) -> dict[str, str]:
+    """Where the run would execute, decided as :func:`~dppca_dask.jobs.runner.job_executor` decides it, before the
+    ingest: from the declared width, the spec and the configuration; ``"auto"`` without a scheduler depends on the
+    ingested store's partition count too, and is then ``"undecided"`` unless the width alone decides it."""
+    from dppca_dask.coordinator.client import _limit, choose_executor
+
+    target = spec.cluster.address or None
+    asked = spec.cluster.executor
+    max_partitions, max_cols = _limit("in-process-max-partitions"), _limit("in-process-max-columns")
+    few = choose_executor(target, asked, n_cols=n_cols, n_partitions=0)
+    many = choose_executor(target, asked, n_cols=n_cols, n_partitions=max_partitions + 1)
+    if few.executor != many.executor:
+        return {"asked": asked, "executor": "undecided",
+                "reason": f"decided by the run from the ingested store's partition count: in this process with at "
+                          f"most {max_partitions} partition(s) ({n_cols} columns, limit {max_cols}), else an "
+                          "embedded LocalCluster (dppca_dask.executor.in-process-max-*)"}
+    if few.reason == many.reason:  # the partition count plays no part
+        return {"asked": asked, "executor": few.executor, "reason": few.reason}
+    return {"asked": asked, "executor": few.executor,  # the width alone decides
+            "reason": f"{n_cols} columns above the in-process limit {max_cols} "
+                      "(dppca_dask.executor.in-process-max-columns), whatever the partition count"}
 
 
 def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
@@ -236,6 +323,7 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
         check_scheduler(address, security=security)
     notes: list[str] = []
     store = open_matrix(spec.data.store)
+    runner._check_schema(spec, store)
     pending = None  # the index of the partition the day's file would become, before it is appended
     if spec.data.append is not None:
         source = spec.data.append["source"].format(date=date)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["JobPlan", "plan_job", "planned_events"]
+__all__ = ["JobPlan", "plan_job", "planned_events", "rows_needed"]
 
 #: Parameters about execution, not about the release (they never shape the noise).
 _EXECUTION = frozenset({"persist"})
@@ -52,10 +52,25 @@ class JobPlan:
         return tuple(lines)
 
 
-def planned_events(mechanism: str, *, n_rows: int, n_cols: int, epsilon: float, delta: float,
+def rows_needed(mechanism: str, parameters: Mapping[str, Any]) -> str | None:
+    """Why the plan of ``mechanism`` with ``parameters`` needs the store's number of rows, or ``None`` when it is
+    made from the width alone (a dry run before the job's ingest knows only the declared width)."""
+    from dppca_dask.methods import get_mechanism
+
+    if mechanism == "topics":
+        return None
+    if "rank" in parameters or get_mechanism(mechanism).entry == "lowrank":
+        return "a low-rank release is planned and checked against the store's number of rows"
+    if mechanism == "private-power" and parameters.get("c_doubling") and not parameters.get("symmetric"):
+        return "private power's C-doubling on the embedding plans its ladder from the store's number of rows"
+    return None
+
+
+def planned_events(mechanism: str, *, n_rows: int | None, n_cols: int, epsilon: float, delta: float,
                    parameters: dict[str, Any]) -> JobPlan:
     """The relation and events of ``mechanism`` (a ``pca``, ``lowrank`` or ``topics`` mechanism) with
-    ``parameters``."""
+    ``parameters``; ``n_rows=None`` (not known yet) only where :func:`rows_needed` says it is not needed."""
+    assert n_rows is not None or rows_needed(mechanism, parameters) is None, "the caller checks rows_needed"
     from dppca_dask.methods import get_mechanism
 
     release = {k: v for k, v in parameters.items() if k not in _EXECUTION}
@@ -64,6 +79,7 @@ def planned_events(mechanism: str, *, n_rows: int, n_cols: int, epsilon: float, 
                                                       n_rows=n_rows, n_cols=n_cols)
         return JobPlan(plan.neighbouring, tuple(plan.planned_events), dict(plan.calibration))
     if "rank" in release or get_mechanism(mechanism).entry == "lowrank":
+        assert n_rows is not None  # rows_needed says a low-rank plan needs it
         plan = get_mechanism(mechanism, "lowrank").plan(
             {**release, "epsilon": epsilon, "delta": delta}, n_rows=n_rows, n_cols=n_cols
         )

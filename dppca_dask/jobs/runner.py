@@ -52,7 +52,7 @@ from dppca_dask.errors import (
 )
 from dppca_dask.jobs.spec import JobSpec
 
-__all__ = ["JobOutcome", "job_executor", "job_lock", "run_job", "store_id", "store_schema"]
+__all__ = ["JobOutcome", "ingest_arguments", "job_executor", "job_lock", "run_job", "store_id", "store_schema"]
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ def store_id(store: Any) -> str:
 def _job_store_id(spec: JobSpec, store: Any) -> str:
     """The store id the ledger records for the job's dataset key: the store's own, except for a store the job
     refreshes from ``[data.ingest]`` (a new store, with a new id, at every run), which is identified by its
-    resolved path and source."""
+    resolved path and source (known before the ingest: ``store`` may then be ``None``)."""
     if spec.data.ingest is None:
         return store_id(store)
     key = json.dumps([os.path.realpath(spec.data.store), os.path.realpath(spec.data.ingest["source"])])
@@ -176,27 +176,50 @@ def _job_store_id(spec: JobSpec, store: Any) -> str:
 
 
 def _check_schema(spec: JobSpec, store: Any) -> None:
-    """Refuse a store whose shape was inferred from the data (a release would reveal it), unless the width is
-    declared: by the store (ingested with ``--n-features``), by the job's own ``[data.ingest] n_features``, or by
-    ``[data] n_features``. A declared width the store does not have is refused too."""
-    declared = spec.data.n_features
-    if declared is None and spec.data.ingest is not None:
-        declared = spec.data.ingest.get("n_features")
-    if declared is not None:
-        if int(store.n_cols) != int(declared):
-            raise JobSpecError(
-                f"{spec.source}: n_features = {declared} is declared but the store '{spec.data.store}' does not have "
-                f"that width; re-ingest it with `dppca-dask ingest SRC --out STORE --n-features {declared}`, or fix "
-                "n_features"
-            )
-        return
+    """Refuse a store whose width was inferred from the data: every release reveals it, and a release on it would
+    say its guarantee does not cover it (DESIGN.md, invariant 9). A job with ``[data.ingest]`` declares the width
+    to its ingest (:func:`ingest_arguments`); a store it does not ingest must have been ingested with a declared
+    width. A declared width in the spec (``[data] n_features``) that the store does not have is refused too."""
+    declared = spec.data.declared_width
     if store_schema(store) != "declared":
         raise JobSpecError(
-            f"the store '{spec.data.store}' has a shape inferred from the data, which a release would reveal; jobs "
-            "need a declared schema: re-ingest it with `dppca-dask ingest SRC --out STORE --n-features D` (D: the "
-            "public number of features), add n_features = D to [data.ingest], or declare it in the job spec as "
-            "[data] n_features = D"
+            f"the store '{spec.data.store}' has a width inferred from the data, which a release would reveal and its "
+            "guarantee does not cover; jobs need a declared schema: re-ingest it with `dppca-dask ingest SRC --out "
+            "STORE --n-features D` (Parquet triplets: `--column-ids FILE`; D: the public number of features), or let "
+            "the job ingest it: [data.ingest] source = SRC with n_features = D (or [data] n_features = D; Parquet: "
+            "also column_ids)"
         )
+    if declared is not None and int(store.n_cols) != int(declared):
+        raise JobSpecError(
+            f"{spec.source}: n_features = {declared} is declared but the store '{spec.data.store}' was declared with "
+            f"{int(store.n_cols)} columns; re-ingest it with `dppca-dask ingest SRC --out STORE --n-features "
+            f"{declared}`, or fix n_features"
+        )
+
+
+def ingest_arguments(spec: JobSpec) -> tuple[str, str, dict[str, Any]]:
+    """(source, format, keyword arguments of :func:`dppca_dask.ingest.ingest`) of the job's ``[data.ingest]``, with
+    the spec's declared width as ``n_features`` (so the store's schema is declared and the ingest refuses data of
+    another width). Checked before anything is read: the source exists, and Parquet triplets (``format``, else
+    told from the source's name or magic bytes) come with their ``column_ids``."""
+    from dppca_dask.ingest import detect_format
+
+    assert spec.data.ingest is not None
+    args = dict(spec.data.ingest)
+    source = args.pop("source")
+    if not os.path.exists(source):
+        raise JobSpecError(f"{spec.source}: [data.ingest] source '{source}' does not exist; fix the path, or make "
+                           "the extract first")
+    args["n_features"] = spec.data.declared_width  # required by the spec with an ingest
+    fmt = args.get("format") or detect_format(source)
+    if fmt == "parquet" and "column_ids" not in args:
+        from dppca_dask.jobs.spec import parquet_needs_column_ids
+
+        raise JobSpecError(parquet_needs_column_ids(spec.source))
+    if "column_ids" in args and fmt != "parquet":
+        raise JobSpecError(f"{spec.source}: [data.ingest] column_ids applies to Parquet triplets, but '{source}' is "
+                           f"{fmt}: drop column_ids (n_features declares the width), or set format = \"parquet\"")
+    return source, str(fmt), args
 
 
 def _check_output(output: str) -> None:
@@ -266,11 +289,7 @@ def _check_content(spec: JobSpec, store: Any) -> None:
 def _refresh_store(spec: JobSpec) -> None:
     from dppca_dask.ingest import ingest
 
-    assert spec.data.ingest is not None
-    args = dict(spec.data.ingest)
-    source = args.pop("source")
-    if not os.path.exists(source):
-        raise JobSpecError(f"{spec.source}: [data.ingest] source '{source}' does not exist")
+    source, _, args = ingest_arguments(spec)
     log.info("refreshing store %s from %s", spec.data.store, source)
     with _no_counts_at_info():
         ingest(source, spec.data.store, overwrite=True, **args)

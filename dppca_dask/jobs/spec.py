@@ -6,14 +6,17 @@ name = "w8a-nightly"                 # required; the ledger's job id is "<id or 
 
 [data]
 store = "../build/jobs/w8a.zarr"     # relative paths are relative to this file
-# n_features = 300                   # optional: the public width, for a store whose schema was not declared
+# n_features = 300                   # optional: the public width; with [data.ingest], the width the ingest
+                                     # declares; without, checked against the store's declared width
 [data.ingest]                        # optional: refresh the store from a source first
 source = "../../shared/data/w8a.svm" # svmlight, mtx, npz, h5ad/zarr (AnnData) or Parquet triplets
 format = "svmlight"                  # optional; guessed from the extension
-n_features = 300                     # the public number of features (a declared schema; jobs need one)
+n_features = 300                     # the public number of features, here or in [data] (required with an ingest:
+                                     # the ingest declares the store's width with it)
 rows_per_partition = 10000           # optional
 # layer = "counts"                   # AnnData only: ingest layers/<layer> instead of X
-# Parquet only: row_column = "row_id", col_column = "col_id", value_column = "value", on_duplicate = "sum"
+# Parquet only: column_ids = "columns.txt" (required: the public column ids, one per line, or an array; as many
+# as n_features), row_column = "row_id", col_column = "col_id", value_column = "value", on_duplicate = "sum"
 
 [mechanism]
 name = "adaptive-power"              # any mechanism of `dppca-dask pca`, `lowrank` or `topics`
@@ -45,7 +48,10 @@ executor = "auto"                    # without an address: "auto" (in this proce
 # n_workers = 2, memory_limit = "2GiB" (embedded cluster); tls_ca_file, tls_cert, tls_key (TLS)
 ```
 
-Every table and key is checked: unknown keys are errors (a misspelt ``total_epsilon`` must not be ignored). Where a
+Every table and key is checked: unknown keys are errors (a misspelt ``total_epsilon`` must not be ignored). A job
+releases only on a store whose width was declared, never read off the data (DESIGN.md, invariant 9): a spec with
+``[data.ingest]`` must declare ``n_features`` (and, for Parquet triplets, ``column_ids``), which the ingest uses.
+Where a
 run executes is the ``[cluster]`` table's business and which matrix it reads the ``[data]`` table's: ``executor``
 or ``layer`` in ``[mechanism]`` is refused with the table it belongs in.
 """
@@ -105,7 +111,7 @@ _ELSEWHERE = {
 }
 _INGEST_KEYS = frozenset({
     "source", "format", "rows_per_partition", "dtype", "on_duplicate", "row_column", "col_column", "value_column",
-    "zero_based", "n_features", "codec", "layer",
+    "zero_based", "n_features", "codec", "layer", "column_ids",
 })
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TABLES = {
@@ -127,10 +133,20 @@ class DataSpec:
     ingest: Mapping[str, Any] | None = None
     """Arguments of :func:`dppca_dask.ingest.ingest` (``source`` absolute) to refresh the store first."""
     n_features: int | None = None
-    """The public width declared in the spec (for a store whose own schema is not declared)."""
+    """``[data] n_features``: the public width declared in the spec (see :attr:`declared_width`)."""
     append: Mapping[str, Any] | None = None
     """Arguments of :func:`dppca_dask.ingest.append.append_file` (``source`` absolute, with ``{date}``): a window
     job appends the day's file first, stamped with the run's date."""
+
+    @property
+    def declared_width(self) -> int | None:
+        """The width the spec declares: ``[data.ingest] n_features`` or ``[data] n_features`` (they agree when both
+        are given). An ingest declares the store's width with it; a store the job does not ingest must have been
+        declared with it."""
+        if self.n_features is not None:
+            return self.n_features
+        value = (self.ingest or {}).get("n_features")
+        return None if value is None else int(value)
 
 
 @dataclass(frozen=True)
@@ -286,6 +302,50 @@ def _check_layer(source: str, ingest: dict[str, Any]) -> None:
                            f"format = {fmt!r}: drop layer, or set format = \"anndata\"")
 
 
+def parquet_needs_column_ids(source: str) -> str:
+    """The refusal of a Parquet ingest without ``column_ids`` (the spec's check, and the run's once the format is
+    known from the source)."""
+    return (f"{_where(source, 'data.ingest')} ingests Parquet triplets, whose columns are their column ids: "
+            "n_features does not say which ids they are, and without them the ingest would take the distinct ids of "
+            "the table, a width read off the data that every release reveals; add column_ids = \"FILE\" (a text "
+            "file of the public column ids, one per line, as many as n_features) or column_ids = [ID, ...] to "
+            "[data.ingest]")
+
+
+def _check_ingest_schema(source: str, base: str, ingest: dict[str, Any], n_features: int | None) -> None:
+    """``[data.ingest]`` declares the width of the store it writes (DESIGN.md, invariant 9): ``n_features`` in
+    ``[data.ingest]`` or ``[data]`` (the same value if both), and for Parquet triplets ``column_ids`` (a path,
+    made absolute here, or an array of ids)."""
+    width = ingest.get("n_features")
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 1):
+        raise JobSpecError(f"{_where(source, 'data.ingest', 'n_features')} must be an integer >= 1; got {width!r}")
+    if width is not None and n_features is not None and width != n_features:
+        raise JobSpecError(f"{source}: [data] n_features = {n_features} and [data.ingest] n_features = {width} "
+                           "disagree; give the public number of features once")
+    if width is None and n_features is None:
+        raise JobSpecError(
+            f"{_where(source, 'data.ingest')} does not declare the width of the store it writes: the ingest would read "
+            "it off the data, which every release reveals and the guarantee does not cover; add n_features = D (the "
+            "public number of features) to [data] or [data.ingest]"
+            + (", and column_ids for Parquet triplets" if ingest.get("format") == "parquet" else "")
+        )
+    fmt = ingest.get("format")
+    if "column_ids" in ingest:
+        ids = ingest["column_ids"]
+        if isinstance(ids, str) and ids:
+            ingest["column_ids"] = _path(base, ids)
+        elif not (isinstance(ids, list) and ids
+                  and all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in ids)):
+            raise JobSpecError(f"{_where(source, 'data.ingest', 'column_ids')} must be the path of a text file with "
+                               f"one column id per line, or a non-empty array of integer or string ids; got {ids!r}")
+        if fmt is not None and fmt != "parquet":
+            raise JobSpecError(f"{_where(source, 'data.ingest', 'column_ids')} applies to Parquet triplets; got "
+                               f"format = {fmt!r}: drop column_ids (n_features declares the width), or set format = "
+                               "\"parquet\"")
+    elif fmt == "parquet":
+        raise JobSpecError(parquet_needs_column_ids(source))
+
+
 #: The values of ``[cluster] executor`` (those of :data:`dppca_dask.coordinator.client.EXECUTORS`).
 CLUSTER_EXECUTORS = ("auto", "local", "cluster")
 
@@ -402,6 +462,8 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
     if n_features is not None and (isinstance(n_features, bool) or not isinstance(n_features, int)
                                    or n_features < 1):
         raise JobSpecError(f"{_where(source, 'data', 'n_features')} must be an integer >= 1; got {n_features!r}")
+    if ingest is not None:
+        _check_ingest_schema(source, base, ingest, n_features)
 
     mech = dict(obj["mechanism"])
     mechanism = _string(source, "mechanism", "name", mech.pop("name", None))

@@ -82,9 +82,13 @@ def test_info_check_passes_an_intact_store(tmp_path: Path, capsys: pytest.Captur
 
 
 def _job_spec(tmp_path: Path, store: str, ingest_source: str | None = None) -> Path:
-    """A job on ``store`` with its ledger created (a run never creates one) and the store's width declared."""
+    """A job on ``store`` with its ledger created (a run never creates one) and the store's width declared (a
+    dppca_dask store's metadata says so; an ingest is given ``n_features``)."""
+    import zarr
+
     from dppca_dask.ledger import Ledger
-    from dppca_dask.storage import open_matrix
+    from dppca_dask.storage import _format, open_matrix
+    from dppca_dask.storage._files import is_store
 
     Ledger.create(tmp_path / "ledger.sqlite").init_dataset("ds", total_epsilon=1.0, total_delta=1e-6)
     lines = [
@@ -93,8 +97,11 @@ def _job_spec(tmp_path: Path, store: str, ingest_source: str | None = None) -> P
     ]
     if ingest_source is None:  # damage is in the chunks: the metadata still opens
         lines.append(f"n_features = {open_matrix(store).n_cols}")
+        if is_store(store):  # as if ingested with --n-features (an AnnData store opened directly cannot be)
+            group = zarr.open_group(store, mode="r+")
+            group.attrs[_format.ATTR_KEY] = {**dict(group.attrs[_format.ATTR_KEY]), "schema": "declared"}
     if ingest_source is not None:
-        lines += ['[data.ingest]', f'source = "{ingest_source}"']
+        lines += ['[data.ingest]', f'source = "{ingest_source}"', 'n_features = 1']
     lines += [
         '[mechanism]', 'name = "adaptive-power"', 'n_iter = 2',
         '[privacy]', 'epsilon = 0.5', 'delta = 1e-7',
@@ -121,8 +128,12 @@ def _reserved(tmp_path: Path) -> list[object]:
                                                                        "anndata-nan")], ids=lambda c: c.name)
 def test_a_job_on_a_damaged_store_reserves_nothing(case: Case, tmp_path: Path, local_client,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from dppca_dask.storage._files import is_store
+
     argv, pattern = case.make(tmp_path)
     spec = _job_spec(tmp_path, argv[0])
+    if not is_store(argv[0]):  # an AnnData store has the width of its data: refused before it is read
+        pattern = "has a width inferred from the data"
     code, out, err = run_cli(capsys, ["run", str(spec), "--date", "2026-01-01", "--scheduler",
                                       local_client.scheduler.address])
     assert_clean_error(code, out, err, pattern)

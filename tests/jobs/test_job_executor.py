@@ -143,7 +143,7 @@ def test_a_job_ingests_the_layer_and_the_dry_run_says_where_it_runs(tmp_path: Pa
     out = capsys.readouterr().out
     assert 'executor: in-process ([cluster] executor = "local": executor=\'local\' was asked for)' in out
     assert f"data: layer 'counts' of {source} ([data.ingest] layer)" in out
-    assert f"refreshed from layer 'counts' of '{source}' first" in out
+    assert f"the run would first ingest layer 'counts' of '{source}'" in out
 
 
 def test_run_executor_overrides_the_spec(tmp_path: Path, small_store: str, write_spec: Any, capsys: Any) -> None:

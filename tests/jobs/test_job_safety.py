@@ -47,13 +47,18 @@ def test_an_inferred_schema_is_refused_and_a_declared_one_accepted(tmp_path: Pat
     address = local_client.scheduler.address
     assert _run(spec, address) == 2
     err = capsys.readouterr().err
-    assert "shape inferred from the data" in err and "--n-features D" in err and "[data] n_features" in err
+    assert "width inferred from the data" in err and "--n-features D" in err and "[data] n_features" in err
     assert Ledger(tmp_path / "ledger.sqlite").budget("ds").entries == ()
     doc = base_doc(tmp_path, str(inferred))
+    doc["data"]["n_features"] = 300  # the store's width, declared in the spec: the store's own is still inferred
+    assert _run(write_spec(doc), address) == 2
+    assert "width inferred from the data" in capsys.readouterr().err
+    assert Ledger(tmp_path / "ledger.sqlite").budget("ds").entries == ()
+    doc = base_doc(tmp_path, small_store)  # declared at ingest
     doc["data"]["n_features"] = 299  # a declared width the store does not have
     assert _run(write_spec(doc), address) == 2
     assert "n_features = 299 is declared but the store" in capsys.readouterr().err
-    doc["data"]["n_features"] = 300  # declared in the spec
+    doc["data"]["n_features"] = 300
     assert _run(write_spec(doc), address, "--json") == 0
     assert json.loads(capsys.readouterr().out)["ledger"]["status"] == CHARGED
 

@@ -74,6 +74,7 @@ def test_warehouse_example_ingests_parquet_and_runs(tmp_path: Path, local_client
     args = ["run", str(JOBS / "warehouse-nightly.toml"), "--scheduler", local_client.scheduler.address,
             "--json", "--date", "2026-02-01", *_overrides(
                 tmp_path, **{"data.ingest.source": str(warehouse), "data.store": str(tmp_path / "wh.zarr"),
+                             "data.ingest.column_ids": str(tmp_path / "warehouse-columns.txt"),
                              "budget.ledger": str(tmp_path / "ledger.sqlite"),
                              "output.path": str(tmp_path / "out" / "{date}")})]
     assert main(args) == 0
@@ -88,7 +89,10 @@ def test_warehouse_example_ingests_parquet_and_runs(tmp_path: Path, local_client
     non_empty = int((matrix.getnnz(axis=1) > 0).sum())  # a triplet table has no trace of an all-zero row
     store = open_matrix(tmp_path / "wh.zarr")
     assert store.shape == (non_empty, 300) and store.nnz == matrix.nnz
-    assert load_result(outcome["output"]).components.shape == (2, 300)
+    assert store.schema == "declared"  # the spec's n_features and column ids reached the ingest
+    result = load_result(outcome["output"])
+    assert result.components.shape == (2, 300)
+    assert list(result.privacy.caveats) == [] and result.provenance["input"]["schema"] == "declared"
 
 
 def test_failure_before_noise_returns_the_reservation(tmp_path: Path, small_store: str, local_client,

@@ -85,7 +85,7 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
 
     from dppca_dask.coordinator import connect
     from dppca_dask.coordinator.client import check_scheduler
-    from dppca_dask.jobs.runner import JobOutcome, _security, job_lock
+    from dppca_dask.jobs.runner import JobOutcome, _check_schema, _security, job_lock
     from dppca_dask.ledger import Ledger
     from dppca_dask.methods.window.release import load_release, window
     from dppca_dask.methods.window.selection import parse_timestamp
@@ -103,6 +103,7 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
         charged = earlier_charge(ledger, dataset, job_id, output)
         if charged is not None:
             return JobOutcome(job_id, "already-completed", output, charged, load_release(output))
+        _check_schema(spec, open_matrix(spec.data.store))  # an inferred width is refused before anything is read
         stamp = parse_timestamp(date, name="date")
         security = _security(spec)  # missing TLS files, or a scheduler that cannot be used, fail before the append
         address = spec.cluster.address if client is None and spec.cluster.address else None
