@@ -139,8 +139,9 @@ def run_show(args: argparse.Namespace) -> int:
     print(f"ledger {args.ledger}: {len(budgets)} dataset(s)")
     for b in budgets:
         print()
-        print(f"dataset '{b.dataset}' (neighbours differ by {b.neighbouring or 'not yet recorded'}; store "
-              f"{b.store_id or 'not yet recorded'})")
+        relation = (f"neighbours differ by {b.neighbouring}" if b.neighbouring
+                    else "neighbouring relation not yet recorded")
+        print(f"dataset '{b.dataset}' ({relation}; store {b.store_id or 'not yet recorded'})")
         print(f"  total      epsilon={b.total_epsilon:g}  delta={b.total_delta:g}")
         print(f"  spent      epsilon={b.spent_epsilon:.4g} (PLD composition at delta={b.total_delta:g}; "
               f"sum of epsilon {b.sum_epsilon:.4g}, sum of delta {b.sum_delta:.3g})")

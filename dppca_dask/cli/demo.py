@@ -32,8 +32,8 @@ def register(subparsers: Any) -> None:
                    help="the public number of columns of --data (declared at ingest; otherwise inferred from the "
                         "data, which the privacy report then states is not covered)")
     p.add_argument("--workdir", default="build/demo", help="where the sample store is written")
-    p.add_argument("--epsilon", type=float, default=1.0)
-    p.add_argument("--delta", type=float, default=1e-6)
+    p.add_argument("--epsilon", type=float, default=1.0, help="privacy budget epsilon of the release (default 1)")
+    p.add_argument("--delta", type=float, default=1e-6, help="privacy budget delta of the release (default 1e-6)")
     p.add_argument("--workers", type=int, default=None, help="LocalCluster workers (default: one per core)")
     p.set_defaults(handler=run)
 

@@ -44,7 +44,10 @@ def register(subparsers: Any) -> None:
                    help="write a scree plot of the released explained variance ratio (needs matplotlib)")
     p.add_argument("--svt-share", type=float, default=DEFAULT_SVT_SHARE,
                    help=f"share of the budget for the SVT steps (default {DEFAULT_SVT_SHARE})")
-    p.add_argument("--calibration", choices=("standard", "paper"), default="standard")
+    p.add_argument("--calibration", choices=("standard", "paper"), default="standard",
+                   help="'standard' (default): constants that meet the target (epsilon, delta); 'paper': the "
+                        "paper's own constants, for comparison (where a paper's are wrong, the privacy report "
+                        "states what they give)")
     p.add_argument("--coherence", type=float, default=None,
                    help="private-power: public coherence bound C (default: N, the worst case; with --c-doubling the "
                         "first C tried)")

@@ -502,7 +502,7 @@ class Ledger:
         if not (math.isclose(row[0], eps, rel_tol=1e-12) and math.isclose(row[1], delta, rel_tol=1e-12)):
             raise LedgerError(
                 f"ledger '{self.path}' records a total of (epsilon={row[0]:g}, delta={row[1]:g}) for dataset "
-                f"'{dataset}'; the job gives (epsilon={eps:g}, delta={delta:g}). A dataset's total is fixed when "
+                f"'{dataset}'; this one is (epsilon={eps:g}, delta={delta:g}). A dataset's total is fixed when "
                 "it is first recorded; give the recorded total"
             )
         if neighbouring is not None and row[2] is not None and row[2] != neighbouring:
