@@ -44,9 +44,9 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=10)
     parser.add_argument("--rows-per-day", type=int, default=2000)
     args = parser.parse_args()
-    from sklearn.datasets import load_svmlight_file
+    from _svmlight import read_svmlight
 
-    matrix = load_svmlight_file(args.source, n_features=300)[0]
+    matrix = read_svmlight(args.source, 300)
     for day in write_days(args.out, matrix, days=args.days, rows_per_day=args.rows_per_day):
         print(os.path.join(args.out, f"{day}.parquet"))
 

@@ -29,9 +29,9 @@ def main() -> None:
     parser.add_argument("--n-features", type=int, default=300,
                         help="the public number of features of the source (w8a: 300)")
     args = parser.parse_args()
-    from sklearn.datasets import load_svmlight_file
+    from _svmlight import read_svmlight
 
-    matrix = load_svmlight_file(args.source, n_features=args.n_features)[0].tocoo()
+    matrix = read_svmlight(args.source, args.n_features).tocoo()
     rng = np.random.default_rng(args.seed)
     user_ids = np.sort(rng.choice(10 * matrix.shape[0], size=matrix.shape[0], replace=False)) + 1_000_000
     order = rng.permutation(matrix.nnz)
@@ -43,8 +43,8 @@ def main() -> None:
     columns = f"{os.path.normpath(args.out)}-columns.txt"
     with open(columns, "w", encoding="utf-8") as handle:
         handle.writelines(f"{j}\n" for j in range(args.n_features))
-    print(f"wrote {matrix.nnz} triplets of a {matrix.shape[0]} x {matrix.shape[1]} matrix to {args.out} "
-          f"({args.files} files) and its {args.n_features} feature ids to {columns}")
+    print(f"wrote {matrix.nnz} triplets of the {np.unique(matrix.row).size} rows with a feature (of "
+          f"{matrix.shape[0]}) to {args.out} ({args.files} files) and its {args.n_features} feature ids to {columns}")
 
 
 if __name__ == "__main__":

@@ -474,6 +474,13 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
         raise JobSpecError(f"{_where(source, 'mechanism', 'name')}: unknown mechanism {mechanism!r}{hint}; jobs run "
                            f"{', '.join(runnable)}")
     kind = _kind(mechanism)
+    if kind == "window" and ingest is not None:  # (it would be ignored: a window's store grows by its appends)
+        raise JobSpecError(f"{_where(source, 'data.ingest')} does not apply to a {mechanism!r} job, whose store grows "
+                           "day by day: ingest the first day once (`dppca-dask ingest SRC --out STORE --timestamp DATE "
+                           "--n-features D`), and append the next ones with [data.append]")
+    if kind != "window" and append is not None:
+        raise JobSpecError(f"{_where(source, 'data.append')} applies to sliding-window jobs only; a {mechanism!r} job "
+                           "reads its store as it is (refresh it with [data.ingest])")
     misplaced = sorted(set(mech) & set(_ELSEWHERE))
     if misplaced:
         key = misplaced[0]

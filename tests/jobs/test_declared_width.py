@@ -205,3 +205,21 @@ def test_a_window_job_refuses_a_store_whose_width_was_inferred(tmp_path: Path, w
         assert main(["run", str(spec), "--date", "2026-11-03", *extra]) == 2
         assert "has a width inferred from the data" in capsys.readouterr().err
     assert [e for e in Ledger(tmp_path / "ledger.sqlite").find("win@2026-11-03")] == []
+
+
+def test_ingest_and_append_tables_apply_to_the_jobs_that_use_them(tmp_path: Path) -> None:
+    """A sliding-window job never ingests (its store grows by appends) and other jobs never append: a table the
+    job would ignore is refused when the spec is read, instead of being silently skipped."""
+    store = tmp_path / "days.zarr"
+    (tmp_path / "ids.txt").write_text("\n".join(str(i) for i in range(12)) + "\n")
+    window = base_doc(tmp_path, str(store))
+    window["mechanism"] = {"name": "sliding-window", "last": "2D", "release": "gaussian"}
+    window["data"]["ingest"] = {"source": str(tmp_path / "day.parquet"), "n_features": 12,
+                                "column_ids": str(tmp_path / "ids.txt")}
+    with pytest.raises(JobSpecError, match=r"\[data.ingest\] does not apply to a 'sliding-window' job.*"
+                                           r"\[data.append\]"):
+        parse_job(window, source="w.toml")
+    pca_job = base_doc(tmp_path, str(store))
+    pca_job["data"]["append"] = {"source": str(tmp_path / "{date}.parquet")}
+    with pytest.raises(JobSpecError, match=r"\[data.append\] applies to sliding-window jobs only"):
+        parse_job(pca_job, source="p.toml")
