@@ -1,15 +1,15 @@
 """Optional compiled loops: numba's, used whenever numba is installed unless ``DPPCA_DASK_NUMBA=0`` turns them off.
 
 Every compiled loop in :mod:`dppca_dask.kernels` has a numpy/scipy counterpart that computes the same values; the
-tests compare the two bit for bit, so whether a process has them changes its speed, never a value. The private
-step's compiled loops (the rows' weights, scores and grid bins, and ``Aᵀw`` with the top rows' per-bin sums in one
-pass: :mod:`dppca_dask.kernels.power`) make its kernel 0.98x scipy's plain ``Aᵀ(Ax)`` on one core against
-1.14-1.24x on the numpy path, and the 10⁸-entry private step 1.05-1.10x the plain step on the in-process executor
-against 1.26-1.41x (1.06-1.14x against 1.19-1.27x on a 2-worker LocalCluster; ``benchmarks/bench_iteration.py``).
-The numpy path cannot close that gap with scipy's loops: the top rows' per-bin sums need the rows read a second
-time, and reading a subset of rows in place (scipy's ``csc_matvec`` given each row's bounds, no copy) works only
-in descending row order, which took 2.7x the ascending pass (the hardware's prefetch runs forward); one pass with a
-column per bin (``csc_matvecs``) took 2.3x at 6 columns.
+tests compare the two bit for bit (on x86-64), so whether a process has them changes its speed, not a value. The
+private step's compiled loops (the rows' weights, scores and grid bins, and ``Aᵀw`` with the top rows' per-bin sums
+in one pass: :mod:`dppca_dask.kernels.power`) make its kernel 0.98x scipy's plain ``Aᵀ(Ax)`` on one core against
+1.14-1.24x on the numpy path, and the 10⁸-entry private step 1.01-1.08x the plain step on the in-process executor
+against 1.22-1.29x (1.08-1.21x, median 1.11, against 1.14-1.22x on a 2-worker LocalCluster; five runs alternating,
+``benchmarks/bench_iteration.py``). The numpy path cannot close that gap with scipy's loops: the top rows' per-bin
+sums need the rows read a second time, and reading a subset of rows in place (scipy's ``csc_matvec`` given each
+row's bounds, no copy) skips the rows between them only in descending row order, which took 2.7x the ascending pass
+(the hardware's prefetch runs forward); one pass with a column per bin (``csc_matvecs``) took 2.3x at 6 columns.
 
 Their cost is paid once per process: importing numba and its first compiled call take about 0.4 s with numba's
 on-disk cache warm (about 1.5 s the first time the loops compile), after which each further loop loads in a few
@@ -18,7 +18,7 @@ they do not (the w8a sample: ``pca`` on the in-process executor 2.2-2.8 s withou
 they repay depends on the data's size, which is private, so the choice follows the installation: installing numba
 (``pip install 'dppca-dask[numba]'``; scanpy installs it too) asks for them, and ``DPPCA_DASK_NUMBA=0`` (in the
 environment of every process that runs tasks: an embedded cluster's workers inherit this process's) leaves them
-off. ``DPPCA_DASK_NUMBA=1`` asks for them explicitly (an error-free no-op when numba is missing: the numpy path).
+off. ``DPPCA_DASK_NUMBA=1`` asks for them explicitly (without numba: the numpy path).
 
 numba itself is imported, and a loop compiled (or loaded from numba's on-disk cache), on the loop's first call,
 so that importing the package stays light (numba takes a fifth of a second or more to import).
