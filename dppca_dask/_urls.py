@@ -13,7 +13,7 @@ from typing import Any
 
 from dppca_dask.errors import InvalidParameterError
 
-__all__ = ["filesystem", "is_url", "local_path", "url_exists", "url_scheme"]
+__all__ = ["filesystem", "is_url", "local_output", "local_path", "url_exists", "url_scheme"]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 
@@ -76,3 +76,16 @@ def url_exists(url: str) -> bool:
     """Whether something exists at ``url`` (see :func:`filesystem` for a missing package)."""
     fs, inner = filesystem(url)
     return bool(fs.exists(inner))
+
+
+def local_output(path: Any, what: str = "out") -> str:
+    """The local path a store is written to: ``path`` itself, or the path of a ``file://`` URL. Any other URL is
+    refused (``os.path.abspath("memory://x")`` would name a local directory ``memory:``)."""
+    text = os.fspath(local_path(path))
+    if is_url(text):
+        raise InvalidParameterError(
+            f"{what} '{text}' is a {url_scheme(text)}:// URL; stores are written to a local or mounted file system "
+            "(atomic renames, file locks): write it to a local directory, then copy it where a reader of zarr URLs "
+            "needs it (fsspec.filesystem(...).put(LOCAL, URL, recursive=True))"
+        )
+    return text

@@ -33,6 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dppca_dask.errors import InvalidParameterError, StoreNotFoundError
+from dppca_dask._urls import local_output
 from dppca_dask.ingest._limits import SizeLimits, parse_size
 from dppca_dask.ingest._common import IngestOptions, MissingExtraError, check_positive, require_file
 from dppca_dask.storage import MatrixStore
@@ -401,13 +402,7 @@ def _options(out: str | os.PathLike[str], rows_per_partition: int | None, dtype:
              overwrite: bool, progress: bool | None, codec: str = DEFAULT_CODEC) -> IngestOptions:
     """Validate the options every source shares, before anything is read."""
     check_positive("rows_per_partition", rows_per_partition)
-    scheme = os.fspath(out).partition("://")
-    if scheme[1] and scheme[0].replace("+", "").replace(".", "").replace("-", "").isalnum():
-        raise InvalidParameterError(
-            f"out '{os.fspath(out)}' is a {scheme[0]}:// URL; stores are written to a local or mounted file system "
-            "(atomic renames, file locks): write it to a local directory, then copy it where a reader of zarr URLs "
-            "needs it (fsspec.filesystem(...).put(LOCAL, URL, recursive=True))"
-        )
+    local_output(out)  # a URL other than file:// is refused
     if on_duplicate not in ("sum", "reject"):
         raise InvalidParameterError(f"on_duplicate must be 'sum' or 'reject'; got {on_duplicate!r}")
     stored = None

@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
+from dppca_dask._urls import local_output
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, StoreCorruptError, format_location
 from dppca_dask.storage import _format
 from dppca_dask.storage._files import (
@@ -116,7 +117,7 @@ class StoreWriter:
         schema: Schema = "inferred",
         codec: str = _format.DEFAULT_CODEC,
     ) -> None:
-        self.path = os.path.abspath(os.fspath(path))
+        self.path = os.path.abspath(local_output(path))
         if codec not in _format.CODECS:
             raise InvalidParameterError(f"codec must be one of {', '.join(map(repr, _format.CODECS))}; got {codec!r}")
         self.codec = codec

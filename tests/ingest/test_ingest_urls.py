@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import numpy as np
@@ -91,3 +92,16 @@ def test_the_command_line_ingests_a_file_url(tmp_path: Path, rng: np.random.Gene
     assert main(["ingest", Path(src).as_uri(), "--out", out, "--n-features", "4"]) == 0
     assert main(["info", out]) == 0
     assert "20 x 4" in capsys.readouterr().out
+
+
+def test_a_store_is_never_written_to_a_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``write_matrix``/``StoreWriter`` given ``memory://…`` wrote a local directory named ``memory:`` (the URL as a
+    relative path); they refuse it as ingest does, and a ``file://`` URL is the local path it names."""
+    monkeypatch.chdir(tmp_path)
+    matrix = sp.random(20, 4, density=0.5, format="csr", random_state=np.random.RandomState(1))
+    with pytest.raises(InvalidParameterError, match=r"out 'memory://t/s.zarr' is a memory:// URL; stores are written "
+                                                    r"to a local or mounted file system"):
+        write_matrix("memory://t/s.zarr", matrix)
+    assert os.listdir(tmp_path) == []
+    store = write_matrix((tmp_path / "f.zarr").as_uri(), matrix)
+    assert store.path == str(tmp_path / "f.zarr")
