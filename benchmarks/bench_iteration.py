@@ -181,12 +181,12 @@ def main() -> None:
         args.nnz, args.iterations, args.no_scaling, args.no_in_process = [1e6, 1e7], 4, True, True
     workdir = args.workdir or tempfile.mkdtemp(prefix="dppca-bench-")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    from dppca_dask.kernels._jit import HAVE_NUMBA
+    from dppca_dask.kernels._jit import HAVE_NUMBA, NUMBA_INSTALLED
 
     print(f"load average at start {load:.1f}; {args.workers} workers x 1 thread; d = {args.cols:,}; "
           f"{args.partitions} partitions; medians of {args.iterations} interleaved steps; compiled loops "
-          f"{'on' if HAVE_NUMBA else 'off'} (numba installed; DPPCA_DASK_NUMBA=0 turns them off, and the workers "
-          "inherit it)")
+          + ("on (numba installed; DPPCA_DASK_NUMBA=0 turns them off, and the workers inherit it)" if HAVE_NUMBA
+             else "off (DPPCA_DASK_NUMBA=0)" if NUMBA_INSTALLED else "off (numba is not installed)"))
 
     rows, stores = [], []
     for nnz in args.nnz:

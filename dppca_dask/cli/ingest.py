@@ -47,8 +47,8 @@ def register(subparsers: Any) -> None:
                    "this machine's memory)")
     p.add_argument("--max-disk", default=None, metavar="SIZE",
                    help="refuse a declared shape whose store may take more disk (e.g. 500GB; default: the free "
-                   "space where the store is written); an svmlight file with --n-features, read once, is checked "
-                   "as it is written")
+                   "space where the store is written); an input whose size is known only as it is read (svmlight "
+                   "with --n-features) is checked as it is written")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing store at --out (only a dppca_dask store or an empty directory)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,

@@ -3,8 +3,9 @@
 The file is ingested first into a private temporary store beside the target (so every value is validated with
 the same rules, and against the target's schema: its number of columns, and for Parquet its column-id universe),
 then its rows are appended with :func:`~dppca_dask.storage.append_partition`, whose metadata write is the commit
-point. Labels (a store ingested with ``store_labels=True``) are written before that commit point, so a crash
-leaves at most labels beyond the committed rows, which the next append cuts back.
+point. Labels (a store ingested with ``store_labels=True``) and row ids (a Parquet store's ``obs_ids``) are written
+with the rows, under the store's append lock and before that commit point, so a crash leaves at most labels or ids
+beyond the committed rows, which the next append cuts back.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import zarr
 
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.storage import MatrixStore, append_partition, open_matrix
-from dppca_dask.storage._files import private_writes
 
 __all__ = ["append_file", "check_append"]
 
@@ -88,6 +88,7 @@ def append_file(
     try:
         day = ingest(src, tmp, **options)  # declared width (or the store's column ids): checked by ingest
         block = day.to_scipy() if target.layout == "csr" else day.to_scipy().toarray()
+        labels = None
         if has_labels:
             day_group = zarr.open_group(day.path, mode="r")
             if "labels" not in day_group:
@@ -95,15 +96,14 @@ def append_file(
                     f"'{target.path}' stores a label per row and the appended file has none; append a LIBSVM file "
                     "with labels"
                 )
-            with private_writes(target.path):  # the store's modes, as append_partition gives its writes
-                _write_labels(target, np.asarray(cast(zarr.Array, day_group["labels"])[:], dtype=np.float64))
+            labels = np.asarray(cast(zarr.Array, day_group["labels"])[:], dtype=np.float64)
         row_ids = None
         if _format.locate(group, _format.ID_MAPS["obs_ids"]) is not None:  # the day's ids follow the store's
             day_group = zarr.open_group(day.path, mode="r")
             day_ids = _format.locate(day_group, _format.ID_MAPS["obs_ids"])
             if day_ids is not None:
                 row_ids = np.asarray(cast(zarr.Array, day_group[day_ids])[:])
-        return append_partition(target.path, block, timestamp=stamp, row_ids=row_ids)
+        return append_partition(target.path, block, timestamp=stamp, row_ids=row_ids, labels=labels)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -127,12 +127,3 @@ def check_append(target: MatrixStore, timestamp: Any) -> float:
             f"timestamp {timestamp!r} is earlier than the store's newest partition; append days in time order"
         )
     return stamp
-
-
-def _write_labels(store: MatrixStore, labels: np.ndarray) -> None:
-    """Write labels for rows ``n_rows..`` (before the append's commit point; cuts leftovers of a failed one)."""
-    array = cast(zarr.Array, zarr.open_group(store.path, mode="r+")["labels"])
-    start = store.n_rows
-    array.resize((start + labels.size,))
-    if labels.size:
-        array[start:] = labels

@@ -13,12 +13,13 @@ row's bounds, no copy) skips the rows between them only in descending row order,
 
 Their cost is paid once per process: importing numba and its first compiled call take about 0.4 s with numba's
 on-disk cache warm (about 1.5 s the first time the loops compile), after which each further loop loads in a few
-milliseconds. A step at 10⁸ entries is 15-45 ms shorter, so they repay after 10-25 such steps; on a small store
-they do not (the w8a sample: ``pca`` on the in-process executor 2.2-2.8 s without them, 2.8-2.9 s with). Whether
-they repay depends on the data's size, which is private, so the choice follows the installation: installing numba
-(``pip install 'dppca-dask[numba]'``; scanpy installs it too) asks for them, and ``DPPCA_DASK_NUMBA=0`` (in the
-environment of every process that runs tasks: an embedded cluster's workers inherit this process's) leaves them
-off. ``DPPCA_DASK_NUMBA=1`` asks for them explicitly (without numba: the numpy path).
+milliseconds. A step at 10⁸ entries is 6-34 ms shorter in process (median 25 ms, five alternating pairs), so they
+repay after 12-70 such steps (16 at the median); on a small store they do not (the w8a sample: ``pca`` on the
+in-process executor 2.2-2.8 s without them, 2.8-2.9 s with). Whether they repay depends on the data's size, which is
+private, so the choice follows the installation: installing numba (``pip install 'dppca-dask[numba]'``; scanpy
+installs it too) asks for them, and ``DPPCA_DASK_NUMBA=0`` (or ``false``, ``no``, ``off``; in the environment of
+every process that runs tasks: an embedded cluster's workers inherit this process's) leaves them off.
+``DPPCA_DASK_NUMBA=1`` asks for them explicitly (without numba: the numpy path).
 
 numba itself is imported, and a loop compiled (or loaded from numba's on-disk cache), on the loop's first call,
 so that importing the package stays light (numba takes a fifth of a second or more to import).
@@ -36,8 +37,10 @@ __all__ = ["HAVE_NUMBA", "NUMBA_INSTALLED", "jit"]
 
 #: Whether numba is installed (the compiled loops exist and are tested).
 NUMBA_INSTALLED = importlib.util.find_spec("numba") is not None
+#: Values of ``DPPCA_DASK_NUMBA`` that turn the compiled loops off (any case; anything else leaves them on).
+OFF = ("0", "false", "no", "off")
 #: Whether compiled loops are used: numba installed, and not turned off by ``DPPCA_DASK_NUMBA=0``.
-HAVE_NUMBA = NUMBA_INSTALLED and os.environ.get("DPPCA_DASK_NUMBA", "1").strip() != "0"
+HAVE_NUMBA = NUMBA_INSTALLED and os.environ.get("DPPCA_DASK_NUMBA", "1").strip().lower() not in OFF
 
 
 class _Lazy:

@@ -535,26 +535,29 @@ def write_matrix(
 # ------------------------------------------------------------------------------------------------- appending
 def append_lock_path(path: str) -> str:
     """The store's append lock file: beside the store (``.NAME.append.lock``), where ingest and append keep their
-    temporaries, not inside it, where AnnData's reader warned about an object zarr does not know."""
-    parent, name = os.path.split(os.path.abspath(path))
+    temporaries, not inside it, where AnnData's reader warned about an object zarr does not know. From the store's
+    real path, so that every path to one store (a symbolic link among them) takes the same lock."""
+    parent, name = os.path.split(os.path.realpath(path))
     return os.path.join(parent, f".{name}.append.lock")
 
 
 @contextlib.contextmanager
 def _append_lock(path: str) -> Iterator[None]:
-    """Hold the store's append lock; what is written meanwhile (the lock file included) gets the store's modes.
+    """Hold the store's append lock; what is written meanwhile gets the store's modes (:func:`private_writes`, inside
+    the lock: its walks see no other append's writes).
 
-    A store appended to by an earlier release has its lock inside (``NAME/.append.lock``): that one is taken too,
-    after this one, so that appends by both releases still take turns."""
+    A store appended to by an earlier release has its lock inside (``NAME/.append.lock``): while that file exists it
+    is taken too, after this one (as it is, without changing its mode), so that appends by both releases take turns.
+    An earlier release appending to a store that has no such file yet would create it after this one looked: every
+    process appending to one store must then run this release or a later one (README, Files and ports)."""
     from filelock import FileLock  # portable (fcntl is POSIX-only)
 
-    def lock(file: str) -> Any:
-        return FileLock(file, mode=FILE_MODE) if private_files() else FileLock(file)
-
+    outer = append_lock_path(path)
     legacy = os.path.join(path, ".append.lock")
-    with private_writes(path), lock(append_lock_path(path)):
-        with lock(legacy) if os.path.exists(legacy) else contextlib.nullcontext():
-            yield
+    with FileLock(outer, mode=FILE_MODE) if private_files() else FileLock(outer):
+        with FileLock(legacy) if os.path.exists(legacy) else contextlib.nullcontext():
+            with private_writes(path):
+                yield
 
 
 def _open_for_append(store: MatrixStore) -> dict[str, zarr.Array]:
@@ -567,6 +570,8 @@ def _open_for_append(store: MatrixStore) -> dict[str, zarr.Array]:
     ids = _format.locate(group, _format.ID_MAPS["obs_ids"])
     if ids is not None:
         arrays["obs_ids"] = group[ids]  # type: ignore[assignment]
+    if "labels" in group:
+        arrays["labels"] = group["labels"]  # type: ignore[assignment]
     return arrays
 
 
@@ -578,8 +583,9 @@ def _trim(store: MatrixStore, arrays: Mapping[str, zarr.Array]) -> None:
         extents = {"row_norms": store.n_rows}
         if arrays["X"].shape[0] != store.n_rows:
             arrays["X"].resize((store.n_rows, store.n_cols))
-    if "obs_ids" in arrays and arrays["obs_ids"].shape[0] > store.n_rows:
-        extents["obs_ids"] = store.n_rows  # (shorter: a store whose earlier appends had no ids; left as it is)
+    for name in ("obs_ids", "labels"):  # one entry per row (shorter: written before they were kept; left alone)
+        if name in arrays and arrays[name].shape[0] > store.n_rows:
+            extents[name] = store.n_rows
     for name, length in extents.items():
         if arrays[name].shape[0] != length:
             log.warning("store %s: trimming '%s' from %d to the committed %d entries (an earlier append did not "
@@ -616,6 +622,7 @@ def append_partition(
     timestamp: float | _dt.datetime | None = None,
     on_duplicate: DuplicatePolicy | None = None,
     row_ids: np.ndarray | None = None,
+    labels: np.ndarray | None = None,
 ) -> MatrixStore:
     """Append rows to a store as one new partition (several if the block is larger than a partition).
 
@@ -637,6 +644,10 @@ def append_partition(
         The new rows' ids (one per row, of the kind of the store's): required when the store maps its rows to ids
         (``obs_ids``, a Parquet store: the AnnData view's ``obs_names``), refused otherwise. Written before the
         commit point, as the rows are.
+    labels
+        The new rows' labels (float64, one per row): required when the store keeps a label per row (``labels``, an
+        svmlight store ingested with ``store_labels``), refused otherwise. Written under the lock, before the commit
+        point.
 
     Returns
     -------
@@ -673,6 +684,7 @@ def append_partition(
         arrays = _open_for_append(store)
         _trim(store, arrays)
         ids = _checked_row_ids(store, arrays.get("obs_ids"), row_ids, int(checked.shape[0]))
+        new_labels = _checked_labels(store, arrays.get("labels"), labels, int(checked.shape[0]))
         step = int(store.metadata.get("rows_per_partition") or max(int(checked.shape[0]), 1))
         partitions = list(store.partitions)
         n_rows, nnz = store.n_rows, store.nnz
@@ -682,9 +694,10 @@ def append_partition(
                 part = _write_rows(arrays, store.layout, piece, n_rows, nnz, len(partitions), timestamp)
                 partitions.append(part)
                 n_rows, nnz = part.row_stop, nnz + part.nnz
-            if ids is not None:
-                arrays["obs_ids"].resize((n_rows,))
-                arrays["obs_ids"][store.n_rows:] = ids
+            for name, values in (("obs_ids", ids), ("labels", new_labels)):
+                if values is not None:
+                    arrays[name].resize((n_rows,))
+                    arrays[name][store.n_rows:] = values
             _commit_metadata(store, partitions, n_rows, nnz)
         except BaseException:
             with contextlib.suppress(Exception):
@@ -703,6 +716,10 @@ def _checked_row_ids(store: MatrixStore, stored: zarr.Array | None, row_ids: np.
         if row_ids is not None:
             raise InvalidParameterError(f"'{store.path}' has no row ids (obs_ids) to extend; append without row_ids")
         return None
+    if int(stored.shape[0]) != store.n_rows:  # an earlier append without ids: the map no longer lines up
+        log.warning("store %s: its row ids do not cover its rows (days appended before ids were kept): the AnnData "
+                    "view names rows by number, and new rows' ids are not kept", store.path)
+        return None
     if row_ids is None:
         raise InvalidParameterError(
             f"'{store.path}' maps its rows to ids (obs_ids, the AnnData view's obs_names) and the appended rows have "
@@ -716,11 +733,27 @@ def _checked_row_ids(store: MatrixStore, stored: zarr.Array | None, row_ids: np.
             f"the appended rows' ids are {'integers' if ids.dtype.kind in 'iu' else 'strings'} and "
             f"'{store.path}''s are not; append a file whose row id column has the store's type"
         )
-    if int(stored.shape[0]) != store.n_rows:  # an earlier append without ids: the map no longer lines up
-        log.warning("store %s: its row ids cover %d of %d rows (appended before ids were kept); the new rows' ids "
-                    "are not written", store.path, int(stored.shape[0]), store.n_rows)
-        return None
     return ids
+
+
+def _checked_labels(store: MatrixStore, stored: zarr.Array | None, labels: np.ndarray | None,
+                    n_new: int) -> np.ndarray | None:
+    """The new rows' labels to write after the store's (None: nothing to write), or an error before anything is."""
+    if stored is None:
+        if labels is not None:
+            raise InvalidParameterError(f"'{store.path}' keeps no labels; append without labels")
+        return None
+    if labels is None:
+        raise InvalidParameterError(
+            f"'{store.path}' stores a label per row and the appended rows have none; append a LIBSVM file with labels"
+        )
+    values = np.asarray(labels, dtype=np.float64)
+    if values.shape != (n_new,):
+        raise InvalidParameterError(f"labels has shape {values.shape} for {n_new} new rows")
+    if int(stored.shape[0]) != store.n_rows:
+        raise StoreCorruptError(f"'{store.path}': its labels do not cover its rows; re-ingest it with "
+                                "--store-labels", source=store.path)
+    return values
 
 
 def stamp_partitions(path: str | os.PathLike[str], timestamp: float | _dt.datetime) -> MatrixStore:

@@ -415,7 +415,8 @@ def test_workers_running_the_compiled_loops_return_the_same_aggregate(monkeypatc
             assert np.array_equal(gp.data.view(np.uint64), wp.data.view(np.uint64))
 
 
-@pytest.mark.parametrize(("value", "used"), [(None, True), ("1", True), ("0", False), (" 0 ", False)])
+@pytest.mark.parametrize(("value", "used"), [(None, True), ("1", True), ("0", False), (" 0 ", False),
+                                             ("false", False), ("Off", False), ("no", False), ("yes", True)])
 def test_the_compiled_loops_are_on_where_numba_is_installed_unless_turned_off(value: str | None, used: bool) -> None:
     """Installing numba asks for the compiled loops; ``DPPCA_DASK_NUMBA=0`` turns them off (a fresh process each:
     the choice is made when the package's kernels are imported)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import threading
 from pathlib import Path
 
 import anndata
@@ -122,21 +123,119 @@ def test_concurrent_appends_take_a_lock(tmp_path: Path, sparse: sp.csr_array) ->
     assert open_matrix(store.path).n_rows == 42
 
 
+def _waiting_on(thread: threading.Thread, lock_file: Path, timeout: float = 60.0) -> bool:
+    """Whether ``thread`` comes to wait in ``FileLock.acquire`` of ``lock_file`` (its stack, read until it does,
+    ends or ``timeout`` passes): no timing assumption about how long an append takes."""
+    import sys
+    import time
+
+    deadline = time.monotonic() + timeout
+    while thread.is_alive() and time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident or -1)
+        while frame is not None:
+            lock = frame.f_locals.get("self")
+            if frame.f_code.co_name == "acquire" and os.fspath(getattr(lock, "lock_file", "")) == str(lock_file):
+                return True
+            frame = frame.f_back
+        time.sleep(0.01)
+    return False
+
+
 def test_a_store_locked_inside_by_an_earlier_release_still_appends(tmp_path: Path, sparse: sp.csr_array) -> None:
     """Earlier releases locked appends with ``NAME/.append.lock``: an append takes that lock too while it exists
-    (it is held by the other release's append otherwise), and leaves it in place."""
+    (it is held by the other release's append otherwise), leaves it in place and its mode as it was."""
     from filelock import FileLock
 
     store = write_matrix(tmp_path / "s.zarr", sparse)
     legacy = tmp_path / "s.zarr" / ".append.lock"
     legacy.touch()
+    os.chmod(legacy, 0o664)  # another user's earlier release may share it
+    done = threading.Event()
     with FileLock(str(legacy)):  # an append of the earlier release, running: this one must wait for it
-        import threading
-
-        done = threading.Event()
         worker = threading.Thread(target=lambda: (append_partition(store.path, sparse[:2]), done.set()))
         worker.start()
-        assert not done.wait(1.0)
-    worker.join(30)
-    assert done.is_set() and legacy.exists()
+        assert _waiting_on(worker, legacy) and not done.is_set()
+    worker.join(60)
+    assert done.is_set() and legacy.exists() and (legacy.stat().st_mode & 0o777) == 0o664
     assert open_matrix(store.path).n_rows == 42
+
+
+def test_every_path_to_a_store_takes_one_lock(tmp_path: Path, sparse: sp.csr_array) -> None:
+    """An append through a symbolic link to the store and one through its own path take the same lock file."""
+    from filelock import FileLock
+
+    store = write_matrix(tmp_path / "s.zarr", sparse)
+    (tmp_path / "current.zarr").symlink_to(tmp_path / "s.zarr", target_is_directory=True)
+    assert writer_module.append_lock_path(str(tmp_path / "current.zarr")) == str(tmp_path / ".s.zarr.append.lock")
+    done = threading.Event()
+    with FileLock(writer_module.append_lock_path(store.path)):  # an append through the store's own path
+        worker = threading.Thread(target=lambda: (append_partition(tmp_path / "current.zarr", sparse[:2]),
+                                                  done.set()))
+        worker.start()
+        assert _waiting_on(worker, tmp_path / ".s.zarr.append.lock") and not done.is_set()
+    worker.join(60)
+    assert done.is_set() and open_matrix(store.path).n_rows == 42
+
+
+def _id_store(tmp_path: Path, ids: np.ndarray) -> str:
+    """A Parquet-ingested store (declared width 4) whose rows map to ``ids``."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from dppca_dask.ingest import ingest
+
+    pq.write_table(pa.table({"row_id": np.repeat(ids, 2), "col_id": np.tile([0, 3], ids.size),
+                             "value": np.ones(2 * ids.size)}), tmp_path / "day.parquet")
+    return ingest(tmp_path / "day.parquet", tmp_path / "ids.zarr", column_ids=[0, 1, 2, 3]).path
+
+
+def test_row_ids_and_labels_are_checked_before_anything_is_written(tmp_path: Path) -> None:
+    """An append's row ids and labels follow the store's: refused (store unchanged) when missing, unexpected, of
+    the wrong length or kind."""
+    path = _id_store(tmp_path, np.array([10, 11, 12]))
+    rows = sp.csr_array(np.ones((2, 4)))
+    cases = [({}, "maps its rows to ids .* the appended rows have none"),
+             ({"row_ids": np.array([1])}, r"row_ids has shape \(1,\) for 2 new rows"),
+             ({"row_ids": np.array(["a", "b"])}, "the appended rows' ids are strings"),
+             ({"row_ids": np.array([1, 2]), "labels": np.zeros(2)}, "keeps no labels")]
+    for kwargs, message in cases:
+        with pytest.raises(InvalidParameterError, match=message):
+            append_partition(path, rows, **kwargs)
+        assert open_matrix(path).n_rows == 3 and zarr.open_group(path)["obs/obs_ids"].shape == (3,)
+    plain = write_matrix(tmp_path / "plain.zarr", rows)
+    with pytest.raises(InvalidParameterError, match="has no row ids"):
+        append_partition(plain.path, rows, row_ids=np.array([1, 2]))
+    zarr.open_group(plain.path, mode="r+").create_array("labels", shape=(2,), dtype=np.float64, chunks=(8,))
+    for kwargs, message in (({}, "stores a label per row"), ({"labels": np.zeros(3)}, r"labels has shape \(3,\)")):
+        with pytest.raises(InvalidParameterError, match=message):
+            append_partition(plain.path, rows, **kwargs)
+    assert append_partition(plain.path, rows, labels=np.array([0.5, 1.5])).n_rows == 4
+    np.testing.assert_array_equal(zarr.open_group(plain.path)["labels"][:], [0.0, 0.0, 0.5, 1.5])
+
+
+def test_ids_and_labels_left_by_an_interrupted_append_are_cut_back(tmp_path: Path) -> None:
+    """An append that died after writing ids and labels (before its commit) left them longer than the rows: the
+    next append cuts them back, then adds its own."""
+    path = _id_store(tmp_path, np.array([10, 11, 12]))
+    group = zarr.open_group(path, mode="r+")
+    group.create_array("labels", shape=(3,), dtype=np.float64, chunks=(8,))
+    for name, leftover in (("obs/obs_ids", 99), ("labels", 9.0)):  # the dead append's, beyond the committed rows
+        group[name].resize((5,))
+        group[name][3:] = leftover
+    append_partition(path, sp.csr_array(np.ones((1, 4))), row_ids=np.array([20]), labels=np.array([2.0]))
+    group = zarr.open_group(path)
+    np.testing.assert_array_equal(group["obs/obs_ids"][:], [10, 11, 12, 20])
+    np.testing.assert_array_equal(group["labels"][:], [0.0, 0.0, 0.0, 2.0])
+
+
+def test_a_store_whose_ids_stopped_at_an_earlier_append_takes_rows_without_ids(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Days appended before ids were kept left the id map short: the map can no longer line up, so new rows are
+    taken without ids, with a warning that gives no counts (a row count under add/remove neighbours is private)."""
+    path = _id_store(tmp_path, np.array([10, 11, 12]))
+    zarr.open_group(path, mode="r+")["obs/obs_ids"].resize((2,))
+    with caplog.at_level("WARNING"):
+        assert append_partition(path, sp.csr_array(np.ones((1, 4)))).n_rows == 4
+    assert "row ids do not cover its rows" in caplog.text and not any(c.isdigit() for c in caplog.messages[-1]
+                                                                        .replace(path, ""))
+    assert zarr.open_group(path)["obs/obs_ids"].shape == (2,)

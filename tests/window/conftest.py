@@ -9,7 +9,7 @@ import pytest
 
 from dppca_dask.ingest import ingest
 from dppca_dask.storage import MatrixStore, append_partition
-from window_data import D, ROWS_PER_DAY, _labels, day, day_block
+from window_data import D, ROWS_PER_DAY, _labels, day, day_block, day_labels
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +36,6 @@ def _build(path, days: int, *, labels: bool) -> MatrixStore:
         zarr.open_group(store.path, mode="r+").create_array("labels", shape=(0,), dtype=np.float64, chunks=(1024,))
         _labels(store, 1)
     for n in range(2, days + 1):
-        if labels:
-            _labels(store, n)
-        store = append_partition(store.path, day_block(n), timestamp=day(n))
+        store = append_partition(store.path, day_block(n), timestamp=day(n),
+                                 labels=day_labels(n) if labels else None)
     return store

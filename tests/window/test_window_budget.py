@@ -113,7 +113,7 @@ def test_a_spectral_histogram_is_charged_every_partition_its_released_checkpoint
     charged too)."""
     from dppca_dask.methods.window.histogram import SpectralHistogram
     from dppca_dask.storage import append_partition
-    from window_data import _labels, day, day_block
+    from window_data import day, day_block, day_labels
 
     ledger = _ledger(tmp_path, total=1e4)
     store = daily_store(6, labels=labels)
@@ -122,9 +122,8 @@ def test_a_spectral_histogram_is_charged_every_partition_its_released_checkpoint
     directory = None
     for night in range(4):
         if night:
-            if labels:
-                _labels(store, 6 + night)
-            store = append_partition(store.path, day_block(6 + night), timestamp=day(6 + night))
+            store = append_partition(store.path, day_block(6 + night), timestamp=day(6 + night),
+                                     labels=day_labels(6 + night) if labels else None)
         before = None
         if directory is not None:
             saved = SpectralHistogram.load(directory, expect={})
