@@ -18,6 +18,7 @@ import datetime as _dt
 import logging
 import math
 import os
+import stat
 import shutil
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -555,9 +556,19 @@ def _append_lock(path: str) -> Iterator[None]:
     outer = append_lock_path(path)
     legacy = os.path.join(path, ".append.lock")
     with FileLock(outer, mode=FILE_MODE) if private_files() else FileLock(outer):
-        with FileLock(legacy) if os.path.exists(legacy) else contextlib.nullcontext():
+        with _existing_lock(FileLock, legacy):
             with private_writes(path):
                 yield
+
+
+def _existing_lock(lock_type: Any, path: str) -> Any:
+    """``path``'s lock, with the mode the file has (some filelock releases reset it to their ``mode`` on every
+    acquisition, which would lock out another user's appender), or no lock when the file does not exist."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return contextlib.nullcontext()
+    return lock_type(path, mode=mode)
 
 
 def _open_for_append(store: MatrixStore) -> dict[str, zarr.Array]:

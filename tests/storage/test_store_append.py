@@ -151,7 +151,7 @@ def test_a_store_locked_inside_by_an_earlier_release_still_appends(tmp_path: Pat
     legacy.touch()
     os.chmod(legacy, 0o664)  # another user's earlier release may share it
     done = threading.Event()
-    with FileLock(str(legacy)):  # an append of the earlier release, running: this one must wait for it
+    with FileLock(str(legacy), mode=0o664):  # an earlier release's append, running: this one must wait for it
         worker = threading.Thread(target=lambda: (append_partition(store.path, sparse[:2]), done.set()))
         worker.start()
         assert _waiting_on(worker, legacy) and not done.is_set()
