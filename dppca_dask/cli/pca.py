@@ -133,6 +133,8 @@ def _check_plot(path: str | None) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise InvalidParameterError(f"--plot: the directory {directory!r} does not exist; create it first")
+    if os.path.isdir(path):
+        raise InvalidParameterError(f"--plot: {path!r} is a directory; name the .png file to write")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -140,8 +142,15 @@ def _check_plot(path: str | None) -> None:
 
 
 def write_scree_plot(result: Any, path: str) -> None:
-    """A scree plot of the released explained variance ratio (and its cumulative sum), written to ``path``."""
+    """A scree plot of the released explained variance ratio (and its cumulative sum), written to ``path``: owner-only
+    (0600) unless ``DPPCA_DASK_FILE_MODE=umask``, as results are, complete or absent; a file of that name is
+    replaced. The directory of ``path`` must exist."""
+    import os
+
     import matplotlib
+
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.storage._files import private_replacement
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -157,8 +166,13 @@ def write_scree_plot(result: Any, path: str) -> None:
     ax.set_title(f"{result.mechanism} (private release)" if result.private else f"{result.mechanism} (not private)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        if os.path.isdir(path):  # a directory is never replaced by a picture
+            raise InvalidParameterError(f"--plot: {path!r} is a directory; name the .png file to write")
+        with private_replacement(path) as partial:
+            fig.savefig(partial, dpi=100, format="png")
+    finally:
+        plt.close(fig)
 
 
 def format_result(result: Any, *, top: int = 8, labels: list[str] | None = None) -> str:

@@ -22,7 +22,8 @@ Reservations are keyed by ``(dataset, job_id)``: running the same job id again (
 crash) finds its reservation instead of reserving twice. Concurrent jobs in several processes are serialised by
 SQLite's write lock (``BEGIN IMMEDIATE``): the check and the insert happen in one transaction, so racing jobs
 can never overspend. The database must live on a local file system (SQLite's locking is unreliable on NFS).
-New ledgers are created owner-only (file 0600, a new directory 0700).
+New ledgers are created owner-only whatever the umask and ``DPPCA_DASK_FILE_MODE``: the file 0600, every directory
+created for it (missing parents included) 0700; directories that existed keep their mode.
 """
 
 from __future__ import annotations
@@ -340,7 +341,8 @@ class Ledger:
 
     @classmethod
     def create(cls, path: str | os.PathLike[str], *, timeout: float = 120.0) -> Ledger:
-        """Create a new, empty ledger at ``path`` (owner-only: file 0600; a missing directory is made 0700).
+        """Create a new, empty ledger at ``path`` (owner-only whatever the umask: the file 0600, and its directory and
+        the missing parents, when created, 0700; directories that existed keep their mode).
 
         Raises :class:`LedgerError` if anything exists at ``path`` (an existing ledger is never reset).
         """
@@ -350,11 +352,16 @@ class Ledger:
                 f"'{path}' already exists; a ledger is created once and never overwritten (it is the record of what "
                 "was spent): use it as it is, or give another path"
             )
+        from dppca_dask.storage._files import FILE_MODE, make_directories
+
         directory = os.path.dirname(os.path.abspath(path))
         try:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-            os.close(fd)
+            make_directories(directory, private=True)  # each directory it creates is 0700, set after mkdir
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+            try:
+                os.fchmod(fd, FILE_MODE)  # the mode given to open passes through the umask
+            finally:
+                os.close(fd)
         except OSError as exc:
             raise LedgerError(f"cannot create ledger '{path}': {exc.strerror or exc}; {_writable_hint(path)}") from exc
         try:

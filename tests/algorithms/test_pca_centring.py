@@ -126,6 +126,21 @@ def test_cli_plot_errors_before_the_run(rows: np.ndarray, tmp_path, capsys, argv
     assert message in capsys.readouterr().err
 
 
+def test_cli_plot_never_replaces_a_directory(rows: np.ndarray, tmp_path, capsys) -> None:
+    """The plot replaces a file of its name, never a directory (refused before the run; the directory is intact)."""
+    from dppca_dask.cli import main
+    from dppca_dask.ingest import ingest
+
+    store = tmp_path / "rows.zarr"
+    ingest(rows[:200], str(store))
+    (tmp_path / "d.png").mkdir()
+    (tmp_path / "d.png" / "kept").write_text("x")
+    assert main(["pca", str(store), "--epsilon", "1", "--delta", "1e-6", "--scheduler", "local",
+                 "--plot", str(tmp_path / "d.png")]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    assert (tmp_path / "d.png" / "kept").read_text() == "x"
+
+
 def test_cli_row_norm_bound_must_be_a_number_or_auto(capsys) -> None:
     from dppca_dask.cli import main
 

@@ -1,7 +1,7 @@
-"""What the package writes for results, and what an append writes into a store, is owner-only whatever the umask:
-every directory it creates 0700, every file 0600 (README, "Files and ports"). Each writer runs for real on small
-generated data under umask 022, which would otherwise give 0755 and 0644. Directories that existed before keep
-their mode: they are the user's."""
+"""What the package writes for results (a scree plot included), what an append writes into a store, and a new
+ledger are owner-only whatever the umask: every directory it creates 0700, every file 0600 (README, "Files and
+ports"). Each writer runs for real on small generated data under umask 022, which would otherwise give 0755 and
+0644. Directories that existed before keep their mode: they are the user's."""
 
 from __future__ import annotations
 
@@ -97,6 +97,47 @@ def test_pca_result_save_replaces_an_earlier_result_owner_only(store: str, tmp_p
     assert mode(tmp_path / "r") == 0o755  # an existing directory keeps its mode
     assert not_owner_only(tmp_path / "r" / "components.zarr") == {} and mode(tmp_path / "r" / "result.json") == 0o600
     np.testing.assert_array_equal(load_result(tmp_path / "r").components, result.components)
+
+
+def test_pca_plot_is_owner_only_and_replaces_an_earlier_one(store: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``pca --plot FILE.png`` follows ``DPPCA_DASK_FILE_MODE`` as ``--out`` does: 0600 by default (replacing a
+    file of that name, with no temporary left beside it), the umask's 0644 under ``umask``; its directory keeps
+    its mode."""
+    pytest.importorskip("matplotlib")
+    plots = tmp_path / "plots"
+    plots.mkdir(mode=0o755)
+    plot = plots / "scree.png"
+    run = ["pca", store, "--epsilon", "1", "--delta", "1e-6", "--n-components", "2", "--executor", "local",
+           "--seed", "5", "--plot", str(plot)]
+    monkeypatch.setenv(FILE_MODE_ENV, "umask")
+    assert main(run) == 0
+    assert mode(plot) == 0o644
+    monkeypatch.delenv(FILE_MODE_ENV)
+    assert main(run) == 0  # over the earlier, umask-following picture
+    capsys.readouterr()
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert mode(plot) == 0o600 and mode(plots) == 0o755
+    assert os.listdir(plots) == ["scree.png"]  # no temporaries left
+
+
+def test_budget_init_makes_every_directory_it_creates_owner_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``budget init`` creates the ledger's directory and its missing parents 0700, whatever the umask and
+    ``DPPCA_DASK_FILE_MODE`` (ledgers stay owner-only); a directory that existed keeps its mode."""
+    existing = tmp_path / "mine"
+    existing.mkdir(mode=0o755)
+    for setting, name in ((None, "a"), ("umask", "c")):
+        if setting is not None:
+            monkeypatch.setenv(FILE_MODE_ENV, setting)
+        ledger = existing / name / "b" / "ledger.sqlite"
+        assert main(["budget", "init", "--ledger", str(ledger), "--dataset", "ds", "--total-epsilon", "1",
+                     "--total-delta", "1e-6"]) == 0
+        assert "created" in capsys.readouterr().out
+        assert not_owner_only(existing / name) == {}  # both directories 0700, the ledger 0600
+    assert mode(existing) == 0o755
+    assert sorted(os.listdir(existing / "a" / "b")) == ["ledger.sqlite"]
 
 
 def test_lowrank_out_is_owner_only_left_factor_included(store: str, tmp_path: Path,
