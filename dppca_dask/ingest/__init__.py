@@ -37,7 +37,7 @@ from dppca_dask._urls import local_output
 from dppca_dask.ingest._limits import SizeLimits, parse_size
 from dppca_dask.ingest._common import IngestOptions, MissingExtraError, check_positive, require_file
 from dppca_dask.storage import MatrixStore
-from dppca_dask.storage._files import check_replaceable, private_files
+from dppca_dask.storage._files import check_replaceable, make_directories, private_files
 from dppca_dask.storage._format import CODECS, DEFAULT_CODEC
 from dppca_dask.storage.validate import DuplicatePolicy
 
@@ -388,7 +388,7 @@ def _ingest_url(src: str, out: str | os.PathLike[str], **kwargs: Any) -> MatrixS
     _options(out, kwargs["rows_per_partition"], kwargs["dtype"], kwargs["on_duplicate"], kwargs["overwrite"],
              kwargs["progress"], kwargs["codec"])  # a bad output or option fails before anything is copied
     parent = os.path.dirname(os.path.abspath(os.fspath(out)))
-    os.makedirs(parent, exist_ok=True)
+    make_directories(parent)  # missing parents: owner-only unless configured otherwise
     spill = tempfile.mkdtemp(prefix=".dppca-input-", dir=parent)
     try:
         local = os.path.join(spill, os.path.basename(inner.rstrip("/")) or "input")

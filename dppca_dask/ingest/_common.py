@@ -17,7 +17,13 @@ from dppca_dask.errors import InvalidInputError, InvalidParameterError, MissingE
 from dppca_dask.ingest._limits import SizeLimits
 from dppca_dask.storage import StoreWriter
 from dppca_dask.storage import _format
-from dppca_dask.storage._files import mark_owner, private_files, remove_stale_temporaries, remove_tree
+from dppca_dask.storage._files import (
+    make_directories,
+    mark_owner,
+    private_files,
+    remove_stale_temporaries,
+    remove_tree,
+)
 from dppca_dask.storage.validate import DuplicatePolicy
 
 __all__ = [
@@ -193,7 +199,7 @@ def partition_rows(*, n_rows: int, row_bytes: float, rows_per_partition: int | N
 def spill_directory(out: str) -> Iterator[str]:
     """A hidden temporary directory beside ``out`` (same file system), removed on exit even after an error."""
     parent, name = os.path.split(os.path.abspath(out))
-    os.makedirs(parent or ".", exist_ok=True)
+    make_directories(parent or ".")  # missing parents: owner-only unless configured otherwise
     remove_stale_temporaries(out)
     path = tempfile.mkdtemp(prefix=f".{name}.spill-", dir=parent or ".")  # 0700
     if not private_files():

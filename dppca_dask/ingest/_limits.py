@@ -99,7 +99,7 @@ class SizeLimits:
         if self.max_disk is not None:
             space, what = self.max_disk, "max_disk, --max-disk"
         else:
-            parent = os.path.dirname(os.path.abspath(out)) or "."
+            parent = _existing_ancestor(os.path.dirname(os.path.abspath(out)) or ".")  # (missing parents: made later)
             space, what = shutil.disk_usage(parent).free, f"free on the file system of '{parent}'"
         if disk > space and so_far:
             raise InvalidInputError(
@@ -117,3 +117,13 @@ class SizeLimits:
                 "compress well",
                 source=source,
             )
+
+
+def _existing_ancestor(path: str) -> str:
+    """``path`` or its nearest ancestor that exists: the file system a store written under ``path`` will be on."""
+    while not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path

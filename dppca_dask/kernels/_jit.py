@@ -4,7 +4,7 @@ Every compiled loop in :mod:`dppca_dask.kernels` has a numpy/scipy counterpart t
 tests compare the two bit for bit (on x86-64), so whether a process has them changes its speed, not a value. The
 private step's compiled loops (the rows' weights, scores and grid bins, and ``Aᵀw`` with the top rows' per-bin sums
 in one pass: :mod:`dppca_dask.kernels.power`) make its kernel 0.98x scipy's plain ``Aᵀ(Ax)`` on one core against
-1.14-1.24x on the numpy path, and the 10⁸-entry private step 1.00-1.08x the plain step on the in-process executor
+1.14-1.24x on the numpy path, and the 10⁸-entry private step 1.00-1.13x the plain step on the in-process executor
 against 1.22-1.29x (on a 2-worker LocalCluster 1.02-1.21x, median 1.07 in one series and 1.11 in earlier ones,
 against 1.14-1.22x; ``benchmarks/bench_iteration.py``). The numpy path cannot close that gap with scipy's loops: the top rows' per-bin
 sums need the rows read a second time, and reading a subset of rows in place (scipy's ``csc_matvec`` given each

@@ -35,6 +35,7 @@ from dppca_dask.storage._files import (
     FILE_MODE,
     check_replaceable,
     finish_private_tree,
+    make_directories,
     make_private_directory,
     mark_owner,
     private_files,
@@ -151,7 +152,7 @@ class StoreWriter:
         self.target_partition_bytes = int(target_partition_bytes)
         self.progress = progress
         parent, name = os.path.split(self.path)
-        os.makedirs(parent or ".", exist_ok=True)
+        make_directories(parent or ".")  # missing parents: owner-only unless configured otherwise
         remove_stale_temporaries(self.path)
         self._tmp = os.path.join(parent, f".{name}.partial-{uuid.uuid4().hex[:12]}")
         make_private_directory(self._tmp)  # owner-only unless configured otherwise

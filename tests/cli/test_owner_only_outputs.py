@@ -229,3 +229,26 @@ def test_ingest_with_a_timestamp_keeps_the_store_owner_only(tmp_path: Path,
     capsys.readouterr()
     assert stat.S_IMODE(os.stat(tmp_path / ".s.zarr.append.lock").st_mode) == 0o600
     assert not_owner_only(out) == {}
+
+
+def test_stores_missing_parents_are_owner_only(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The missing parents of a new store are created 0700 like the store (``ingest`` streaming svmlight, ``ingest``
+    of a whole file, and ``write_matrix``), and follow the umask under ``DPPCA_DASK_FILE_MODE=umask``; a directory
+    that existed keeps its mode."""
+    _svmlight_days(tmp_path)
+    (tmp_path / "mine").mkdir(mode=0o755)
+    assert main(["ingest", str(tmp_path / "day1.svm"), "--out", str(tmp_path / "mine" / "a" / "b" / "s.zarr"),
+                 "--n-features", "12", "--zero-based"]) == 0  # read as it streams (declared width): the disk check
+    # looks at the file system of the nearest existing parent (it failed on the missing one)
+    assert main(["ingest", str(tmp_path / "day1.svm"), "--out", str(tmp_path / "mine" / "c" / "s.zarr"),
+                 "--zero-based"]) == 0  # read whole (inferred width)
+    capsys.readouterr()
+    matrix = sp.random(40, 6, density=0.3, format="csr", random_state=np.random.default_rng(4))
+    write_matrix(tmp_path / "mine" / "d" / "e" / "s.zarr", matrix, rows_per_partition=20, schema="declared")
+    assert mode(tmp_path / "mine") == 0o755
+    for name in ("a", "c", "d"):
+        assert not_owner_only(tmp_path / "mine" / name) == {}, name
+    monkeypatch.setenv(FILE_MODE_ENV, "umask")
+    write_matrix(tmp_path / "mine" / "f" / "g" / "s.zarr", matrix, rows_per_partition=20, schema="declared")
+    assert mode(tmp_path / "mine" / "f") == mode(tmp_path / "mine" / "f" / "g") == 0o755
