@@ -81,10 +81,38 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("privacy: NOT differentially private (seeded run)")
     entry = outcome.ledger_entry
-    print(f"ledger: {spec.budget.ledger} dataset '{entry.dataset}': {entry.status} (epsilon={entry.epsilon:g}, "
-          f"delta={entry.delta:g}); see `dppca-dask budget show --ledger {spec.budget.ledger}`")
+    if outcome.partitions:
+        for line in _partition_lines(spec, outcome.partitions):
+            print(line)
+    else:
+        print(f"ledger: {spec.budget.ledger} dataset '{entry.dataset}': {entry.status} (epsilon={entry.epsilon:g}, "
+              f"delta={entry.delta:g}); see `dppca-dask budget show --ledger {spec.budget.ledger}`")
     print(f"result: {outcome.output}")
     return 0
+
+
+#: A window job's summary lists its partition keys up to this many; beyond, the count, the first and the last
+#: (``--json`` lists each).
+LISTED_KEYS = 10
+
+
+def _partition_lines(spec: Any, partitions: Any) -> list[str]:
+    """What a partition-scoped (sliding-window) job was charged: every partition key it is charged to, each with
+    its partition's timestamp (public), as its JSON outcome's ``partition_keys`` gives them."""
+    entries = [p.entry for p in partitions]
+    statuses = sorted({e.status if e.status == "reserved" else f"{e.status} ({e.outcome})" for e in entries})
+    figures = sorted({(e.epsilon, e.delta) for e in entries})
+    charge = (f"epsilon={figures[0][0]:g}, delta={figures[0][1]:g} on each" if len(figures) == 1
+              else "epsilon and delta per key in --json")
+    lines = [f"ledger: {spec.budget.ledger} dataset '{spec.budget.dataset}': {', '.join(statuses)} on "
+             f"{len(partitions)} partition key(s) ({charge}); see `dppca-dask budget show --ledger "
+             f"{spec.budget.ledger}`"]
+    if len(partitions) <= LISTED_KEYS:
+        lines += [f"  {p.label()}" for p in partitions]
+    else:
+        lines += [f"  {partitions[0].label()}", f"  ... ({len(partitions) - 2} more; --json lists each)",
+                  f"  {partitions[-1].label()}"]
+    return lines
 
 
 def _dry_run(spec: Any, args: argparse.Namespace) -> int:

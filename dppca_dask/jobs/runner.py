@@ -87,11 +87,21 @@ class JobOutcome:
     result: Any
     resumed_from: int | None = None
     """Releases recovered from the checkpoint of an interrupted attempt (adaptive power), if any."""
+    partitions: tuple[Any, ...] = ()
+    """A ``sliding-window`` job's charges: every partition key it is charged to, in partition order
+    (:class:`~dppca_dask.methods.window.job.ChargedPartition`; ``ledger_entry`` is the last one's entry). Empty
+    for a job charged to its dataset key."""
 
     def to_dict(self) -> dict[str, Any]:
+        partition_keys = None
+        if self.partitions:
+            from dppca_dask.methods.window.job import summarise_partitions
+
+            partition_keys = summarise_partitions(self.partitions)
         return {
             "job_id": self.job_id, "status": self.status, "output": self.output,
-            "ledger": self.ledger_entry.to_dict(), "resumed_from": self.resumed_from,
+            "ledger": self.ledger_entry.to_dict(), "partition_keys": partition_keys,
+            "resumed_from": self.resumed_from,
             "privacy": self.result.privacy.to_dict() if self.result is not None else None,
             "mechanism": self.result.mechanism if self.result is not None else None,
         }
@@ -559,7 +569,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     entry = ledger.reserve(
         dataset, job_id, epsilon=spec.epsilon, delta=spec.delta, events=events, mechanism=spec.mechanism,
         neighbouring=neighbouring, job_name=spec.name, total_epsilon=spec.budget.total_epsilon,
-        total_delta=spec.budget.total_delta,
+        total_delta=spec.budget.total_delta, resume_charged=resume is not None,
     )
     log.info("job %s: %s (epsilon=%g, delta=%g) %s for dataset %s", job_id, spec.mechanism, spec.epsilon,
              spec.delta, "resumed its reservation" if resuming else "reserved", dataset)

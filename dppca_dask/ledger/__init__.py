@@ -228,6 +228,9 @@ class LedgerEntry:
     """``running``, ``succeeded``, ``failed`` (after reading data or drawing noise), ``failed-before-noise``
     (nothing read, nothing drawn) or ``resolved`` (a stale reservation returned by ``budget resolve``)."""
     attempts: int
+    """Runs of the job id under this entry: the first, each re-run that resumed its reservation (or, after a
+    failure that kept the charge, its checkpoint) and each budget check of a released or refused entry. A run
+    refused before it reserved anything (the job id already charged, or reused with other parameters) is none."""
     created: str
     updated: str
     first_release: str | None = None
@@ -568,13 +571,18 @@ class Ledger:
         job_name: str | None = None,
         total_epsilon: float | None = None,
         total_delta: float | None = None,
+        resume_charged: bool = False,
     ) -> LedgerEntry:
         """Reserve ``events`` (a job's (ε, δ), stated for ``neighbouring``) for ``dataset`` under ``job_id``.
 
-        If ``job_id`` already has an entry, it is returned unchanged when it is reserved or charged (a re-run
-        resumes it; the caller decides what a charged entry means), and reserved again (with the budget check)
-        when it was released or refused. A refusal is recorded (status ``refused``, never counted) so that the
-        history shows it. An entry with other parameters is an error: a job id stands for one release.
+        If ``job_id`` already has an entry, it is returned when it is reserved (a re-run resumes it, and counts as
+        one more attempt) or charged, and reserved again (with the budget check, one more attempt) when it was
+        released or refused. A charged entry is returned unchanged, not counted as an attempt: the caller decides
+        what it means (a release under a job id already charged is refused, and a refused run is no attempt of the
+        job that was charged); a caller that goes on under the charge (a job resuming from the checkpoint of an
+        attempt whose failure kept it) passes ``resume_charged=True``, which counts the attempt. A refusal over
+        budget is recorded (status ``refused``, never counted) so that the history shows it. An entry with other
+        parameters is an error, and changes nothing: a job id stands for one release.
 
         The dataset must have a budget (:meth:`init_dataset`); ``total_epsilon``/``total_delta``, when given, must
         be the recorded ones. A dataset without a recorded relation takes ``neighbouring``; otherwise the events
@@ -633,6 +641,8 @@ class Ledger:
                         f"({entry.mechanism}, epsilon={entry.epsilon:g}, delta={entry.delta:g}); a job id stands for "
                         "one release: give the run a new job id"
                     )
+                if entry.status == CHARGED and not resume_charged:
+                    return entry  # unchanged: not an attempt unless the caller goes on under the charge
                 if entry.status in _COUNTED:
                     db.execute("UPDATE entries SET attempts = attempts + 1, updated = ? WHERE id = ?",
                                (_now(), existing["id"]))

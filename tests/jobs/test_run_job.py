@@ -240,6 +240,34 @@ def test_a_lost_checkpoint_after_a_release_is_never_restarted_with_fresh_noise(t
         ledger.release("ds", "test-job@2026-01-01")
 
 
+def test_a_failure_that_kept_the_charge_resumes_from_its_checkpoint_as_a_second_attempt(
+        tmp_path: Path, small_store: str, write_spec, capsys, monkeypatch) -> None:
+    """A failure after the first released iterate keeps the charge and the checkpoint; running the job id again
+    continues from that checkpoint under the charge, and the history counts it as the job's second attempt."""
+    from dppca_dask.jobs import runner
+
+    def fail_after_the_first_release(name: str) -> None:
+        if name == "checkpoint":
+            raise RuntimeError("injected failure after a released iterate")
+
+    path = write_spec(base_doc(tmp_path, small_store))
+    args = ["run", str(path), "--date", "2026-01-01"]
+    with monkeypatch.context() as patched:
+        patched.setattr(runner, "_kill_point", fail_after_the_first_release)
+        assert main(args) == 1
+    assert "RuntimeError" in capsys.readouterr().err
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    entry = ledger.entry("ds", "test-job@2026-01-01")
+    assert (entry.status, entry.outcome, entry.attempts) == (CHARGED, "failed", 1)
+    assert main([*args, "--json"]) == 0
+    outcome = json.loads(capsys.readouterr().out)
+    assert outcome["status"] == "resumed-and-completed"  # from the checkpoint, under the charge
+    entry = ledger.entry("ds", "test-job@2026-01-01")
+    assert (entry.status, entry.outcome, entry.attempts) == (CHARGED, "succeeded", 2)
+    assert outcome["ledger"]["attempts"] == 2 and outcome["partition_keys"] is None
+    assert ledger.budget("ds").sum_epsilon == pytest.approx(0.8)  # charged once
+
+
 def test_two_runs_of_one_job_at_once_are_refused(tmp_path: Path, small_store: str, write_spec, capsys) -> None:
     from dppca_dask.jobs import load_job
     from dppca_dask.jobs.runner import job_lock

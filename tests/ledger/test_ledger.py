@@ -128,6 +128,25 @@ def test_same_job_id_resumes_its_reservation_instead_of_charging_twice(tmp_path:
         _reserve(ledger, "nightly@2026-01-01", [EpsilonDeltaDpEvent(0.5)], eps=0.5)
 
 
+def test_a_charged_entry_is_returned_unchanged_and_counted_only_when_resumed(tmp_path: Path) -> None:
+    """Finding a charged job id is no attempt of it: the caller decides (a release under a charged id is refused,
+    and the history must not show the refused run as a second attempt). A caller that goes on under the charge
+    (a job resuming its checkpoint after a failure that kept it) says so, and that attempt counts."""
+    ledger = _new(tmp_path / "ledger.sqlite")
+    events = [EpsilonDeltaDpEvent(0.6)]
+    _reserve(ledger, "nightly@2026-01-01", events, eps=0.6)
+    charged = ledger.charge("ds", "nightly@2026-01-01", outcome="failed")
+    again = _reserve(ledger, "nightly@2026-01-01", events, eps=0.6)
+    assert again == charged and again.attempts == 1
+    with pytest.raises(LedgerError, match="other parameters"):  # a reuse with other parameters changes nothing
+        _reserve(ledger, "nightly@2026-01-01", [EpsilonDeltaDpEvent(0.5)], eps=0.5)
+    assert ledger.entry("ds", "nightly@2026-01-01") == charged
+    resumed = ledger.reserve("ds", "nightly@2026-01-01", epsilon=0.6, delta=0.0, events=events, mechanism="test",
+                             neighbouring=ROW, resume_charged=True)
+    assert (resumed.status, resumed.outcome, resumed.attempts) == (CHARGED, "failed", 2)
+    assert ledger.budget("ds").sum_epsilon == pytest.approx(0.6)
+
+
 def test_totals_and_neighbouring_relation_are_fixed_per_dataset(tmp_path: Path) -> None:
     ledger = _new(tmp_path / "ledger.sqlite")
     _reserve(ledger, "a", [EpsilonDeltaDpEvent(0.1)], eps=0.1)

@@ -199,8 +199,8 @@ def _four_days(path):
 def test_a_job_id_reused_by_a_later_tree_release_is_refused_before_its_nodes(daily_store, tmp_path):
     """A job id already charged on a partition stands for the nodes it drew there: a later release under the same id
     whose new node holds that partition charges it the same single event, and the ledger returned the old charge
-    unchanged (a re-run), so the partition held two nodes drawn and counted one. Refused before any node is drawn,
-    the reservation it made on the other partition returned."""
+    unchanged (a re-run), so the partition held two nodes drawn and counted one. Refused before any node is drawn
+    and before anything is reserved: the other partition gets no entry, and the charged one no second attempt."""
     from dppca_dask.errors import LedgerError
     from dppca_dask.methods.window.budget import partition_key
 
@@ -213,7 +213,8 @@ def test_a_job_id_reused_by_a_later_tree_release_is_refused_before_its_nodes(dai
     with pytest.raises(LedgerError, match="job id 'nightly' is already charged"):
         tree_window(store, last="2D", noise=noise, **args)  # node (1,1) holds 2 and 3: one event on each
     assert noise.released_keys == frozenset() and noise.records == []
-    assert ledger.entry(partition_key("nightly", store, 2), "nightly").status == "released"
+    assert ledger.entry(partition_key("nightly", store, 2), "nightly") is None
+    assert ledger.entry(partition_key("nightly", store, 3), "nightly").attempts == 1
     assert len(_charged(ledger, store, 3)) == 1  # the one node drawn on partition 3
     result = tree_window(store, last="2D", noise=noise, **{**args, "job_id": "nightly-2"})  # a new id: charged
     assert [r.release for r in noise.records] == ["tree/1/1"] and result.calibration["nodes"] == 1

@@ -68,6 +68,15 @@ class PartitionReservation:
             self.give_back()
 
 
+def _already_charged(job_id: str, key: str) -> LedgerError:
+    # The ledger returns a charged entry unchanged (not as an attempt), but this release draws fresh noise: under the
+    # same id it would go uncounted on this partition.
+    return LedgerError(
+        f"job id '{job_id}' is already charged on partition key '{key}'; a release draws fresh noise, which that "
+        "charge does not count: give the release a new job id"
+    )
+
+
 def reserve_partitions(
     ledger: Any,
     dataset: str,
@@ -91,7 +100,8 @@ def reserve_partitions(
     LedgerError
         No budget for ``dataset``, a job id reused with other parameters, or a job id already charged on one of
         the partitions (a release draws fresh noise; a re-run of a job that stopped before its charge resumes its
-        reservations). Reservations already made for this release are returned.
+        reservations): that one is refused before anything is reserved, and no entry counts it as an attempt.
+        Reservations already made for this release are returned.
     """
     return reserve_each(ledger, dataset, job_id, store=store,
                         charges={int(i): (epsilon, delta, tuple(events)) for i in partitions})
@@ -124,21 +134,21 @@ def reserve_each(
             "dppca_dask store: `dppca-dask ingest`"
         )
     budget = ledger.budget(dataset)
+    keys = {index: partition_key(dataset, store, index) for index in charges}
+    for key in keys.values():  # refused before anything is reserved: the refused run leaves no entry, no attempt
+        earlier = ledger.entry(key, job_id)
+        if earlier is not None and earlier.status == CHARGED:
+            raise _already_charged(job_id, key)
     done: list[str] = []
     try:
         for index, (epsilon, delta, events) in charges.items():
-            key = partition_key(dataset, store, index)
+            key = keys[index]
             ledger.init_dataset(key, total_epsilon=budget.total_epsilon, total_delta=budget.total_delta,
                                 neighbouring=ADD_REMOVE_ROW)
             entry = ledger.reserve(key, job_id, epsilon=epsilon, delta=delta, events=list(events),
                                    mechanism=mechanism, neighbouring=ADD_REMOVE_ROW, job_name=job_id)
-            if entry.status == CHARGED:
-                # The ledger returns a charged entry unchanged (a re-run), but this release draws fresh noise: under
-                # the same id it would go uncounted on this partition.
-                raise LedgerError(
-                    f"job id '{job_id}' is already charged on partition key '{key}'; a release draws fresh noise, "
-                    "which that charge does not count: give the release a new job id"
-                )
+            if entry.status == CHARGED:  # charged since the check above (another process): returned unchanged
+                raise _already_charged(job_id, key)
             done.append(key)
     except (BudgetExceededError, LedgerError):
         for key in done:

@@ -15,17 +15,97 @@ as an ordinary job reaches it (the same ``Security``), and checked
 (:func:`~dppca_dask.coordinator.client.check_scheduler`) before anything is appended or reserved.
 
 A re-run of a completed date prints the saved release and spends nothing; a run whose charge is recorded but
-whose result is missing is refused (running it again would be a second release).
+whose result is missing is refused (running it again would be a second release). Either way the outcome names every
+partition key the job id is charged to (:func:`charged_partitions`), with the timestamp of its partition (public:
+the partition table), never anything read from the rows.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from dppca_dask.errors import BudgetExceededError
 
-__all__ = ["earlier_charge", "plan_window_charges", "run_window_job", "window_charges"]
+__all__ = ["ChargedPartition", "charged_partitions", "earlier_charge", "plan_window_charges", "run_window_job",
+           "summarise_partitions", "window_charges"]
+
+
+@dataclass(frozen=True)
+class ChargedPartition:
+    """One partition key a window job is charged to: the job's dataset key, the partition's ledger key, its index
+    and timestamp in the store (``None`` when the key is another store's), and its ledger entry."""
+
+    dataset: str
+    key: str
+    index: int | None
+    timestamp: str | None
+    entry: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        e = self.entry
+        return {"key": self.key, "partition": self.index, "timestamp": self.timestamp, "status": e.status,
+                "outcome": e.outcome, "epsilon": e.epsilon, "delta": e.delta, "attempts": e.attempts}
+
+    def label(self) -> str:
+        """The key and, when known, its partition's timestamp: ``KEY (2026-11-02)``."""
+        return f"{self.key} ({self.timestamp})" if self.timestamp else self.key
+
+
+def _stamp(seconds: float | None) -> str | None:
+    """A partition timestamp as its day (``2026-11-02``) when it is midnight UTC, else as an ISO time."""
+    if seconds is None:
+        return None
+    import datetime as _dt
+
+    from dppca_dask.methods.window.selection import _iso
+
+    if float(seconds) % 86400 == 0:
+        return _dt.datetime.fromtimestamp(float(seconds), tz=_dt.timezone.utc).date().isoformat()
+    return _iso(float(seconds))
+
+
+def charged_partitions(ledger: Any, dataset: str, job_id: str, store: Any) -> tuple[ChargedPartition, ...]:
+    """Every partition key of ``dataset`` that ``job_id`` is charged to in ``ledger``, in partition order, with the
+    timestamp of its partition in ``store`` (the public partition table; nothing about the rows)."""
+    from dppca_dask.ledger import CHARGED
+    from dppca_dask.methods.window.budget import PARTITION_SCOPE
+
+    prefix = f"{dataset}/{PARTITION_SCOPE}/"
+    own = f"{prefix}{getattr(store, 'store_id', None)}:"
+    stamps = {int(p.index): p.timestamp for p in getattr(store, "partitions", ())}
+    out = []
+    for entry in ledger.find(job_id):
+        if entry.status != CHARGED or not entry.dataset.startswith(prefix):
+            continue
+        tail = entry.dataset[len(own):] if entry.dataset.startswith(own) else ""
+        index = int(tail) if tail.isdigit() else None
+        stamp = None if index is None else _stamp(stamps.get(index))
+        out.append(ChargedPartition(dataset, entry.dataset, index, stamp, entry))
+    return tuple(sorted(out, key=lambda c: (c.index is None, c.index or 0, c.key)))
+
+
+def _partition_table(path: str) -> Any:
+    """The store at ``path`` for its partition table, or ``None`` when it cannot be opened (a completed job's
+    outcome then names its keys without their timestamps)."""
+    from dppca_dask.errors import StoreCorruptError, StoreNotFoundError, UnsupportedStoreVersionError
+    from dppca_dask.storage import open_matrix
+
+    try:
+        return open_matrix(path)
+    except (StoreNotFoundError, StoreCorruptError, UnsupportedStoreVersionError, OSError):
+        return None
+
+
+def summarise_partitions(partitions: Sequence[ChargedPartition]) -> dict[str, Any]:
+    """The ``partition_keys`` of a window job's JSON outcome: the dataset key, how many partition keys the job is
+    charged to, the first and the last, and each one (key, partition, timestamp and its ledger entry's figures)."""
+    return {"dataset": partitions[0].dataset if partitions else None, "count": len(partitions),
+            "first": partitions[0].to_dict() if partitions else None,
+            "last": partitions[-1].to_dict() if partitions else None,
+            "keys": [p.to_dict() for p in partitions]}
 
 
 def earlier_charge(ledger: Any, dataset: str, job_id: str, output: str) -> Any:
@@ -102,7 +182,9 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
     with job_lock(ledger, dataset, job_id):
         charged = earlier_charge(ledger, dataset, job_id, output)
         if charged is not None:
-            return JobOutcome(job_id, "already-completed", output, charged, load_release(output))
+            partitions = charged_partitions(ledger, dataset, job_id, _partition_table(spec.data.store))
+            return JobOutcome(job_id, "already-completed", output, partitions[-1].entry if partitions else charged,
+                              load_release(output), partitions=partitions)
         _check_schema(spec, open_matrix(spec.data.store))  # an inferred width is refused before anything is read
         stamp = parse_timestamp(date, name="date")
         security = _security(spec)  # missing TLS files, or a scheduler that cannot be used, fail before the append
@@ -135,5 +217,5 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
         # 0700 (existing ones keep their mode), release.json 0600.
         make_directories(output, private=True)
         make_tree_private(result.save(output), private=True)
-        entries = [e for e in ledger.find(job_id) if e.dataset.startswith(f"{dataset}/")]
-        return JobOutcome(job_id, "completed", output, entries[-1], result)
+        partitions = charged_partitions(ledger, dataset, job_id, open_matrix(spec.data.store))
+        return JobOutcome(job_id, "completed", output, partitions[-1].entry, result, partitions=partitions)
