@@ -35,6 +35,7 @@ import datetime as _dt
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import time
@@ -512,6 +513,14 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
             raise LedgerError(
                 f"job '{job_id}' is charged to '{dataset}' as succeeded but its result is missing from "
                 f"'{output}'; it is not released again: restore the output, or give the run a new job id"
+            )
+        if (previous.mechanism != spec.mechanism or not math.isclose(previous.epsilon, spec.epsilon, rel_tol=1e-12)
+                or not math.isclose(previous.delta, spec.delta, rel_tol=1e-12)):
+            # (as the ledger refuses a reservation under this id: the saved result is not what this spec asks for)
+            raise LedgerError(
+                f"job id '{job_id}' already has an entry for dataset '{dataset}' with other parameters "
+                f"({previous.mechanism}, epsilon={previous.epsilon:g}, delta={previous.delta:g}); a job id stands "
+                "for one release, and its result is not this spec's: give the run a new job id (--job-id or --date)"
             )
         log.info("job %s already completed; nothing to do", job_id)
         return JobOutcome(job_id, "already-completed", output, previous, _load_result(spec, output))

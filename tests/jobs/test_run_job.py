@@ -46,6 +46,10 @@ def test_example_job_twice_then_refused_and_budget_show(tmp_path: Path, local_cl
 
     assert main([*args, "--date", "2026-01-01"]) == 0  # idempotent per job id and date
     assert "already completed; nothing released or charged again" in capsys.readouterr().out
+    # the same job id with another epsilon is refused: the saved result is not what this spec asks for
+    assert main([*args, "--date", "2026-01-01", "--set", "privacy.epsilon=0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "already has an entry for dataset 'w8a' with other parameters" in err and "epsilon=0.8" in err
 
     assert main([*args, "--date", "2026-01-02"]) == 3  # the next day's run does not fit the budget
     err = capsys.readouterr().err.strip()
