@@ -316,7 +316,10 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
                        [f"job '{job_id}' already succeeded; a run would do nothing"])
     # An earlier attempt that stopped before its charge left its reservations on the window's partition keys; a
     # run reserves them again unchanged (nothing of that attempt was released: the result is written after the charge)
-    resuming = any(e.dataset.startswith(f"{dataset}/") and e.status == RESERVED for e in ledger.find(job_id))
+    from dppca_dask.methods.window.budget import PARTITION_SCOPE
+
+    prefix = f"{dataset}/{PARTITION_SCOPE}/"  # its partition keys only (another dataset key may start with "dataset/")
+    resuming = any(e.dataset.startswith(prefix) and e.status == RESERVED for e in ledger.find(job_id))
     security = runner._security(spec)
     address = spec.cluster.address or None
     if address:

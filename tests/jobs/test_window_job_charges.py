@@ -119,3 +119,25 @@ def test_a_release_refused_under_a_charged_job_id_is_no_attempt_of_that_job(tmp_
     assert main(["run", str(spec), "--date", DATE]) == 0  # the job itself: already completed, no new attempt
     assert "already completed" in capsys.readouterr().out
     assert all(e.attempts == 1 for e in ledger.find(job_id))
+
+
+def test_a_charge_of_another_dataset_key_under_the_job_id_is_not_the_window_jobs(tmp_path: Path, write_spec: Any,
+                                                                               capsys: Any) -> None:
+    """A window job of dataset ``ds`` looks for its earlier charge among its own partition keys only: a charge of
+    another dataset key whose name starts with ``ds/`` (here ``ds/x``), under the same job id, is not it (the run
+    took it for its own and refused, its release missing)."""
+    from dppca_dask.accounting import EpsilonDeltaDpEvent
+    from dppca_dask.accounting.report import ADD_REMOVE_ROW
+
+    store = daily_store(tmp_path / "days.zarr", days=4)
+    spec = write_spec(_window_doc(tmp_path, store, name="win", last="2D"))
+    ledger = Ledger(str(tmp_path / "ledger.sqlite"))
+    ledger.init_dataset("ds/x", total_epsilon=1.0, total_delta=1e-6, neighbouring=ADD_REMOVE_ROW)
+    ledger.reserve("ds/x", f"win@{DATE}", epsilon=0.1, delta=0.0, events=[EpsilonDeltaDpEvent(0.1)],
+                   mechanism="test", neighbouring=ADD_REMOVE_ROW)
+    ledger.charge("ds/x", f"win@{DATE}")
+    assert main(["run", str(spec), "--date", DATE, "--dry-run"]) == 0
+    assert "already" not in capsys.readouterr().out
+    assert main(["run", str(spec), "--date", DATE]) == 0
+    assert "job win@2026-11-04: completed" in capsys.readouterr().out
+    assert len(_charged_keys(ledger, f"win@{DATE}")) == 2

@@ -112,8 +112,10 @@ def earlier_charge(ledger: Any, dataset: str, job_id: str, output: str) -> Any:
     """The charge of a completed earlier run of ``job_id`` (``None`` when there is none); a charge whose result is
     missing from ``output`` is refused (running it again would be a second release)."""
     from dppca_dask.ledger import CHARGED
+    from dppca_dask.methods.window.budget import PARTITION_SCOPE
 
-    charged = [e for e in ledger.find(job_id) if e.dataset.startswith(f"{dataset}/") and e.status == CHARGED]
+    prefix = f"{dataset}/{PARTITION_SCOPE}/"  # its partition keys only (another dataset key may start with "dataset/")
+    charged = [e for e in ledger.find(job_id) if e.dataset.startswith(prefix) and e.status == CHARGED]
     if not charged:
         return None
     if os.path.exists(os.path.join(output, "release.json")):
