@@ -91,7 +91,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         Number of released components.
     n_features_in_ : int
         Number of columns seen in ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape ``(n_features_in_,)``
         Column names, when ``X`` was a DataFrame with string column names.
     privacy_report_ : PrivacyReport
         The privacy report of the release ((ε, δ), neighbouring relation, accountant); ``privacy_`` is the same.
