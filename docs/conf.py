@@ -60,3 +60,5 @@ html_show_sourcelink = False
 nitpicky = False
 # jobs/README.md (included) highlights a crontab line as `cron`, which Pygments has no lexer for: shown as text.
 suppress_warnings = ["misc.highlighting_failure"]
+# docs/guide/ holds the topic guides each feature adds (listed by a glob, which must match at least one page:
+# guide/files.md is always there).
