@@ -88,8 +88,8 @@ def pca(
     >>> dppca_dask.pp.pca(adata, 2, epsilon=1.0, delta=1e-6)
     >>> adata.obsm["X_pca"].shape, adata.varm["PCs"].shape
     ((2000, 2), (8, 2))
-    >>> sorted(adata.uns["pca"])
-    ['params', 'privacy', 'variance', 'variance_ratio']
+    >>> adata.uns["pca"]["variance_ratio"].shape, "privacy" in adata.uns["pca"]
+    ((2,), True)
     """
     anndata = _import_anndata()
     from dppca_dask.estimator import DPPCA
