@@ -23,7 +23,7 @@ LOWEST_TESTS ?= tests/test_packaging_imports.py tests/test_packaging_extras.py t
 	tests/ingest/test_ingest_anndata.py tests/ingest/test_ingest_mtx.py tests/ingest/test_ingest_svmlight.py \
 	tests/cli/test_cli_strict_json.py tests/kernels/test_compiled_private_step.py tests/coordinator_client
 
-.PHONY: demo test test-lowest clean
+.PHONY: demo test docs test-lowest clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,11 +37,21 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[anndata,parquet,test,bench,scanpy,typecheck,numba]'
 	touch $@ $(VENV)/.installed-demo
 
+$(VENV)/.installed-docs: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[docs]'
+	touch $@
+
 demo: $(VENV)/.installed-demo
 	$(BIN)/dppca-dask demo --data $(DATA) --n-features $(N_FEATURES) --workdir $(DEMO_DIR)
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The documentation site (docs/, Sphinx) into build/docs, warnings as errors; offline, about 10 s. Its docstring
+# examples run under doctest in `make test` (tests/test_docstring_examples.py).
+docs: $(VENV)/.installed-docs
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs build/docs
+	@echo "docs: build/docs/index.html"
 
 $(LOWEST_VENV)/.installed: pyproject.toml ci/lowest-constraints.txt
 	$(PYTHON) -m venv $(LOWEST_VENV)

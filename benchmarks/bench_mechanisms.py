@@ -28,7 +28,7 @@ regime into ``--out`` (default ``benchmarks/results``; ``--quick`` writes ``mech
 ``mechanisms_<regime>_quick.png``, never the full run's files).
 
     python benchmarks/bench_mechanisms.py --quick           # smaller data, one repetition (about a minute)
-    python benchmarks/bench_mechanisms.py                   # the tables and plots of the README
+    python benchmarks/bench_mechanisms.py                   # the tables and plots of benchmarks/results
 """
 
 from __future__ import annotations

@@ -286,6 +286,30 @@ def pca(
     data: centre the data first if that is what you need. ``mechanism="private-power"`` is private for one entry
     changing by at most ``entry_bound`` (its report says so), a weaker relation than a row; its default ``n_iter``
     is 20.
+
+    Examples
+    --------
+    Rows are people; here 20,000 generated rows whose largest variance lies along the first column, scaled so
+    that every row norm is at most the default ``row_norm_bound`` of 1:
+
+    >>> import numpy as np
+    >>> import dppca_dask
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(20_000, 8)) * [4, 2, 1, 1, 1, 1, 1, 1]
+    >>> X /= np.linalg.norm(X, axis=1).max()
+    >>> result = dppca_dask.pca(X, epsilon=1.0, delta=1e-6, n_components=2)
+    >>> result.components.shape
+    (2, 8)
+    >>> bool(abs(result.components[0, 0]) > 0.9)  # the first column's direction, up to the noise
+    True
+    >>> result.privacy.private, result.privacy.neighbouring
+    (True, 'add/remove one row')
+
+    Centred, with the explained variance released too (the CLI's and the estimator's default):
+
+    >>> centred = dppca_dask.pca(X, epsilon=1.0, delta=1e-6, n_components=2, center="private")
+    >>> centred.explained_variance_ratio.shape, centred.mean.shape
+    ((2,), (8,))
     """
     started_wall = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.perf_counter()

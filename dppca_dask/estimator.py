@@ -91,7 +91,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         Number of released components.
     n_features_in_ : int
         Number of columns seen in ``fit``.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape ``(n_features_in_,)``
         Column names, when ``X`` was a DataFrame with string column names.
     privacy_report_ : PrivacyReport
         The privacy report of the release ((ε, δ), neighbouring relation, accountant); ``privacy_`` is the same.
@@ -121,6 +121,21 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
     set (e.g. ``dask.config.set({"dppca_dask.client": "local"})`` for in-process runs), else the active
     ``distributed.Client`` (the one made last, or set with ``client.as_current()``), else what :func:`pca` does
     with ``client=None``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from dppca_dask.estimator import DPPCA
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(2_000, 8)) * [4, 2, 1, 1, 1, 1, 1, 1]
+    >>> X /= np.linalg.norm(X, axis=1).max()
+    >>> model = DPPCA(n_components=2, epsilon=1.0, delta=1e-6)
+    >>> model.fit_transform(X).shape
+    (2000, 2)
+    >>> model.components_.shape, model.explained_variance_ratio_.shape
+    ((2, 8), (2,))
+    >>> model.privacy_report_.private
+    True
     """
 
     def __init__(

@@ -161,6 +161,19 @@ def lowrank(
     Validation happens before anything is read. Private-low-rank calibrates its two steps (range finder,
     projection) together to (ε, δ) by the PLD accountant; randomized response is one analytic Gaussian
     mechanism; private power composes its rounds and values exactly (see each algorithm's Notes).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import dppca_dask
+    >>> rng = np.random.default_rng(0)
+    >>> A = rng.normal(size=(500, 3)) @ rng.normal(size=(3, 40))  # rank 3
+    >>> A /= np.linalg.norm(A, axis=1).max()
+    >>> approx = dppca_dask.lowrank(A, rank=3, epsilon=1.0, delta=1e-6)
+    >>> approx.left.shape, approx.right.shape  # rank + oversampling columns, kept factored
+    ((500, 5), (5, 40))
+    >>> approx.privacy.neighbouring
+    'one row changes by a vector of L2 norm at most 1'
     """
     from dppca_dask.accounting import build_report
     from dppca_dask.api import _execute, _executor_choice, _noise_source, _versions

@@ -76,6 +76,20 @@ def pca(
     of the mechanism (see :func:`dppca_dask.pca`); ``uns[...]["privacy"]`` is its report. The data are centred by a
     released private mean when ``params["zero_center"]`` is true. ``obsm["X_pca"]`` is the public
     projection applied to the private rows: as private as the rows themselves, do not publish it.
+
+    Examples
+    --------
+    >>> import anndata
+    >>> import numpy as np
+    >>> import dppca_dask
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(2_000, 8)) * [4, 2, 1, 1, 1, 1, 1, 1]
+    >>> adata = anndata.AnnData((X / np.linalg.norm(X, axis=1).max()).astype(np.float32))
+    >>> dppca_dask.pp.pca(adata, 2, epsilon=1.0, delta=1e-6)
+    >>> adata.obsm["X_pca"].shape, adata.varm["PCs"].shape
+    ((2000, 2), (8, 2))
+    >>> adata.uns["pca"]["variance_ratio"].shape, "privacy" in adata.uns["pca"]
+    ((2,), True)
     """
     anndata = _import_anndata()
     from dppca_dask.estimator import DPPCA

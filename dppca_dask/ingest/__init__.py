@@ -225,6 +225,22 @@ def ingest(
     -----
     Memory stays bounded by about one partition plus one input batch for every source except ``.npz`` files, the
     Matrix Market ``array`` format and in-memory input, which are in memory anyway; see each source module.
+
+    Examples
+    --------
+    An svmlight file of three rows; its width, 4 columns, is declared (public input):
+
+    >>> import os, tempfile
+    >>> import dppca_dask
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> src = os.path.join(tmp.name, "data.svm")
+    >>> with open(src, "w") as f:
+    ...     for row in ["1 1:0.5 3:0.25", "-1 2:1.0", "1 1:0.1 4:0.7"]:
+    ...         print(row, file=f)
+    >>> store = dppca_dask.ingest(src, os.path.join(tmp.name, "data.zarr"), n_features=4)
+    >>> store.n_cols, store.schema
+    (4, 'declared')
+    >>> tmp.cleanup()
     """
     stamp = None
     if timestamp is not None:

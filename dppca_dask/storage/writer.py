@@ -551,7 +551,7 @@ def _append_lock(path: str) -> Iterator[None]:
     A store appended to by an earlier release has its lock inside (``NAME/.append.lock``): while that file exists it
     is taken too, after this one (as it is, without changing its mode), so that appends by both releases take turns.
     An earlier release appending to a store that has no such file yet would create it after this one looked: every
-    process appending to one store must then run this release or a later one (README, Files and ports)."""
+    process appending to one store must then run this release or a later one (docs/guide/files.md)."""
     from filelock import FileLock  # portable (fcntl is POSIX-only)
 
     outer = append_lock_path(path)

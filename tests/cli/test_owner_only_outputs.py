@@ -1,7 +1,7 @@
 """What the package writes for results (a scree plot included), what an append writes into a store, and a new
-ledger are owner-only whatever the umask: every directory it creates 0700, every file 0600 (README, "Files and
-ports"). Each writer runs for real on small generated data under umask 022, which would otherwise give 0755 and
-0644. Directories that existed before keep their mode: they are the user's."""
+ledger are owner-only whatever the umask: every directory it creates 0700, every file 0600 (docs/guide/files.md,
+"Files, modes and ports"). Each writer runs for real on small generated data under umask 022, which would otherwise
+give 0755 and 0644. Directories that existed before keep their mode: they are the user's."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Wall-clock timings are not released unless asked for (DESIGN.md: "Timings are not released"; the README:
+"""Wall-clock timings are not released unless asked for (DESIGN.md: "Timings are not released"; docs/privacy.md:
 timings are returned only with ``timings=True``).
 
 A result's provenance holds ``started`` (UTC, to the second); a finishing time beside it would give the run's

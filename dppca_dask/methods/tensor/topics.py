@@ -459,6 +459,21 @@ def topics(
     from the events emitted. Beyond seed 002, whose relation is one tensor entry. The number of documents is private
     under this relation and shapes nothing: a corpus with fewer documents than topics runs like any other (its
     releases are mostly noise).
+
+    Examples
+    --------
+    Word counts of 300 generated documents over a vocabulary of 30 words:
+
+    >>> import numpy as np
+    >>> import scipy.sparse as sp
+    >>> import dppca_dask
+    >>> rng = np.random.default_rng(0)
+    >>> counts = sp.random(300, 30, density=0.2, random_state=rng, data_rvs=lambda n: rng.integers(1, 4, n))
+    >>> fitted = dppca_dask.topics(counts.tocsr(), n_topics=3, epsilon=2.0, delta=1e-6)
+    >>> fitted.topics.shape  # each row a distribution over the 30 words
+    (3, 30)
+    >>> bool(np.allclose(fitted.topics.sum(axis=1), 1.0)), fitted.privacy.private
+    (True, True)
     """
     from dppca_dask import accounting
     from dppca_dask.api import _executor_choice

@@ -717,6 +717,29 @@ def window(
     Gram moves by ``aaᵀ`` (``aaᵀ − bbᵀ`` for a row window). One release per call, noise drawn once at the
     coordinator; the report is built from the emitted event: ``GaussianDpEvent`` (gaussian) or the stated
     closed form ``EpsilonDeltaDpEvent(ε, δ)`` (wishart, jl).
+
+    Examples
+    --------
+    A store of three days, one partition each, and a release of the last two days' covariance:
+
+    >>> import datetime, os, tempfile
+    >>> import numpy as np
+    >>> import dppca_dask
+    >>> rng = np.random.default_rng(0)
+    >>> days = rng.normal(size=(3, 400, 6)) * [3, 1, 1, 1, 1, 1]
+    >>> days /= np.linalg.norm(days, axis=2).max()
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> path = os.path.join(tmp.name, "days.zarr")
+    >>> store = dppca_dask.ingest(days[0], path, n_features=6, timestamp="2026-11-01")
+    >>> for day, rows in ((2, days[1]), (3, days[2])):
+    ...     store = dppca_dask.append_partition(
+    ...         path, rows, timestamp=datetime.datetime(2026, 11, day, tzinfo=datetime.timezone.utc))
+    >>> release = dppca_dask.window(path, last="2D", epsilon=1.0, delta=1e-6)
+    >>> release.window.partitions
+    (1, 2)
+    >>> release.covariance.shape, release.pca(2).shape  # post-processing of the one release
+    ((6, 6), (2, 6))
+    >>> tmp.cleanup()
     """
     plan = plan_window(store, last=last, last_rows=last_rows, end=end, epsilon=epsilon, delta=delta,
                        release=release, labels=labels, row_norm_bound=row_norm_bound, tau_rule=tau_rule,
