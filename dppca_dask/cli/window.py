@@ -63,7 +63,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--task", choices=("covariance", "pca", "regression"), default="covariance",
                    help="what to print (all are post-processing of the one release; default: covariance)")
     p.add_argument("--n-components", type=int, default=1, help="components for --task pca (default 1)")
-    p.add_argument("--ridge", type=float, default=0.0, help="ridge added for --task regression (default 0)")
+    p.add_argument("--ridge", type=_ridge, default=None, metavar="RIDGE",
+                   help="--task regression: the ridge added to the released feature covariance, a number >= 0 or "
+                        "'auto' (default: the release's public noise scale; Wishart and JL: their noise mean, Thm 8)")
     p.add_argument("--row-norm-bound", type=float, default=1.0, help="public L2 clipping bound of rows (default 1)")
     p.add_argument("--tau-rule", choices=TAU_RULES, default="thm11", help="Wishart degrees of freedom rule")
     p.add_argument("--sketch-rows", type=int, default=None, help="JL release: rows of the sketch (default d)")
@@ -76,7 +78,17 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def window_json(result: Any, task: str, *, n_components: int = 1, ridge: float = 0.0) -> dict[str, Any]:
+def _ridge(text: str) -> float | str:
+    """``--ridge``: ``auto`` or a number (checked to be finite and >= 0 with the other options)."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a number >= 0; got {text!r}") from None
+
+
+def window_json(result: Any, task: str, *, n_components: int = 1, ridge: float | str = "auto") -> dict[str, Any]:
     """The JSON of a window release for one task: window, privacy, calibration and the task's output."""
     report = result.privacy.to_dict()
     out: dict[str, Any] = {
@@ -95,6 +107,8 @@ def window_json(result: Any, task: str, *, n_components: int = 1, ridge: float =
         out["components"] = np.asarray(result.pca(n_components)).tolist()
     elif task == "regression":
         out["coefficients"] = np.asarray(result.regression(ridge=ridge)).tolist()
+        out["diagnostics"] = result.regression_diagnostics(ridge=ridge)
+        out["ridge"] = out["diagnostics"]["ridge"]
     else:
         out["covariance"] = np.asarray(result.covariance).tolist()
     return out
@@ -140,11 +154,30 @@ def _check_task_arguments(args: argparse.Namespace) -> None:
         k = args.n_components
         if not 1 <= k <= dim:
             raise InvalidParameterError(f"n_components must be an integer in [1, {dim}]; got {k!r}")
-    elif args.task == "regression" and not (math.isfinite(args.ridge) and args.ridge >= 0):
-        raise InvalidParameterError(f"ridge must be finite and >= 0; got {args.ridge!r}")
+    elif args.task == "regression" and isinstance(args.ridge, float) and not (math.isfinite(args.ridge)
+                                                                              and args.ridge >= 0):
+        raise InvalidParameterError(f"ridge must be finite and >= 0 (or 'auto'); got {args.ridge!r}")
     if args.out is not None and os.path.lexists(args.out) and not os.path.isdir(args.out):
         raise InvalidParameterError(f"--out must be a directory (release.json is written into it); '{args.out}' "
                                     "is a file: give another path")
+
+
+def _warn_unreliable(out: dict[str, Any]) -> None:
+    """One warning line on stderr when the task's diagnostics say the noise dominates its output."""
+    diag = out.get("diagnostics")
+    if diag is None or diag["reliable"]:
+        return
+    import sys
+
+    if out["task"] == "regression":
+        from dppca_dask.methods.window.tasks import REGRESSION_ERROR_THRESHOLD
+
+        what = (f"the fit is not reliable: the noise dominates the directions that carry it (estimated relative "
+                f"coefficient error {diag['estimated_relative_error']:.2f} > {REGRESSION_ERROR_THRESHOLD:g}); its "
+                "coefficients are shrunk towards zero")
+    else:
+        what = (f"the {out['task']} output is not reliable: the noise dominates it ({diag['rule']})")
+    print(f"warning: {what}; use a longer window or a larger epsilon", file=sys.stderr)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -167,9 +200,11 @@ def run(args: argparse.Namespace) -> int:
             client=args.scheduler, executor=args.executor, seed=args.seed,
             ledger=args.ledger, dataset=args.dataset, job_id=args.job_id,
         )
-    out = window_json(result, args.task, n_components=args.n_components, ridge=args.ridge)
+    out = window_json(result, args.task, n_components=args.n_components,
+                      ridge="auto" if args.ridge is None else args.ridge)
     if args.out:
         out["output"] = result.save(args.out)
+    _warn_unreliable(out)
     if args.json:
         from dppca_dask.cli import _json
 
@@ -188,6 +223,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"component {i}: largest coordinates " + ", ".join(f"[{j}] {comp[j]:+.4f}" for j in order))
     elif args.task == "regression":
         print("coefficients: " + " ".join(f"{c:+.4g}" for c in out["coefficients"]))
+        diag = out["diagnostics"]
+        print(f"ridge {diag['ridge']:.4g}; estimated relative coefficient error {diag['estimated_relative_error']:.2f}")
     else:
         cov = np.asarray(out["covariance"])
         print(f"covariance: {cov.shape[0]}x{cov.shape[1]}, trace {np.trace(cov):.4g}")

@@ -6,6 +6,8 @@ parameters, never the data nor any structure built from it, so none of them cost
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from dppca_dask.errors import InvalidParameterError
@@ -15,6 +17,7 @@ __all__ = [
     "nonnegative_pca",
     "psd_projection",
     "regression",
+    "regression_diagnostics",
     "sparse_pca",
     "top_components",
 ]
@@ -62,20 +65,68 @@ def directional_variance(matrix: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out[0] if np.ndim(x) == 1 else out
 
 
+def _check_ridge(ridge: float) -> float:
+    if isinstance(ridge, bool) or not isinstance(ridge, (int, float, np.floating, np.integer)) or not (
+            np.isfinite(ridge) and ridge >= 0):
+        raise InvalidParameterError(f"ridge must be finite and >= 0 (or 'auto'); got {ridge!r}")
+    return float(ridge)
+
+
 def regression(matrix: np.ndarray, *, ridge: float = 0.0) -> np.ndarray:
     """Least squares from the released ``[[C_AA, C_AB], [C_BA, C_BB]]`` (label last): ``(C_AA + ridge·I)⁻¹C_AB``.
 
     Thm 8 (A10). A debiased release may have an indefinite ``C_AA``; it is projected onto the PSD cone and a
-    ``ridge`` ≥ 0 may be added (public). A singular system is solved in the least-squares sense.
+    ``ridge`` ≥ 0 (public) is added. A singular system is solved in the least-squares sense.
     """
-    if not (np.isfinite(ridge) and ridge >= 0):
-        raise InvalidParameterError(f"ridge must be finite and >= 0; got {ridge!r}")
+    ridge = _check_ridge(ridge)
     if matrix.shape[0] < 2:
         raise InvalidParameterError("regression needs the label column: release the window with task='regression'")
     caa = psd_projection(matrix[:-1, :-1]) + ridge * np.eye(matrix.shape[0] - 1)
     cab = matrix[:-1, -1]
     solution, *_ = np.linalg.lstsq(caa, cab, rcond=None)
     return np.asarray(solution)
+
+
+#: The estimated relative coefficient error above which a regression fit is reported unreliable.
+REGRESSION_ERROR_THRESHOLD = 0.5
+
+
+def regression_diagnostics(matrix: np.ndarray, *, ridge: float, noise_scale: float) -> dict[str, Any]:
+    """How far to trust :func:`regression`'s fit, from the released matrix and public values only.
+
+    Per eigendirection of the released (PSD-projected) feature block, largest eigenvalue μ first,
+    ``noise_to_signal = noise_scale / μ``: the noise's spectral scale against the direction's released variance
+    (above 1 the direction is noise). Along a direction the fit's coefficient is off by about
+    ``min(1, max(ridge, noise_scale)/(μ + ridge))`` of itself: the ridge shrinks it by ``μ/(μ + ridge)``, and the
+    noise moves it by up to ``noise_scale/(μ + ridge)``. Averaged over the directions, weighted by the energy
+    ``(u·c_AB/μ)²`` an unregularised fit would put in each, this estimates the fit's relative coefficient error to
+    the exact least squares (``estimated_relative_error``, in [0, 1]); ``reliable`` is that estimate at most
+    :data:`REGRESSION_ERROR_THRESHOLD`.
+    """
+    ridge = _check_ridge(ridge)
+    values, vectors = np.linalg.eigh(psd_projection(matrix[:-1, :-1]))
+    values = np.clip(values[::-1], 0.0, None)
+    vectors = vectors[:, ::-1]
+    along = vectors.T @ matrix[:-1, -1]
+    scale = max(float(noise_scale), float(ridge), 1e-300)
+    floor = 1e-6 * scale  # a direction with no released variance: its unregularised coefficient is unbounded
+    energy = (along / np.maximum(values, floor)) ** 2
+    shrink = np.minimum(scale / np.maximum(values + ridge, floor), 1.0)
+    total = float(energy.sum())
+    estimate = float(np.sqrt((energy * shrink**2).sum() / total)) if total > 0 else 1.0
+    ratio = np.minimum(float(noise_scale) / np.maximum(values, floor), 1e6)
+    return {
+        "reliable": bool(estimate <= REGRESSION_ERROR_THRESHOLD),
+        "noise_to_signal": [float(r) for r in ratio],
+        "threshold": 1.0,
+        "rule": ("reliable when the estimated relative coefficient error (min(1, max(ridge, noise scale)/(mu + "
+                 "ridge)) along each released eigendirection of the feature covariance, weighted by the "
+                 f"unregularised fit's energy in it) is at most {REGRESSION_ERROR_THRESHOLD:g}; noise_to_signal is "
+                 "the noise's spectral scale over each released eigenvalue mu, largest first (above 1: noise)"),
+        "estimated_relative_error": estimate,
+        "ridge": float(ridge),
+        "noise_scale": float(noise_scale),
+    }
 
 
 def _deflate(matrix: np.ndarray, x: np.ndarray) -> np.ndarray:
