@@ -144,6 +144,9 @@ class TopicResult:
     privacy: Any
     """:class:`~dppca_dask.accounting.PrivacyReport`, or None for the non-private method of moments."""
     provenance: dict[str, Any] = field(default_factory=dict)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    """How far to trust the topics, from released values only (:func:`topic_diagnostics`): ``reliable``,
+    ``noise_to_signal`` per topic, ``threshold``, ``rule`` (empty for the non-private method of moments)."""
 
     @property
     def private(self) -> bool:
@@ -167,6 +170,7 @@ class TopicResult:
             "eigenvalues": np.asarray(self.eigenvalues).tolist(),
             "privacy": privacy,
             "provenance": self.provenance,
+            "diagnostics": dict(self.diagnostics),
         }
 
     def save(self, directory: str | os.PathLike[str]) -> None:
@@ -189,7 +193,8 @@ def load_topics(directory: str | os.PathLike[str]) -> TopicResult:
     privacy = meta.get("privacy") or {}
     report = LoadedReport(privacy) if privacy.get("epsilon") is not None else None
     return TopicResult(np.load(os.path.join(directory, "topics.npy")), np.asarray(meta["weights"], dtype=np.float64),
-                       np.asarray(meta["eigenvalues"], dtype=np.float64), report, dict(meta.get("provenance", {})))
+                       np.asarray(meta["eigenvalues"], dtype=np.float64), report, dict(meta.get("provenance", {})),
+                       dict(meta.get("diagnostics") or {}))
 
 
 def _count_error(partition: int, row: int) -> InvalidInputError:
@@ -286,6 +291,7 @@ def _topic_run(
     small = (small + small.T) / 2 / scale - a * np.outer(y.T @ mean1, y.T @ mean1)
     sigma, q = np.linalg.eigh(small)
     sigma, q = sigma[::-1], q[:, ::-1]
+    released_sigma = sigma.copy()
     # A public rule on released values: eigenvalues are floored at 1e-6 of the top one, and the top one at the
     # eigenvalue release's noise scale. Below that scale (few documents for the budget) the released second moment
     # is noise: its top eigenvalue may be zero or negative, and whitening by it would make every later
@@ -375,7 +381,45 @@ def _topic_run(
     positive = np.maximum(lam, 1e-300)
     weights = 1.0 / positive**2
     weights /= weights.sum()
-    return {"topics": topics_, "weights": weights, "eigenvalues": lam, "events": events}
+    # what the diagnostics need, all released values or public functions of them
+    scalar_std = (plan.tensor_multiplier * scalar_sensitivity(vecs.T) / scale if plan is not None and noise is not None
+                  else np.zeros(lam.shape))
+    whitening_scale = noise_scale * (math.sqrt(dim) + math.sqrt(n_topics))
+    return {"topics": topics_, "weights": weights, "eigenvalues": lam, "events": events,
+            "diagnostics": topic_diagnostics(released_sigma, whitening_scale, lam, scalar_std)}
+
+
+#: The noise-to-signal level above which a topic run is reported unreliable.
+TOPIC_NOISE_THRESHOLD = 0.5
+
+
+def topic_diagnostics(whitening_eigenvalues: np.ndarray, whitening_scale: float, eigenvalues: np.ndarray,
+                      eigenvalue_std: np.ndarray) -> dict[str, Any]:
+    """How far to trust a topic run, from released values and public noise scales only.
+
+    Per topic h (in the order found), ``noise_to_signal`` is the larger of two ratios: the whitening's, the spectral
+    scale of its noise ``s·(√d + √K)`` (``s`` the standard deviation of each released entry, in the moments'
+    scale) over the h-th released eigenvalue of the second moment (at or above 1 the whitening subspace is noise,
+    and every later step with it); and the tensor's, the standard deviation of the released eigenvalue λ̂_h over
+    ``|λ̂_h|``. A run is ``reliable`` when every topic's figure is at most :data:`TOPIC_NOISE_THRESHOLD`.
+    """
+    sigma = np.asarray(whitening_eigenvalues, dtype=np.float64)
+    lam = np.abs(np.asarray(eigenvalues, dtype=np.float64))
+    k = lam.size
+    tiny = 1e-300
+    whitening = np.where(sigma[:k] > 0, whitening_scale / np.maximum(sigma[:k], tiny), np.inf)
+    tensor = np.asarray(eigenvalue_std, dtype=np.float64) / np.maximum(lam, tiny)
+    ratio = np.minimum(np.maximum(whitening, tensor), 1e6)
+    return {
+        "reliable": bool(np.all(ratio <= TOPIC_NOISE_THRESHOLD)),
+        "noise_to_signal": [float(r) for r in ratio],
+        "threshold": TOPIC_NOISE_THRESHOLD,
+        "rule": ("reliable when, for every topic, both the whitening noise's spectral scale over the released "
+                 "second moment's eigenvalue and the released tensor eigenvalue's noise over its size are at most "
+                 f"{TOPIC_NOISE_THRESHOLD:g}"),
+        "whitening_noise_to_signal": [float(min(r, 1e6)) for r in whitening],
+        "tensor_noise_to_signal": [float(min(r, 1e6)) for r in tensor],
+    }
 
 
 def topics(
@@ -519,4 +563,12 @@ def topics(
         "seeded": seed is not None or (noise is not None and not noise.private),
         "started": started.isoformat(timespec="seconds"),
     }
-    return TopicResult(out["topics"], out["weights"], out["eigenvalues"], report, provenance)
+    diagnostics = out["diagnostics"] if private else {}
+    if private and not diagnostics["reliable"]:
+        import warnings
+
+        worst = max(diagnostics["noise_to_signal"])
+        warnings.warn(f"the topics are not reliable: the noise dominates the released moments (noise-to-signal up "
+                      f"to {worst:.3g} > {diagnostics['threshold']:g}); use more documents or a larger epsilon",
+                      UserWarning, stacklevel=2)
+    return TopicResult(out["topics"], out["weights"], out["eigenvalues"], report, provenance, diagnostics)
