@@ -172,41 +172,52 @@ def sparse_pca(matrix: np.ndarray, k: int, nonzeros: int, *, n_iter: int = 200) 
     return _sign_fixed(out)
 
 
-def nonnegative_pca(matrix: np.ndarray, k: int, *, n_iter: int = 200) -> np.ndarray:
-    """k non-negative unit components with disjoint supports: projected power iteration ``x ← max(Cx, 0)/‖·‖``.
+def _nonnegative_power(sub: np.ndarray, n_iter: int) -> np.ndarray:
+    """The projected power iteration ``x ← max(Cx, 0)/‖·‖`` from the top eigenvector's absolute values."""
+    vector = np.abs(np.linalg.eigh(sub)[1][:, -1])
+    x = vector if vector.sum() > 0 else np.ones(sub.shape[0])
+    x = x / np.linalg.norm(x)
+    for _ in range(n_iter):
+        y = np.maximum(sub @ x, 0.0)
+        norm = np.linalg.norm(y)
+        if norm == 0:
+            break
+        y /= norm
+        if np.allclose(y, x, rtol=0.0, atol=1e-12):
+            return y
+        x = y
+    return x
 
-    Components are orthogonal because their supports are disjoint: after each component its support is removed
-    from the matrix (the spec's minimal solver for Alg. 5's non-negative Π).
+
+def nonnegative_pca(matrix: np.ndarray, k: int, *, n_iter: int = 500, support_tol: float = 0.01) -> np.ndarray:
+    """k non-negative unit components with disjoint supports (Alg. 5's non-negative Π).
+
+    Each component is found on the coordinates no earlier one holds: the projected power iteration
+    ``x ← max(Cx, 0)/‖·‖``, then its support cut to the fewest coordinates that hold ``1 − support_tol`` of
+    ``‖x‖²`` (a coordinate with a tiny positive entry adds next to nothing to the component's variance, and would
+    otherwise be taken from the later components, whose supports must be disjoint), and the iteration run again
+    on that support. Components are orthogonal because their supports are disjoint. Rows left when every
+    coordinate is taken are zero.
     """
     dim = matrix.shape[0]
     k = _check_k(k, dim)
+    if not (isinstance(support_tol, (int, float)) and 0 <= support_tol < 1):
+        raise InvalidParameterError(f"support_tol must be in [0, 1); got {support_tol!r}")
     c = psd_projection(matrix)
     free = np.ones(dim, dtype=bool)
     out = np.zeros((k, dim))
     for j in range(k):
-        if not free.any():
+        index = np.flatnonzero(free)
+        if index.size == 0:
             break
-        sub = c[np.ix_(free, free)]
-        values, vectors = np.linalg.eigh(sub)
-        v = vectors[:, -1]
-        x = np.abs(v) if np.abs(v).sum() > 0 else np.ones(sub.shape[0])
-        x /= np.linalg.norm(x)
-        for _ in range(n_iter):
-            y = np.maximum(sub @ x, 0.0)
-            norm = np.linalg.norm(y)
-            if norm == 0:
-                break
-            y /= norm
-            if np.allclose(y, x):
-                x = y
-                break
-            x = y
-        full = np.zeros(dim)
-        full[np.flatnonzero(free)] = x
-        support = full > 0
-        if not support.any():
-            support[np.flatnonzero(free)[0]] = True
-            full[support] = 1.0
-        out[j] = full / np.linalg.norm(full)
-        free &= ~support
+        x = _nonnegative_power(c[np.ix_(index, index)], n_iter)
+        order = np.argsort(-x, kind="stable")
+        mass = np.cumsum(x[order] ** 2)
+        keep = np.sort(index[order[: int(np.searchsorted(mass, (1.0 - support_tol) * mass[-1])) + 1]])
+        x = _nonnegative_power(c[np.ix_(keep, keep)], n_iter)
+        if not np.any(x > 0):
+            x = np.zeros(keep.size)
+            x[0] = 1.0
+        out[j, keep] = x / np.linalg.norm(x)
+        free[keep[x > 0]] = False
     return out
