@@ -10,7 +10,8 @@ from dppca_dask.errors import InvalidParameterError
 from dppca_dask.methods.window.tasks import nonnegative_pca, sparse_pca
 
 
-def _planted(seed: int = 0, d: int = 100, sizes=(10, 15, 20), variances=(3.0, 2.0, 1.0), n: int = 5000):  # noqa: ANN001, ANN202
+def _planted(seed: int = 0, d: int = 100, sizes: tuple[int, ...] = (10, 15, 20),
+             variances: tuple[float, ...] = (3.0, 2.0, 1.0), n: int = 5000) -> tuple[np.ndarray, np.ndarray]:
     """The Gram of n rows ``z·U + 0.05·noise``: three non-negative unit components of disjoint supports, and small
     isotropic noise that leaves tiny positive entries off every support (the case that used to lose components)."""
     rng = np.random.default_rng(seed)
