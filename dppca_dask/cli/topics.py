@@ -45,8 +45,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--pair-bound", type=float, default=None,
                    help="public clipping bound of each document's second-moment product (default: min(1, 3.5/sqrt(d)))")
     p.add_argument("--tensor-clip", type=float, default=DEFAULT_TENSOR_CLIP,
-                   help="single-topic model only (alpha0 = 0): clip each document's whitened third-moment "
-                        f"contribution to this fraction of its worst case, in (0, 1]; 1 clips nothing (default "
+                   help="clip each document's whitened third-moment contribution (for LDA, with its alpha0 "
+                        f"correction) to this fraction of its worst case, in (0, 1]; 1 clips nothing (default "
                         f"{DEFAULT_TENSOR_CLIP})")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
     add_executor_argument(p)

@@ -78,3 +78,47 @@ def test_topics_json_names_each_topics_top_words(tmp_path, corpus, capsys):
     best = words[int(np.argmax(topics[0]))]
     assert f"topic 0 (weight" in text and f"{best} " in text and "[" not in text.split("topic 0")[1]
     assert "diagnostics: reliable" in text
+
+
+def test_lda_documents_are_clipped_with_their_correction(corpus):
+    """The whitened kernel with LDA's correction and no effective clip equals the unclipped corrected sums (the
+    topic-partial and pair-partial kernels combined as the run combines them); with a clip, every document's
+    corrected vector is within it."""
+    import scipy.sparse as sp
+
+    from dppca_dask.kernels import tensor as K
+
+    rng = np.random.default_rng(3)
+    block = sp.csr_array(corpus.counts[:400])
+    d, k = block.shape[1], 3
+    whiten = rng.standard_normal((d, k))
+    v = whiten @ rng.standard_normal((k, 2))
+    mean1 = rng.random(d)
+    mean1 /= mean1.sum()
+    b, m1v, wm1 = 0.8 / 2.8, mean1 @ v, whiten.T @ mean1
+    vector, scalar = K.whitened_topic_partial(block, v, whiten, np.full(2, np.inf), (b, m1v, wm1))
+    raw_vector, raw_scalar = K.topic_partial(block, v)
+    pairs = K.pair_partial(block, v, min_length=3)
+    quadratic = np.einsum("il,il->l", v, pairs)
+    want = whiten.T @ raw_vector - b * (2.0 * m1v * (whiten.T @ pairs) + quadratic * wm1[:, None])
+    np.testing.assert_allclose(vector, want, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(scalar, raw_scalar - 3.0 * b * m1v * quadratic, rtol=1e-9, atol=1e-12)
+    clip = np.full(2, 1e-3)
+    for i in range(5):  # one document at a time: its clipped contribution is within the clip
+        one, _ = K.whitened_topic_partial(block[[i]], v, whiten, clip, (b, m1v, wm1))
+        assert (np.linalg.norm(one, axis=0) <= clip * (1 + 1e-12)).all()
+
+
+def test_the_lda_path_clips_its_tensor_and_recovers_lda_topics():
+    """LDA data (α₀ = 1, 10,000 documents of 30 words, V = 200, K = 4) at ε = 2: the LDA path, whose documents
+    are clipped with their correction like the single-topic path's, is more accurate than the single-topic path
+    (median TV about 0.12 against 0.22; unclipped, the LDA path gave 0.33)."""
+    c = lda_corpus(10000, 200, 4, doc_length=30, alpha0=1.0, seed=1)
+    tv = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for alpha0 in (0.0, 1.0):
+            runs = [dppca_dask.topics(c.counts, n_topics=4, epsilon=2.0, delta=1e-6, alpha0=alpha0, client="local",
+                                      seed=s) for s in range(3)]
+            tv[alpha0] = float(np.median([np.median(total_variation(r.topics, c.topics)) for r in runs]))
+    assert tv[1.0] <= tv[0.0] and tv[1.0] < 0.2, tv

@@ -19,7 +19,8 @@ Steps (each a pass over the data through the coordinator, one Gaussian release p
    (``v = W u``, never d² or d³ numbers). With ``r_j = Wᵀe_j``, one document moves ``Wᵀ P3_doc(I,v,v)`` by at
    most ``max_i‖r_i‖ · max_j (r_jᵀu)²`` and ``P3_doc(v,v,v)`` by at most ``max_j |r_jᵀu|³``; these bounds are
    functions of released values (W) and the public iterate, so the noise adapts to each step (the analogue of the
-   paper's ‖u‖∞ factors).
+   paper's ‖u‖∞ factors). With ``tensor_clip`` κ < 1 each document's whitened vector (for LDA, with its α₀
+   correction) is clipped to κ times that bound, which is then the vector query's sensitivity.
 4. Un-whitening: ``μ_h = λ_h B v_h (α₀+2)/2`` with ``B = V diag(σ)^{1/2}``, projected onto the probability
    simplex; weights ``∝ 1/λ_h²``.
 
@@ -314,7 +315,7 @@ def _topic_run(
         m1v = np.abs(mean1 @ (whiten @ u))
         return max_row * big**2 + b * (2.0 * m1v * max_row * big + big**2 * np.linalg.norm(wm1))
 
-    clip_tensor = noise is not None and alpha0 == 0 and tensor_clip < 1.0
+    clip_tensor = noise is not None and tensor_clip < 1.0
 
     def vector_sensitivity(u: np.ndarray) -> np.ndarray:
         return tensor_clip * worst_vector(u) if clip_tensor else worst_vector(u)
@@ -325,8 +326,9 @@ def _topic_run(
         return big**3 + 3.0 * b * m1v * big**2
 
     def query(u: np.ndarray, i: int, t: int) -> Any:
-        if clip_tensor:
-            return TopicStep(whiten @ u, whiten=whiten, clip=vector_sensitivity(u))
+        if clip_tensor:  # each document's whitened contribution (LDA: with its correction) clipped
+            lda = (b, mean1 @ (whiten @ u), wm1) if alpha0 > 0 else None
+            return TopicStep(whiten @ u, whiten=whiten, clip=vector_sensitivity(u), lda=lda)
         return TopicStep(whiten @ u, with_pairs=alpha0 > 0)
 
     def answer(agg: Any, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -469,9 +471,11 @@ def topics(
         and 0.2 reached TV ≈ 0.05 at ε = 4; at d = 5,000 and ε = 2, 0.05 gave TV ≈ 0.25 and 0.1 or 0.2 failed
         (TV ≈ 1).
     tensor_clip
-        Public fraction κ in (0, 1] (single-topic model only): each document's whitened contribution
-        ``‖Wᵀ P3_doc(I,v,v)‖`` is clipped to κ times its worst case ``max_i‖r_i‖·max_j (r_jᵀu)²`` (a function of
-        released values), which is then the sensitivity; 1 clips nothing.
+        Public fraction κ in (0, 1]: each document's whitened contribution ``‖Wᵀ P3_doc(I,v,v)‖`` (for LDA, with
+        its α₀ correction ``− b(2·M̂1ᵀv·Wᵀ P2_doc v + (vᵀP2_doc v)·WᵀM̂1)``) is clipped to κ times its worst case
+        (``max_i‖r_i‖·max_j (r_jᵀu)²``, plus the correction's bound for LDA; a function of released values),
+        which is then the sensitivity; 1 clips nothing. On LDA corpora the clip is what lets the LDA path beat
+        the single-topic path at moderate ε (``docs/guide/topics.md``).
     private
         False: the exact (non-private) method of moments, the reference of the benchmarks.
     client
