@@ -305,6 +305,13 @@ def run(args: argparse.Namespace) -> int:
     out = window_json(result, args.task, n_components=1 if args.n_components is None else args.n_components,
                       ridge="auto" if args.ridge is None else args.ridge, nonzeros=args.nonzeros,
                       directions=directions)
+    labels = None
+    if args.task in COMPONENT_TASKS or args.task == "regression":
+        from dppca_dask.cli.pca import feature_labels
+
+        labels, _ = feature_labels(args.store)
+        if labels is not None:
+            out["feature_names"] = labels  # column j of every component (coefficient j) is feature_names[j]
     if args.out:
         out["output"] = result.save(args.out)
     _warn_unreliable(out)
@@ -323,7 +330,8 @@ def run(args: argparse.Namespace) -> int:
         for i, comp in enumerate(out["components"]):
             comp = np.asarray(comp)
             order = np.argsort(-np.abs(comp))[:8]
-            print(f"component {i}: largest coordinates " + ", ".join(f"[{j}] {comp[j]:+.4f}" for j in order))
+            print(f"component {i}: largest coordinates "
+                  + ", ".join(f"[{j if labels is None else labels[j]}] {comp[j]:+.4f}" for j in order))
     elif args.task == "directional-variance":
         print("directional variance: " + " ".join(f"{v:.6g}" for v in out["directional_variance"]))
     elif args.task == "regression":

@@ -115,3 +115,34 @@ def test_histogram_and_jl_parameters_pass_through(daily_store, capsys):
                                           "--json"))
     assert code == 0, err
     assert json.loads(out)["calibration"]["tau_rule"] == "thm14"
+
+
+def test_components_are_labelled_by_the_stores_column_ids(tmp_path, capsys):
+    """A store with declared column ids (Parquet ``--column-ids``): ``feature_names`` in the JSON of a component
+    task, and the ids in the text output."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(0)
+    names = ["alpha", "beta", "gamma", "delta"]
+    (tmp_path / "ids.txt").write_text("\n".join(names))
+    for n in (1, 2):
+        cols = rng.integers(0, 4, 60)
+        cols[:20] = 2  # "gamma" dominates
+        pq.write_table(pa.table({"row_id": np.repeat(np.arange(20) + 100 * n, 3), "col_id": [names[c] for c in cols],
+                                 "value": rng.random(60) + np.where(cols == 2, 1.5, 0.0)}), tmp_path / f"d{n}.parquet")
+    store = tmp_path / "store"
+    assert main(["ingest", str(tmp_path / "d1.parquet"), "--out", str(store), "--timestamp", "2026-11-01",
+                 "--column-ids", str(tmp_path / "ids.txt")]) == 0
+    assert main(["append", str(store), str(tmp_path / "d2.parquet"), "--timestamp", "2026-11-02"]) == 0
+    capsys.readouterr()
+    argv = ["window", str(store), "--last", "2D", "--epsilon", "50", "--delta", "1e-6", "--scheduler", "local",
+            "--seed", "1", "--task", "nonnegative-pca"]
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    obj = json.loads(out)
+    assert obj["feature_names"] == sorted(names)  # the declared universe, sorted
+    assert obj["feature_names"][int(np.argmax(obj["components"][0]))] == "gamma"
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert "component 0: largest coordinates [gamma] +" in out
