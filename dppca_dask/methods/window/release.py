@@ -603,9 +603,10 @@ class WindowRelease:
 
         ``ridge="auto"`` (default) adds :meth:`regression_ridge`'s public ridge to the debiased, PSD-projected
         feature block: where the noise exceeds a direction's variance, the direction's coefficient is shrunk
-        towards zero instead of being blown up by the noise (the fit is then no worse than predicting zero, as
-        measured in ``benchmarks/bench_window.py``). ``ridge=0`` solves without one (exact when the noise is small
-        against every direction).
+        towards zero instead of being blown up by the noise (measured in ``benchmarks/bench_window.py``: about as
+        good as predicting zero at worst, slightly worse only where the noise is about twice every direction's
+        variance, which :meth:`regression_diagnostics` reports as unreliable). ``ridge=0`` solves without one
+        (exact when the noise is small against every direction).
         """
         self._check_labels()
         value = self.regression_ridge(ridge)
