@@ -13,6 +13,8 @@ time of one moment step against plain Dask.
    distance of the matched topics for the non-private method of moments, scikit-learn's
    LatentDirichletAllocation (online, non-private) and the private topic model across ε (δ = 1e-6); then the
    same against the number of documents at a fixed ε, beside the non-private method of moments (``ratio``).
+   Then LDA corpora (α₀ = 1): the single-topic path against the LDA path (``alpha0 = 1``) across ε, with how many
+   runs the diagnostics call reliable (part ``lda``).
 4. Row-level private TPM on Σ x^{⊗3} (beyond the paper): |v̂ᵀv| against ε, fixed worst-case c³√L calibration
    against adaptive filtering (SVT-chosen θ), on the spec §3.3 generator (rows clipped to c = 1).
 5. Seconds per moment step (Xᵀ((XU)∘²), L = 8) through the coordinator (in-process executor) against the same
@@ -75,6 +77,23 @@ def topic_table(n_docs: int, n_words: int, n_topics: int, epsilons: list[float],
         rows.append({"method": "private topic model", "epsilon": eps,
                      "median_tv": float(np.median(total_variation(r.topics, corpus.topics))),
                      "seconds": time.perf_counter() - t})
+    return rows
+
+
+def lda_table(n_docs: int, n_words: int, n_topics: int, epsilons: list[float], runs: int,
+              seed: int = 1) -> list[dict]:
+    """An LDA corpus (α₀ = 1, documents of 30 words): median TV of the single-topic path and of the LDA path
+    across ε (median over ``runs`` seeded runs), and how many runs each path's diagnostics call reliable."""
+    corpus = lda_corpus(n_docs, n_words, n_topics, doc_length=30, alpha0=1.0, seed=seed)
+    rows = []
+    for eps in epsilons:
+        for alpha0 in (0.0, 1.0):
+            results = [topics(corpus.counts, n_topics=n_topics, epsilon=eps, delta=1e-6, alpha0=alpha0,
+                              client="local", seed=s) for s in range(runs)]
+            rows.append({"path": "LDA (alpha0=1)" if alpha0 else "single-topic", "epsilon": eps,
+                         "median_tv": float(np.median([np.median(total_variation(r.topics, corpus.topics))
+                                                       for r in results])),
+                         "reliable": f"{sum(r.diagnostics['reliable'] for r in results)}/{runs}"})
     return rows
 
 
@@ -325,7 +344,7 @@ def plot_alg3(rows: list[dict]) -> None:
     plt.close(fig)
 
 
-PARTS = ("online", "alg3", "topics", "docs", "rows", "timing")
+PARTS = ("online", "alg3", "topics", "lda", "docs", "rows", "timing")
 
 
 def main() -> None:
@@ -370,6 +389,11 @@ def main() -> None:
         topic_rows = (topic_table(20_000, 500, 5, [1.0, 4.0, 16.0, 64.0]) if quick
                       else topic_table(200_000, 5_000, 10, [0.5, 2.0, 8.0, 32.0]))
         print(table(topic_rows, ["method", "epsilon", "median_tv", "seconds"]))
+        print()
+    if "lda" in args.part:
+        lda_rows = lda_table(20_000, 500, 5, [1.0, 2.0, 4.0], runs=2 if quick else 4)
+        print("LDA corpus (alpha0 = 1, 20,000 documents of 30 words, V = 500, K = 5): single-topic and LDA paths")
+        print(table(lda_rows, ["path", "epsilon", "median_tv", "reliable"]))
         print()
     headline = None
     if "docs" in args.part:

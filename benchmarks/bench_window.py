@@ -9,6 +9,12 @@ medians:
 - PCA: ``sin²`` between the top eigenvector of the release and of the exact window covariance;
 - regression: excess mean squared error over the exact least-squares fit, on the window's clipped rows.
 
+A second table measures the regression (``WindowRelease.regression``, default ridge against none) on two planted
+designs of seven days of 3,000 rows: ``ill`` (d = 100, rank 5 plus small isotropic noise, random β: 95 directions
+lie below the noise) and ``well`` (d = 20, isotropic): the median relative coefficient error to the exact window
+least squares (predicting zero scores 1) and the excess RSS over the exact fit as a share of predicting zero's
+(``(RSS − RSS_exact)/(RSS_zero − RSS_exact)``: 0 is the exact fit, 1 is no better than zero).
+
 Usage: ``python benchmarks/bench_window.py [--quick] [--rows W] [--data shared/data/w8a.svm]``; writes
 ``benchmarks/results/window.md`` and ``benchmarks/results/window_error.png``.
 """
@@ -32,7 +38,8 @@ from dppca_dask.mechanisms.wishart import (  # noqa: E402
     symmetric_gaussian_mechanism,
     wishart_mechanism,
 )
-from dppca_dask.methods.window.tasks import psd_projection, regression  # noqa: E402
+from dppca_dask.methods.window.release import WindowRelease  # noqa: E402
+from dppca_dask.methods.window.tasks import psd_projection  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -49,20 +56,76 @@ def load(path: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
     return z / np.maximum(norms, 1.0)[:, None], norms
 
 
-def release(kind: str, gram: np.ndarray, epsilon: float, delta: float, noise: NoiseSource, key: str) -> np.ndarray:
-    """The debiased released matrix."""
+def raw_release(kind: str, gram: np.ndarray, epsilon: float, delta: float, noise: NoiseSource,
+                key: str) -> WindowRelease:
+    """The release as :func:`dppca_dask.window` returns it (a time window of unit-bounded rows with labels), for
+    its post-processing (the regression's default ridge)."""
     if kind == "gaussian":
-        noisy, _ = symmetric_gaussian_mechanism(gram, row_norm_bound=1.0,
-                                                noise_multiplier=calibrate_gaussian(epsilon=epsilon, delta=delta),
-                                                noise=noise, release=key)
-        return noisy
+        multiplier = calibrate_gaussian(epsilon=epsilon, delta=delta)
+        noisy, _ = symmetric_gaussian_mechanism(gram, row_norm_bound=1.0, noise_multiplier=multiplier, noise=noise,
+                                                release=key)
+        cal = {"noise_multiplier": multiplier, "l2_sensitivity": 1.0, "row_norm_bound": 1.0}
+        return WindowRelease(noisy, 0.0, kind, None, None, True, cal)  # type: ignore[arg-type]
     if kind == "wishart":
         noisy, tau, _ = wishart_mechanism(gram, row_norm_bound=1.0, epsilon=epsilon, delta=delta, noise=noise,
                                           release=key)
-        return noisy - tau * np.eye(gram.shape[0])
+        return WindowRelease(noisy, tau, kind, None, None, True, {"tau": tau})  # type: ignore[arg-type]
     noisy, sigma, _ = jl_gram_mechanism(gram, row_norm_bound=1.0, epsilon=epsilon, delta=delta,
                                         sketch_rows=gram.shape[0], noise=noise, release=key)
-    return noisy - sigma**2 * np.eye(gram.shape[0])
+    return WindowRelease(noisy, sigma**2, kind, None, None, True,  # type: ignore[arg-type]
+                         {"sigma": sigma, "sketch_rows": gram.shape[0]})
+
+
+def planted_design(kind: str, *, days: int = 7, rows: int = 3000, seed: int = 0) -> np.ndarray:
+    """``days × rows`` rows ``(x, y)`` clipped jointly to norm 1: ``"ill"`` (d = 100, rank 5 plus isotropic noise of
+    variance 1e-3 per coordinate, random β of norm 4) or ``"well"`` (d = 20, isotropic, β of norm 0.4); y has
+    noise of standard deviation 0.05 (the designs of tests/window/test_window_regression.py)."""
+    rng = np.random.default_rng(seed)
+    n = days * rows
+    if kind == "ill":
+        d, rank = 100, 5
+        basis = np.linalg.qr(rng.standard_normal((d, rank)))[0]
+        x = rng.standard_normal((n, rank)) @ basis.T * np.sqrt(0.08) + rng.standard_normal((n, d)) * np.sqrt(1e-3)
+        beta = rng.standard_normal(d)
+        beta *= 4.0 / np.linalg.norm(beta)
+    else:
+        d = 20
+        x = rng.standard_normal((n, d)) * np.sqrt(0.5 / d)
+        beta = rng.standard_normal(d)
+        beta *= 0.4 / np.linalg.norm(beta)
+    z = np.hstack([x, (x @ beta + 0.05 * rng.standard_normal(n))[:, None]])
+    return z / np.maximum(np.linalg.norm(z, axis=1), 1.0)[:, None]
+
+
+def regression_table(epsilons: list[float], repeats: int, delta: float, seed: int) -> list[dict[str, object]]:
+    """Coefficient error and excess RSS of the window regression on the planted designs, against the exact window
+    fit and against predicting zero, with the default ridge (``auto``) and without one (``0``)."""
+    out: list[dict[str, object]] = []
+    noise = NoiseSource.from_seed(seed + 1)
+    for design in ("ill", "well"):
+        z = planted_design(design)
+        gram, x_rows, y = z.T @ z, z[:, :-1], z[:, -1]
+        exact = np.linalg.lstsq(x_rows, y, rcond=None)[0]
+        rss_exact, rss_zero = float(np.sum((x_rows @ exact - y) ** 2)), float(y @ y)
+        for epsilon in epsilons:
+            for kind in ("gaussian", "wishart", "jl"):
+                rows: dict[str, dict[str, list[float]]] = {"auto": {}, "0": {}}
+                for r in range(repeats):
+                    result = raw_release(kind, gram, epsilon, delta, noise, f"reg-{design}-{kind}-{epsilon}-{r}")
+                    for ridge in rows:
+                        coef = result.regression(ridge="auto" if ridge == "auto" else 0.0)
+                        rss = float(np.sum((x_rows @ coef - y) ** 2))
+                        got = rows[ridge]
+                        got.setdefault("err", []).append(float(np.linalg.norm(coef - exact) / np.linalg.norm(exact)))
+                        got.setdefault("rss", []).append((rss - rss_exact) / (rss_zero - rss_exact))
+                        if ridge == "auto":
+                            diag = result.regression_diagnostics()
+                            got.setdefault("reliable", []).append(float(diag["reliable"]))
+                for ridge, got in rows.items():
+                    out.append({"design": design, "epsilon": epsilon, "release": kind, "ridge": ridge,
+                                "coef_rel_err": median(got["err"]), "excess_rss_vs_zero": median(got["rss"]),
+                                "reliable": "" if ridge == "0" else f"{sum(got['reliable']):.0f}/{repeats}"})
+    return out
 
 
 def histogram_space(widths: list[int], *, d: int = 10, rank: int = 3, eta: float = 0.2, lam: float = 171.0,
@@ -115,11 +178,11 @@ def main() -> None:
         for kind in ("gaussian", "wishart", "jl"):
             cov, angle, excess = [], [], []
             for r in range(repeats):
-                debiased = release(kind, gram, epsilon, args.delta, noise, f"{kind}-{epsilon}-{r}")
-                c = debiased[:-1, :-1]
+                result = raw_release(kind, gram, epsilon, args.delta, noise, f"{kind}-{epsilon}-{r}")
+                c = result.debiased[:-1, :-1]
                 cov.append(float(np.linalg.norm(c - feats, 2) / np.linalg.norm(feats, 2)))
                 angle.append(sin2(np.linalg.eigh(psd_projection(c))[1][:, -1], top))
-                coef = regression(debiased)
+                coef = result.regression()  # the default ridge
                 excess.append(float(np.mean((x_rows @ coef - y) ** 2)) - best)
             out.append({"epsilon": epsilon, "release": kind, "cov_spectral_err": median(cov),
                         "pca_sin2": median(angle), "regression_excess_mse": median(excess)})
@@ -128,6 +191,12 @@ def main() -> None:
     space = histogram_space([100, 400] if args.quick else [100, 400, 1600])
     text += ("\n\nSpectral histogram space (d = 10, rank-3 unit rows, eta = 0.2, lambda = 171, T = 2W):\n\n"
              + table(space, ["W", "max_checkpoints", "bound", "histogram_bytes", "window_rows_bytes"]))
+    reg = regression_table(epsilons, repeats, args.delta, args.seed)
+    text += ("\n\nRegression on planted designs (7 days x 3,000 rows; coefficient error relative to the exact window "
+             "least squares, predicting zero = 1; excess RSS over the exact fit as a share of predicting zero's; "
+             "reliable: releases whose diagnostics say so):\n\n"
+             + table(reg, ["design", "epsilon", "release", "ridge", "coef_rel_err", "excess_rss_vs_zero",
+                           "reliable"]))
     header = (f"# Window releases on w8a: W = {rows} rows x 300 features (+ label), delta = {args.delta:g}, "
               f"median of {repeats} draws\n\nexact least-squares MSE {best:.4g}; {seconds:.1f} s\n\n")
     print(header + text)

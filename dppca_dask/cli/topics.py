@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["format_topics", "register"]
+__all__ = ["format_topics", "register", "top_words"]
 
 SUMMARY = "differentially private topic model of a document-word count store"
 
@@ -45,8 +45,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--pair-bound", type=float, default=None,
                    help="public clipping bound of each document's second-moment product (default: min(1, 3.5/sqrt(d)))")
     p.add_argument("--tensor-clip", type=float, default=DEFAULT_TENSOR_CLIP,
-                   help="single-topic model only (alpha0 = 0): clip each document's whitened third-moment "
-                        f"contribution to this fraction of its worst case, in (0, 1]; 1 clips nothing (default "
+                   help="clip each document's whitened third-moment contribution (for LDA, with its alpha0 "
+                        f"correction) to this fraction of its worst case, in (0, 1]; 1 clips nothing (default "
                         f"{DEFAULT_TENSOR_CLIP})")
     p.add_argument("--scheduler", default=None, help="Dask scheduler address or scheduler file (default: local)")
     add_executor_argument(p)
@@ -59,8 +59,20 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=run)
 
 
-def format_topics(result: Any, *, top: int = 8) -> str:
-    """The privacy statement, then each topic's weight and its most probable columns."""
+def top_words(result: Any, labels: list[str] | None, *, top: int = 8) -> list[list[dict[str, Any]]]:
+    """Each topic's ``top`` most probable columns, most probable first: ``{"column", "word", "probability"}``
+    (``word``: the store's column id from ``var_ids``, or the column index as text without one)."""
+    out = []
+    for row in np.asarray(result.topics):
+        order = [int(j) for j in np.argsort(-row, kind="stable")[:top] if row[j] > 0] or [int(np.argmax(row))]
+        out.append([{"column": j, "word": labels[j] if labels is not None else str(j),
+                     "probability": float(row[j])} for j in order])
+    return out
+
+
+def format_topics(result: Any, *, top: int = 8, labels: list[str] | None = None) -> str:
+    """The privacy statement, then each topic's weight and its most probable words (the store's column ids when
+    it has them, else ``[column]``)."""
     report = result.privacy
     lines = ["mechanism: topics"]
     if result.private:
@@ -68,14 +80,20 @@ def format_topics(result: Any, *, top: int = 8) -> str:
                      f"differing by {report.neighbouring} (accountant: {report.accountant})")
     else:
         lines.append("privacy: NOT differentially private (seeded run)")
-    for h, (weight, row) in enumerate(zip(result.weights, np.asarray(result.topics))):
-        order = np.argsort(-row)[:top]
-        words = ", ".join(f"[{j}] {row[j]:.4f}" for j in order)
-        lines.append(f"topic {h} (weight {weight:.3f}): {words}")
+    diag = getattr(result, "diagnostics", None) or {}
+    if diag:
+        ratios = ", ".join(f"{r:.3g}" for r in diag["noise_to_signal"])
+        lines.append(f"diagnostics: {'reliable' if diag['reliable'] else 'NOT reliable'} (noise-to-signal per topic "
+                     f"{ratios}; threshold {diag['threshold']:g})")
+    for h, (weight, words) in enumerate(zip(result.weights, top_words(result, labels, top=top))):
+        text = ", ".join((f"{w['word']}" if labels is not None else f"[{w['column']}]") + f" {w['probability']:.4f}"
+                         for w in words)
+        lines.append(f"topic {h} (weight {weight:.3f}): {text}")
     return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
+    from dppca_dask.cli.pca import feature_labels
     from dppca_dask.methods.tensor.topics import topics
 
     result = topics(
@@ -84,17 +102,23 @@ def run(args: argparse.Namespace) -> int:
         pair_bound=args.pair_bound, tensor_clip=args.tensor_clip,
         client=args.scheduler, executor=args.executor, persist=args.persist, seed=args.seed,
     )
+    labels, note = feature_labels(args.store)
     if args.out:
         result.save(args.out)
     if args.json:
         out = result.to_dict()
+        out["top_words"] = top_words(result, labels)
+        if note:
+            out["note"] = note
         if args.out:
             out["output"] = args.out
         from dppca_dask.cli import _json
 
         _json.dump(out)  # strict JSON: a non-finite number is null
     else:
-        print(format_topics(result))
+        print(format_topics(result, labels=labels))
+        if note:
+            print(note)
         if args.out:
             print(f"written to {args.out}")
     return 0

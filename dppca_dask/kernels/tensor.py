@@ -125,15 +125,24 @@ def topic_partial(block: Any, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def whitened_topic_partial(
-    block: Any, v: np.ndarray, whiten: np.ndarray, clip: np.ndarray
+    block: Any, v: np.ndarray, whiten: np.ndarray, clip: np.ndarray,
+    lda: tuple[float, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Like :func:`topic_partial` but in the whitened space: ``Σ_docs f_doc · Wᵀ P3_doc(I, v, v)`` (k×L), each
     document's k-vector scaled by ``f = min(1, clip_τ/‖·‖)`` (per column τ), and the scalars with the same factors.
 
     Per document and column: ``Wᵀ(c s² − 2 (c∘v) s − c q + 2 c∘v∘²)/(ℓ(ℓ−1)(ℓ−2))`` from ``CW``, ``C(W∘v)`` and
     ``C(W∘v∘²)`` (n×k each), never a d×d matrix.
+
+    With ``lda = (b, m1v, wm1)`` (LDA's α₀ correction: ``b = α₀/(α₀+2)``, ``m1v = M̂1ᵀv`` per column and
+    ``wm1 = WᵀM̂1``, released values), each document's vector is the corrected one,
+    ``Wᵀ P3_doc(I,v,v) − b(2·m1v·Wᵀ P2_doc v + (vᵀP2_doc v)·wm1)``, and its scalar
+    ``P3_doc(v,v,v) − 3b·m1v·vᵀP2_doc v`` (``P2_doc`` over ordered pairs of distinct positions, ``1/(ℓ(ℓ−1))``,
+    documents of at least three words), clipped as a whole.
     """
-    w = _weights(_lengths(block), 3)
+    lengths = _lengths(block)
+    w = _weights(lengths, 3)
+    w2 = _weights(lengths, 2) * (lengths >= 3)
     s = _sparse.times(block, v)
     q = _sparse.times(block, (v * v))
     r = _sparse.times(block, (v * v * v))
@@ -146,10 +155,17 @@ def whitened_topic_partial(
         cwv2 = _sparse.times(block, (whiten * (v[:, tau, None] ** 2)))
         st, qt = s[:, tau], q[:, tau]
         g = w[:, None] * (cw * (st * st - qt)[:, None] - 2.0 * cwv * st[:, None] + 2.0 * cwv2)
+        h = w * (st**3 - 3.0 * st * qt + 2.0 * r[:, tau])
+        if lda is not None:
+            b, m1v, wm1 = lda
+            pairs = w2[:, None] * (cw * st[:, None] - cwv)  # Wᵀ P2_doc v
+            quadratic = w2 * (st * st - qt)  # vᵀ P2_doc v
+            g = g - b * (2.0 * m1v[tau] * pairs + quadratic[:, None] * np.asarray(wm1)[None, :])
+            h = h - 3.0 * b * m1v[tau] * quadratic
         norms = np.linalg.norm(g, axis=1)
         factor = np.where(norms > clip[tau], clip[tau] / np.where(norms > 0, norms, 1.0), 1.0)
         vector[:, tau] = (factor[:, None] * g).sum(axis=0)
-        scalar[tau] = (factor * w * (st**3 - 3.0 * st * qt + 2.0 * r[:, tau])).sum()
+        scalar[tau] = (factor * h).sum()
     return vector, scalar
 
 

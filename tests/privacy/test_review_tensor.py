@@ -61,7 +61,7 @@ def test_the_largest_count_accepted_releases_within_the_sensitivity(seed):
     row = np.zeros(x.shape[1])
     row[[0, 1, 2]] = 2.0**53
     x2 = sp.csr_array(sp.vstack([x, sp.csr_array(row[None, :])]))
-    for alpha0, clip in ((0.0, 0.25), (0.0, 1.0), (0.8, 1.0)):
+    for alpha0, clip in ((0.0, 0.25), (0.0, 1.0), (0.8, 1.0), (0.8, 0.25)):
         a = _RecordingSource(seed)
         topics(x, noise=a, alpha0=alpha0, tensor_clip=clip, **KW)
         b = _CoupledSource(seed, a)

@@ -38,6 +38,8 @@ class TopicStep:
     whiten: np.ndarray | None = None
     """With ``clip``: return ``Σ f·Wᵀ P3_doc(I,v,v)`` (k×L), each document clipped per column to ``clip``."""
     clip: np.ndarray | None = None
+    lda: tuple[float, np.ndarray, np.ndarray] | None = None
+    """With ``clip``: LDA's correction ``(b, M̂1ᵀv, WᵀM̂1)`` applied to each document before it is clipped."""
 
 
 @dataclass(frozen=True)
@@ -67,9 +69,9 @@ def _moment_task(item: Any, u: np.ndarray, *, row_norm_bound: float) -> tuple[np
 
 def _topic_task(item: Any, payload: tuple[Any, ...], *, with_pairs: bool) -> tuple[np.ndarray, ...]:
     block = load_partition(item).block
-    v, whiten, clip = payload
+    v, whiten, clip, lda = payload
     if clip is not None:
-        return K.whitened_topic_partial(block, v, whiten, clip)
+        return K.whitened_topic_partial(block, v, whiten, clip, lda)
     vector, scalar = K.topic_partial(block, v)
     if with_pairs:
         return vector, scalar, K.pair_partial(block, v, min_length=3)
@@ -119,7 +121,7 @@ register_request(
 )
 register_request(
     TopicStep,
-    lambda r: StepPlan(_topic_task, {"with_pairs": r.with_pairs}, (r.v, r.whiten, r.clip), _sum_pairs,
+    lambda r: StepPlan(_topic_task, {"with_pairs": r.with_pairs}, (r.v, r.whiten, r.clip, r.lda), _sum_pairs,
                        empty=lambda d: (np.zeros((d if r.clip is None else r.whiten.shape[1], r.v.shape[1])),
                                         np.zeros(r.v.shape[1]))
                        + ((np.zeros((d, r.v.shape[1])),) if r.with_pairs else ())),

@@ -19,7 +19,8 @@ Steps (each a pass over the data through the coordinator, one Gaussian release p
    (``v = W u``, never d² or d³ numbers). With ``r_j = Wᵀe_j``, one document moves ``Wᵀ P3_doc(I,v,v)`` by at
    most ``max_i‖r_i‖ · max_j (r_jᵀu)²`` and ``P3_doc(v,v,v)`` by at most ``max_j |r_jᵀu|³``; these bounds are
    functions of released values (W) and the public iterate, so the noise adapts to each step (the analogue of the
-   paper's ‖u‖∞ factors).
+   paper's ‖u‖∞ factors). With ``tensor_clip`` κ < 1 each document's whitened vector (for LDA, with its α₀
+   correction) is clipped to κ times that bound, which is then the vector query's sensitivity.
 4. Un-whitening: ``μ_h = λ_h B v_h (α₀+2)/2`` with ``B = V diag(σ)^{1/2}``, projected onto the probability
    simplex; weights ``∝ 1/λ_h²``.
 
@@ -144,6 +145,9 @@ class TopicResult:
     privacy: Any
     """:class:`~dppca_dask.accounting.PrivacyReport`, or None for the non-private method of moments."""
     provenance: dict[str, Any] = field(default_factory=dict)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    """How far to trust the topics, from released values only (:func:`topic_diagnostics`): ``reliable``,
+    ``noise_to_signal`` per topic, ``threshold``, ``rule`` (empty for the non-private method of moments)."""
 
     @property
     def private(self) -> bool:
@@ -167,6 +171,7 @@ class TopicResult:
             "eigenvalues": np.asarray(self.eigenvalues).tolist(),
             "privacy": privacy,
             "provenance": self.provenance,
+            "diagnostics": dict(self.diagnostics),
         }
 
     def save(self, directory: str | os.PathLike[str]) -> None:
@@ -189,7 +194,8 @@ def load_topics(directory: str | os.PathLike[str]) -> TopicResult:
     privacy = meta.get("privacy") or {}
     report = LoadedReport(privacy) if privacy.get("epsilon") is not None else None
     return TopicResult(np.load(os.path.join(directory, "topics.npy")), np.asarray(meta["weights"], dtype=np.float64),
-                       np.asarray(meta["eigenvalues"], dtype=np.float64), report, dict(meta.get("provenance", {})))
+                       np.asarray(meta["eigenvalues"], dtype=np.float64), report, dict(meta.get("provenance", {})),
+                       dict(meta.get("diagnostics") or {}))
 
 
 def _count_error(partition: int, row: int) -> InvalidInputError:
@@ -286,6 +292,7 @@ def _topic_run(
     small = (small + small.T) / 2 / scale - a * np.outer(y.T @ mean1, y.T @ mean1)
     sigma, q = np.linalg.eigh(small)
     sigma, q = sigma[::-1], q[:, ::-1]
+    released_sigma = sigma.copy()
     # A public rule on released values: eigenvalues are floored at 1e-6 of the top one, and the top one at the
     # eigenvalue release's noise scale. Below that scale (few documents for the budget) the released second moment
     # is noise: its top eigenvalue may be zero or negative, and whitening by it would make every later
@@ -308,7 +315,7 @@ def _topic_run(
         m1v = np.abs(mean1 @ (whiten @ u))
         return max_row * big**2 + b * (2.0 * m1v * max_row * big + big**2 * np.linalg.norm(wm1))
 
-    clip_tensor = noise is not None and alpha0 == 0 and tensor_clip < 1.0
+    clip_tensor = noise is not None and tensor_clip < 1.0
 
     def vector_sensitivity(u: np.ndarray) -> np.ndarray:
         return tensor_clip * worst_vector(u) if clip_tensor else worst_vector(u)
@@ -319,8 +326,9 @@ def _topic_run(
         return big**3 + 3.0 * b * m1v * big**2
 
     def query(u: np.ndarray, i: int, t: int) -> Any:
-        if clip_tensor:
-            return TopicStep(whiten @ u, whiten=whiten, clip=vector_sensitivity(u))
+        if clip_tensor:  # each document's whitened contribution (LDA: with its correction) clipped
+            lda = (b, mean1 @ (whiten @ u), wm1) if alpha0 > 0 else None
+            return TopicStep(whiten @ u, whiten=whiten, clip=vector_sensitivity(u), lda=lda)
         return TopicStep(whiten @ u, with_pairs=alpha0 > 0)
 
     def answer(agg: Any, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -375,7 +383,45 @@ def _topic_run(
     positive = np.maximum(lam, 1e-300)
     weights = 1.0 / positive**2
     weights /= weights.sum()
-    return {"topics": topics_, "weights": weights, "eigenvalues": lam, "events": events}
+    # what the diagnostics need, all released values or public functions of them
+    scalar_std = (plan.tensor_multiplier * scalar_sensitivity(vecs.T) / scale if plan is not None and noise is not None
+                  else np.zeros(lam.shape))
+    whitening_scale = noise_scale * (math.sqrt(dim) + math.sqrt(n_topics))
+    return {"topics": topics_, "weights": weights, "eigenvalues": lam, "events": events,
+            "diagnostics": topic_diagnostics(released_sigma, whitening_scale, lam, scalar_std)}
+
+
+#: The noise-to-signal level above which a topic run is reported unreliable.
+TOPIC_NOISE_THRESHOLD = 0.5
+
+
+def topic_diagnostics(whitening_eigenvalues: np.ndarray, whitening_scale: float, eigenvalues: np.ndarray,
+                      eigenvalue_std: np.ndarray) -> dict[str, Any]:
+    """How far to trust a topic run, from released values and public noise scales only.
+
+    Per topic h (in the order found), ``noise_to_signal`` is the larger of two ratios: the whitening's, the spectral
+    scale of its noise ``s·(√d + √K)`` (``s`` the standard deviation of each released entry, in the moments'
+    scale) over the h-th released eigenvalue of the second moment (at or above 1 the whitening subspace is noise,
+    and every later step with it); and the tensor's, the standard deviation of the released eigenvalue λ̂_h over
+    ``|λ̂_h|``. A run is ``reliable`` when every topic's figure is at most :data:`TOPIC_NOISE_THRESHOLD`.
+    """
+    sigma = np.asarray(whitening_eigenvalues, dtype=np.float64)
+    lam = np.abs(np.asarray(eigenvalues, dtype=np.float64))
+    k = lam.size
+    tiny = 1e-300
+    whitening = np.where(sigma[:k] > 0, whitening_scale / np.maximum(sigma[:k], tiny), np.inf)
+    tensor = np.asarray(eigenvalue_std, dtype=np.float64) / np.maximum(lam, tiny)
+    ratio = np.minimum(np.maximum(whitening, tensor), 1e6)
+    return {
+        "reliable": bool(np.all(ratio <= TOPIC_NOISE_THRESHOLD)),
+        "noise_to_signal": [float(r) for r in ratio],
+        "threshold": TOPIC_NOISE_THRESHOLD,
+        "rule": ("reliable when, for every topic, both the whitening noise's spectral scale over the released "
+                 "second moment's eigenvalue and the released tensor eigenvalue's noise over its size are at most "
+                 f"{TOPIC_NOISE_THRESHOLD:g}"),
+        "whitening_noise_to_signal": [float(min(r, 1e6)) for r in whitening],
+        "tensor_noise_to_signal": [float(min(r, 1e6)) for r in tensor],
+    }
 
 
 def topics(
@@ -425,9 +471,11 @@ def topics(
         and 0.2 reached TV ≈ 0.05 at ε = 4; at d = 5,000 and ε = 2, 0.05 gave TV ≈ 0.25 and 0.1 or 0.2 failed
         (TV ≈ 1).
     tensor_clip
-        Public fraction κ in (0, 1] (single-topic model only): each document's whitened contribution
-        ``‖Wᵀ P3_doc(I,v,v)‖`` is clipped to κ times its worst case ``max_i‖r_i‖·max_j (r_jᵀu)²`` (a function of
-        released values), which is then the sensitivity; 1 clips nothing.
+        Public fraction κ in (0, 1]: each document's whitened contribution ``‖Wᵀ P3_doc(I,v,v)‖`` (for LDA, with
+        its α₀ correction ``− b(2·M̂1ᵀv·Wᵀ P2_doc v + (vᵀP2_doc v)·WᵀM̂1)``) is clipped to κ times its worst case
+        (``max_i‖r_i‖·max_j (r_jᵀu)²``, plus the correction's bound for LDA; a function of released values),
+        which is then the sensitivity; 1 clips nothing. On LDA corpora the clip is what lets the LDA path beat
+        the single-topic path at moderate ε (``docs/guide/topics.md``).
     private
         False: the exact (non-private) method of moments, the reference of the benchmarks.
     client
@@ -534,4 +582,12 @@ def topics(
         "seeded": seed is not None or (noise is not None and not noise.private),
         "started": started.isoformat(timespec="seconds"),
     }
-    return TopicResult(out["topics"], out["weights"], out["eigenvalues"], report, provenance)
+    diagnostics = out["diagnostics"] if private else {}
+    if private and not diagnostics["reliable"]:
+        import warnings
+
+        worst = max(diagnostics["noise_to_signal"])
+        warnings.warn(f"the topics are not reliable: the noise dominates the released moments (noise-to-signal up "
+                      f"to {worst:.3g} > {diagnostics['threshold']:g}); use more documents or a larger epsilon",
+                      UserWarning, stacklevel=2)
+    return TopicResult(out["topics"], out["weights"], out["eigenvalues"], report, provenance, diagnostics)

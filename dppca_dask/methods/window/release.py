@@ -555,13 +555,71 @@ class WindowRelease:
         """``xᵀCx`` of the released covariance for a vector or the rows of an array (Thm 15)."""
         return tasks.directional_variance(self.covariance, x)
 
-    def regression(self, *, ridge: float = 0.0) -> np.ndarray:
-        """Least-squares coefficients of the label on the features (Thm 8); needs a release with labels."""
+    @property
+    def noise_scale(self) -> float:
+        """The public spectral scale of the release's noise on the feature block (label column dropped).
+
+        Gaussian: ``2·s·√d`` for entries of standard deviation ``s`` (``noise_multiplier`` times the sensitivity,
+        times ``√nodes`` for a tree's sum), the edge of the noise's semicircle. Wishart: ``c²(2√(τd) + d)``, the
+        spread of ``c²·Wis_d(τ, I)`` about its mean. JL: its noise multiplies the window's Gram (plus ``c²σ²I``)
+        by a ``Wis_d(m, I/m)`` factor, whose spread about the identity is ``2√r + r`` (``r = d/m``) of its mean;
+        taken as ``(2√r + r)·λ_max`` of the release itself (post-processing; the released top eigenvalue is the
+        mean's, inflated by the noise up to ``(1 + √r)²``).
+        """
+        cal = self.calibration
+        dim = self.released.shape[0] - (1 if self.labels else 0)
+        c = float(cal.get("row_norm_bound", 1.0))
+        if self.release == "wishart":
+            tau = float(cal["tau"])
+            return c * c * (2.0 * math.sqrt(tau * dim) + dim)
+        if self.release == "jl":
+            ratio = dim / float(cal["sketch_rows"])
+            top = float(np.linalg.eigvalsh(self.released[:dim, :dim])[-1])
+            return max(top, 0.0) * (2.0 * math.sqrt(ratio) + ratio)
+        if "l2_sensitivity" in cal:
+            std = float(cal["noise_multiplier"]) * float(cal["l2_sensitivity"])
+        else:  # the binary tree: a sum of `nodes` nodes, each with entries of standard deviation m·c²
+            std = float(cal["noise_multiplier"]) * c * c * math.sqrt(float(cal.get("nodes", 1)))
+        return 2.0 * std * math.sqrt(dim)
+
+    def regression_ridge(self, ridge: float | str = "auto") -> float:
+        """The ridge :meth:`regression` adds: a given value ≥ 0, or for ``"auto"`` the release's noise scale:
+        :attr:`noise_scale` (Gaussian, JL) or the noise mean :attr:`shift` that the un-debiased Wishart release
+        carries (:meth:`regression` then solves on the released matrix as it is: Thm 8's estimator)."""
+        if isinstance(ridge, str):
+            if ridge != "auto":
+                raise InvalidParameterError(f"ridge must be 'auto' or a number >= 0; got {ridge!r}")
+            return float(self.shift) if self.release == "wishart" else self.noise_scale
+        return tasks._check_ridge(ridge)
+
+    def _check_labels(self) -> None:
         if not self.labels:
             raise InvalidParameterError(
                 "this release has no label column; release the window with labels=True (--task regression)"
             )
-        return tasks.regression(self.debiased, ridge=ridge)
+
+    def regression(self, *, ridge: float | str = "auto") -> np.ndarray:
+        """Least-squares coefficients of the label on the features (Thm 8); needs a release with labels.
+
+        ``ridge="auto"`` (default) adds :meth:`regression_ridge`'s public ridge to the debiased, PSD-projected
+        feature block: where the noise exceeds a direction's variance, the direction's coefficient is shrunk
+        towards zero instead of being blown up by the noise (measured in ``benchmarks/bench_window.py``: about as
+        good as predicting zero at worst, slightly worse only where the noise is about twice every direction's
+        variance, which :meth:`regression_diagnostics` reports as unreliable). ``ridge=0`` solves without one
+        (exact when the noise is small against every direction).
+        """
+        self._check_labels()
+        value = self.regression_ridge(ridge)
+        if isinstance(ridge, str) and self.release == "wishart":
+            return tasks.regression(self.released, ridge=0.0)  # Thm 8: the release as it is, its mean the ridge
+        return tasks.regression(self.debiased, ridge=value)
+
+    def regression_diagnostics(self, *, ridge: float | str = "auto") -> dict[str, Any]:
+        """How far to trust :meth:`regression`'s fit with this ridge (released values only; see
+        :func:`~dppca_dask.methods.window.tasks.regression_diagnostics`)."""
+        self._check_labels()
+        return tasks.regression_diagnostics(self.debiased, ridge=self.regression_ridge(ridge),
+                                            noise_scale=self.noise_scale)
 
     def sparse_pca(self, k: int, nonzeros: int) -> np.ndarray:
         """k components with at most ``nonzeros`` non-zero entries each (Alg. 5, truncated power method)."""
