@@ -405,8 +405,19 @@ def pca(
         provenance=provenance,
         timings=timing_values,
         extras=extras,
+        diagnostics=_diagnostics(output, params.mechanism),
         **result_fields(output),
     )
+
+
+def _diagnostics(output: Any, mechanism: str) -> Any:
+    """The release's diagnostics (post-processing of released values, computed by the run); every figure 0 for
+    the exact, noise-free baseline."""
+    from dppca_dask.diagnostics import exact_diagnostics
+
+    if mechanism == "exact":
+        return exact_diagnostics(int(np.asarray(output.components).shape[0]))
+    return getattr(output, "diagnostics", None)
 
 
 def _open_input(data: Any, layer: str | None) -> tuple[Any, bool]:

@@ -261,7 +261,7 @@ def lowrank(
                                  "guarantee"}
     left, right = flip_factor_signs(left, right)  # deterministic signs, as svd_flip (post-processing)
     return LowRankResult(left=left, right=right, mechanism=mechanism, privacy=report, provenance=provenance,
-                         timings=timing_values, extras=extras)
+                         timings=timing_values, extras=extras, diagnostics=getattr(output, "diagnostics", None))
 
 
 #: Bounds on public parameters (issue: absurd values must fail before anything is read, not deep in calibration).

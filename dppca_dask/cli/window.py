@@ -91,12 +91,17 @@ def window_json(result: Any, task: str, *, n_components: int = 1, ridge: float =
         "calibration": dict(result.calibration),
         "executor": result.provenance.get("executor"),
     }
+    diagnostics: Any = None
     if task == "pca":
         out["components"] = np.asarray(result.pca(n_components)).tolist()
+        diagnostics = result.diagnostics_for(n_components)
     elif task == "regression":
         out["coefficients"] = np.asarray(result.regression(ridge=ridge)).tolist()
     else:
         out["covariance"] = np.asarray(result.covariance).tolist()
+        diagnostics = result.diagnostics  # the leading direction: is there signal above the noise at all?
+    if diagnostics is not None:
+        out["diagnostics"] = diagnostics.to_dict()
     return out
 
 
@@ -168,6 +173,10 @@ def run(args: argparse.Namespace) -> int:
             ledger=args.ledger, dataset=args.dataset, job_id=args.job_id,
         )
     out = window_json(result, args.task, n_components=args.n_components, ridge=args.ridge)
+    if "diagnostics" in out:
+        from dppca_dask.diagnostics import Diagnostics, print_cli_warning
+
+        print_cli_warning(Diagnostics.from_dict(out["diagnostics"]), f"the {result.release} window release")
     if args.out:
         out["output"] = result.save(args.out)
     if args.json:
@@ -191,6 +200,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         cov = np.asarray(out["covariance"])
         print(f"covariance: {cov.shape[0]}x{cov.shape[1]}, trace {np.trace(cov):.4g}")
+    if "diagnostics" in out:
+        from dppca_dask.diagnostics import Diagnostics
+
+        print("diagnostics: " + Diagnostics.from_dict(out["diagnostics"]).summary())
     if args.out:
         print(f"written to {out['output']}")
     return 0
