@@ -37,7 +37,9 @@ def short_repr(obj: Any, *, shape: str, extra: tuple[str, ...] = ()) -> str:
     head = f"{type(obj).__name__}(" + ", ".join(
         part for part in ((f"mechanism={mechanism!r}" if mechanism is not None else ""), f"shape={shape}") if part
     ) + ")"
-    lines = [head, "  privacy: " + privacy_line(getattr(obj, "privacy", None))]
+    lines = [head]
+    if hasattr(obj, "privacy"):
+        lines.append("  privacy: " + privacy_line(obj.privacy))
     diagnostics = getattr(obj, "diagnostics", None)
     if diagnostics is not None and hasattr(diagnostics, "summary"):
         lines.append("  diagnostics: " + diagnostics.summary())

@@ -12,9 +12,9 @@ What the figure means
 component and its noise-free counterpart (the same computation without noise), under the standard random-matrix
 model of that noise:
 
-- a noisy vector ``y = s + g`` with ``g ~ N(0, σ²I_d)`` (the last step of a power iteration, and each column of a
-  block power iteration's last release): ``‖g‖ ≈ σ√d``, and ``sin²(y, s) ≈ σ²d/‖y‖²``, so the figure is
-  ``min(1, σ√d/‖y‖)`` (``‖y‖`` the released norm, or the released singular value of the block);
+- a noisy vector ``y = s + g`` with ``g ~ N(0, σ²I_d)`` (the last step of a power iteration): ``‖g‖ ≈ σ√d``, and
+  ``sin²(y, s) ≈ σ²d/‖y‖²``, so the figure is ``min(1, σ√d/‖y‖)`` (``‖y‖`` the released norm); for a block power
+  iteration's last release ``Y`` (d×w), its released singular values against the noise's largest, ``σ(√d + √w)``;
 - a symmetric ``d×d`` matrix plus symmetric Gaussian noise of std σ per entry (Analyze Gauss, the Gaussian window
   release; a Wishart release's noise about its mean is of this kind with ``σ = c²√τ``): the noise's spectrum fills
   ``[−2σ√d, 2σ√d]``, a signal eigenvalue λ above ``σ√d`` appears at ``μ = λ + σ²d/λ`` and its eigenvector keeps
@@ -53,7 +53,7 @@ __all__ = [
 
 #: The ``noise_to_signal`` level above which a component is unreliable (calibrated on planted data: see the module
 #: docstring and ``benchmarks/bench_diagnostics.py``).
-DEFAULT_THRESHOLD = 0.5
+DEFAULT_THRESHOLD = 0.4
 
 #: The rule, in one sentence (stored with every diagnostic).
 RULE = ("reliable when every component's noise_to_signal is at most the threshold; noise_to_signal is the estimated "
@@ -137,8 +137,9 @@ def vector_noise_to_signal(norms: Sequence[float] | np.ndarray, *, sigma: float,
 
 
 def block_noise_to_signal(released: np.ndarray, *, sigma: float, n_components: int) -> np.ndarray:
-    """Per component, ``min(1, σ√d/s_j)`` for the singular values ``s_j`` (descending) of a released ``d×w`` block
-    ``Y = S + N(0, σ²)``: each column's noise has norm about ``σ√d`` (as :func:`vector_noise_to_signal`)."""
+    """Per component, ``min(1, σ(√d + √w)/s_j)`` for the singular values ``s_j`` (descending) of a released ``d×w``
+    block ``Y = S + N(0, σ²)``: the noise's largest singular value is about ``σ(√d + √w)`` (so pure noise gives
+    about 1), and each column's noise has norm about ``σ√d`` (as :func:`vector_noise_to_signal`)."""
     released = np.asarray(released, dtype=np.float64)
     peak = float(np.max(np.abs(released))) if released.size else 0.0
     if not math.isfinite(peak) or peak == 0.0:
@@ -146,7 +147,8 @@ def block_noise_to_signal(released: np.ndarray, *, sigma: float, n_components: i
     singular = np.linalg.svd(released / peak, compute_uv=False) * peak
     singular = np.sort(singular)[::-1][: int(n_components)]
     out = np.ones(int(n_components))
-    out[: singular.shape[0]] = vector_noise_to_signal(singular, sigma=sigma, dim=released.shape[0])
+    edge = float(sigma) * (math.sqrt(released.shape[0]) + math.sqrt(released.shape[1]))
+    out[: singular.shape[0]] = _ratio(edge, singular)
     return out
 
 
@@ -213,3 +215,35 @@ def print_cli_warning(diag: Diagnostics | None, what: str = "this release") -> N
 
     if diag is not None and not diag.reliable:
         print(f"dppca-dask: warning: {diag.warning(what)}", file=sys.stderr)
+
+
+def top_singular_values(released: np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` largest singular values of a released matrix (descending; zeros past its rank)."""
+    released = np.asarray(released, dtype=np.float64)
+    peak = float(np.max(np.abs(released))) if released.size else 0.0
+    out = np.zeros(int(k))
+    if math.isfinite(peak) and peak > 0.0:
+        values = np.sort(np.linalg.svd(released / peak, compute_uv=False) * peak)[::-1][: int(k)]
+        out[: values.shape[0]] = values
+    return out
+
+
+def mean_noise_to_signal(signal: Sequence[float] | np.ndarray, *, row_norm_bound: float, mean_multiplier: float,
+                         mean_count: float | None, dim: int) -> np.ndarray:
+    """Per component, ``min(1, λ_μ/λ_j)``: the rows centred at a private mean ``μ̂`` carry the rank-one artefact
+    ``n(μ − μ̂)(μ − μ̂)ᵀ`` of expected size ``λ_μ = 2c²m²d/n̂`` (the mean's noise has std ``c·m·√2/n̂`` per
+    coordinate, for the mean's noise multiplier m and the released count n̂), so a component whose released size
+    ``λ_j`` (eigenvalue, or singular value of the last power release, in the units of ``Σ ããᵀ``) is not well above
+    it may be that artefact rather than a direction of the data."""
+    count = max(float(mean_count if mean_count is not None else 1.0), 1.0)
+    spurious = 2.0 * float(row_norm_bound) ** 2 * float(mean_multiplier) ** 2 * max(int(dim), 1) / count
+    return _ratio(spurious, np.asarray(signal, dtype=np.float64))
+
+
+def with_mean_error(diag: Diagnostics, signal: Sequence[float] | np.ndarray, *, row_norm_bound: float,
+                    mean_multiplier: float, mean_count: float | None, dim: int) -> Diagnostics:
+    """``diag`` with each figure raised to :func:`mean_noise_to_signal` where that is larger (a private mean)."""
+    extra = mean_noise_to_signal(signal, row_norm_bound=row_norm_bound, mean_multiplier=mean_multiplier,
+                                 mean_count=mean_count, dim=dim)
+    return diagnostics(np.maximum(np.asarray(diag.noise_to_signal), extra), threshold=diag.threshold,
+                       rule=diag.rule)

@@ -49,7 +49,7 @@ import numpy as np
 
 from dppca_dask.algorithms.adaptive_power import DEFAULT_PASS_DELTA, pass_row_budget
 from dppca_dask.algorithms.requests import AlgorithmRun
-from dppca_dask.diagnostics import block_noise_to_signal, diagnostics
+from dppca_dask.diagnostics import block_noise_to_signal, diagnostics, mean_noise_to_signal, top_singular_values
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.kernels import block as B
@@ -394,6 +394,9 @@ class BlockPowerOutput:
     """The released values behind that choice, and the rule (``mechanism="auto"``)."""
     diagnostics: Any = None
     """The release's :class:`~dppca_dask.diagnostics.Diagnostics`, per component (in the order of ``components``)."""
+    signal: np.ndarray | None = None
+    """The released size of each component (in the order of ``components``): the singular value of the last power
+    release, or the eigenvalue of the noisy Gram matrix (for the diagnostics of a private mean's artefact)."""
 
 
 def _orthonormal(y: np.ndarray) -> np.ndarray:
@@ -634,6 +637,11 @@ def block_power_run(
     noise_to_signal = (block_noise_to_signal(noisy, sigma=noise_multiplier * thresholds[-1],
                                              n_components=n_components)
                        if thresholds else np.ones(n_components))  # noise of the last release: std m·θ_T
+    signal = top_singular_values(noisy, n_components)  # released sizes λ̂_j, for the mean's artefact
+    if isinstance(center, str) and mean_multiplier is not None:
+        noise_to_signal = np.maximum(noise_to_signal, mean_noise_to_signal(
+            signal, row_norm_bound=row_norm_bound, mean_multiplier=mean_multiplier, mean_count=mean_count,
+            dim=n_cols))
     if variance_multiplier is not None:
         if resume is not None and resume.variance is not None:  # released before the interruption
             from dp_accounting import GaussianDpEvent
@@ -647,11 +655,11 @@ def block_power_run(
             events.append(variance_event)
             emit("explained-variance", n_iter)
         components, variance, order = sort_by_variance(components, variance)
-        noise_to_signal = noise_to_signal[order]
+        noise_to_signal, signal = noise_to_signal[order], signal[order]
     return BlockPowerOutput(components=components, thresholds=np.asarray([thresholds], dtype=np.float64),
                             mean=mean, mean_count=mean_count, variance=variance, events=tuple(events),
                             row_norm_bound=float(row_norm_bound), basis=basis,
-                            diagnostics=diagnostics(noise_to_signal))
+                            diagnostics=diagnostics(noise_to_signal), signal=signal)
 
 
 def sort_by_variance(components: np.ndarray, variance: ExplainedVariance

@@ -61,7 +61,7 @@ class PrivateLowRankOutput:
     n_passes: int = 2
     diagnostics: Any = None
     """The release's :class:`~dppca_dask.diagnostics.Diagnostics`: the singular values of the released ``M``
-    against its noise's public scale (the largest per-entry std), one figure per component of the output."""
+    against its noise's public scale (the largest per-entry std), one figure per requested component (rank r)."""
 
 
 def private_low_rank_run(
@@ -211,7 +211,10 @@ def private_low_rank_run(
     events: list[Any] = [range_event, EpsilonDeltaDpEvent(0.0, cal.range_failure), projection_event]
     from dppca_dask.diagnostics import block_noise_to_signal, diagnostics
 
-    noise_to_signal = block_noise_to_signal(np.asarray(right).T, sigma=sigma, n_components=int(right.shape[0]))
+    # the requested rank r (the oversampled directions beyond it are the range finder's slack, not a release's
+    # components)
+    noise_to_signal = block_noise_to_signal(np.asarray(right).T, sigma=sigma,
+                                            n_components=min(int(rank), int(right.shape[0])))
     return PrivateLowRankOutput(
         left=np.asarray(left),
         right=np.asarray(right),

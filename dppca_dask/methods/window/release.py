@@ -559,8 +559,9 @@ class WindowRelease:
     def diagnostics_for(self, n_components: int) -> Any:
         """The :class:`~dppca_dask.diagnostics.Diagnostics` of the top ``n_components`` directions of the released
         covariance: each released eigenvalue against the public scale of the release's noise (symmetric Gaussian
-        of std ``m·Δ``, ``m·c²·√nodes`` for the tree; a Wishart's spread about its mean, ``c²√τ``; the JL
-        release's sample-covariance law). Post-processing of the released matrix and public calibration."""
+        of std ``m·Δ``, ``m·c²·√nodes`` for the tree; a Wishart's spread about its mean, ``c²√τ``, its spectrum
+        centred ``c²d`` above the mean as Marchenko–Pastur's is; the JL release's sample-covariance law).
+        Post-processing of the released matrix and public calibration."""
         from dppca_dask import diagnostics as D
 
         k = int(n_components)
@@ -576,13 +577,14 @@ class WindowRelease:
             values = np.linalg.eigvalsh(self.released[:-1, :-1] if self.labels else self.released)[::-1][:k]
             return D.diagnostics(D.sample_covariance_noise_to_signal(
                 values, noise_level=c2 * float(cal["sigma"]) ** 2, dim=dim, n_samples=int(cal["sketch_rows"])))
-        if self.release == "wishart":
-            sigma = c2 * math.sqrt(float(cal["tau"]))
+        shift = 0.0
+        if self.release == "wishart":  # R − τI: entries of std √τ, its spectrum [d − 2√(τd), d + 2√(τd)] about d
+            sigma, shift = c2 * math.sqrt(float(cal["tau"])), c2 * dim
         elif cal.get("structure") == "binary-tree":
             sigma = float(cal["noise_multiplier"]) * c2 * math.sqrt(float(cal.get("nodes", 1)))
         else:
             sigma = float(cal["noise_multiplier"]) * float(cal.get("l2_sensitivity", c2))
-        values = np.linalg.eigvalsh(matrix)[::-1][:k]
+        values = np.linalg.eigvalsh(matrix)[::-1][:k] - shift
         return D.diagnostics(D.symmetric_noise_to_signal(values, sigma=sigma, dim=dim))
 
     def __repr__(self) -> str:
