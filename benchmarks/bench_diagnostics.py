@@ -1,6 +1,8 @@
 """Calibration of the reliability diagnostic (``result.diagnostics``) on planted data: its false-alarm and miss rates.
 
-Planted data: n rows of d columns, each row ``Σ_j s_j z_j u_j + g`` (k planted orthonormal directions u_j of
+Planted data (d = 60 and 200 columns, n = 1,000 to 20,000 rows, ε = 0.1, 0.5, 2, k = 1 or 3 components, two
+strengths; pca's auto, block and sequential adaptive power, Analyze Gauss; lowrank's randomized response and private
+low-rank approximation at ε = 1.6, 8 and 32, where their noise leaves some runs accurate): n rows of d columns, each row ``Σ_j s_j z_j u_j + g`` (k planted orthonormal directions u_j of
 decreasing strength s_j, z_j ~ N(0, 1), g isotropic Gaussian background), scaled so that rows have norm about 1
 and clipped to ``row_norm_bound=1``. For every setting (mechanism × n × ε × k × strength) one private run releases
 k components; the truth is the exact top-k subspace of the same clipped (and, for centred runs, centred) rows, and
@@ -12,7 +14,7 @@ A run counts as
 - a **false alarm** when it is good but ``diagnostics.reliable`` is false;
 - a **miss** when it is bad but ``diagnostics.reliable`` is true.
 
-    python benchmarks/bench_diagnostics.py              # the full sweep (a few minutes on one core)
+    python benchmarks/bench_diagnostics.py              # the full sweep (about 15 minutes on one core)
     python benchmarks/bench_diagnostics.py --quick      # a handful of runs: seconds
     python benchmarks/bench_diagnostics.py --thresholds 0.3 0.4 0.5 0.6 0.7   # the rates at other thresholds
 
@@ -62,31 +64,47 @@ MECHANISMS: dict[str, dict[str, Any]] = {
     "adaptive-power-block": {"mechanism": "adaptive-power-block", "center": "private"},
     "analyze-gauss": {"mechanism": "analyze-gauss", "center": False},
     "adaptive-power": {"mechanism": "adaptive-power", "center": False},
+    "lowrank:randomized-response": {"mechanism": "randomized-response", "center": False},
+    "lowrank:private-low-rank": {"mechanism": "private-low-rank", "center": False},
 }
 
 
-def sweep(quick: bool, seed: int) -> list[dict[str, Any]]:
-    from dppca_dask import pca
+def release(name: str, rows: np.ndarray, epsilon: float, k: int) -> tuple[np.ndarray, Any]:
+    """The released components (k×d) and diagnostics of one private run of ``name``."""
+    from dppca_dask import lowrank, pca
 
+    options = MECHANISMS[name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if name.startswith("lowrank:"):
+            result = lowrank(rows, rank=k, epsilon=epsilon, delta=1e-6, mechanism=options["mechanism"],
+                             client="local")
+            # the top-k right singular vectors of B = left @ right (left has orthonormal columns)
+            q, r = np.linalg.qr(result.left)
+            return np.linalg.svd(r @ result.right, full_matrices=False)[2][:k], result.diagnostics
+        result = pca(rows, epsilon=epsilon, delta=1e-6, n_components=k, client="local", progress=False, **options)
+    return result.components, result.diagnostics
+
+
+def sweep(quick: bool, seed: int) -> list[dict[str, Any]]:
     rng = np.random.default_rng(seed)
-    d = 60
     if quick:
-        grid = list(itertools.product(["auto"], [2000], [0.3, 3.0], [1], [1.5]))
+        grid = list(itertools.product(["auto"], [60], [2000], [0.3, 3.0], [1], [1.5]))
     else:
-        grid = list(itertools.product(list(MECHANISMS), [1000, 5000, 20000], [0.1, 0.5, 2.0], [1, 3], [0.8, 2.0]))
+        grid = list(itertools.product(list(MECHANISMS), [60, 200], [1000, 5000, 20000], [0.1, 0.5, 2.0], [1, 3],
+                                      [0.8, 2.0]))
     runs = []
-    for name, n, epsilon, k, strength in grid:
+    for name, d, n, epsilon, k, strength in grid:
+        if name == "lowrank:randomized-response" and n * d > 1_000_000:
+            continue  # it releases the whole n×d matrix: the small sizes show its regime
+        if name.startswith("lowrank:"):
+            epsilon *= 16.0  # its noise is larger (a row change, a whole matrix released): ε = 1.6, 8, 32
         rows, _ = planted(n, d, k, strength, rng)
-        options = MECHANISMS[name]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            result = pca(rows, epsilon=epsilon, delta=1e-6, n_components=k, client="local", progress=False,
-                         **options)
-        error = subspace_sin2(result.components, truth(rows, k, bool(options["center"])))
-        diag = result.diagnostics
-        runs.append({"mechanism": name, "n": n, "epsilon": epsilon, "k": k, "strength": strength, "sin2": error,
-                     "worst": diag.worst, "reliable": diag.reliable})
-        print(f"{name:22s} n={n:6d} eps={epsilon:4.1f} k={k} strength={strength:3.1f} sin2={error:.3f} "
+        components, diag = release(name, rows, epsilon, k)
+        error = subspace_sin2(components, truth(rows, k, bool(MECHANISMS[name]["center"])))
+        runs.append({"mechanism": name, "d": d, "n": n, "epsilon": epsilon, "k": k, "strength": strength,
+                     "sin2": error, "worst": diag.worst, "reliable": diag.reliable})
+        print(f"{name:28s} d={d:3d} n={n:6d} eps={epsilon:4.1f} k={k} strength={strength:3.1f} sin2={error:.3f} "
               f"noise_to_signal={diag.worst:.3f} reliable={diag.reliable}", flush=True)
     return runs
 

@@ -203,7 +203,8 @@ def private_low_rank_run(
         right = scaled * alphas[:, None]  # rows with α_i = 0 are exactly 0 (W'ᵀA' row is 0 for any data)
     del exact
     sigma = (s * row_norm_max * float(cal.projection_multiplier)  # type: ignore[arg-type]
-             if projection == "tight" else s * float(cal.projection_rho) * float(np.max(alphas, initial=0.0)))
+             if projection == "tight"
+             else s * float(cal.projection_rho) * float(np.max(alphas, initial=0.0)))  # type: ignore[arg-type]
     left = basis if left_factor == "orthonormal" else pruned
     if truncate:
         left, right = truncate_factors(left, right, int(rank), orthonormal_left=left_factor == "orthonormal"
