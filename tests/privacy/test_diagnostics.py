@@ -75,6 +75,11 @@ def _rows(seed: int, size: float, relation: str) -> tuple[np.ndarray, np.ndarray
     rng = np.random.default_rng(seed)
     direction = rng.standard_normal(D)
     direction /= np.linalg.norm(direction)
+    if relation == "entry":  # a square PSD matrix and the same with one entry changed by ``size``
+        square = 40.0 * np.outer(direction, direction) + np.eye(D)
+        changed = square.copy()
+        changed[2, 5] += size
+        return square, changed
     rows = 0.6 * rng.standard_normal((2_000, 1)) * direction + 0.3 * rng.standard_normal((2_000, D)) / np.sqrt(D)
     extra = np.zeros(D)
     extra[3] = size
@@ -110,6 +115,7 @@ RUNS = {
                                            "center": "private", "n_iter": 4}), 1e-3, "add"),
     "adaptive-power": (_pca({"mechanism": "adaptive-power", "n_components": 2, "n_iter": 4}), 1e-3, "add"),
     "auto": (_pca({"mechanism": "auto", "n_components": 2, "center": "private", "n_iter": 4}), 1e-3, "add"),
+    "private-power": (_pca({"mechanism": "private-power", "symmetric": True, "n_components": 2}), 1.0, "entry"),
     "randomized-response": (_lowrank("randomized-response"), 1.0, "change"),
     "private-low-rank": (_lowrank("private-low-rank"), 1.0, "change"),
 }
