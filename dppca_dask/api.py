@@ -276,7 +276,11 @@ def pca(
     Returns
     -------
     PCAResult
-        ``components`` (k×d), ``thresholds``, ``privacy`` report, ``provenance``, ``timings`` (when asked).
+        ``components`` (k×d), ``thresholds``, ``privacy`` report, ``provenance``, ``timings`` (when asked), and
+        ``diagnostics`` (:class:`~dppca_dask.diagnostics.Diagnostics`): ``reliable`` and a ``noise_to_signal``
+        figure per component, computed from released values and public parameters only (no budget). With
+        centring, the released variances are projected onto their feasible set (non-negative, non-increasing,
+        ratios in [0, 1] summing to at most 1) and the components ordered by them.
 
     Notes
     -----

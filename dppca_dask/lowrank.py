@@ -155,6 +155,8 @@ def lowrank(
         and released byproducts. Signs are deterministic, as scikit-learn's ``svd_flip`` makes them: the
         largest-magnitude entry of each row of ``right`` is positive, and the matching column of ``left`` carries
         the sign (``left @ right`` is unchanged), so that two runs are comparable factor by factor.
+        ``diagnostics`` (:class:`~dppca_dask.diagnostics.Diagnostics`) says how far to trust each of the requested
+        components, from released values only.
 
     Notes
     -----
