@@ -283,3 +283,18 @@ def test_pca_json_on_w8a_at_epsilon_1_with_one_component_is_reliable(tmp_path: P
     assert obj["diagnostics"]["reliable"] is True and obj["diagnostics"]["noise_to_signal"][0] < 0.2
     assert "dominated" not in err
     _feasible(obj)
+
+
+def test_lowrank_json_has_diagnostics_and_the_cli_warns_once(tmp_path: Path, capsys: Any) -> None:
+    from dppca_dask import ingest
+    from dppca_dask.cli import main
+
+    store = ingest(np.zeros((400, 20)) + 1e-3, tmp_path / "flat.zarr", n_features=20, progress=False)
+    code = main(["lowrank", str(store.path), "--rank", "2", "--epsilon", "0.5", "--delta", "1e-6", "--out",
+                 str(tmp_path / "out"), "--json", "--executor", "local", "--seed", "5"])
+    assert code == 0
+    captured = capsys.readouterr()
+    obj = json.loads(captured.out)
+    assert obj["diagnostics"]["reliable"] is False and len(obj["diagnostics"]["noise_to_signal"]) == 2
+    assert json.loads((tmp_path / "out" / "result.json").read_text())["diagnostics"] == obj["diagnostics"]
+    assert sum("dominated by its privacy noise" in line for line in captured.err.splitlines()) == 1
