@@ -231,6 +231,9 @@ def lowrank(
         if calibration == "paper":
             paper_figure = cal_pp.paper_figure()
         if symmetric:
+            output, order = _feasible_values(output, signed=bool(parameters["signed_values"]))
+            extras.update(values=output.values, coherence=[extras["coherence"][i] for i in order],
+                          failed_rungs=[extras["failed_rungs"][i] for i in order])
             left = output.components.T
             right = output.values[:, None] * output.components
         else:
@@ -272,6 +275,25 @@ MIN_DELTA = 1e-30
 MAX_RANK = 100_000
 MAX_N_ITER = 10_000
 MAX_BOUND = 1e100
+
+
+def _feasible_values(output: Any, *, signed: bool) -> tuple[Any, list[int]]:
+    """Private power's released σ̂_i of a symmetric matrix projected onto their feasible set (post-processing):
+    norms (``signed=False``) are non-negative, so a negative one (Laplace noise) becomes 0; then the components are
+    ordered by decreasing σ̂ (with their diagnostics), so that the values read as singular values do. Signed values
+    (Rayleigh quotients) are kept as released. Returns the output and the order applied."""
+    components = np.asarray(output.components)
+    values = np.asarray(output.values, dtype=np.float64)
+    if signed or values.shape[0] != components.shape[0]:
+        return output, list(range(components.shape[0]))
+    values = np.maximum(values, 0.0)
+    order = [int(i) for i in np.argsort(-values, kind="stable")]
+    diag = output.diagnostics
+    if diag is not None:
+        from dppca_dask.diagnostics import diagnostics
+
+        diag = diagnostics([diag.noise_to_signal[i] for i in order], threshold=diag.threshold, rule=diag.rule)
+    return dataclasses.replace(output, components=components[order], values=values[order], diagnostics=diag), order
 
 
 def _bounded(name: str, value: Any, *, allow_inf: bool = False) -> float:

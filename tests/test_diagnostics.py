@@ -298,3 +298,17 @@ def test_lowrank_json_has_diagnostics_and_the_cli_warns_once(tmp_path: Path, cap
     assert obj["diagnostics"]["reliable"] is False and len(obj["diagnostics"]["noise_to_signal"]) == 2
     assert json.loads((tmp_path / "out" / "result.json").read_text())["diagnostics"] == obj["diagnostics"]
     assert sum("dominated by its privacy noise" in line for line in captured.err.splitlines()) == 1
+
+
+def test_private_power_values_of_a_symmetric_matrix_are_non_negative_and_non_increasing(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    basis, _ = np.linalg.qr(rng.standard_normal((40, 3)))
+    matrix = basis @ np.diag([30.0, 1.0, 0.5]) @ basis.T  # two weak directions: their released norms are noise
+    for run in range(4):
+        result = lowrank(matrix, rank=3, epsilon=0.3, delta=1e-6, mechanism="private-power", symmetric=True,
+                         client="local", seed=seed + run)
+        values = np.asarray(result.extras["values"])
+        assert np.all(values >= 0) and np.all(np.diff(values) <= 0)
+        assert len(result.extras["coherence"]) == len(result.diagnostics.noise_to_signal) == 3
+        right = np.asarray(result.right)  # rows σ̂_i·v_i, in the order of the values
+        np.testing.assert_allclose(np.linalg.norm(right, axis=1), values, rtol=1e-12, atol=1e-12)
