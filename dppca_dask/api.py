@@ -276,7 +276,11 @@ def pca(
     Returns
     -------
     PCAResult
-        ``components`` (k×d), ``thresholds``, ``privacy`` report, ``provenance``, ``timings`` (when asked).
+        ``components`` (k×d), ``thresholds``, ``privacy`` report, ``provenance``, ``timings`` (when asked), and
+        ``diagnostics`` (:class:`~dppca_dask.diagnostics.Diagnostics`): ``reliable`` and a ``noise_to_signal``
+        figure per component, computed from released values and public parameters only (no budget). With
+        centring, the released variances are projected onto their feasible set (non-negative, non-increasing,
+        ratios in [0, 1] summing to at most 1) and the components ordered by them.
 
     Notes
     -----
@@ -429,8 +433,19 @@ def pca(
         provenance=provenance,
         timings=timing_values,
         extras=extras,
+        diagnostics=_diagnostics(output, params.mechanism),
         **result_fields(output),
     )
+
+
+def _diagnostics(output: Any, mechanism: str) -> Any:
+    """The release's diagnostics (post-processing of released values, computed by the run); every figure 0 for
+    the exact, noise-free baseline."""
+    from dppca_dask.diagnostics import exact_diagnostics
+
+    if mechanism == "exact":
+        return exact_diagnostics(int(np.asarray(output.components).shape[0]))
+    return getattr(output, "diagnostics", None)
 
 
 def _open_input(data: Any, layer: str | None) -> tuple[Any, bool]:

@@ -23,6 +23,7 @@ __all__ = [
     "MissingExtraError",
     "InferredSchemaWarning",
     "NotPrivateWarning",
+    "UnreliableReleaseWarning",
     "ReleaseError",
     "StoreCorruptError",
     "StoreNotFoundError",
@@ -161,6 +162,10 @@ class NotPrivateWarning(UserWarning):
 
 class InferredSchemaWarning(UserWarning):
     """The input's shape was read off the data, so releasing it (every output's length does) is not covered."""
+
+
+class UnreliableReleaseWarning(UserWarning):
+    """A release's diagnostics say its privacy noise dominates (``diagnostics.reliable`` is false)."""
 
 
 __all__ += ["ClusterLostError", "TaskFailedError"]

@@ -97,6 +97,10 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         The privacy report of the release ((ε, δ), neighbouring relation, accountant); ``privacy_`` is the same.
     result_ : PCAResult
         The whole release, with provenance.
+    diagnostics_ : Diagnostics or None
+        How far to trust the release (:class:`~dppca_dask.diagnostics.Diagnostics`: ``reliable`` and a
+        ``noise_to_signal`` figure per component, from released values only). A fit whose release is not reliable
+        issues an :class:`~dppca_dask.errors.UnreliableReleaseWarning` (a ``UserWarning``).
     mean_, explained_variance_, explained_variance_ratio_, singular_values_ : ndarray
         Set only when the mechanism releases them (a private release of each); absent otherwise. When ``mean_`` is
         set, ``transform`` subtracts it and ``inverse_transform`` adds it back.
@@ -278,6 +282,10 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
             if hasattr(self, name):
                 delattr(self, name)  # a refit must not keep the previous release's values
         self.result_ = result
+        self.diagnostics_ = result.diagnostics
+        from dppca_dask.diagnostics import warn_if_unreliable
+
+        warn_if_unreliable(result.diagnostics, f"this fit's {result.mechanism} release", stacklevel=2)
         self.components_ = np.asarray(result.components)
         self.n_components_ = int(self.components_.shape[0])
         self.privacy_report_ = result.privacy

@@ -155,6 +155,8 @@ def lowrank(
         and released byproducts. Signs are deterministic, as scikit-learn's ``svd_flip`` makes them: the
         largest-magnitude entry of each row of ``right`` is positive, and the matching column of ``left`` carries
         the sign (``left @ right`` is unchanged), so that two runs are comparable factor by factor.
+        ``diagnostics`` (:class:`~dppca_dask.diagnostics.Diagnostics`) says how far to trust each of the requested
+        components, from released values only.
 
     Notes
     -----
@@ -242,6 +244,9 @@ def lowrank(
         if calibration == "paper":
             paper_figure = cal_pp.paper_figure()
         if symmetric:
+            output, order = _feasible_values(output, signed=bool(parameters["signed_values"]))
+            extras.update(values=output.values, coherence=[extras["coherence"][i] for i in order],
+                          failed_rungs=[extras["failed_rungs"][i] for i in order])
             left = output.components.T
             right = output.values[:, None] * output.components
         else:
@@ -274,7 +279,7 @@ def lowrank(
                                  "guarantee"}
     left, right = flip_factor_signs(left, right)  # deterministic signs, as svd_flip (post-processing)
     return LowRankResult(left=left, right=right, mechanism=mechanism, privacy=report, provenance=provenance,
-                         timings=timing_values, extras=extras)
+                         timings=timing_values, extras=extras, diagnostics=getattr(output, "diagnostics", None))
 
 
 #: Bounds on public parameters (issue: absurd values must fail before anything is read, not deep in calibration).
@@ -283,6 +288,25 @@ MIN_DELTA = 1e-30
 MAX_RANK = 100_000
 MAX_N_ITER = 10_000
 MAX_BOUND = 1e100
+
+
+def _feasible_values(output: Any, *, signed: bool) -> tuple[Any, list[int]]:
+    """Private power's released σ̂_i of a symmetric matrix projected onto their feasible set (post-processing):
+    norms (``signed=False``) are non-negative, so a negative one (Laplace noise) becomes 0; then the components are
+    ordered by decreasing σ̂ (with their diagnostics), so that the values read as singular values do. Signed values
+    (Rayleigh quotients) are kept as released. Returns the output and the order applied."""
+    components = np.asarray(output.components)
+    values = np.asarray(output.values, dtype=np.float64)
+    if signed or values.shape[0] != components.shape[0]:
+        return output, list(range(components.shape[0]))
+    values = np.maximum(values, 0.0)
+    order = [int(i) for i in np.argsort(-values, kind="stable")]
+    diag = output.diagnostics
+    if diag is not None:
+        from dppca_dask.diagnostics import diagnostics
+
+        diag = diagnostics([diag.noise_to_signal[i] for i in order], threshold=diag.threshold, rule=diag.rule)
+    return dataclasses.replace(output, components=components[order], values=values[order], diagnostics=diag), order
 
 
 def _bounded(name: str, value: Any, *, allow_inf: bool = False) -> float:

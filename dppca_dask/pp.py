@@ -2,9 +2,10 @@
 
 ``dppca_dask.pp.pca(adata, n_components=10, epsilon=1.0, delta=1e-6)`` writes ``adata.obsm["X_pca"]`` (the rows
 projected onto the released components), ``adata.varm["PCs"]`` (the components, one column each) and
-``adata.uns["pca"]`` (the parameters, the privacy report, and the released variance and variance ratio when the
-mechanism releases them), so scanpy's plotting and neighbour functions read them as their own. Needs the
-``anndata`` extra.
+``adata.uns["pca"]`` (the parameters, the privacy report, the release's diagnostics — ``reliable`` and a
+``noise_to_signal`` figure per component, with a ``UserWarning`` when it is not reliable — and the released
+variance and variance ratio when the mechanism releases them), so scanpy's plotting and neighbour functions read
+them as their own. Needs the ``anndata`` extra.
 """
 
 from __future__ import annotations
@@ -219,7 +220,8 @@ def _open_path(anndata: Any, path: str, layer: str | None) -> tuple[Any, Any]:
 
 def _uns_entry(model: Any, *, layer: str | None, key_added: str | None,
                caveats: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``uns["pca"]`` as scanpy lays it out (``params``, ``variance``, ``variance_ratio``) plus the privacy report."""
+    """``uns["pca"]`` as scanpy lays it out (``params``, ``variance``, ``variance_ratio``) plus the privacy report
+    and the diagnostics."""
     entry: dict[str, Any] = {
         "params": {
             "zero_center": hasattr(model, "mean_"),
@@ -244,6 +246,8 @@ def _uns_entry(model: Any, *, layer: str | None, key_added: str | None,
         entry["variance"] = np.asarray(model.explained_variance_, dtype=np.float64)
     if hasattr(model, "explained_variance_ratio_"):
         entry["variance_ratio"] = np.asarray(model.explained_variance_ratio_, dtype=np.float64)
+    if getattr(model, "diagnostics_", None) is not None:
+        entry["diagnostics"] = _storable(model.diagnostics_.to_dict())
     return entry
 
 

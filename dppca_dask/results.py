@@ -12,6 +12,8 @@ from typing import Any, cast
 import numpy as np
 import zarr
 
+from dppca_dask._repr import short_repr
+from dppca_dask.diagnostics import Diagnostics
 from dppca_dask.errors import InvalidParameterError, StoreNotFoundError
 from dppca_dask.signs import flip_signs
 
@@ -136,8 +138,13 @@ class PCAResult:
     """Released share of the released total variance along each component."""
     singular_values: np.ndarray | None = None
     """Released ``sqrt(Σ(ãᵀv)²)`` per component (scikit-learn's ``singular_values_``)."""
+    diagnostics: Diagnostics | None = None
+    """How far to trust the release (:class:`~dppca_dask.diagnostics.Diagnostics`: ``reliable`` and a
+    ``noise_to_signal`` figure per component), computed from released values and public parameters only."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.diagnostics, Mapping):
+            object.__setattr__(self, "diagnostics", Diagnostics.from_dict(self.diagnostics))
         object.__setattr__(self, "components", frozen_array(flip_signs(self.components)))
         object.__setattr__(self, "thresholds", frozen_array(self.thresholds))
         for name in ("mean", "explained_variance", "explained_variance_ratio", "singular_values"):
@@ -152,6 +159,14 @@ class PCAResult:
     def n_components(self) -> int:
         return int(self.components.shape[0])
 
+    def __repr__(self) -> str:
+        extra = []
+        if self.explained_variance_ratio is not None:
+            shown = " ".join(f"{v:.3g}" for v in self.explained_variance_ratio[:8])
+            extra.append(f"explained_variance_ratio: [{shown}{' ...' if self.n_components > 8 else ''}]")
+        return short_repr(self, shape=f"{self.components.shape[0]}x{self.components.shape[1]} components",
+                          extra=tuple(extra))
+
     def to_dict(self, *, include_components: bool = True) -> dict[str, Any]:
         """A JSON-safe dictionary (infinite ε becomes the string ``"inf"``)."""
         report = report_dict(self.privacy)
@@ -163,6 +178,7 @@ class PCAResult:
             "provenance": dict(self.provenance),
             **({"timings": dict(self.timings)} if self.timings else {}),
             "extras": dict(self.extras),
+            **({"diagnostics": self.diagnostics.to_dict()} if self.diagnostics is not None else {}),
         }
         for name in ("mean", "explained_variance", "explained_variance_ratio", "singular_values"):
             value = getattr(self, name)
@@ -202,6 +218,7 @@ def load_result(directory: str | os.PathLike[str]) -> PCAResult:
         provenance=meta.get("provenance", {}),
         timings=meta.get("timings", {}),
         extras=meta.get("extras", {}),
+        diagnostics=None if meta.get("diagnostics") is None else Diagnostics.from_dict(meta["diagnostics"]),
         **{name: None if meta.get(name) is None else np.asarray(meta[name], dtype=np.float64)
            for name in ("mean", "explained_variance", "explained_variance_ratio", "singular_values")},
     )
@@ -227,8 +244,13 @@ class LowRankResult:
     timings: Mapping[str, Any] = field(default_factory=dict)
     extras: Mapping[str, Any] = field(default_factory=dict)
     """Released or public byproducts: α_i of the projection, σ̂_i, the coherence bound used, …"""
+    diagnostics: Diagnostics | None = None
+    """How far to trust the release, per component of ``left @ right`` (:class:`~dppca_dask.diagnostics.Diagnostics`),
+    from released values and public parameters only."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.diagnostics, Mapping):
+            object.__setattr__(self, "diagnostics", Diagnostics.from_dict(self.diagnostics))
         object.__setattr__(self, "left", frozen_array(self.left))
         object.__setattr__(self, "right", frozen_array(self.right))
         if self.left.ndim != 2 or self.right.ndim != 2 or self.left.shape[1] != self.right.shape[0]:
@@ -249,6 +271,9 @@ class LowRankResult:
     @property
     def private(self) -> bool:
         return bool(getattr(self.privacy, "private", False))
+
+    def __repr__(self) -> str:
+        return short_repr(self, shape=f"{self.shape[0]}x{self.shape[1]} of rank {self.rank}")
 
     def to_dense(self, *, max_bytes: int = 2**30) -> np.ndarray:
         """``left @ right`` as a dense array (refuses more than ``max_bytes``)."""
@@ -272,6 +297,7 @@ class LowRankResult:
             "provenance": dict(self.provenance),
             **({"timings": dict(self.timings)} if self.timings else {}),
             "extras": dict(self.extras),
+            **({"diagnostics": self.diagnostics.to_dict()} if self.diagnostics is not None else {}),
         }
         if include_factors:
             out["left"] = self.left.tolist()
@@ -313,4 +339,5 @@ def load_lowrank(directory: str | os.PathLike[str]) -> LowRankResult:
         provenance=meta.get("provenance", {}),
         timings=meta.get("timings", {}),
         extras=meta.get("extras", {}),
+        diagnostics=None if meta.get("diagnostics") is None else Diagnostics.from_dict(meta["diagnostics"]),
     )

@@ -132,6 +132,9 @@ class AdaptivePowerState:
     pending_index: int | None = None
     """The released threshold index of iteration ``iteration`` when its SVT step is released but its Gaussian
     step is not (a resume reuses it and draws no second SVT noise); None between iterations."""
+    norms: tuple[float, ...] = ()
+    """The norm of the last released (noisy, unnormalised) vector of each finished component: released values,
+    kept for the release's diagnostics (:mod:`dppca_dask.diagnostics`)."""
 
     def released_iterations(self, n_iter: int) -> int:
         """Iterations (both steps) released before the interruption, over all components."""
@@ -145,6 +148,7 @@ class AdaptivePowerState:
             "components": [c.tolist() for c in self.components],
             "thresholds": [list(t) for t in self.thresholds],
             "pending_index": self.pending_index,
+            "norms": list(self.norms),
         }
 
     @classmethod
@@ -157,6 +161,7 @@ class AdaptivePowerState:
             components=tuple(np.asarray(c, dtype=np.float64) for c in obj["components"]),
             thresholds=tuple(tuple(float(v) for v in t) for t in obj["thresholds"]),
             pending_index=None if pending is None else int(pending),
+            norms=tuple(float(v) for v in obj.get("norms", ())),
         )
 
 
@@ -167,6 +172,9 @@ class AdaptivePowerOutput:
     components: np.ndarray
     thresholds: np.ndarray
     events: tuple[Any, ...] = field(default=())
+    diagnostics: Any = None
+    """The release's :class:`~dppca_dask.diagnostics.Diagnostics` (from the last released vector of each
+    component and its noise scale ``m·θ``); None for a resumed run whose state lacks the released norms."""
 
 
 def _orthogonalise(x: np.ndarray, basis: tuple[np.ndarray, ...]) -> np.ndarray:
@@ -292,12 +300,14 @@ def adaptive_power_run(
     events: list[Any] = []
     components: tuple[np.ndarray, ...] = ()
     thresholds: list[list[float]] = []
+    norms: tuple[float, ...] = ()
     first_component, first_iteration = 0, 0
     x: np.ndarray | None = None
     pending: int | None = None
     if resume is not None:
         components = tuple(resume.components)
         thresholds = [list(t) for t in resume.thresholds]
+        norms = tuple(resume.norms)
         first_component, first_iteration, x = resume.component, resume.iteration, resume.x
         pending = resume.pending_index
         if pending is not None and not 0 <= pending < n_points:
@@ -365,16 +375,44 @@ def adaptive_power_run(
             x = _unit(_orthogonalise(noisy, components))
             thresholds[k].append(theta)
             last = t + 1 == n_iter
+            if last:  # the released vector's norm, for the diagnostics (post-processing)
+                norms = norms + (_norm(noisy),)
             emit(AdaptivePowerState(
                 component=k + 1 if last else k,
                 iteration=0 if last else t + 1,
                 x=x,
                 components=components + (x,) if last else components,
                 thresholds=tuple(tuple(v) for v in thresholds),
+                norms=norms,
             ))
         components = components + (x,)
+    thresholds_out = np.asarray(thresholds, dtype=np.float64).reshape(len(thresholds), -1)
     return AdaptivePowerOutput(
         components=np.vstack(components) if components else np.zeros((0, n_cols)),
-        thresholds=np.asarray(thresholds, dtype=np.float64).reshape(len(thresholds), -1),
+        thresholds=thresholds_out,
         events=tuple(events),
+        diagnostics=power_diagnostics(norms, thresholds_out, noise_multiplier=noise_multiplier, dim=n_cols,
+                                      n_components=n_components),
     )
+
+
+def _norm(x: np.ndarray) -> float:
+    """``‖x‖`` without overflow (scaled by the largest entry first)."""
+    peak = float(np.max(np.abs(x))) if x.size else 0.0
+    if not math.isfinite(peak) or peak == 0.0:
+        return peak if math.isfinite(peak) else float("inf")
+    return peak * float(np.linalg.norm(x / peak))
+
+
+def power_diagnostics(norms: tuple[float, ...], thresholds: np.ndarray, *, noise_multiplier: float, dim: int,
+                      n_components: int) -> Any:
+    """The diagnostics of a sequential run: component i's last released vector has norm ``norms[i]`` and noise
+    of std ``m·θ`` (its last released θ) per coordinate (:func:`~dppca_dask.diagnostics.vector_noise_to_signal`).
+    None when a norm is missing (a run resumed from a state written before norms were kept)."""
+    from dppca_dask.diagnostics import diagnostics, vector_noise_to_signal
+
+    if len(norms) != n_components:
+        return None
+    values = [float(vector_noise_to_signal([norm], sigma=noise_multiplier * float(thresholds[i][-1]), dim=dim)[0])
+              for i, norm in enumerate(norms)]
+    return diagnostics(values)

@@ -28,6 +28,8 @@ class AnalyzeGaussOutput:
     components: np.ndarray
     """k×d unit rows: top eigenvectors of the noisy Gram matrix."""
     events: tuple[Any, ...]
+    diagnostics: Any = None
+    """The release's :class:`~dppca_dask.diagnostics.Diagnostics` (from the released eigenvalues)."""
 
 
 def check_dense_dim(n_cols: int, max_dense_dim: int, mechanism: str) -> None:
@@ -74,5 +76,8 @@ def analyze_gauss_run(
     noisy = np.zeros((n_cols, n_cols))
     noisy[upper] = noisy_upper
     noisy = noisy + noisy.T - np.diag(np.diag(noisy))
-    _values, vectors = top_eigenpairs(noisy, n_components)
-    return AnalyzeGaussOutput(vectors, (event,))
+    values, vectors = top_eigenpairs(noisy, n_components)
+    from dppca_dask.diagnostics import diagnostics, symmetric_noise_to_signal
+
+    noise_to_signal = symmetric_noise_to_signal(values, sigma=noise_multiplier * row_norm_bound**2, dim=n_cols)
+    return AnalyzeGaussOutput(vectors, (event,), diagnostics(noise_to_signal))

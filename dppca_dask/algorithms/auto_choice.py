@@ -215,6 +215,13 @@ def auto_run(
         plan = plan_block_power(main_params, n_cols, center=mean, start=pilot_out.basis.T)
     output = yield from plan.make_run(noise, on_release, None)
     events.append(main_event)  # the branch's own events compose to at most this, whichever branch ran
+    diag = output.diagnostics
+    if isinstance(center, str) and mean_multiplier is not None and diag is not None and output.signal is not None:
+        from dppca_dask.diagnostics import with_mean_error
+
+        diag = with_mean_error(diag, output.signal, row_norm_bound=bound, mean_multiplier=mean_multiplier,
+                               mean_count=mean_count, dim=n_cols)  # the branch ran with the mean as given
     return dataclasses.replace(output, mean=mean if isinstance(center, str) else output.mean, mean_count=mean_count,
-                               events=tuple(events), row_norm_bound=bound, mechanism=chosen, decision=decision)
+                               events=tuple(events), row_norm_bound=bound, mechanism=chosen, decision=decision,
+                               diagnostics=diag)
 

@@ -39,6 +39,7 @@ start at ``(c + r)²`` or above (checked before any release), and the variance r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ import numpy as np
 
 from dppca_dask.algorithms.adaptive_power import DEFAULT_PASS_DELTA, pass_row_budget
 from dppca_dask.algorithms.requests import AlgorithmRun
+from dppca_dask.diagnostics import block_noise_to_signal, diagnostics, mean_noise_to_signal, top_singular_values
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.kernels import block as B
@@ -73,6 +75,7 @@ __all__ = [
     "ordered_basis",
     "plan_centred_releases",
     "release_explained_variance",
+    "sort_by_variance",
     "release_private_mean",
     "release_row_norm_bound",
 ]
@@ -389,6 +392,11 @@ class BlockPowerOutput:
     """The mechanism that released the components, when the run chose it (``mechanism="auto"``)."""
     decision: dict[str, Any] | None = None
     """The released values behind that choice, and the rule (``mechanism="auto"``)."""
+    diagnostics: Any = None
+    """The release's :class:`~dppca_dask.diagnostics.Diagnostics`, per component (in the order of ``components``)."""
+    signal: np.ndarray | None = None
+    """The released size of each component (in the order of ``components``): the singular value of the last power
+    release, or the eigenvalue of the noisy Gram matrix (for the diagnostics of a private mean's artefact)."""
 
 
 def _orthonormal(y: np.ndarray) -> np.ndarray:
@@ -626,6 +634,14 @@ def block_power_run(
         emit("iteration", t + 1)
     basis = ordered_basis(noisy)
     components = basis[:n_components]
+    noise_to_signal = (block_noise_to_signal(noisy, sigma=noise_multiplier * thresholds[-1],
+                                             n_components=n_components)
+                       if thresholds else np.ones(n_components))  # noise of the last release: std m·θ_T
+    signal = top_singular_values(noisy, n_components)  # released sizes λ̂_j, for the mean's artefact
+    if isinstance(center, str) and mean_multiplier is not None:
+        noise_to_signal = np.maximum(noise_to_signal, mean_noise_to_signal(
+            signal, row_norm_bound=row_norm_bound, mean_multiplier=mean_multiplier, mean_count=mean_count,
+            dim=n_cols))
     if variance_multiplier is not None:
         if resume is not None and resume.variance is not None:  # released before the interruption
             from dp_accounting import GaussianDpEvent
@@ -638,9 +654,27 @@ def block_power_run(
                 noise=noise)
             events.append(variance_event)
             emit("explained-variance", n_iter)
+        components, variance, order = sort_by_variance(components, variance)
+        noise_to_signal, signal = noise_to_signal[order], signal[order]
     return BlockPowerOutput(components=components, thresholds=np.asarray([thresholds], dtype=np.float64),
                             mean=mean, mean_count=mean_count, variance=variance, events=tuple(events),
-                            row_norm_bound=float(row_norm_bound), basis=basis)
+                            row_norm_bound=float(row_norm_bound), basis=basis,
+                            diagnostics=diagnostics(noise_to_signal), signal=signal)
+
+
+def sort_by_variance(components: np.ndarray, variance: ExplainedVariance
+                     ) -> tuple[np.ndarray, ExplainedVariance, np.ndarray]:
+    """Components and their released variances ordered by decreasing released variance (a stable sort: ties keep
+    the order of the release that found the components), and the permutation applied (post-processing).
+
+    With :func:`~dppca_dask.mechanisms.centred.private_variances` keeping every ratio in [0, 1] and their sum at
+    most 1, the ordered release is feasible: variances, ratios and singular values non-negative and
+    non-increasing."""
+    order = np.argsort(-np.asarray(variance.explained_variance), kind="stable")
+    ordered = dataclasses.replace(variance, explained_variance=variance.explained_variance[order],
+                                  singular_values=variance.singular_values[order],
+                                  explained_variance_ratio=variance.explained_variance_ratio[order])
+    return np.asarray(components)[order], ordered, order
 
 
 # ------------------------------------------------------------------------------------------------ the planner

@@ -32,8 +32,10 @@ from dppca_dask.algorithms.block_power import (
     release_explained_variance,
     release_private_mean,
     release_row_norm_bound,
+    sort_by_variance,
 )
 from dppca_dask.algorithms.exact import top_eigenpairs
+from dppca_dask.diagnostics import diagnostics, mean_noise_to_signal, symmetric_noise_to_signal
 from dppca_dask.algorithms.requests import AlgorithmRun
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism
@@ -90,15 +92,24 @@ def centred_gauss_run(
     noisy = np.zeros((n_cols, n_cols))
     noisy[upper] = noisy_upper
     noisy = noisy + noisy.T - np.diag(np.diag(noisy))
-    _values, components = top_eigenpairs(noisy, n_components)
+    values, components = top_eigenpairs(noisy, n_components)
+    # the Gram's noise: symmetric, std m·(c + r)² per entry (post-processing of the released eigenvalues)
+    noise_to_signal = symmetric_noise_to_signal(values, sigma=noise_multiplier * bound * bound, dim=n_cols)
+    if isinstance(center, str) and mean_multiplier is not None:
+        noise_to_signal = np.maximum(noise_to_signal, mean_noise_to_signal(
+            values, row_norm_bound=row_norm_bound, mean_multiplier=mean_multiplier, mean_count=mean_count,
+            dim=n_cols))
     variance = None
     if variance_multiplier is not None:
         variance, variance_event = yield from release_explained_variance(
             components, row_norm_bound, mean, centred_row_bound=bound, variance_multiplier=variance_multiplier,
             noise=noise)
         events.append(variance_event)
+        components, variance, order = sort_by_variance(components, variance)
+        noise_to_signal, values = noise_to_signal[order], values[order]
     return BlockPowerOutput(components=components, thresholds=np.zeros((1, 0)), mean=mean, mean_count=mean_count,
-                            variance=variance, events=tuple(events), row_norm_bound=float(row_norm_bound))
+                            variance=variance, events=tuple(events), row_norm_bound=float(row_norm_bound),
+                            diagnostics=diagnostics(noise_to_signal), signal=values)
 
 
 def plan_centred_gauss(

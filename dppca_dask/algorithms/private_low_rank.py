@@ -59,6 +59,9 @@ class PrivateLowRankOutput:
     calibration: PrivateLowRankCalibration
     events: tuple[Any, ...] = field(default=())
     n_passes: int = 2
+    diagnostics: Any = None
+    """The release's :class:`~dppca_dask.diagnostics.Diagnostics`: the singular values of the released ``M``
+    against its noise's public scale (the largest per-entry std), one figure per requested component (rank r)."""
 
 
 def private_low_rank_run(
@@ -199,11 +202,20 @@ def private_low_rank_run(
         )
         right = scaled * alphas[:, None]  # rows with α_i = 0 are exactly 0 (W'ᵀA' row is 0 for any data)
     del exact
+    sigma = (s * row_norm_max * float(cal.projection_multiplier)  # type: ignore[arg-type]
+             if projection == "tight"
+             else s * float(cal.projection_rho) * float(np.max(alphas, initial=0.0)))  # type: ignore[arg-type]
     left = basis if left_factor == "orthonormal" else pruned
     if truncate:
         left, right = truncate_factors(left, right, int(rank), orthonormal_left=left_factor == "orthonormal"
                                        or prune_alpha >= 1.0)
     events: list[Any] = [range_event, EpsilonDeltaDpEvent(0.0, cal.range_failure), projection_event]
+    from dppca_dask.diagnostics import block_noise_to_signal, diagnostics
+
+    # the requested rank r (the oversampled directions beyond it are the range finder's slack, not a release's
+    # components)
+    noise_to_signal = block_noise_to_signal(np.asarray(right).T, sigma=sigma,
+                                            n_components=min(int(rank), int(right.shape[0])))
     return PrivateLowRankOutput(
         left=np.asarray(left),
         right=np.asarray(right),
@@ -211,4 +223,5 @@ def private_low_rank_run(
         projection_sensitivity=s * row_norm_max,
         calibration=cal,
         events=tuple(events),
+        diagnostics=diagnostics(noise_to_signal),
     )

@@ -45,6 +45,7 @@ from dppca_dask.accounting.hardt_roth import (
 )
 from dppca_dask.algorithms.hardt_roth_requests import EmbeddedProduct, RowCounts, RowProduct
 from dppca_dask.algorithms.requests import AlgorithmRun
+from dppca_dask.diagnostics import diagnostics, vector_noise_to_signal
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, MechanismFailedError
 from dppca_dask.kernels.hardt_roth import RowSlices, assemble, row_offsets
 from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism, laplace_mechanism
@@ -102,6 +103,9 @@ class PrivatePowerOutput:
     n_passes: int = 0
     """Passes of tasks over the partitions (the first counts their rows from a store's partition table or the
     blocks' shapes, reading no values)."""
+    diagnostics: Any = None
+    """The release's :class:`~dppca_dask.diagnostics.Diagnostics`: per component, the last released (noisy) round's
+    norm against its noise's public scale (:func:`~dppca_dask.diagnostics.vector_noise_to_signal`)."""
 
 
 def default_ladder_start(dimension: int) -> float:
@@ -273,6 +277,8 @@ def private_power_run(
     failed: list[int] = []
     released = 0
     x = np.zeros(dimension)
+    noise_to_signal: list[float] = []
+    last_ratio = 1.0
     for i in range(n_components):
         emitted = 0
         success = False
@@ -300,6 +306,8 @@ def private_power_run(
                 events.append(event)
                 emitted += 1
                 released += 1
+                last_ratio = float(vector_noise_to_signal(  # released values only (post-processing)
+                    [safe_norm(noisy)], sigma=cal.noise_multiplier * factor * std_scale, dim=dimension)[0])
                 x = _unit(noisy)  # Fig. 2, line 3(d)
                 if on_release is not None:
                     on_release(PrivatePowerState(i, j, t, c_bound), tuple(events))
@@ -316,6 +324,7 @@ def private_power_run(
                     "c_doubling=True to search C privately"
                 )
         assert success  # the last rung is C = N, where the check cannot fail
+        noise_to_signal.append(last_ratio)
         reserved = cal.n_runs * cal.n_iter - emitted
         if reserved:
             events.append(dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(cal.noise_multiplier), reserved))
@@ -360,6 +369,7 @@ def private_power_run(
         events=tuple(events),
         n_releases=released,
         n_passes=passes,
+        diagnostics=diagnostics(noise_to_signal if symmetric else noise_to_signal[-1:]),
     )
 
 

@@ -45,6 +45,9 @@ class RandomizedResponseOutput:
     """Noise std per entry over the row-change bound."""
     events: tuple[Any, ...] = field(default=())
     n_passes: int = 1
+    diagnostics: Any = None
+    """The release's :class:`~dppca_dask.diagnostics.Diagnostics` (the released singular values against the
+    noise's public scale, :func:`~dppca_dask.diagnostics.rectangular_noise_to_signal`)."""
 
 
 def randomized_response_run(
@@ -87,5 +90,10 @@ def randomized_response_run(
     del exact
     rank = min(int(rank), *noisy.shape)
     u, s, vt = top_svd(noisy, rank)
+    from dppca_dask.diagnostics import diagnostics, rectangular_noise_to_signal
+
+    noise_to_signal = rectangular_noise_to_signal(s, sigma=float(row_change_bound) * sigma, n_rows=noisy.shape[0],
+                                                  n_cols=noisy.shape[1])
     del noisy
-    return RandomizedResponseOutput(left=u, right=s[:, None] * vt, sigma=sigma, events=(event,))
+    return RandomizedResponseOutput(left=u, right=s[:, None] * vt, sigma=sigma, events=(event,),
+                                    diagnostics=diagnostics(noise_to_signal))

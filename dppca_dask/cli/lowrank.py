@@ -117,6 +117,8 @@ def format_lowrank(result: Any, out: str, *, requested_rank: int | None = None) 
             lines.append(f"  {group['neighbouring']}: epsilon={group['epsilon']:.4g} ({group['method']})")
     else:
         lines.append(f"privacy: NOT differentially private (seeded run); neighbouring: {report.neighbouring}")
+    if getattr(result, "diagnostics", None) is not None:
+        lines.append("diagnostics: " + result.diagnostics.summary())
     lines.append(f"factors written to {out} (factors.zarr: left, right; result.json)")
     return "\n".join(lines)
 
@@ -144,6 +146,9 @@ def run(args: argparse.Namespace) -> int:
         **options,
     )
     result.save(args.out)
+    from dppca_dask.diagnostics import print_cli_warning
+
+    print_cli_warning(result.diagnostics, f"the {result.mechanism} release")
     if args.json:
         out = result.to_dict()
         out["output"] = args.out

@@ -213,6 +213,8 @@ def format_result(result: Any, *, top: int = 8, labels: list[str] | None = None)
         lines.append(f"centred at the {'released' if result.private else 'computed'} mean (in the JSON output)")
     if "row_norm_bound" in (result.extras or {}):
         lines.append(f"row norm bound (released): {result.extras['row_norm_bound']:.4g}")
+    if getattr(result, "diagnostics", None) is not None:
+        lines.append("diagnostics: " + result.diagnostics.summary())
     return "\n".join(lines)
 
 
@@ -268,6 +270,9 @@ def run(args: argparse.Namespace) -> int:
         layer=args.layer,
         **_private_power_options(args),
     )
+    from dppca_dask.diagnostics import print_cli_warning
+
+    print_cli_warning(result.diagnostics, f"the {result.mechanism} release")
     if args.plot:
         write_scree_plot(result, args.plot)
     if args.out:

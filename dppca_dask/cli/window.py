@@ -134,20 +134,28 @@ def window_json(result: Any, task: str, *, n_components: int = 1, ridge: float |
         "calibration": dict(result.calibration),
         "executor": result.provenance.get("executor"),
     }
+    diagnostics: Any = None
     if task == "pca":
         out["components"] = np.asarray(result.pca(n_components)).tolist()
+        diagnostics = result.diagnostics_for(n_components)
     elif task == "sparse-pca":
         out["components"] = np.asarray(result.sparse_pca(n_components, cast(int, nonzeros))).tolist()
+        diagnostics = result.diagnostics_for(n_components)
     elif task == "nonnegative-pca":
         out["components"] = np.asarray(result.nonnegative_pca(n_components)).tolist()
+        diagnostics = result.diagnostics_for(n_components)
     elif task == "directional-variance":
         out["directional_variance"] = np.atleast_1d(result.directional_variance(directions)).tolist()
+        diagnostics = result.diagnostics
     elif task == "regression":
         out["coefficients"] = np.asarray(result.regression(ridge=ridge)).tolist()
         out["diagnostics"] = result.regression_diagnostics(ridge=ridge)
         out["ridge"] = out["diagnostics"]["ridge"]
     else:
         out["covariance"] = np.asarray(result.covariance).tolist()
+        diagnostics = result.diagnostics  # the leading direction: is there signal above the noise at all?
+    if diagnostics is not None:
+        out["diagnostics"] = diagnostics.to_dict()
     return out
 
 
@@ -275,9 +283,11 @@ def _warn_unreliable(out: dict[str, Any]) -> None:
         what = (f"the fit is not reliable: the noise dominates the directions that carry it (estimated relative "
                 f"coefficient error {diag['estimated_relative_error']:.2f} > {REGRESSION_ERROR_THRESHOLD:g}); its "
                 "coefficients are shrunk towards zero")
-    else:
-        what = (f"the {out['task']} output is not reliable: the noise dominates it ({diag['rule']})")
-    print(f"warning: {what}; use a longer window or a larger epsilon", file=sys.stderr)
+        print(f"dppca-dask: warning: {what}; use a longer window or a larger epsilon", file=sys.stderr)
+        return
+    from dppca_dask.diagnostics import Diagnostics, print_cli_warning
+
+    print_cli_warning(Diagnostics.from_dict(diag), f"the {out['release']} window release ({out['task']})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -341,6 +351,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         cov = np.asarray(out["covariance"])
         print(f"covariance: {cov.shape[0]}x{cov.shape[1]}, trace {np.trace(cov):.4g}")
+    if "diagnostics" in out and args.task != "regression":  # the regression's own line is above
+        from dppca_dask.diagnostics import Diagnostics
+
+        print("diagnostics: " + Diagnostics.from_dict(out["diagnostics"]).summary())
     if args.out:
         print(f"written to {out['output']}")
     return 0

@@ -99,9 +99,12 @@ class ExplainedVariance:
     singular_values: np.ndarray
     """``sqrt(max(0, Σ(ã'ᵀv_j)²))`` per component."""
     explained_variance_ratio: np.ndarray
-    """``max(0, Σ(ã'ᵀv_j)²) / Σ‖ã'‖²`` per component (against the private total variance)."""
+    """``max(0, Σ(ã'ᵀv_j)²) / T`` per component, against the released total ``T`` (below), so each ratio is in
+    [0, 1] and they sum to at most 1."""
     total_variance: float
-    """``max(0, Σ‖ã'‖²) / max(1, n̂ − 1)``."""
+    """``T / max(1, n̂ − 1)`` for ``T = max(0, Σ‖ã'‖², Σ_j max(0, Σ(ã'ᵀv_j)²))``: the released total, raised to
+    the released variance along the components when the noise drew it below (the components' variances cannot
+    exceed the total; post-processing)."""
     count: float
     """The released number of rows n̂."""
 
@@ -131,7 +134,9 @@ def private_variances(
     -----
     Privacy contract: add/remove one row, rows ``ã'`` (centred at a public or released centre, clipped to c);
     one Gaussian release of ``(projected/c², total/c², n)`` with L2 sensitivity √3 (:data:`VARIANCE_SENSITIVITY`),
-    ``GaussianDpEvent(noise_multiplier)``; everything else is post-processing.
+    ``GaussianDpEvent(noise_multiplier)``; everything else is post-processing, including the projection of the
+    released values onto their feasible set (variances non-negative, the total at least their sum, so that the
+    ratios lie in [0, 1] and sum to at most 1; the caller orders the components by their variance).
     """
     bound = positive_finite("row_norm_bound", row_norm_bound)
     scale = bound * bound
@@ -139,7 +144,7 @@ def private_variances(
     noisy, event = gaussian_mechanism(value, l2_sensitivity=VARIANCE_SENSITIVITY, noise_multiplier=noise_multiplier,
                                       noise=noise, release=release)
     sums = np.maximum(noisy[:-2], 0.0) * scale
-    total_sum = max(float(noisy[-2]), 0.0) * scale
+    total_sum = max(float(noisy[-2]) * scale, float(np.sum(sums)), 0.0)  # projected onto the feasible set
     noisy_count = float(noisy[-1])
     dof = max(noisy_count - 1.0, 1.0)
     ratio = sums / total_sum if total_sum > 0 else np.zeros_like(sums)

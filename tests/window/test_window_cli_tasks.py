@@ -58,7 +58,7 @@ def test_directional_variance_from_the_cli(daily_store, tmp_path, capsys):
                                           str(tmp_path / "dirs.txt"), "--seed", "3"))
     assert code == 0, err
     assert "directional variance: " in out
-    values = [float(v) for v in out.split("directional variance: ")[1].split()]
+    values = [float(v) for v in out.split("directional variance: ")[1].splitlines()[0].split()]
     assert values == pytest.approx([cov[0, 0], cov[1, 1]], rel=1e-5)
 
 

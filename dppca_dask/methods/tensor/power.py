@@ -45,6 +45,14 @@ class TensorPowerResult:
     trajectory: tuple[np.ndarray, ...] = field(default=(), repr=False)
     """Every iterate ``U`` (d×L) in order, when asked for (tests)."""
 
+    def __repr__(self) -> str:
+        from dppca_dask._repr import short_repr
+
+        k, d = np.asarray(self.components).shape
+        private = f"a private run's releases ({len(self.events)} events)" if self.events else "not private"
+        return short_repr(self, shape=f"{k} eigenpairs in dimension {d}",
+                          extra=(f"{private}; {self.n_queries} query batches",))
+
 
 class Releaser(Protocol):
     """Privatizes the engine's queries (Alg. 3): each exact value is released once, with its noise."""

@@ -214,6 +214,12 @@ class PrivateTensorResult:
     def private(self) -> bool:
         return bool(self.privacy.private)
 
+    def __repr__(self) -> str:
+        from dppca_dask._repr import short_repr
+
+        k, d = np.asarray(self.components).shape
+        return short_repr(self, shape=f"{k} eigenpairs of a {d}x{d}x{d} tensor")
+
 
 def private_tensor_power_method(
     tensor: Any,

@@ -150,6 +150,12 @@ class RowMomentResult:
     privacy: Any
     noise_multiplier: float
 
+    def __repr__(self) -> str:
+        from dppca_dask._repr import short_repr
+
+        k, d = np.asarray(self.components).shape
+        return short_repr(self, shape=f"{k} eigenpairs in dimension {d}")
+
 
 def private_moment_power_method(
     data: Any,

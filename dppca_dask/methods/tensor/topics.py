@@ -158,6 +158,12 @@ class TopicResult:
         """``"topics"`` (the registry's name, as jobs and the CLI report it)."""
         return "topics"
 
+    def __repr__(self) -> str:
+        from dppca_dask._repr import short_repr
+
+        k, d = np.asarray(self.topics).shape
+        return short_repr(self, shape=f"{k} topics over {d} words")
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``topics``, ``weights``, ``eigenvalues``, ``privacy`` {epsilon, delta, neighbouring, ...}."""
         if self.privacy is not None:

@@ -551,6 +551,50 @@ class WindowRelease:
         """Top-k principal directions (k×d unit rows) of the released covariance."""
         return tasks.top_components(self.covariance, k)[1]
 
+    @property
+    def diagnostics(self) -> Any:
+        """How far to trust the release's leading direction: :meth:`diagnostics_for` one component."""
+        return self.diagnostics_for(1)
+
+    def diagnostics_for(self, n_components: int) -> Any:
+        """The :class:`~dppca_dask.diagnostics.Diagnostics` of the top ``n_components`` directions of the released
+        covariance: each released eigenvalue against the public scale of the release's noise (symmetric Gaussian
+        of std ``m·Δ``, ``m·c²·√nodes`` for the tree; a Wishart's spread about its mean, ``c²√τ``, its spectrum
+        centred ``c²d`` above the mean as Marchenko–Pastur's is; the JL release's sample-covariance law).
+        Post-processing of the released matrix and public calibration."""
+        from dppca_dask import diagnostics as D
+
+        k = int(n_components)
+        cal = self.calibration
+        matrix = self.debiased[:-1, :-1] if self.labels else self.debiased
+        dim = int(matrix.shape[0])
+        if not 1 <= k <= dim:
+            raise InvalidParameterError(f"n_components must be in [1, {dim}]; got {n_components!r}")
+        if not self.calibration:  # a release without public calibration (not expected): nothing to compare with
+            return None
+        c2 = float(cal.get("row_norm_bound", 1.0)) ** 2
+        if self.release == "jl":
+            values = np.linalg.eigvalsh(self.released[:-1, :-1] if self.labels else self.released)[::-1][:k]
+            return D.diagnostics(D.sample_covariance_noise_to_signal(
+                values, noise_level=c2 * float(cal["sigma"]) ** 2, dim=dim, n_samples=int(cal["sketch_rows"])))
+        shift = 0.0
+        if self.release == "wishart":  # R − τI: entries of std √τ, its spectrum [d − 2√(τd), d + 2√(τd)] about d
+            sigma, shift = c2 * math.sqrt(float(cal["tau"])), c2 * dim
+        elif cal.get("structure") == "binary-tree":
+            sigma = float(cal["noise_multiplier"]) * c2 * math.sqrt(float(cal.get("nodes", 1)))
+        else:
+            sigma = float(cal["noise_multiplier"]) * float(cal.get("l2_sensitivity", c2))
+        values = np.linalg.eigvalsh(matrix)[::-1][:k] - shift
+        return D.diagnostics(D.symmetric_noise_to_signal(values, sigma=sigma, dim=dim))
+
+    def __repr__(self) -> str:
+        from dppca_dask._repr import short_repr
+
+        d = self.released.shape[0] - (1 if self.labels else 0)
+        w = self.window
+        return short_repr(self, shape=f"{d}x{d} {self.release} release{' with a label column' if self.labels else ''}",
+                          extra=(f"window: ({w.start}, {w.end}], {len(w.partitions)} partitions",))
+
     def directional_variance(self, x: Any) -> Any:
         """``xᵀCx`` of the released covariance for a vector or the rows of an array (Thm 15)."""
         return tasks.directional_variance(self.covariance, x)
@@ -641,6 +685,9 @@ class WindowRelease:
             "calibration": dict(self.calibration),
             "provenance": dict(self.provenance),
         }
+        diagnostics = self.diagnostics
+        if diagnostics is not None:
+            out["diagnostics"] = diagnostics.to_dict()
         if include_matrix:
             out["released"] = self.released.tolist()
             out["shift"] = self.shift
