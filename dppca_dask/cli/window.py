@@ -83,9 +83,12 @@ def window_json(result: Any, task: str, *, n_components: int = 1, ridge: float =
         "task": task,
         "release": result.release,
         "private": result.private,
+        "guarantee": result.guarantee,
         "window": {"start": result.window.start, "end": result.window.end,
                    "n_partitions": result.window.n_partitions, "kind": result.window.kind,
-                   **({"last_rows": result.window.last_rows} if result.window.last_rows is not None else {})},
+                   **({"last_rows": result.window.last_rows} if result.window.last_rows is not None else {}),
+                   **({"requested_start": result.window.requested_start}
+                      if result.window.requested_start is not None else {})},
         "privacy": {"epsilon": report["epsilon"], "delta": report["delta"], "neighbouring": report["neighbouring"],
                     "report": report},
         "calibration": dict(result.calibration),

@@ -187,7 +187,8 @@ def test_window_structure_and_cache_flags(ten_day_store, capsys, flags):
     obj = json.loads(out)
     assert obj["window"]["end"] == "2026-11-10T00:00:00+00:00"
     caveats = obj["privacy"]["report"]["caveats"]
-    assert bool(caveats) == (flags[0] == "--structure")  # the histogram's conditional guarantee is stated
+    assert caveats == []  # the histogram's default pruning reads the partition table only: unconditional
+    assert obj["guarantee"] == "unconditional"
 
 
 def _ledger_keys(ledger_path, store, job_id):
