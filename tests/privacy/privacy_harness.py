@@ -186,3 +186,31 @@ def traced_neighbour_runs(client: Any, caplog: Any, datasets: Iterable[Any], run
         result, tasks, logs = traced_run(client, caplog, lambda: run(dataset, noise), mask_theta=mask_theta)
         runs.append((result, noise, tasks, logs))
     return runs
+
+
+def watch_publication(monkeypatch: Any, output: str, name: str = "result.json") -> list[bool]:
+    """Record, at every ledger charge from now on, whether the job's result ``output/name`` was already in place
+    (published): the list :func:`assert_charged_before_published` checks."""
+    import os
+
+    from dppca_dask.ledger import Ledger
+
+    seen: list[bool] = []
+    original = Ledger.charge
+
+    def charge(self: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append(os.path.exists(os.path.join(output, name)))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Ledger, "charge", charge)
+    return seen
+
+
+def assert_charged_before_published(seen: Sequence[bool], output: str, name: str = "result.json") -> None:
+    """The job was charged, its result was not in place at the charge, and it is now (DESIGN.md: the charge is
+    recorded after a pending result is written and before the result is returned)."""
+    import os
+
+    assert seen, "the job was never charged"
+    assert not any(seen), f"the result '{name}' was published before its charge"
+    assert os.path.exists(os.path.join(output, name)), f"the result '{name}' was not published after the charge"
