@@ -137,6 +137,10 @@ def test_document_neighbours(seed, alpha0, extra):
 
 @pytest.mark.slow
 def test_document_neighbours_on_a_cluster(local_client, seed, caplog):
+    """Topics on neighbouring corpora through the LocalCluster: the same task names with the same counts and the
+    same log lines (each run's own), every release within its sensitivity."""
+    from privacy_harness import assert_same_execution, traced_run
+
     rng = np.random.default_rng(seed)
     x = corpus(rng, n=200, d=10)
     row = np.zeros(10)
@@ -144,17 +148,11 @@ def test_document_neighbours_on_a_cluster(local_client, seed, caplog):
     x2 = sp.csr_array(sp.vstack([x, sp.csr_array(row[None, :])]))
     kw = dict(n_topics=2, epsilon=1.0, delta=1e-6, n_restarts=1, n_iter=1, pca_iter=1, client=local_client)
     a = _RecordingSource(seed)
-    with caplog.at_level("DEBUG", logger="dppca_dask"):
-        topics(x, noise=a, **kw)
-    logs_a = log_lines(caplog.records, mask_theta=False)
-    caplog.clear()
+    ra, tasks_a, logs_a = traced_run(local_client, caplog, lambda: topics(x, noise=a, **kw), mask_theta=False)
     b = _CoupledSource(seed, a)
-    with caplog.at_level("DEBUG", logger="dppca_dask"):
-        topics(x2, noise=b, **kw)
-    logs_b = log_lines(caplog.records, mask_theta=False)
+    rb, tasks_b, logs_b = traced_run(local_client, caplog, lambda: topics(x2, noise=b, **kw), mask_theta=False)
     assert_within_sensitivity(a.records, b.records)
-    strip = [m.split("-")[0] for m in logs_a]  # the coordinator's token differs per run
-    assert strip == [m.split("-")[0] for m in logs_b]
+    assert_same_execution([(ra, a, tasks_a, logs_a), (rb, b, tasks_b, logs_b)])
 
 
 @pytest.mark.parametrize(("filtering", "extra"), [("adaptive", "at-bound"), ("adaptive", "aligned-large"),
