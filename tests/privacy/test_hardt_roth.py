@@ -119,10 +119,14 @@ def _pair(base: np.ndarray, neighbour: np.ndarray, seed: int, client: Any, tmp: 
         data = [str(write_matrix(tmp / f"{i}.zarr", m, rows_per_partition=17).path) for i, m in enumerate(data)]
     noise_a = _Recording(seed)
     noise_b = _Coupled(seed, noise_a)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        a = lowrank(data[0], noise=noise_a, client=client, **kwargs)
-        b = lowrank(data[1], noise=noise_b, client=client, **kwargs)
+    results, warned = [], []
+    for matrix, noise in ((data[0], noise_a), (data[1], noise_b)):
+        with warnings.catch_warnings(record=True) as caught:  # each neighbour's warnings, compared below
+            warnings.simplefilter("always")
+            results.append(lowrank(matrix, noise=noise, client=client, **kwargs))
+        warned.append(sorted((type(w.message).__name__, str(w.message)) for w in caught))
+    assert warned[0] == warned[1], "the neighbours warned differently"
+    a, b = results
     plan = plan_lowrank(*base.shape, **kwargs)
     return _check_pair(a, b, noise_a, noise_b, plan)
 
@@ -210,7 +214,9 @@ def test_symmetric_pair_is_a_group_of_two_entries(seed: int, tmp_path: Path) -> 
     kwargs: dict[str, Any] = {"rank": 1, "epsilon": 1.0, "delta": 1e-6, "mechanism": "private-power",
                               "symmetric": True, "n_iter": 6}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
         lowrank(matrix, noise=noise_a, **kwargs)
         lowrank(neighbour, noise=noise_b, **kwargs)
     assert noise_a.records
@@ -292,7 +298,9 @@ def test_a_float32_store_releases_what_a_float64_store_of_the_same_values_does(
         assert store.dtype == np.dtype(dtype).name
         noise = _Recording(seed)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            from dppca_dask.errors import NotPrivateWarning
+            warnings.simplefilter("ignore", NotPrivateWarning)
+            warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
             lowrank(str(store.path), epsilon=1.0, delta=1e-6, noise=noise, **kwargs)
         records.append(noise.records)
     got, want = records

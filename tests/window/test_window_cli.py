@@ -62,7 +62,8 @@ def test_appended_days_keep_their_row_ids(ten_day_store, tmp_path, capsys):
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # (anndata turns the integer ids into strings, and says so)
+        from anndata import ImplicitModificationWarning
+        warnings.simplefilter("ignore", ImplicitModificationWarning)  # (anndata turns the integer ids into strings, and says so)
         warnings.filterwarnings("error", message=".*not recognized")  # nothing zarr does not know: no lock inside
         adata = anndata.read_zarr(ten_day_store)
     want = [str(1000 * n + i) for n in range(1, 11) for i in range(30)]
