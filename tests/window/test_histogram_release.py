@@ -220,3 +220,22 @@ def test_the_papers_pruning_is_labelled_conditional_and_never_charged(daily_stor
     assert ledger.find("j") == []
     with pytest.raises(InvalidParameterError, match="pruning must be one of"):
         window(store, noise=ZeroNoiseSource(), pruning="loewner", **args)
+
+
+def test_a_structure_kept_by_the_papers_rule_is_not_continued_by_the_default_one(daily_store):
+    """A structure saved before the rule was recorded (the paper's pruning) chose its checkpoints from the data:
+    the default rule does not go on from them (its coverage would follow them), it asks for a new structure."""
+    import json
+
+    store = daily_store(6)
+    args = {"last": "3D", "epsilon": 1, "delta": 1e-6, "structure": "spectral-histogram", "client": "local"}
+    window(store, noise=ZeroNoiseSource(), **args)
+    directory = os.path.join(os.path.dirname(store.path), ".store.window-259200s-features")
+    state = os.path.join(directory, "state.json")
+    with open(state) as fh:
+        info = json.load(fh)
+    del info["pruning"]  # as written before the rule was recorded
+    with open(state, "w") as fh:
+        json.dump(info, fh)
+    with pytest.raises(InvalidParameterError, match="built with pruning='spectral'.*from the data.*delete"):
+        window(store, noise=ZeroNoiseSource(), **args)

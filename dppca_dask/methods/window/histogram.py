@@ -216,8 +216,16 @@ class SpectralHistogram:
         except (OSError, ValueError, KeyError) as exc:
             raise StoreCorruptError(f"the spectral histogram in '{directory}' cannot be read ({type(exc).__name__}); "
                                     "delete the directory to rebuild it", source=directory) from None
+        kept_rule = info.get("pruning", "spectral")  # states written before the rule was recorded: the paper's
+        if "pruning" in expect and kept_rule != expect["pruning"]:
+            raise InvalidParameterError(
+                f"the spectral histogram in '{directory}' was built with pruning={kept_rule!r}, which chose its "
+                f"checkpoints {'from the data' if kept_rule == 'spectral' else 'from the partition table'}; this "
+                f"release asks for pruning={expect['pruning']!r}: delete the directory to start a structure with it "
+                "(its next release starts at the window)"
+            )
         for key, value in expect.items():
-            if info.get(key, "spectral" if key == "pruning" else None) != value:  # states before the rule: spectral
+            if key != "pruning" and info.get(key) != value:
                 raise InvalidParameterError(
                     f"the spectral histogram in '{directory}' was built with {key}={info.get(key)!r}, not {value!r}; "
                     "use its parameters, or delete the directory to rebuild it"
