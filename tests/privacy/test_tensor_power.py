@@ -20,7 +20,7 @@ from dppca_dask.mechanisms.noise import shape_of
 from dppca_dask.mechanisms.testing import AuditingNoiseSource
 from dppca_dask.methods.tensor.private import private_tensor_power_method
 from dppca_dask.methods.tensor.topics import calibrate_topics, topics
-from privacy_harness import FLOAT_SLACK, log_lines, movement
+from privacy_harness import assert_sensitivity, FLOAT_SLACK, log_lines, movement
 
 
 def assert_within_sensitivity(records_a: list[Any], records_b: list[Any]) -> list[float]:
@@ -126,10 +126,19 @@ def test_document_neighbours(seed, alpha0, extra):
     plan = calibrate_topics(epsilon=2.0, delta=1e-6, n_topics=3, n_restarts=2, n_iter=3, pca_iter=2,
                             pca_share=0.5, alpha0=alpha0)
     assert len(a.records) == plan.n_whitening + plan.n_tensor
+    # Closed forms: the whitening's releases are given the public pair bound (the clip of ‖P2_doc·Y‖_F), the LDA
+    # first moment √2 (a document's word distribution moves it by at most √2 in L2); a halved one fails here.
+    pair_bound = ra.provenance["parameters"]["pair_bound"]
+    assert pair_bound == pytest.approx(min(1.0, 3.5 / np.sqrt(x.shape[1])))
+    whitening = [r for r in a.records if "/whitening/" in r.release]
+    first = [r for r in a.records if "/first-moment" in r.release]
+    assert len(whitening) + len(first) == plan.n_whitening and len(first) == (1 if alpha0 else 0)
+    assert_sensitivity(whitening, pair_bound)
+    assert_sensitivity(first, np.sqrt(2.0))
     if extra == "two-words":
         assert max(ratios) == 0.0
-    else:
-        assert max(ratios) > 0.0
+    else:  # the repeated word is the largest second moment one document adds: nearest the worst case
+        assert max(ratios) > {"repeated-word": 0.45, "three-words": 0.3, "long": 0.06}[extra]
     np.testing.assert_allclose(ra.topics, rb.topics, atol=1e-9)
     assert ra.to_dict().keys() == rb.to_dict().keys()
     assert ra.privacy.epsilon <= 2.0
