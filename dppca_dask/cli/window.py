@@ -40,8 +40,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--release", choices=mechanism_names("window"), default="gaussian",
                    help="release mechanism (default: gaussian): " + mechanism_help("window"))
     p.add_argument("--structure", choices=("exact", "spectral-histogram"), default="exact",
-                   help="exact window Gram (default; unconditional guarantee) or the paper's spectral histogram kept "
-                        "beside the store (guarantee conditional on its released checkpoint)")
+                   help="exact window Gram (default) or a spectral histogram kept beside the store (reads only new "
+                        "partitions; its checkpoints follow the partition table, and the release reports every "
+                        "partition it covers, possibly some before the window)")
     p.add_argument("--cache", action="store_true",
                    help="keep each partition's exact Gram beside the store (owner-only) so that later releases "
                         "read only new partitions")
