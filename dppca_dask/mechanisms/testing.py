@@ -98,6 +98,8 @@ class DrawRecord:
     """The standard deviation (Gaussian) or scale b (Laplace) the sampler was asked for."""
     values: np.ndarray
     """What it returned (a copy, as a float64 array; shape ``()`` for one value)."""
+    discrete: bool = False
+    """Drawn by the hardened sampler, on a lattice (equal values in two draws are then expected)."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,7 @@ class AuditingNoiseSource(NoiseSource):
         recorded with the scale the mechanism asked for and the values it got."""
         values = super()._sample_noise(sampler, scale, size, lattice)
         drawn = DrawRecord(self.current_release, sampler.lower(), float(scale),
-                           np.array(values, dtype=np.float64, copy=True))
+                           np.array(values, dtype=np.float64, copy=True), self.sampler == "hardened")
         if not hasattr(self, "draws"):  # a subclass that set up its own state
             self.draws = []
         self.draws.append(drawn)

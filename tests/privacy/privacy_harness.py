@@ -72,7 +72,7 @@ def _expected_scales(record: AuditRecord) -> list[tuple[str, float]]:
 def assert_draws_as_recorded(records: Sequence[AuditRecord]) -> None:
     """On one side of a neighbour run: every release drew noise, each draw at the scale its record names (a
     Wishart release ⌈τ⌉ rows), and no two releases share a draw (standardised values compared)."""
-    seen: dict[float, str] = {}
+    seen: dict[tuple[str, Any], str] = {}
     for record in records:
         assert record.draws, f"{record.release}: the release recorded no draw (its noise was not drawn fresh)"
         expected = _expected_scales(record)
@@ -86,12 +86,15 @@ def assert_draws_as_recorded(records: Sequence[AuditRecord]) -> None:
             rows = record.draws[0].values.shape[0]
             assert rows == int(record.scale), f"{record.release}: {rows} Wishart rows drawn for tau={record.scale}"
         for draw in record.draws:
-            for value in np.round(np.ravel(draw.values) / draw.scale, 12):
-                if value == 0.0:
+            standard = np.round(np.ravel(draw.values) / draw.scale, 12)
+            # continuous draws: no value twice; lattice (hardened) draws repeat values, so whole draws are compared
+            keys = [("array", standard.tobytes())] if draw.discrete else [("value", float(v)) for v in standard]
+            for key in keys:
+                if key == ("value", 0.0) or (draw.discrete and not np.any(standard)):
                     continue
-                other = seen.setdefault(float(value), record.release)
+                other = seen.setdefault(key, record.release)  # type: ignore[arg-type]
                 assert other == record.release, (
-                    f"{record.release} shares a draw with {other} (standardised value {value!r}): noise is drawn "
+                    f"{record.release} shares a draw with {other} (standardised {key[0]} equal): noise is drawn "
                     "fresh for every release"
                 )
 

@@ -105,3 +105,20 @@ def test_draws_are_recorded_with_their_scale_and_release(seed: int) -> None:
         ("g", "gaussian", 2.0, (2,)), ("l", "laplace", 2.0, (2,)), ("s", "laplace", 2.0, ()),
         ("s", "laplace", 2.0, (3,))]
     assert [len(r.draws) for r in noise.records] == [1, 1, 2]
+
+
+def test_lattice_draws_may_share_values_but_not_whole_draws(seed: int) -> None:
+    """The hardened sampler draws on a lattice, where two releases' draws may share values by chance (not a reused
+    draw): its draws are compared whole, and the same whole draw in two releases fails."""
+    from test_hardened_neighbours import HardenedAuditingSource
+
+    a, b = HardenedAuditingSource(seed), HardenedAuditingSource(seed)
+    for noise in (a, b):
+        for key in ("g1", "g2"):
+            gaussian_mechanism(np.zeros(64), l2_sensitivity=1.0, noise_multiplier=1.0, noise=noise, release=key)
+    assert all(d.discrete for d in a.draws)
+    assert_within_sensitivity(a.records, b.records)
+    a.records[1].draws[0] = a.records[0].draws[0].__class__("g2", "gaussian", a.records[0].draws[0].scale,
+                                                           a.records[0].draws[0].values, True)
+    with pytest.raises(AssertionError, match="shares a draw"):
+        assert_within_sensitivity(a.records, b.records)
