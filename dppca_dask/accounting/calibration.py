@@ -276,29 +276,35 @@ def _make_private_directory(directory: Path) -> None:
         os.chmod(created, 0o700)  # mkdir's mode passes through the umask
 
 
-def _bounded(entries: dict[str, Any], newest: str) -> dict[str, Any] | None:
-    """``entries`` without the ones written longest ago, so that the file stays within :data:`MAX_CACHE_BYTES`;
-    ``None`` when the newest entry alone exceeds it (it is then not cached)."""
-    # each entry as it is written (json.dump with indent=0): its own object's text, a little more than its share
-    sizes = {k: len(json.dumps({k: v}, indent=0, sort_keys=True)) for k, v in entries.items()}
-    if sizes[newest] > MAX_CACHE_BYTES // 2:
+def _entry_size(key: str, value: Any) -> int:
+    """The bytes one entry takes in the file as written (json.dump with indent=0): its own object's text, a little
+    more than its share."""
+    return len(json.dumps({key: value}, indent=0, sort_keys=True))
+
+
+def _bounded(entries: dict[str, Any], newest: str) -> tuple[dict[str, Any], str] | None:
+    """``entries`` and their file text, within :data:`MAX_CACHE_BYTES`: when beyond it, the entries written longest
+    ago are evicted down to three quarters of it (so that a full cache evicts once in many writes, not at each);
+    ``None`` when the newest entry alone takes more than half of it (it is then not cached)."""
+    if _entry_size(newest, entries[newest]) > MAX_CACHE_BYTES // 2:
         return None
-    total = sum(sizes.values()) + 16
-    if total <= MAX_CACHE_BYTES:
-        return entries
+    text = json.dumps({"entries": entries}, indent=0, sort_keys=True)
+    if len(text) <= MAX_CACHE_BYTES:
+        return entries, text
 
     def written(key: str) -> float:
         value = entries[key]
         stamp = value.get("written") if isinstance(value, dict) else None
         return float(stamp) if isinstance(stamp, (int, float)) else 0.0
 
+    total = sum(_entry_size(k, v) for k, v in entries.items()) + 16
     kept = dict(entries)
     for key in sorted((k for k in entries if k != newest), key=written):
-        if total <= MAX_CACHE_BYTES:
+        if total <= MAX_CACHE_BYTES * 3 // 4:
             break
-        total -= sizes[key]
+        total -= _entry_size(key, entries[key])
         del kept[key]
-    return kept
+    return kept, json.dumps({"entries": kept}, indent=0, sort_keys=True)
 
 
 def _write_cache(path: Path, key: str, value: dict[str, Any]) -> None:
@@ -311,14 +317,17 @@ def _write_cache(path: Path, key: str, value: dict[str, Any]) -> None:
         with FileLock(str(path) + ".lock", timeout=_LOCK_TIMEOUT, mode=0o600):
             entries = _read_cache(path)
             entries[key] = {**value, "written": time.time()}
-            kept = _bounded(entries, key)
-            if kept is None:
+            bounded = _bounded(entries, key)
+            if bounded is None:
                 return
             fd, tmp = tempfile.mkstemp(prefix=".calibration-", suffix=".json", dir=path.parent)
             try:
                 with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    json.dump({"entries": kept}, fh, indent=0, sort_keys=True)
+                    fh.write(bounded[1])
                 os.replace(tmp, path)
+                stat = path.stat()
+                with _memo_lock:  # what was just written need not be parsed again
+                    _file_memo[str(path)] = ((stat.st_mtime_ns, stat.st_size), bounded[0])
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
