@@ -137,6 +137,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_large)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_calibration_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The session's own calibration cache (``DPPCA_DASK_CACHE_DIR``, a fresh temporary directory, inherited by
+    every process the tests start): results never depend on, nor write to, the user's cache."""
+    from dppca_dask.accounting import CACHE_DIR_ENV, clear_memory_cache
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_DIR_ENV, str(tmp_path_factory.mktemp("calibration-cache")))
+        clear_memory_cache()
+        yield
+    clear_memory_cache()
+
+
 @pytest.fixture(scope="session")
 def local_client() -> Iterator[object]:
     """A real two-worker ``LocalCluster`` (separate processes, one thread each), shared by the session."""

@@ -13,6 +13,7 @@ import math
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -223,13 +224,31 @@ def _cache_key(params: dict[str, Any]) -> str:
     return json.dumps(keyed, sort_keys=True, separators=(",", ":"))
 
 
+#: Most bytes the cache file holds: beyond it the entries written longest ago are evicted (a cache of a few
+#: hundred calibrations and report figures; one that grew without bound took seconds to re-read on every run).
+MAX_CACHE_BYTES = 1 << 20
+#: Seconds a writer waits for another process's write of the cache before it skips its own (a cache miss later).
+_LOCK_TIMEOUT = 10.0
+#: The parsed cache per file, with the (mtime, size) it was read at: re-read only when the file changed.
+_file_memo: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
+
+
 def _read_cache(path: Path) -> dict[str, Any]:
+    """The cache's entries (a fresh dict the caller may change), ``{}`` when there is none or it is unreadable."""
     try:
+        stat = path.stat()
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        with _memo_lock:
+            known = _file_memo.get(str(path))
+        if known is not None and known[0] == stamp:
+            return dict(known[1])
         with path.open("r", encoding="utf-8") as fh:
             data = json.load(fh)
         if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
             raise ValueError("not a calibration cache (no 'entries' table)")
-        return data["entries"]
+        with _memo_lock:
+            _file_memo[str(path)] = (stamp, data["entries"])
+        return dict(data["entries"])
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
@@ -237,19 +256,83 @@ def _read_cache(path: Path) -> dict[str, Any]:
         return {}
 
 
-def _write_cache(path: Path, key: str, value: dict[str, Any]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        entries = _read_cache(path)
-        entries[key] = value
-        fd, tmp = tempfile.mkstemp(prefix=".calibration-", suffix=".json", dir=path.parent)
+def _make_private_directory(directory: Path) -> None:
+    """Create ``directory`` and its missing parents owner-only (0700) whatever the umask; directories that exist
+    keep their mode."""
+    missing = []
+    head = directory.absolute()
+    while not head.is_dir():
+        missing.append(head)
+        if head.parent == head:
+            break
+        head = head.parent
+    for created in reversed(missing):
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"entries": entries}, fh, indent=0, sort_keys=True)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            os.mkdir(created, 0o700)
+        except FileExistsError:
+            if created.is_dir():
+                continue  # made meanwhile by another process
             raise
+        os.chmod(created, 0o700)  # mkdir's mode passes through the umask
+
+
+def _entry_size(key: str, value: Any) -> int:
+    """The bytes one entry takes in the file as written (json.dump with indent=0): its own object's text, a little
+    more than its share."""
+    return len(json.dumps({key: value}, indent=0, sort_keys=True))
+
+
+def _bounded(entries: dict[str, Any], newest: str) -> tuple[dict[str, Any], str] | None:
+    """``entries`` and their file text, within :data:`MAX_CACHE_BYTES`: when beyond it, the entries written longest
+    ago are evicted down to three quarters of it (so that a full cache evicts once in many writes, not at each);
+    ``None`` when the newest entry alone takes more than half of it (it is then not cached)."""
+    if _entry_size(newest, entries[newest]) > MAX_CACHE_BYTES // 2:
+        return None
+    text = json.dumps({"entries": entries}, indent=0, sort_keys=True)
+    if len(text) <= MAX_CACHE_BYTES:
+        return entries, text
+
+    def written(key: str) -> float:
+        value = entries[key]
+        stamp = value.get("written") if isinstance(value, dict) else None
+        return float(stamp) if isinstance(stamp, (int, float)) else 0.0
+
+    total = sum(_entry_size(k, v) for k, v in entries.items()) + 16
+    kept = dict(entries)
+    for key in sorted((k for k in entries if k != newest), key=written):
+        if total <= MAX_CACHE_BYTES * 3 // 4:
+            break
+        total -= _entry_size(key, entries[key])
+        del kept[key]
+    return kept, json.dumps({"entries": kept}, indent=0, sort_keys=True)
+
+
+def _write_cache(path: Path, key: str, value: dict[str, Any]) -> None:
+    """Add ``key`` to the cache file: under a lock across processes (read, change, replace), in an owner-only
+    directory, evicting the oldest entries beyond :data:`MAX_CACHE_BYTES`."""
+    from filelock import FileLock, Timeout
+
+    try:
+        _make_private_directory(path.parent)
+        with FileLock(str(path) + ".lock", timeout=_LOCK_TIMEOUT, mode=0o600):
+            entries = _read_cache(path)
+            entries[key] = {**value, "written": time.time()}
+            bounded = _bounded(entries, key)
+            if bounded is None:
+                return
+            fd, tmp = tempfile.mkstemp(prefix=".calibration-", suffix=".json", dir=path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    fh.write(bounded[1])
+                os.replace(tmp, path)
+                stat = path.stat()
+                with _memo_lock:  # what was just written need not be parsed again
+                    _file_memo[str(path)] = ((stat.st_mtime_ns, stat.st_size), bounded[0])
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+    except Timeout:
+        log.warning("the calibration cache %s is locked by another process; this entry is not cached", path)
     except OSError as exc:
         log.warning("could not write the calibration cache %s: %s", path, exc)
 

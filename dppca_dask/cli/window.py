@@ -40,8 +40,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--release", choices=mechanism_names("window"), default="gaussian",
                    help="release mechanism (default: gaussian): " + mechanism_help("window"))
     p.add_argument("--structure", choices=("exact", "spectral-histogram"), default="exact",
-                   help="exact window Gram (default; unconditional guarantee) or the paper's spectral histogram kept "
-                        "beside the store (guarantee conditional on its released checkpoint)")
+                   help="exact window Gram (default) or a spectral histogram kept beside the store (reads only new "
+                        "partitions; its checkpoints follow the partition table, and the release reports every "
+                        "partition it covers, possibly some before the window)")
     p.add_argument("--cache", action="store_true",
                    help="keep each partition's exact Gram beside the store (owner-only) so that later releases "
                         "read only new partitions")
@@ -126,9 +127,12 @@ def window_json(result: Any, task: str, *, n_components: int = 1, ridge: float |
         "task": task,
         "release": result.release,
         "private": result.private,
+        "guarantee": result.guarantee,
         "window": {"start": result.window.start, "end": result.window.end,
                    "n_partitions": result.window.n_partitions, "kind": result.window.kind,
-                   **({"last_rows": result.window.last_rows} if result.window.last_rows is not None else {})},
+                   **({"last_rows": result.window.last_rows} if result.window.last_rows is not None else {}),
+                   **({"requested_start": result.window.requested_start}
+                      if result.window.requested_start is not None else {})},
         "privacy": {"epsilon": report["epsilon"], "delta": report["delta"], "neighbouring": report["neighbouring"],
                     "report": report},
         "calibration": dict(result.calibration),

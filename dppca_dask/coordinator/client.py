@@ -119,7 +119,10 @@ class ClusterOptions:
     """Memory limit per worker: bytes, a string such as ``"4GiB"``, a fraction of the machine's, or ``"auto"``."""
     dashboard_address: str | None = None
     """Address to serve the dashboard on (``"127.0.0.1:8787"``, ``":0"`` for any free port); its link is printed.
-    ``None`` (with the configuration's ``null``): no dashboard and no HTTP port left open."""
+    ``None`` (with the configuration's ``null``): no dashboard and no HTTP port left open. It is served on the
+    loopback interface only, whatever form the address takes (``":8787"``, ``"8787"`` and ``"localhost:8787"``
+    bind 127.0.0.1): its pages show the tasks' timings, which follow the data and are never released. A wildcard
+    (``0.0.0.0``, ``::``, ``*``) or another host is refused: reach the dashboard through an SSH tunnel."""
 
     def __post_init__(self) -> None:
         for name in ("n_workers", "threads_per_worker"):
@@ -132,6 +135,8 @@ class ClusterOptions:
             raise InvalidParameterError(
                 f"dashboard_address must be an address such as '127.0.0.1:8787' or None; got {self.dashboard_address!r}"
             )
+        if self.dashboard_address is not None:
+            loopback_dashboard(self.dashboard_address)  # refused here, before anything starts
 
     def resolved(self) -> ClusterOptions:
         """These options with every ``None`` replaced by the configuration's value (``n_workers`` by
@@ -148,8 +153,42 @@ class ClusterOptions:
             n_workers=int(n_workers) if n_workers is not None else max(int(CPU_COUNT), 1),
             threads_per_worker=int(threads) if threads is not None else 1,
             memory_limit=pick("memory_limit", "memory-limit") or "auto",
-            dashboard_address=pick("dashboard_address", "dashboard-address"),
+            dashboard_address=loopback_dashboard(pick("dashboard_address", "dashboard-address")),
         )
+
+
+#: Host names that bind the loopback interface, as the dashboard is served.
+_LOOPBACK_HOSTS = {"127.0.0.1": "127.0.0.1", "localhost": "127.0.0.1", "::1": "[::1]", "[::1]": "[::1]"}
+
+
+def loopback_dashboard(address: Any) -> str | None:
+    """The dashboard's address bound to the loopback interface: ``":8787"``, ``"8787"``, ``"localhost:8787"``
+    become ``"127.0.0.1:8787"`` (``[::1]`` stays); ``None`` stays ``None`` (no dashboard).
+
+    Raises
+    ------
+    InvalidParameterError
+        A wildcard (``0.0.0.0``, ``::``, ``*``), another host, or a port that is not a number in 0..65535.
+    """
+    if address is None:
+        return None
+    text = str(address).strip()
+    for scheme in ("http://", "tcp://"):
+        text = text[len(scheme):] if text.startswith(scheme) else text
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "", text
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidParameterError(f"dashboard_address must be HOST:PORT with a port in 0..65535, e.g. "
+                                    f"127.0.0.1:8787 (or :0 for a free port); got {address!r}")
+    if host in ("", *_LOOPBACK_HOSTS):
+        return f"{_LOOPBACK_HOSTS.get(host, '127.0.0.1')}:{int(port)}"
+    what = "a wildcard" if host in ("0.0.0.0", "::", "[::]", "*") else "not a loopback address"
+    raise InvalidParameterError(
+        f"dashboard_address {address!r} is {what}: the dashboard shows the tasks' timings, which follow the data, "
+        f"so it is served on 127.0.0.1 only; use 127.0.0.1:{int(port)} (or :{int(port)}) and reach it from "
+        f"another machine through an SSH tunnel (ssh -L {int(port)}:127.0.0.1:{int(port)} HOST)"
+    )
 
 
 def _parse_memory_limit(value: Any) -> None:

@@ -8,7 +8,7 @@ built with them says it is not private.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,7 +18,7 @@ from numpy.typing import ArrayLike
 from dppca_dask.errors import ReleaseError
 from dppca_dask.mechanisms.noise import NoiseSource, Shape, shape_of
 
-__all__ = ["AuditRecord", "AuditingNoiseSource", "ScriptedNoiseSource", "ZeroNoiseSource"]
+__all__ = ["AuditRecord", "AuditingNoiseSource", "DrawRecord", "ScriptedNoiseSource", "ZeroNoiseSource"]
 
 
 def _as_drawn(values: np.ndarray, size: Shape) -> Any:
@@ -87,32 +87,54 @@ class ScriptedNoiseSource(NoiseSource):
 
 
 @dataclass(frozen=True)
+class DrawRecord:
+    """One call of the noise source's sampler: which release it was drawn in, at what scale, and the values."""
+
+    release: str | None
+    """The open release's key (``None``: drawn outside any release, which the source refuses before this)."""
+    sampler: str
+    """``"gaussian"`` or ``"laplace"``."""
+    scale: float
+    """The standard deviation (Gaussian) or scale b (Laplace) the sampler was asked for."""
+    values: np.ndarray
+    """What it returned (a copy, as a float64 array; shape ``()`` for one value)."""
+    discrete: bool = False
+    """Drawn by the hardened sampler, on a lattice (equal values in two draws are then expected)."""
+
+
+@dataclass(frozen=True)
 class AuditRecord:
     """One release as the mechanism saw it: the exact value before noise and the calibration it used."""
 
     release: str
     """The release key."""
     kind: str
-    """``"gaussian"``, ``"laplace"`` or ``"svt"``."""
+    """``"gaussian"``, ``"laplace"``, ``"svt"``, ``"wishart"`` or ``"jl"``."""
     exact: np.ndarray
     """The value before noise (a copy), or the SVT's counts."""
     sensitivity: float
-    """The sensitivity the noise was calibrated to (L2, L1, or per count)."""
+    """The sensitivity the noise was calibrated to (L2, L1, per count, or Frobenius for the matrix kinds)."""
     scale: Any
-    """Gaussian std, Laplace scale, or the SVT's ``(ρ scale, ν scale)``."""
+    """Gaussian std, Laplace scale, the SVT's ``(ρ scale, ν scale)``, Wishart degrees of freedom, or JL σ."""
+    draws: list[DrawRecord] = field(default_factory=list, compare=False)
+    """The sampler calls made in this release after the mechanism recorded it (filled as they happen)."""
 
 
 class AuditingNoiseSource(NoiseSource):
-    """A seeded source that records every release's exact value and calibration (tests of privacy only).
+    """A seeded source that records every release's exact value and calibration, and every draw (tests of privacy
+    only).
 
     Two sources built with the same seed draw the same noise, so a mechanism run on neighbouring datasets with
     one each takes the same noisy decisions wherever the exact values allow; :attr:`records` then lets a test
-    check that each pre-noise value moved by at most the sensitivity handed to the noise. Not private.
+    check that each pre-noise value moved by at most the sensitivity handed to the noise, and :attr:`draws` (also
+    attached to the record of the release they were drawn in) that the noise drawn is the noise recorded. Not
+    private.
     """
 
     def __init__(self, seed: int) -> None:
         super().__init__(np.random.default_rng(seed), private=False, description="auditing (test)")
         self.records: list[AuditRecord] = []
+        self.draws: list[DrawRecord] = []
 
     def audit(self, *, kind: str, exact: Any, sensitivity: float, scale: Any) -> None:
         self.records.append(
@@ -124,3 +146,16 @@ class AuditingNoiseSource(NoiseSource):
                 scale=scale,
             )
         )
+
+    def _sample_noise(self, sampler: str, scale: float, size: Shape, lattice: int | None) -> Any:
+        """Every sampler call (whichever sampler, and whatever a subclass's ``_gaussian``/``_laplace`` return) is
+        recorded with the scale the mechanism asked for and the values it got."""
+        values = super()._sample_noise(sampler, scale, size, lattice)
+        drawn = DrawRecord(self.current_release, sampler.lower(), float(scale),
+                           np.array(values, dtype=np.float64, copy=True), self.sampler == "hardened")
+        if not hasattr(self, "draws"):  # a subclass that set up its own state
+            self.draws = []
+        self.draws.append(drawn)
+        if self.records and self.records[-1].release == drawn.release:
+            self.records[-1].draws.append(drawn)
+        return values

@@ -133,7 +133,8 @@ def test_noise_off_through_pca_for_every_baseline(rng: np.random.Generator) -> N
     X = rng.standard_normal((400, 12)) * np.array([2.0, 1.0] + [0.2] * 10) / 4
     _, _, vt = np.linalg.svd(_clip(X, 1.0))
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)
         gauss = pca(X, epsilon=1.0, delta=1e-6, mechanism="analyze-gauss", client="local", noise=ZeroNoiseSource())
         exact = pca(X, epsilon=1.0, delta=1e-6, mechanism="exact", client="local")
     assert _sin2(gauss.components[0], vt[0]) < 1e-12 and _sin2(exact.components[0], vt[0]) < 1e-12
@@ -157,7 +158,8 @@ def test_coordinator_and_local_executor_agree_for_every_input_type(tmp_path, loc
               "dask": da.from_array(X.toarray(), chunks=(500, 50))}
     results = {}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)
         for persist in (True, False):
             results[f"cluster-persist={persist}"] = pca(str(path), epsilon=1.0, delta=1e-6, n_iter=4, seed=seed,
                                                         client=local_client, persist=persist, progress=False,

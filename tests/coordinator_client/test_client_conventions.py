@@ -125,3 +125,45 @@ def test_a_guarded_script_is_not_refused(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "pkg"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])})
     assert out.stdout.split() == ["TOP", "False"], out.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("given", "bound"), [(":8799", "127.0.0.1:8799"), ("8799", "127.0.0.1:8799"),
+                                              ("localhost:0", "127.0.0.1:0"), ("127.0.0.1:8787", "127.0.0.1:8787"),
+                                              ("[::1]:8787", "[::1]:8787"), ("tcp://:8787", "127.0.0.1:8787")])
+def test_the_dashboard_binds_the_loopback_whatever_the_form(given: str, bound: str) -> None:
+    assert ClusterOptions(dashboard_address=given).resolved().dashboard_address == bound
+    with dask.config.set({"dppca_dask.cluster.dashboard-address": given}):
+        assert ClusterOptions().resolved().dashboard_address == bound
+
+
+@pytest.mark.parametrize("given", ["0.0.0.0:8799", "[::]:8799", "*:8799", "10.1.2.3:8787", "example.org:80",
+                                   "127.0.0.1:http", ":70000"])
+def test_a_wildcard_or_another_host_is_refused(given: str) -> None:
+    with pytest.raises(InvalidParameterError, match="dashboard_address"):
+        ClusterOptions(dashboard_address=given)
+    with dask.config.set({"dppca_dask.cluster.dashboard-address": given}), \
+            pytest.raises(InvalidParameterError, match="dashboard_address"):
+        ClusterOptions().resolved()
+
+
+def test_a_dashboard_given_by_port_only_listens_on_the_loopback(local_client: object,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """``:PORT`` used to listen on every interface (0.0.0.0) while the printed link said 127.0.0.1."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with dask.config.set({"dppca_dask.cluster.use-active-client": False}), \
+            connect(None, cluster=ClusterOptions(n_workers=1, dashboard_address=f":{port}")) as client:
+        hosts = client.run_on_scheduler(
+            lambda dask_scheduler: sorted({s.getsockname()[0] for s in dask_scheduler.http_server._sockets.values()}))
+        link = client.cluster.dashboard_link  # type: ignore[union-attr]
+    assert hosts == ["127.0.0.1"] and link.startswith(f"http://127.0.0.1:{port}/")
+    assert f"Dask dashboard at {link}" in capsys.readouterr().err
+
+
+def test_the_command_line_refuses_a_wildcard_dashboard(capsys: pytest.CaptureFixture[str]) -> None:
+    from dppca_dask.cli import main
+
+    assert main(["pca", "no-such-store.zarr", "--epsilon", "1", "--delta", "1e-6",
+                 "--dashboard-address", "0.0.0.0:8799"]) == 2
+    assert "wildcard" in capsys.readouterr().err

@@ -23,7 +23,9 @@ def recording(seed: int) -> Callable[[], RecordingNoiseSource]:
 def seeded_noise(seed: int) -> Callable[[int], NoiseSource]:
     def make(offset: int = 0) -> NoiseSource:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            from dppca_dask.errors import NotPrivateWarning
+            warnings.simplefilter("ignore", NotPrivateWarning)
+            warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
             return NoiseSource.from_seed(seed * 1000 + offset)
 
     return make

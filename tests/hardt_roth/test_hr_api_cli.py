@@ -32,7 +32,9 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def _quiet_pca(data: Any, **kwargs: Any) -> Any:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
         return pca(data, client="local", **kwargs)
 
 

@@ -21,7 +21,9 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def _both(run: Any) -> tuple[Any, Any]:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
         return run("local"), run(None)
 
 

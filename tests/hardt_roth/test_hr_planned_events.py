@@ -18,7 +18,9 @@ from dppca_dask.errors import InvalidInputError, InvalidParameterError
 
 def _run(matrix: Any, seed: int, **kwargs: Any) -> Any:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # seeded (not private) and paper-calibration warnings
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)  # seeded (not private) and paper-calibration warnings
+        warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
         return lowrank(matrix, seed=seed, **kwargs)
 
 
@@ -145,7 +147,9 @@ def test_pca_private_power_plan_states_the_emitted_events(options: dict[str, Any
     matrix = incoherent_psd(60, [40.0, 15.0], seed=6).matrix
     plan = plan_release(60, mechanism="private-power", epsilon=1.0, delta=1e-6, n_iter=6, **options)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
         result = pca(matrix, mechanism="private-power", epsilon=1.0, delta=1e-6, n_iter=6, seed=seed, **options)
     planned = build_report(plan.events, target_epsilon=1.0, target_delta=1e-6, neighbouring=plan.neighbouring)
     assert result.privacy.events == planned.events

@@ -40,7 +40,9 @@ def _pfp(matrix: Any, noise: NoiseSource, **kwargs: Any) -> Any:
 
 def _lowrank(matrix: Any, **kwargs: Any) -> Any:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
         return lowrank(matrix, client="local", **kwargs)
 
 
@@ -179,7 +181,9 @@ def test_pfp_noise_scale_on_the_zero_matrix(
     m, n, s = 300, 500, 2.0
     noise = recording()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
         out = _pfp(sp.csr_array((m, n)), noise, row_change_bound=s, calibration=calibration)
     cal = calibrate_private_low_rank(epsilon=1.0, delta=1e-6, rank=2, oversampling=2, calibration=calibration)
     range_noise = next(v for key, _kind, _s, v in noise.draws if key.endswith("range-finder/gaussian"))
@@ -386,7 +390,9 @@ def test_range_finder_error_meets_theorem_42_on_average(seed: int) -> None:
     errors = []
     for r in range(20):
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            from dppca_dask.errors import NotPrivateWarning
+            warnings.simplefilter("ignore", NotPrivateWarning)
+            warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
             noise = NoiseSource.from_seed(seed * 100 + r)
         out = run_algorithm(LocalExecutor(source), private_low_rank_run(
             n_cols=3000, rank=2, oversampling=2, epsilon=1.0, delta=1e-6, row_norm_bound=None, row_change_bound=1.0,

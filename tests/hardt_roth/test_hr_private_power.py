@@ -168,7 +168,9 @@ def test_default_ladder_start_passes_the_start_vector() -> None:
 def test_lowrank_private_power_returns_b_k_factored_and_symmetric(seed: int) -> None:
     planted = incoherent_psd(300, [1e4, 5e3, 1e3], seed=7)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
         result = lowrank(planted.matrix, rank=2, epsilon=1.0, delta=1e-6, mechanism="private-power",
                          symmetric=True, coherence=60.0, client="local", seed=seed)
     assert result.rank == 2 and result.shape == (300, 300)
@@ -341,7 +343,9 @@ def test_sign_symmetry(seed: int) -> None:
     signs = []
     for r in range(300):
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            from dppca_dask.errors import NotPrivateWarning
+            warnings.simplefilter("ignore", NotPrivateWarning)
+            warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
             noise = NoiseSource.from_seed(seed * 1000 + r)
         out = run_algorithm(LocalExecutor(source), private_power_run(
             n_cols=60, epsilon=1.0, delta=1e-6, n_iter=4, symmetric=True, noise=noise))
@@ -409,7 +413,9 @@ def test_utility_on_an_incoherent_matrix_follows_the_noise_law(seed: int) -> Non
     gaps = []
     for r in range(3):
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            from dppca_dask.errors import NotPrivateWarning
+            warnings.simplefilter("ignore", NotPrivateWarning)
+            warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
             noise = NoiseSource.from_seed(seed * 100 + r)
         out = _run(planted.matrix, noise, epsilon=1.0, delta=1e-6, n_iter=t, symmetric=True, coherence=c_bound,
                    calibration="paper")

@@ -69,7 +69,9 @@ def test_the_count_pass_reads_no_partition_of_a_store(tmp_path: Path, reads: lis
         assert {i: s.shape for i, s in counts.parts.items()} == {i: s.shape for i, s in local.parts.items()} \
             == {0: (16, 0), 1: (16, 0), 2: (16, 0), 3: (12, 0)}
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            from dppca_dask.errors import NotPrivateWarning
+            warnings.simplefilter("ignore", NotPrivateWarning)
+            warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
             result = lowrank(store.path, rank=1, epsilon=1.0, delta=1e-6, mechanism="private-power",
                              c_doubling=True, n_iter=3, client=client, seed=seed)
     # n_passes counts the count pass (tasks over every partition, no read); the preflight reads every partition

@@ -109,7 +109,8 @@ def test_worker_killed_mid_job(tmp_path: Path, write_spec) -> None:
 
         thread = threading.Thread(target=killer, daemon=True)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # seeded noise: reproducible, not private (the point of the test)
+            from dppca_dask.errors import NotPrivateWarning
+            warnings.simplefilter("ignore", NotPrivateWarning)  # seeded noise: reproducible, not private (the point of the test)
             noise = NoiseSource.from_seed(17)
             thread.start()
             outcome = run_job(spec, date="2026-06-01", noise=noise)
@@ -119,7 +120,8 @@ def test_worker_killed_mid_job(tmp_path: Path, write_spec) -> None:
             entry = Ledger(spec.budget.ledger).entry("ds", "test-job@2026-06-01")
             assert (entry.status, entry.attempts) == (CHARGED, 1)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)
         from dppca_dask import pca
 
         reference = pca(str(store), epsilon=0.8, delta=1e-7, n_iter=12, client="local", seed=17,

@@ -97,7 +97,8 @@ def test_a_seeded_topics_job_finds_the_planted_topics_and_releases_what_the_libr
 
     spec = load_job(write_spec(topics_doc(tmp_path, corpus_store)))
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # seeded noise: reproducible, not private (the point of the test)
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)  # seeded noise: reproducible, not private (the point of the test)
         outcome = run_job(spec, date=DATE, client=local_client, noise=NoiseSource.from_seed(11))
         direct = topics(corpus_store, n_topics=3, n_restarts=2, n_iter=3, pca_iter=3, epsilon=500.0, delta=1e-6,
                         client=local_client, noise=NoiseSource.from_seed(11))

@@ -59,16 +59,17 @@ def _day(store: str, day: int, seed: int) -> None:
 
 
 def _histogram_store(tmp_path: Path, write_spec: Any) -> tuple[str, dict[str, Any]]:
-    """Four days, partition 0 charged ε 0.8 by an exact job of its own day, a spectral histogram of a 4-day window
-    built on day 4 (ε 0.1; it starts at the window, partition 0), then days 5 to 7 appended. The saved structure's
-    first checkpoint is partition 0; the window of day 7 is partitions 3..6, so the next release is charged to
-    0..6."""
+    """Four days, partition 2 charged ε 0.8 by an exact job of its own day, a spectral histogram (η = 0.5) of a
+    4-day window built on day 4 (ε 0.1; it starts at the window, partition 0), then days 5 to 7 appended. On day 7
+    the histogram's first checkpoint is partition 2 (the count rule, from the partition table: checkpoints [0, 2, 3]
+    on day 4, [2, 4, 5, 6] on day 7); the window of day 7 is partitions 3..6, so the next release is charged to
+    2..6."""
     store = daily_store(tmp_path / "days.zarr", days=4)
-    exact = _window_doc(tmp_path, store, "day-one", 0.8, last="1D")
+    exact = _window_doc(tmp_path, store, "day-three", 0.8, last="1D")
     write_spec(exact)
-    assert run_job(parse_job(exact, source="job.toml", base_dir=str(tmp_path)), date="2026-11-01").status == \
+    assert run_job(parse_job(exact, source="job.toml", base_dir=str(tmp_path)), date="2026-11-03").status == \
         "completed"
-    hist = _window_doc(tmp_path, store, "hist", 0.1, last="4D", structure="spectral-histogram", regularizer=100.0)
+    hist = _window_doc(tmp_path, store, "hist", 0.1, last="4D", structure="spectral-histogram", eta=0.5)
     assert run_job(parse_job(hist, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04").status == \
         "completed"
     for day in (5, 6, 7):
@@ -78,19 +79,19 @@ def _histogram_store(tmp_path: Path, write_spec: Any) -> tuple[str, dict[str, An
 
 def test_a_spectral_histogram_dry_run_tries_the_partitions_before_the_window(tmp_path: Path, write_spec: Any,
                                                                             capsys: Any) -> None:
-    """The saved histogram covers partition 0, before the window (3..6): the run reserves on it, so a job that
+    """The histogram covers partition 2, before the window (3..6): the run reserves on it, so a job that
     would take it over its total is refused by the dry run with the run's own message, and one that fits is
     reported with the remaining ε the run leaves."""
     store, doc = _histogram_store(tmp_path, write_spec)
     ledger = doc["budget"]["ledger"]
     doc["job"] = {"name": "big"}
-    doc["privacy"]["epsilon"] = 0.9  # partition 0 (0.8 and 0.1 spent) would exceed 1; the window's (0.1 spent) fit
+    doc["privacy"]["epsilon"] = 0.9  # partition 2 (0.8 and 0.1 spent) would exceed 1; the window's (0.1 spent) fit
     code, _, err = _dry_run(write_spec(doc), "2026-11-07", ledger, capsys)
     assert code == 3
     with pytest.raises(BudgetExceededError) as raised:
         run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-07")
     assert str(raised.value) in err  # the same refusal, naming the ledger the run uses
-    assert partition_key("ds", open_matrix(store), 0) in str(raised.value)
+    assert partition_key("ds", open_matrix(store), 2) in str(raised.value)
 
     doc["job"] = {"name": "small"}
     doc["privacy"]["epsilon"] = 0.05
@@ -102,13 +103,13 @@ def test_a_spectral_histogram_dry_run_tries_the_partitions_before_the_window(tmp
     assert code == 0 and checked["status"] == "would-run"
     assert {name: (saved / name).read_bytes() for name in state} == state  # the saved structure only read
     assert "the window's 4 partition(s): 3, 4, 5, 6" in checked["releases"][0]
-    assert "saved histogram: 3 partition(s): 0, 1, 2" in checked["releases"][0]
+    assert "saved histogram: 1 partition(s): 2" in checked["releases"][0]
     assert not any("checked by the run" in note for note in checked["notes"])
     outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-07")
     assert outcome.status == "completed"
     charged = sorted(int(e.dataset.rsplit(":", 1)[1]) for e in Ledger(ledger).find("small@2026-11-07")
                      if e.status == CHARGED)
-    assert charged == list(range(7))  # what the dry run tried: the window's keys and the three before it
+    assert charged == list(range(2, 7))  # what the dry run tried: the window's keys and the one before it
     assert checked["remaining_epsilon_after"] == pytest.approx(_spent_minimum(ledger, store, charged))
 
 
@@ -226,27 +227,28 @@ def test_a_day_older_than_the_newest_partition_is_refused_as_the_append_refuses_
 
 def test_a_not_yet_appended_days_spectral_dry_run_tries_the_keys_its_run_charges(tmp_path: Path, write_spec: Any,
                                                                                  capsys: Any) -> None:
-    """Both cases at once: the day's partition still to be appended and a saved spectral histogram that covers
-    partitions before the window. The keys the run charges are the ones the dry run listed and tried."""
-    store = daily_store(tmp_path / "days.zarr")
-    doc = _window_doc(tmp_path, store, "hist", 0.1, structure="spectral-histogram", regularizer=100.0)
+    """Both cases at once: the day's partition still to be appended and a spectral histogram whose first checkpoint
+    is before the window. The keys the run charges are the ones the dry run listed and tried."""
+    store = daily_store(tmp_path / "days.zarr", days=4)
+    doc = _window_doc(tmp_path, store, "hist", 0.1, last="4D", structure="spectral-histogram", eta=0.5)
     write_spec(doc)
-    assert run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-03").status == \
+    assert run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04").status == \
         "completed"
     doc = _append_doc(tmp_path, store, "hist-next", 0.1)
-    doc["mechanism"].update(structure="spectral-histogram", regularizer=100.0)
+    (tmp_path / "2026-11-05.svm").write_text("0 1:0.1 3:0.2\n1 2:0.3 6:0.1\n")
+    doc["mechanism"].update(last="4D", structure="spectral-histogram", eta=0.5)
     ledger = doc["budget"]["ledger"]
-    code, checked, _ = _dry_run(write_spec(doc), "2026-11-04", ledger, capsys)
-    assert code == 0 and open_matrix(store).n_partitions == 3
-    outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04")
+    code, checked, _ = _dry_run(write_spec(doc), "2026-11-05", ledger, capsys)
+    assert code == 0 and open_matrix(store).n_partitions == 4
+    outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-05")
     assert outcome.status == "completed"
-    charged = sorted(int(e.dataset.rsplit(":", 1)[1]) for e in Ledger(ledger).find("hist-next@2026-11-04")
+    charged = sorted(int(e.dataset.rsplit(":", 1)[1]) for e in Ledger(ledger).find("hist-next@2026-11-05")
                      if e.status == CHARGED)
-    window = outcome.result.window.partitions  # the released checkpoint's partitions, within the charged ones
-    assert set(window) <= set(charged) and charged[-1] == 3
-    before = [i for i in charged if i < 2]
-    assert before == [1]  # the saved structure's first checkpoint (expiry keeps t_1 <= s: [1, 2] on day 3)
-    assert "the window's 2 partition(s): 2, 3" in checked["releases"][0]
+    window = outcome.result.window.partitions  # the released checkpoint's partitions, the charged ones
+    assert list(window) == charged and charged[-1] == 4
+    before = [i for i in charged if i < 1]
+    assert before == [0]  # the first checkpoint (checkpoints [0, 2, 3] on day 4, [0, 2, 3, 4] on day 5)
+    assert "the window's 4 partition(s): 1, 2, 3, 4" in checked["releases"][0]
     assert f"saved histogram: {len(before)} partition(s): {', '.join(map(str, before))}" in checked["releases"][0]
     assert checked["remaining_epsilon_after"] == pytest.approx(_spent_minimum(ledger, store, charged))
 

@@ -113,16 +113,23 @@ def _check_pair(a: Any, b: Any, noise_a: _Recording, noise_b: _Coupled, plan: An
     return ratios
 
 
-def _pair(base: np.ndarray, neighbour: np.ndarray, seed: int, client: Any, tmp: Path, **kwargs: Any) -> list[float]:
+def _pair(base: np.ndarray, neighbour: np.ndarray, seed: int, client: Any, tmp: Path, *,
+          keep: list[Any] | None = None, **kwargs: Any) -> list[float]:
     data: list[Any] = [base, neighbour]
     if client is not None:
         data = [str(write_matrix(tmp / f"{i}.zarr", m, rows_per_partition=17).path) for i, m in enumerate(data)]
     noise_a = _Recording(seed)
     noise_b = _Coupled(seed, noise_a)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        a = lowrank(data[0], noise=noise_a, client=client, **kwargs)
-        b = lowrank(data[1], noise=noise_b, client=client, **kwargs)
+    results, warned = [], []
+    for matrix, noise in ((data[0], noise_a), (data[1], noise_b)):
+        with warnings.catch_warnings(record=True) as caught:  # each neighbour's warnings, compared below
+            warnings.simplefilter("always")
+            results.append(lowrank(matrix, noise=noise, client=client, **kwargs))
+        warned.append(sorted((type(w.message).__name__, str(w.message)) for w in caught))
+    assert warned[0] == warned[1], "the neighbours warned differently"
+    a, b = results
+    if keep is not None:
+        keep.extend(noise_a.records)
     plan = plan_lowrank(*base.shape, **kwargs)
     return _check_pair(a, b, noise_a, noise_b, plan)
 
@@ -178,9 +185,24 @@ def test_private_power_asymmetric_neighbour_of_a_symmetric_store(options: dict[s
     neighbour = matrix.copy()
     neighbour[i, j] += 1.0
     kwargs = {"n_iter": 6, **options}
+    records: list[Any] = []
     ratios = _pair(matrix, neighbour, seed, client, tmp_path, rank=2, epsilon=1.0, delta=1e-6,
-                   mechanism="private-power", symmetric=True, **kwargs)
+                   mechanism="private-power", symmetric=True, keep=records, **kwargs)
     assert max(ratios) > 0.1
+    # Closed forms: a value (Laplace) is given b = 1; a power round of rung r, b·sqrt(C_r/N) with the ladder's
+    # C_r = C_0·2^r, C_0 the smallest power of two >= 2 ln N (without the ladder, C = N: sensitivity b). A halved
+    # sensitivity is caught here even where the neighbour is far from the worst case.
+    n = matrix.shape[0]
+    start = 2 ** math.ceil(math.log2(2 * math.log(n)))
+    for record in records:
+        if record.kind == "laplace":
+            expected = 1.0
+        elif options.get("c_doubling"):
+            rung = int(record.release.rsplit("rung-", 1)[1].split("/")[0])
+            expected = math.sqrt(min(n, start * 2**rung) / n)
+        else:
+            expected = 1.0
+        assert record.sensitivity == pytest.approx(expected, rel=1e-12), record.release
 
 
 def test_private_power_diagonal_entry_and_the_embedding(seed: int, tmp_path: Path) -> None:
@@ -210,7 +232,9 @@ def test_symmetric_pair_is_a_group_of_two_entries(seed: int, tmp_path: Path) -> 
     kwargs: dict[str, Any] = {"rank": 1, "epsilon": 1.0, "delta": 1e-6, "mechanism": "private-power",
                               "symmetric": True, "n_iter": 6}
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
         lowrank(matrix, noise=noise_a, **kwargs)
         lowrank(neighbour, noise=noise_b, **kwargs)
     assert noise_a.records
@@ -292,7 +316,9 @@ def test_a_float32_store_releases_what_a_float64_store_of_the_same_values_does(
         assert store.dtype == np.dtype(dtype).name
         noise = _Recording(seed)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+            from dppca_dask.errors import NotPrivateWarning
+            warnings.simplefilter("ignore", NotPrivateWarning)
+            warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
             lowrank(str(store.path), epsilon=1.0, delta=1e-6, noise=noise, **kwargs)
         records.append(noise.records)
     got, want = records

@@ -67,3 +67,39 @@ def test_lowrank_states_the_caveat_and_keeps_timings_out_unless_asked(stores: tu
                         timings=True)
     assert timed.privacy.caveats == ()
     assert "NOT covered by the privacy guarantee" in timed.to_dict()["timings"]["note"]
+
+
+def test_topics_and_the_tree_state_the_caveat(tmp_path: Path, stores: tuple[str, str], seed: int) -> None:
+    """Invariant 9 for the releases that had no caveat: topics and the binary-tree window release."""
+    from dppca_dask.methods.tensor.topics import topics
+    from dppca_dask.methods.window.tree import TREE_CAVEAT, tree_window
+
+    inferred, declared = stores
+    counts = sp.csr_array(np.random.default_rng(seed).poisson(1.0, (60, 8)).astype(float))
+    sp.save_npz(tmp_path / "counts.npz", counts)
+    ingest(str(tmp_path / "counts.npz"), str(tmp_path / "words.zarr"), progress=False)
+    args = {"n_topics": 2, "epsilon": 1.0, "delta": 1e-6, "n_restarts": 1, "n_iter": 2, "pca_iter": 2,
+            "client": "local"}
+    with pytest.warns(InferredSchemaWarning, match="--n-features"):
+        result = topics(str(tmp_path / "words.zarr"), noise=AuditingNoiseSource(seed), **args)
+    assert INFERRED_SCHEMA_CAVEAT in result.privacy.caveats
+    ingest(str(tmp_path / "counts.npz"), str(tmp_path / "declared-words.zarr"), n_features=8, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InferredSchemaWarning)
+        plain = topics(str(tmp_path / "declared-words.zarr"), noise=AuditingNoiseSource(seed), **args)
+    assert INFERRED_SCHEMA_CAVEAT not in plain.privacy.caveats
+
+    def stamped(path: str, n_features: int | None) -> str:
+        out = str(tmp_path / path)
+        ingest(str(tmp_path / "m.npz"), out, n_features=n_features, timestamp="2026-11-01", progress=False)
+        return out
+
+    with pytest.warns(InferredSchemaWarning, match="--n-features"):
+        tree = tree_window(stamped("t-inferred.zarr", None), last="1D", epsilon=1, delta=1e-6, horizon=4,
+                           client="local", noise=AuditingNoiseSource(seed))
+    assert tree.privacy.caveats == (INFERRED_SCHEMA_CAVEAT, TREE_CAVEAT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InferredSchemaWarning)
+        plain_tree = tree_window(stamped("t-declared.zarr", 12), last="1D", epsilon=1, delta=1e-6, horizon=4,
+                                 client="local", noise=AuditingNoiseSource(seed))
+    assert plain_tree.privacy.caveats == (TREE_CAVEAT,)

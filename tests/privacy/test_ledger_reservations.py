@@ -74,7 +74,9 @@ def test_reserved_events_equal_the_events_the_run_emits(tmp_path: Path, reservat
     ledger.init_dataset("ds", total_epsilon=5.0, total_delta=1e-5)
     spec = parse_job(doc, base_dir=str(tmp_path))
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # seeded noise: reproducible, not private
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)  # seeded noise: reproducible, not private
+        warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
         outcome = run_job(spec, date="2026-01-01", client=local_client, noise=NoiseSource.from_seed(seed))
     entry = ledger.entry("ds", "reservation@2026-01-01")
     assert entry.status == CHARGED and entry.group_size == 1
@@ -102,7 +104,9 @@ def test_planned_events_are_what_the_noise_gives_under_either_calibration(
     plan = planned_events(mechanism, n_rows=3_000, n_cols=120, epsilon=0.7, delta=1e-7,
                           parameters={**parameters, "calibration": calibration})
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
         result = lowrank(reservation_store, epsilon=0.7, delta=1e-7, mechanism=mechanism, calibration=calibration,
                          client="local", seed=seed, **parameters)
     assert plan.neighbouring == result.privacy.neighbouring
@@ -147,7 +151,9 @@ def _run_topics_job(tmp_path: Path, store: str, client, seed: int):
     ledger = Ledger.create(tmp_path / "ledger.sqlite")
     ledger.init_dataset("ds", total_epsilon=5.0, total_delta=1e-5)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        from dppca_dask.errors import NotPrivateWarning
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        warnings.filterwarnings("ignore", message="calibration='paper'", category=UserWarning)
         outcome = run_job(parse_job(doc, base_dir=str(tmp_path)), date="2026-01-01", client=client,
                           noise=NoiseSource.from_seed(seed))
     return ledger.entry("ds", "topics@2026-01-01"), outcome

@@ -20,7 +20,7 @@ from dppca_dask.mechanisms.noise import shape_of
 from dppca_dask.mechanisms.testing import AuditingNoiseSource
 from dppca_dask.methods.tensor.private import private_tensor_power_method
 from dppca_dask.methods.tensor.topics import calibrate_topics, topics
-from privacy_harness import FLOAT_SLACK, log_lines, movement
+from privacy_harness import assert_sensitivity, FLOAT_SLACK, log_lines, movement
 
 
 def assert_within_sensitivity(records_a: list[Any], records_b: list[Any]) -> list[float]:
@@ -126,10 +126,19 @@ def test_document_neighbours(seed, alpha0, extra):
     plan = calibrate_topics(epsilon=2.0, delta=1e-6, n_topics=3, n_restarts=2, n_iter=3, pca_iter=2,
                             pca_share=0.5, alpha0=alpha0)
     assert len(a.records) == plan.n_whitening + plan.n_tensor
+    # Closed forms: the whitening's releases are given the public pair bound (the clip of ‖P2_doc·Y‖_F), the LDA
+    # first moment √2 (a document's word distribution moves it by at most √2 in L2); a halved one fails here.
+    pair_bound = ra.provenance["parameters"]["pair_bound"]
+    assert pair_bound == pytest.approx(min(1.0, 3.5 / np.sqrt(x.shape[1])))
+    whitening = [r for r in a.records if "/whitening/" in r.release]
+    first = [r for r in a.records if "/first-moment" in r.release]
+    assert len(whitening) + len(first) == plan.n_whitening and len(first) == (1 if alpha0 else 0)
+    assert_sensitivity(whitening, pair_bound)
+    assert_sensitivity(first, np.sqrt(2.0))
     if extra == "two-words":
         assert max(ratios) == 0.0
-    else:
-        assert max(ratios) > 0.0
+    else:  # the repeated word is the largest second moment one document adds: nearest the worst case
+        assert max(ratios) > {"repeated-word": 0.45, "three-words": 0.3, "long": 0.06}[extra]
     np.testing.assert_allclose(ra.topics, rb.topics, atol=1e-9)
     assert ra.to_dict().keys() == rb.to_dict().keys()
     assert ra.privacy.epsilon <= 2.0
@@ -137,6 +146,10 @@ def test_document_neighbours(seed, alpha0, extra):
 
 @pytest.mark.slow
 def test_document_neighbours_on_a_cluster(local_client, seed, caplog):
+    """Topics on neighbouring corpora through the LocalCluster: the same task names with the same counts and the
+    same log lines (each run's own), every release within its sensitivity."""
+    from privacy_harness import assert_same_execution, traced_run
+
     rng = np.random.default_rng(seed)
     x = corpus(rng, n=200, d=10)
     row = np.zeros(10)
@@ -144,17 +157,11 @@ def test_document_neighbours_on_a_cluster(local_client, seed, caplog):
     x2 = sp.csr_array(sp.vstack([x, sp.csr_array(row[None, :])]))
     kw = dict(n_topics=2, epsilon=1.0, delta=1e-6, n_restarts=1, n_iter=1, pca_iter=1, client=local_client)
     a = _RecordingSource(seed)
-    with caplog.at_level("DEBUG", logger="dppca_dask"):
-        topics(x, noise=a, **kw)
-    logs_a = log_lines(caplog.records, mask_theta=False)
-    caplog.clear()
+    ra, tasks_a, logs_a = traced_run(local_client, caplog, lambda: topics(x, noise=a, **kw), mask_theta=False)
     b = _CoupledSource(seed, a)
-    with caplog.at_level("DEBUG", logger="dppca_dask"):
-        topics(x2, noise=b, **kw)
-    logs_b = log_lines(caplog.records, mask_theta=False)
+    rb, tasks_b, logs_b = traced_run(local_client, caplog, lambda: topics(x2, noise=b, **kw), mask_theta=False)
     assert_within_sensitivity(a.records, b.records)
-    strip = [m.split("-")[0] for m in logs_a]  # the coordinator's token differs per run
-    assert strip == [m.split("-")[0] for m in logs_b]
+    assert_same_execution([(ra, a, tasks_a, logs_a), (rb, b, tasks_b, logs_b)])
 
 
 @pytest.mark.parametrize(("filtering", "extra"), [("adaptive", "at-bound"), ("adaptive", "aligned-large"),

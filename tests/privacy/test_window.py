@@ -113,28 +113,50 @@ def test_row_window_shift(tmp_path, auditing_pair, release):
         assert _frobenius_moves(na.records, nb.records)[0] <= 2 * C * C * (1 + 1e-9)
 
 
-def test_neighbours_on_a_local_cluster_same_tasks_and_logs(tmp_path, auditing_pair, local_client, caplog):
+CLUSTER_RELEASES = {
+    "gaussian": {"release": "gaussian"},
+    "wishart": {"release": "wishart"},
+    "jl": {"release": "jl"},
+    "spectral-histogram": {"release": "gaussian", "structure": "spectral-histogram", "eta": 0.5},
+    "gram-cache": {"release": "gaussian", "cache": True},
+    "tree": {"tree": True},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLUSTER_RELEASES))
+def test_neighbours_on_a_local_cluster_same_tasks_and_logs(tmp_path, local_client, caplog, seed, case):
+    """Each window release (exact Gram with each mechanism, the spectral histogram, the Gram cache, the binary
+    tree) on neighbours through the real LocalCluster, twice (the second night reads the histogram's, the cache's
+    and the tree's kept state): the same task names with the same counts and the same log lines, each run's own
+    (recorded per run, not accumulated over the cluster), and each release within its sensitivity, the noise drawn
+    as recorded."""
+    from dppca_dask.mechanisms.testing import AuditingNoiseSource
+    from dppca_dask.methods.window import tree_window
+    from privacy_harness import assert_same_execution, assert_sensitivity, traced_neighbour_runs
+
     edge = np.zeros(D)
-    edge[1] = C
+    edge[1] = 5.0  # clipped to norm C
     a = _store(tmp_path / "a", {})
-    b = _store(tmp_path / "b", {4: edge})
-    na, nb = auditing_pair()
-    logs = []
-    keys = []
-    for store, noise in ((a, na), (b, nb)):
-        caplog.clear()
-        with caplog.at_level(logging.DEBUG, logger="dppca_dask"):
-            before = set(local_client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
-            _release(store, noise, "gaussian", client=local_client)
-            after = set(local_client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.task_prefixes)))
-        # The scheduler logs this test's own two out-of-band calls (which list the task prefixes) as they run, and
-        # such a line may land before or after the capture is read: it is not the release's.
-        logs.append([(r.name, r.levelname, r.getMessage()) for r in caplog.records
-                     if not r.getMessage().startswith("Run out-of-band function")])
-        keys.append(sorted(after | before))
-    assert_within_sensitivity(na.records, nb.records)
-    assert logs[0] == logs[1]
-    assert keys[0] == keys[1]
+    b = _store(tmp_path / "b", {5: edge})
+    kwargs = dict(CLUSTER_RELEASES[case])
+
+    def run(store, noise):
+        if kwargs.get("tree"):
+            return tree_window(store, last=last, epsilon=1.0, delta=1e-6, horizon=8, row_norm_bound=C,
+                               client=local_client, noise=noise)
+        return window(store, last=last, epsilon=1.0, delta=1e-6, row_norm_bound=C, client=local_client,
+                      noise=noise, **kwargs)
+
+    for night, last in enumerate(("3D", "4D")):
+        runs = traced_neighbour_runs(local_client, caplog, (a, b), run, lambda: AuditingNoiseSource(seed + night))
+        assert_same_execution(runs)
+        (ra, na, _, _), (rb, nb, _, _) = runs
+        assert_within_sensitivity(na.records, nb.records)
+        assert_sensitivity(na.records, C * C)
+        assert ra.window == rb.window and ra.to_dict().keys() == rb.to_dict().keys()
+        assert ra.privacy.to_dict() == rb.privacy.to_dict() and ra.calibration == rb.calibration
+        if kwargs.get("release", "gaussian") == "gaussian" and night == 0:  # day 6 read: the bound is attained
+            assert max(_frobenius_moves(na.records, nb.records)) == pytest.approx(C * C, rel=1e-9)
 
 
 def test_tree_nodes_drawn_with_a_seed_are_not_reused_by_a_private_release(tmp_path):

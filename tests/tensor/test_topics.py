@@ -63,8 +63,13 @@ def test_project_simplex_of_values_far_beyond_one():
     # Noisy released values at a small ε: v − css/ρ lost the unit sum to rounding (no index passed, or a sum of 2).
     np.testing.assert_array_equal(project_simplex(np.array([1e17, 3.0, -2.0])), [1.0, 0.0, 0.0])
     np.testing.assert_array_equal(project_simplex(np.array([1e16, 1e16 + 2, 0.0])), [0.0, 1.0, 0.0])
-    np.testing.assert_allclose(project_simplex(np.array([1e16 + 0.5, 1e16 + 0.7, 1e16 - 0.2])), [0.4, 0.6, 0.0],
-                               atol=1.0)  # equal up to the input's own rounding (its ulp is 2)
+    # At 1e16 the ulp is 2: these three inputs are one number, whose projection is the simplex's centre.
+    tied = np.array([1e16 + 0.5, 1e16 + 0.7, 1e16 - 0.2])
+    assert tied[0] == tied[1] == tied[2]
+    np.testing.assert_allclose(project_simplex(tied), [1 / 3, 1 / 3, 1 / 3], rtol=1e-15)
+    # At 1e15 the ulp is 1/8: offsets 0.5, 0.625, -0.25 are exact, and the projection is τ = 1/16 below the top two
+    np.testing.assert_allclose(project_simplex(np.array([1e15 + 0.5, 1e15 + 0.625, 1e15 - 0.25])),
+                               [0.4375, 0.5625, 0.0], rtol=1e-12, atol=1e-15)
     np.testing.assert_array_equal(project_simplex(np.array([np.inf, 1.0, np.inf])), [0.5, 0.0, 0.5])
     np.testing.assert_array_equal(project_simplex(np.array([np.nan, 1.0, 0.0])), [0.0, 1.0, 0.0])
 

@@ -519,3 +519,49 @@ def test_a_release_through_a_link_waits_for_one_through_the_real_path(daily_stor
         held.release()
     tree_window(open_matrix(str(link)), last="2D", epsilon=1, delta=1e-6, horizon=4, client="local", noise=noise)
     assert [r.release for r in noise.records] == ["tree/1/1"]
+
+
+@pytest.mark.parametrize("horizon", [1, 2, 3, 4, 5, 7, 8, 9, 31, 100, 129])
+def test_the_tree_is_calibrated_to_the_nodes_a_partition_can_occupy(horizon):
+    """Nodes (level, k) inside the horizon ((k+1)·2^level ≤ H): the most holding one partition is H.bit_length()
+    (H = 3: 2 of the ⌈log₂H⌉+1 = 3 once counted; H = 100: 7 of 8), and the release is calibrated to it."""
+    from dppca_dask.methods.window.tree import tree_levels
+
+    nodes = [(lv, k) for lv in range(horizon.bit_length() + 2) for k in range(horizon) if (k + 1) << lv <= horizon]
+    most = max(sum(1 for lv, k in nodes if k << lv <= p < (k + 1) << lv) for p in range(horizon))
+    assert tree_levels(horizon) == most == math.floor(math.log2(horizon)) + 1
+    assert {3: 2, 100: 7}.get(horizon, most) == most
+
+
+def test_a_tree_over_three_partitions_spends_two_levels(daily_store, tmp_path):
+    from dppca_dask.ledger import compose_epsilon
+    from dppca_dask.methods.window.budget import partition_key
+
+    store = daily_store(1)
+    ledger = _ledger(tmp_path)
+    result = tree_window(store, last="1D", epsilon=1, delta=1e-6, horizon=3, client="local",
+                         noise=ZeroNoiseSource(), ledger=ledger, dataset="nightly", job_id="night-0")
+    assert result.calibration["levels"] == 2
+    assert result.calibration["noise_multiplier"] == calibrate_gaussian(epsilon=1, delta=1e-6, count=2)
+    assert result.privacy.epsilon == pytest.approx(1.0, rel=1e-3)
+    from dppca_dask.storage import append_partition
+    from window_data import day
+
+    store = append_partition(store.path, day_block(2), timestamp=day(2))
+    tree_window(store, last="2D", epsilon=1, delta=1e-6, horizon=3, client="local", noise=ZeroNoiseSource(),
+                ledger=ledger, dataset="nightly", job_id="night-1")
+    events = _charged(ledger, store, 0)  # partition 0 in (0, 0) and (1, 0): every level it can occupy
+    assert len(events) == 2 and compose_epsilon(events, 1e-6) <= 1.001
+
+
+def test_a_tree_saved_with_the_earlier_level_count_keeps_its_calibration(daily_store, monkeypatch):
+    from dppca_dask.methods.window import tree as tree_module
+
+    store = daily_store(2)
+    with monkeypatch.context() as patch:
+        patch.setattr(tree_module, "tree_levels", tree_module._legacy_levels)
+        old = tree_window(store, last="1D", epsilon=1, delta=1e-6, horizon=3, client="local", noise=ZeroNoiseSource())
+    assert old.calibration["levels"] == 3
+    again = tree_window(store, last="2D", epsilon=1, delta=1e-6, horizon=3, client="local", noise=ZeroNoiseSource())
+    assert again.calibration["levels"] == 3  # its nodes' noise: the later ones drawn alike
+    assert again.calibration["noise_multiplier"] == old.calibration["noise_multiplier"]

@@ -97,55 +97,45 @@ def test_budget_arguments_are_checked_before_reading(tmp_path, ten_days):
         reserve_partitions(ledger, "nightly", "j", store=anon, partitions=[1], epsilon=1, delta=1e-6, events=[])
 
 
-@pytest.mark.parametrize(("release", "regularizer", "labels"), [
-    ("gaussian", 1e-3, False), ("wishart", 1e-3, False), ("gaussian", 1e4, False), ("wishart", 1e4, False),
-    ("gaussian", 1e4, True)])
+@pytest.mark.parametrize(("release", "eta", "labels"), [
+    ("gaussian", 0.2, False), ("wishart", 0.5, False), ("gaussian", 0.5, False), ("gaussian", 0.5, True)])
 def test_a_spectral_histogram_is_charged_every_partition_its_released_checkpoint_covers(tmp_path, daily_store,
-                                                                                         release, regularizer,
-                                                                                         labels):
+                                                                                         release, eta, labels):
     """Nightly spectral-histogram releases (a new structure, then the saved one with a day appended each night, the
-    expiry dropping checkpoints): every partition the released checkpoint covers is charged, each charge is the
-    events the release emitted, and nothing after the newest partition or before the first one the checkpoint may
-    cover (the saved structure's first checkpoint, the window's first partition, the first partition added) is
-    charged. With labels, the labelled Gram covers the same partitions. The new structure starts at the first
-    night's window (partition 2). A large λ merges checkpoints (t₁ stays before the later nights' windows), a small
-    one keeps them apart (t₁ the window's first partition; the saved first checkpoint, one partition earlier, is
-    charged too)."""
-    from dppca_dask.methods.window.histogram import SpectralHistogram
+    expiry dropping checkpoints): the partitions the released checkpoint covers are the ones the count rule gives
+    from the partition table, and exactly these are charged, each with the events the release emitted. With labels,
+    the labelled Gram covers the same partitions. The new structure starts at the first night's window (partition
+    2). η = 0.2 keeps every checkpoint of a 4-day window (t₁ the window's first partition); η = 0.5 merges them
+    (t₁ before the window on some nights: the case a charge from the window alone would miss)."""
+    from dppca_dask.methods.window.histogram import partition_checkpoints
     from dppca_dask.storage import append_partition
     from window_data import day, day_block, day_labels
 
     ledger = _ledger(tmp_path, total=1e4)
     store = daily_store(6, labels=labels)
     args = {"last": "4D", "labels": labels, "epsilon": 1, "delta": 1e-6, "release": release, "structure": "spectral-histogram",
-            "regularizer": regularizer, "client": "local", "ledger": ledger, "dataset": "nightly"}
-    directory = None
+            "eta": eta, "client": "local", "ledger": ledger, "dataset": "nightly"}
+    starts: list[int] = []
+    earlier = []
     for night in range(4):
         if night:
             store = append_partition(store.path, day_block(6 + night), timestamp=day(6 + night),
                                      labels=day_labels(6 + night) if labels else None)
-        before = None
-        if directory is not None:
-            saved = SpectralHistogram.load(directory, expect={})
-            before = saved.starts[0]
+        newest = len(store.partitions) - 1
+        added = range(2, newest + 1) if not starts else (newest,)
+        starts = partition_checkpoints(starts, [(i, max(0, i - 3)) for i in added], eta)
         result = window(store, noise=ZeroNoiseSource(), job_id=f"night-{night}", **args)
-        directory = _histogram_directory(store, f"345600s-{'labels' if labels else 'features'}")
-        covered = set(result.window.partitions)
+        covered = result.window.partitions
+        assert covered == tuple(range(starts[0], newest + 1))
         charged = {i for i in range(len(store.partitions))
                    if ledger.entry(partition_key("nightly", store, i), f"night-{night}") is not None}
-        assert covered <= charged, (night, sorted(covered), sorted(charged))
-        window_start = min(i for i, p in enumerate(store.partitions) if p.timestamp > store.partitions[-1].timestamp
-                           - 4 * 86400)
-        if regularizer > 1 and night:
-            assert min(covered) < window_start  # the case a charge from the window alone would miss
-        if not night:
-            assert min(covered) == window_start == 2  # a new structure starts at the window
-        first = min([window_start] + ([before] if before is not None else []))
-        assert charged == set(range(first, len(store.partitions)))
+        assert charged == set(covered), (night, sorted(covered), sorted(charged))
+        earlier.append(covered[0] < newest - 3)
         for i in charged:
             entry = ledger.entry(partition_key("nightly", store, i), f"night-{night}")
             assert entry.status == "charged"
             assert [event_to_json(e) for e in entry.counted_events] == list(result.privacy.events)
+    assert any(earlier) == (eta == 0.5)
 
 
 def _histogram_directory(store, name: str) -> str:

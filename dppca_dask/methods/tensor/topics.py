@@ -574,6 +574,13 @@ def topics(
             out["events"], target_epsilon=float(cast(float, epsilon)), target_delta=float(cast(float, delta)),
             neighbouring=DOCUMENT, private=bool(noise.private),
         )
+        from dppca_dask.coordinator.sources import schema_caveats
+
+        caveats = schema_caveats(source)  # a width inferred from the data: every topic's length reveals it
+        if caveats:
+            import dataclasses
+
+            report = dataclasses.replace(report, caveats=tuple(report.caveats) + caveats)
     provenance = {
         "mechanism": "topics",
         "model": "single-topic" if alpha0 == 0 else f"LDA (alpha0={alpha0})",

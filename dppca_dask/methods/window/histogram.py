@@ -1,21 +1,32 @@
-"""The private spectral histogram (seed 001, spec §5 "recommended core"), one checkpoint per partition.
+"""The spectral histogram (seed 001, spec §5 "recommended core"), one checkpoint per partition.
 
 State: checkpoints ``(t_i, K_i)`` with ``t_1 < … < t_ℓ`` partition indices and ``K_i`` the exact Gram of the
 clipped rows of partitions ``t_i..T``. Appending partition T (its Gram ``G_T``):
 
 1. expiry: while ``ℓ ≥ 2`` and ``t_2 ≤ s`` (s: the first partition of the current window), drop checkpoint 1 —
-   this keeps ``t_1 ≤ s``, and ``s ≤ t_2`` whenever ``ℓ ≥ 2`` (the window sandwich ``K_2 ⪯ A_WᵀA_W ⪯ K_1``,
+   this keeps ``t_1 ≤ s``, and ``s < t_2`` whenever ``ℓ ≥ 2`` (the window sandwich ``K_2 ⪯ A_WᵀA_W ⪯ K_1``,
    erratum E6's corrected order);
 2. ``K_i += G_T`` for every checkpoint, checkpoint 1 included (erratum E7), and ``(T, G_T)`` is appended;
-3. Update (Alg. 6): for i = 1, 2, …: among ``p ∈ (i, ℓ−1]`` with ``(1−η)(K_i + λI) ⪯ K_p + λI`` take the largest
-   j and delete ``i+1..j−1``. The Loewner order of exact Grams is exact, so closeness once reached persists and
-   the count obeys the log-det bound ``ℓ ≤ 3 + 2·[ln det(K_1+λI) − ln det(K_ℓ+λI)]/(−ln(1−η))`` (§9 check 6).
+3. Update (Alg. 6): for i = 1, 2, …: among ``p ∈ (i, ℓ−1]`` that are (1−η)-close to i take the largest j and
+   delete ``i+1..j−1``. Two rules say what close is:
+
+   - ``pruning="partitions"`` (the default of a release): ``(1−η)·n_i ≤ n_p`` with ``n_i = T − t_i + 1`` the
+     number of partitions checkpoint i holds. The rule reads the partition table only, so which checkpoints are
+     kept — and which partitions a release covers — is a function of public values (partition indices and
+     timestamps), never of the data: a release of ``K_1`` is the mechanism run on a public set of rows and its
+     guarantee is unconditional. It keeps ``O(log W / η)`` checkpoints and covers at most ``W/(1−η)`` partitions
+     for a window of W partitions (consecutive checkpoints are close or adjacent: if ``t_2 = t_1 + 1`` then
+     ``t_1 = s``; else ``n_1 ≤ n_2/(1−η) < W/(1−η)``).
+   - ``pruning="spectral"`` (the paper's): ``(1−η)(K_i + λI) ⪯ K_p + λI``. The Loewner order of exact Grams is
+     exact, so closeness once reached persists and the count obeys the log-det bound
+     ``ℓ ≤ 3 + 2·[ln det(K_1+λI) − ln det(K_ℓ+λI)]/(−ln(1−η))`` (§9 check 6), but the checkpoints kept follow the
+     data: one row added to a partition changes which partitions a release covers (erratum E8: the paper's proofs
+     treat that choice as post-processing, and it is not). A release from it holds its guarantee only
+     **conditional on the released checkpoint** ``t_1``; it is offered to reproduce the paper, labelled so, and
+     is never charged to a budget as an (ε, δ) release.
 
 The state is ``ℓ·d²`` numbers instead of the window's rows; it is as sensitive as the data and is stored
-owner-only beside the store. A release from it is ``K_1`` plus one mechanism's noise: the rows it covers are
-``t_1..T``, a superset of the window chosen by the pruning from the data, so its guarantee holds **conditional
-on the released checkpoint** ``t_1`` (erratum E8: the paper's proofs treat that choice as post-processing). The
-default release path (``structure="exact"``) has the unconditional guarantee.
+owner-only beside the store.
 """
 
 from __future__ import annotations
@@ -31,10 +42,50 @@ import numpy as np
 
 from dppca_dask.errors import InvalidParameterError, StoreCorruptError
 
-__all__ = ["SpectralHistogram", "histogram_path", "loewner_leq"]
+__all__ = ["PRUNINGS", "SpectralHistogram", "histogram_path", "loewner_leq", "partition_checkpoints"]
 
 #: Relative tolerance of the PSD test.
 PSD_TOL = 1e-10
+
+#: Pruning rules: ``"partitions"`` (public partition counts; unconditional) and ``"spectral"`` (the paper's
+#: Loewner test on the data; conditional guarantee).
+PRUNINGS: tuple[str, ...] = ("partitions", "spectral")
+
+
+def _close_by_count(starts: list[int], last: int, eta: float, i: int) -> int | None:
+    """The largest p in ``(i, ℓ−1)`` (0-based, the newest exempt) with ``(1−η)·n_i ≤ n_p``, or ``None``."""
+    n_i = last - starts[i] + 1
+    found = None
+    for p in range(i + 1, len(starts) - 1):
+        if (1.0 - eta) * n_i <= last - starts[p] + 1:
+            found = p
+        else:  # n_p decreases in p: no later p is close
+            break
+    return found
+
+
+def partition_checkpoints(starts: list[int], added: list[tuple[int, int]], eta: float) -> list[int]:
+    """The checkpoints ``pruning="partitions"`` keeps after adding the partitions ``added``, given as
+    ``(index, window_start)`` pairs in order, to a structure with checkpoints ``starts``: the expiry and the
+    count rule of the module docstring, on partition indices only (public), so a release's coverage is known before
+    any partition is read."""
+    out = list(starts)
+    for index, window_start in added:
+        while len(out) >= 2 and out[1] <= window_start:
+            del out[0]
+        out.append(int(index))
+        _prune_by_count(out, int(index), eta)
+    return out
+
+
+def _prune_by_count(starts: list[int], last: int, eta: float) -> None:
+    """Alg. 6's deletions with the count rule, in place."""
+    i = 0
+    while i <= len(starts) - 3:
+        j = _close_by_count(starts, last, eta, i)
+        if j is not None and j > i + 1:
+            del starts[i + 1 : j]
+        i += 1
 
 
 def loewner_leq(x: np.ndarray, y: np.ndarray, c: float) -> bool:
@@ -58,8 +109,12 @@ class SpectralHistogram:
     grams: list[np.ndarray] = field(default_factory=list)
     last: int = -1
     """Index of the last partition added (−1: none)."""
+    pruning: str = "spectral"
+    """``"partitions"`` (public counts; unconditional) or ``"spectral"`` (the paper's; conditional)."""
 
     def __post_init__(self) -> None:
+        if self.pruning not in PRUNINGS:
+            raise InvalidParameterError(f"pruning must be one of {', '.join(PRUNINGS)}; got {self.pruning!r}")
         if not (isinstance(self.eta, (int, float)) and 0 < self.eta < 1):
             raise InvalidParameterError(f"eta must be in (0, 1); got {self.eta!r}")
         if not (isinstance(self.regularizer, (int, float)) and math.isfinite(self.regularizer)
@@ -89,8 +144,21 @@ class SpectralHistogram:
         self.last = int(index)
         self._update()
 
+    @property
+    def conditional(self) -> bool:
+        """Whether a release from it holds its guarantee only conditional on the released checkpoint (the
+        paper's spectral pruning chose it from the data)."""
+        return self.pruning == "spectral"
+
     def _update(self) -> None:
         """Alg. 6 (Update): delete checkpoints strictly between i and the farthest j that is (1−η)-close."""
+        if self.pruning == "partitions":
+            kept = list(self.starts)
+            _prune_by_count(kept, self.last, self.eta)
+            by_start = dict(zip(self.starts, self.grams))
+            self.starts[:] = kept
+            self.grams[:] = [by_start[t] for t in kept]
+            return
         lam = self.regularizer * np.eye(self.dim)
         c = 1.0 - self.eta
         i = 0
@@ -125,7 +193,8 @@ class SpectralHistogram:
 
         check_private_directory(directory, create=True)
         arrays = np.stack(self.grams) if self.grams else np.zeros((0, self.dim, self.dim))
-        info = {"dim": self.dim, "eta": self.eta, "regularizer": self.regularizer, "last": self.last, **meta}
+        info = {"dim": self.dim, "eta": self.eta, "regularizer": self.regularizer, "last": self.last,
+                "pruning": self.pruning, **meta}
         write_private_file(os.path.join(directory, "state.npz"),
                            lambda fh: np.savez(fh, grams=arrays, starts=np.asarray(self.starts, dtype=np.int64)))
         write_private_file(os.path.join(directory, "state.json"), lambda fh: fh.write(json.dumps(info).encode()))
@@ -147,14 +216,23 @@ class SpectralHistogram:
         except (OSError, ValueError, KeyError) as exc:
             raise StoreCorruptError(f"the spectral histogram in '{directory}' cannot be read ({type(exc).__name__}); "
                                     "delete the directory to rebuild it", source=directory) from None
+        kept_rule = info.get("pruning", "spectral")  # states written before the rule was recorded: the paper's
+        if "pruning" in expect and kept_rule != expect["pruning"]:
+            raise InvalidParameterError(
+                f"the spectral histogram in '{directory}' was built with pruning={kept_rule!r}, which chose its "
+                f"checkpoints {'from the data' if kept_rule == 'spectral' else 'from the partition table'}; this "
+                f"release asks for pruning={expect['pruning']!r}: delete the directory to start a structure with it "
+                "(its next release starts at the window)"
+            )
         for key, value in expect.items():
-            if info.get(key) != value:
+            if key != "pruning" and info.get(key) != value:
                 raise InvalidParameterError(
                     f"the spectral histogram in '{directory}' was built with {key}={info.get(key)!r}, not {value!r}; "
                     "use its parameters, or delete the directory to rebuild it"
                 )
         return cls(int(info["dim"]), float(info["eta"]), float(info["regularizer"]),
-                   [int(s) for s in starts], [g.copy() for g in grams], int(info["last"]))
+                   [int(s) for s in starts], [g.copy() for g in grams], int(info["last"]),
+                   str(info.get("pruning", "spectral")))
 
 
 def histogram_path(store_path: str, name: str) -> str:

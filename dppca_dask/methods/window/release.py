@@ -40,10 +40,12 @@ __all__ = ["RELEASES", "ROW_WINDOW_NEIGHBOURING", "HistogramSetup", "ReleaseChar
 #: How the window's matrix is formed before the release.
 STRUCTURES: tuple[str, ...] = ("exact", "spectral-histogram")
 
-#: The caveat of a release from the spectral histogram (erratum E8).
-HISTOGRAM_CAVEAT = ("spectral histogram: the release covers the partitions from its first checkpoint, which the "
-                    "pruning chose from the data; the guarantee holds conditional on that checkpoint (the window's "
-                    "reported start), as the paper proves (seed 001, erratum E8)")
+#: The caveat of a release from the spectral histogram with the paper's pruning (erratum E8).
+HISTOGRAM_CAVEAT = ("CONDITIONAL GUARANTEE: spectral histogram with the paper's spectral pruning: the release covers "
+                    "the partitions from its first checkpoint, which the pruning chose from the data; the (epsilon, "
+                    "delta) above holds only conditional on that checkpoint (the window's reported start), as the "
+                    "paper proves (seed 001, erratum E8), not for the release as a whole; it is never charged to a "
+                    "budget")
 
 #: Largest dimension of the dense window Gram by default (as Analyze Gauss).
 DEFAULT_MAX_DENSE_DIM = 4096
@@ -234,16 +236,31 @@ class HistogramSetup:
     """The partitions added since the structure was last saved (the release reads these only); a new structure
     starts at the window's first partition."""
     charged: tuple[int, ...]
-    """The partitions the release is charged to: every one its released checkpoint may cover, from the saved
-    structure's first checkpoint (a new structure's: the window's first partition; the window's first partition,
-    when earlier) to the newest."""
+    """The partitions the release covers (``pruning="partitions"``: known from the partition table before any
+    read), or every one its released checkpoint may cover (``"spectral"``: from the saved structure's first
+    checkpoint — a new structure's: the window's first partition; the window's first partition, when earlier — to
+    the newest)."""
+    conditional: bool = False
+    """Whether the release's guarantee holds only conditional on its checkpoint (the paper's spectral pruning)."""
+
+
+def _window_starts(store: MatrixStore, seconds: float) -> Any:
+    """``start_of(i)``: the first partition of the window of length ``seconds`` ending at partition i (public:
+    timestamps only)."""
+    parts = store.partitions
+
+    def start_of(index: int) -> int:
+        ts = cast(float, parts[index].timestamp)
+        return min(p.index for p in parts if ts - seconds < cast(float, p.timestamp) <= ts)
+
+    return start_of
 
 
 def plan_histogram(plan: WindowPlan, *, last: Any, end: Any, eta: float,
-                   regularizer: float | None) -> HistogramSetup:
+                   regularizer: float | None, pruning: str = "partitions") -> HistogramSetup:
     """Validate a spectral-histogram release's parameters and the saved structure, and decide the partitions it
     reads and charges (from the partition table and the structure's checkpoints); reads no partition."""
-    from dppca_dask.methods.window.histogram import SpectralHistogram, histogram_path
+    from dppca_dask.methods.window.histogram import PRUNINGS, SpectralHistogram, histogram_path, partition_checkpoints
     from dppca_dask.methods.window.selection import parse_duration
 
     store, selection = plan.store, plan.selection
@@ -255,6 +272,8 @@ def plan_histogram(plan: WindowPlan, *, last: Any, end: Any, eta: float,
                                     "the newest partition); drop end, or use structure='exact'")
     if not (isinstance(eta, (int, float)) and 0 < eta < 1):
         raise InvalidParameterError(f"eta must be in (0, 1); got {eta!r}")
+    if pruning not in PRUNINGS:
+        raise InvalidParameterError(f"pruning must be one of {', '.join(PRUNINGS)}; got {pruning!r}")
     cal, c = plan.calibration, plan.row_norm_bound
     if regularizer is None:
         if plan.release == "wishart":
@@ -264,22 +283,30 @@ def plan_histogram(plan: WindowPlan, *, last: Any, end: Any, eta: float,
         else:
             regularizer = 2.0 * cal["noise_multiplier"] * cal["l2_sensitivity"] * math.sqrt(plan.dim)
     seconds = parse_duration(last)
-    name = f"{seconds:g}s-{'labels' if plan.labels else 'features'}"
+    # the paper's pruning keeps its own structure: the two rules never share checkpoints
+    name = f"{seconds:g}s-{'labels' if plan.labels else 'features'}" + ("-spectral" if pruning == "spectral" else "")
     directory = histogram_path(store.path, name)
-    expect = {"store_id": store.store_id, "eta": float(eta), "regularizer": float(regularizer),
-              "row_norm_bound": c, "dim": plan.dim, "window_seconds": seconds}
+    expect: dict[str, Any] = {"store_id": store.store_id, "eta": float(eta), "pruning": pruning,
+                              "row_norm_bound": c, "dim": plan.dim, "window_seconds": seconds}
+    if pruning == "spectral":  # λ shapes the paper's Loewner tests only
+        expect["regularizer"] = float(regularizer)
     hist = SpectralHistogram.load(directory, expect=expect)
     if hist is None:
-        hist = SpectralHistogram(plan.dim, float(eta), float(regularizer))
+        hist = SpectralHistogram(plan.dim, float(eta), float(regularizer), pruning=pruning)
     parts = store.partitions
     if hist.starts:
         new = tuple(p.index for p in parts if p.index > hist.last)
     else:  # a new structure starts at the window: no later window of this length reaches back before it
         new = tuple(p.index for p in parts if p.index >= selection.partitions[0])
+    if pruning == "partitions":
+        # the checkpoints follow the partition table only: the release's coverage is known now, and charged exactly
+        start_of = _window_starts(store, seconds)
+        kept = partition_checkpoints(hist.starts, [(i, start_of(i)) for i in new], float(eta))
+        return HistogramSetup(directory, expect, hist, new, tuple(range(kept[0], len(parts))), False)
     # the released checkpoint t_1 is chosen by the pruning from the data: it is at or after the saved structure's
     # first checkpoint, or, for a new structure, at or after the first partition added now (the window's first)
     first_possible = min([selection.partitions[0]] + hist.starts[:1] + list(new[:1]))
-    return HistogramSetup(directory, expect, hist, new, tuple(range(first_possible, len(parts))))
+    return HistogramSetup(directory, expect, hist, new, tuple(range(first_possible, len(parts))), True)
 
 
 @dataclass(frozen=True)
@@ -312,13 +339,14 @@ def check_structure(structure: Any, *, row_window: bool, cache: Any = False) -> 
 
 
 def plan_charges(plan: WindowPlan, *, structure: str = "exact", last: Any = None, end: Any = None,
-                 eta: float = 0.2, regularizer: float | None = None, cache: Any = False) -> ReleaseCharges:
+                 eta: float = 0.2, regularizer: float | None = None, cache: Any = False,
+                 pruning: str = "partitions") -> ReleaseCharges:
     """The partitions a release of ``plan`` with ``structure`` is charged to: the window's (``"exact"``), or the
     spectral histogram's (:func:`plan_histogram`); the one decision a release and a job's dry run both use (with
     :func:`check_structure`'s checks)."""
     check_structure(structure, row_window=plan.selection.kind != "time", cache=cache)
     if structure == "spectral-histogram":
-        setup = plan_histogram(plan, last=last, end=end, eta=eta, regularizer=regularizer)
+        setup = plan_histogram(plan, last=last, end=end, eta=eta, regularizer=regularizer, pruning=pruning)
         return ReleaseCharges(setup.charged, setup)
     return ReleaseCharges(tuple(plan.selection.partitions))
 
@@ -336,10 +364,7 @@ def _histogram_release(plan: WindowPlan, setup: HistogramSetup, noise: NoiseSour
     seconds = float(expect["window_seconds"])
     parts = store.partitions
 
-    def start_of(index: int) -> int:
-        ts = parts[index].timestamp
-        return min(p.index for p in parts if ts - seconds < p.timestamp <= ts)  # type: ignore[operator]
-
+    start_of = _window_starts(store, seconds)
     s = selection.partitions[0]
     first_possible = charged[0]
     labels = check_labels(store, selection) if plan.labels else None
@@ -359,6 +384,9 @@ def _histogram_release(plan: WindowPlan, setup: HistogramSetup, noise: NoiseSour
             for index in new:
                 hist.add(index, grams[index], window_start=start_of(index))
             t1, gram = hist.covering(s)
+            if not setup.conditional and t1 != first_possible:  # the planned coverage is the public one
+                raise InvalidParameterError(f"the spectral histogram in '{directory}' released from partition {t1}, "
+                                            f"not the planned {first_possible}; delete the directory to rebuild it")
         except BaseException:
             if reservation is not None:
                 reservation.give_back()
@@ -372,12 +400,12 @@ def _histogram_release(plan: WindowPlan, setup: HistogramSetup, noise: NoiseSour
             raise
         if reservation is not None:
             reservation.charge()
-        # Saved only once its first checkpoint is released: the next release is charged from the saved first
-        # checkpoint, which the pruning chose from the data and which is public only once released (erratum E8).
+        # Saved only once its first checkpoint is released: the next release starts from the saved checkpoints.
         # A release that fails before its noise leaves the structure as it was (the next one reads these
         # partitions again); a structure that cannot be saved after the release leaves the release standing.
         try:
-            hist.save(directory, meta={k: v for k, v in expect.items() if k not in ("eta", "regularizer", "dim")})
+            hist.save(directory, meta={k: v for k, v in expect.items() if k not in ("eta", "regularizer", "dim",
+                                                                                     "pruning")})
         except (OSError, InvalidParameterError) as exc:  # a directory made unsafe since the plan checked it
             import warnings
 
@@ -391,10 +419,31 @@ def _histogram_release(plan: WindowPlan, setup: HistogramSetup, noise: NoiseSour
     source = partitions_source(store, new, {"kind": "store", "fingerprint": store.fingerprint,
                                             "schema": store.schema})
     generator = run()
-    # the reported window is the released checkpoint's: it is public once released (the guarantee is
-    # conditional on it); known only after the run, so the plan is rebuilt by the caller from `covered`
+    # The reported window is the partitions the release covers: known from the plan (``pruning="partitions"``) or
+    # once the paper's pruning has chosen it from the data (public once released; the guarantee is conditional on
+    # it), so the plan is rebuilt by the caller from `covered`.
     plan_box = _HistogramPlan(plan, covered, hist)
-    return plan_box, source, generator, (HISTOGRAM_CAVEAT,)
+    return plan_box, source, generator, ((HISTOGRAM_CAVEAT,) if setup.conditional else ())
+
+
+def covered_selection(store: MatrixStore, selection: WindowSelection, first: int) -> WindowSelection:
+    """The time window ``selection`` as a release that covers partitions ``first..`` its end reports it: its start
+    the latest time that excludes the partitions before ``first`` and keeps ``first`` (the requested start when
+    ``first`` is the window's first partition, the requested start kept in ``requested_start`` otherwise)."""
+    if first == selection.partitions[0]:
+        return selection.public()
+    from dppca_dask.methods.window.selection import _iso
+
+    parts = store.partitions
+    stamp = cast(float, parts[first].timestamp)
+    before = None if first == 0 else cast(float, parts[first - 1].timestamp)
+    if before is not None and before < stamp:
+        start = _iso(before)
+    else:  # the first partition, or one sharing its stamp with the partition before: no time bound separates them
+        start = f"partition {first} (stamped {_iso(stamp)}) onwards"
+    covered = tuple(range(first, selection.partitions[-1] + 1))
+    return WindowSelection(selection.kind, start, selection.end, covered, (None,) * len(covered), None,
+                           requested_start=selection.start)
 
 
 @dataclass
@@ -407,9 +456,7 @@ class _HistogramPlan:
 
     def __getattr__(self, name: str) -> Any:
         if name == "selection" and self.covered:
-            sel = self.base.selection
-            parts = tuple(range(self.covered[0], sel.partitions[-1] + 1))
-            return WindowSelection(sel.kind, sel.start, sel.end, parts, (None,) * len(parts), None)
+            return covered_selection(self.base.store, self.base.selection, self.covered[0])
         return getattr(self.base, name)
 
 
@@ -533,6 +580,12 @@ class WindowRelease:
     def mechanism(self) -> str:
         """``"sliding-window"`` (the job mechanism's name; :attr:`release` names the noise)."""
         return "sliding-window"
+
+    @property
+    def guarantee(self) -> str:
+        """``"conditional"`` for a spectral histogram with the paper's pruning (its (ε, δ) holds given the
+        partitions it covers, which the data chose), ``"unconditional"`` otherwise."""
+        return "conditional" if HISTOGRAM_CAVEAT in tuple(self.privacy.caveats) else "unconditional"
 
     @property
     def debiased(self) -> np.ndarray:
@@ -679,6 +732,7 @@ class WindowRelease:
         out: dict[str, Any] = {
             "release": self.release,
             "private": self.private,
+            "guarantee": self.guarantee,
             "window": self.window.to_dict(),
             "privacy": report,
             "labels": self.labels,
@@ -713,7 +767,7 @@ def load_release(directory: str | os.PathLike[str]) -> WindowRelease:
     report["caveats"] = tuple(report.get("caveats") or ())
     w = obj["window"]
     selection = WindowSelection(w["kind"], w["start"], w["end"], tuple(w["partitions"]),
-                                (None,) * len(w["partitions"]), w.get("last_rows"))
+                                (None,) * len(w["partitions"]), w.get("last_rows"), w.get("requested_start"))
     return WindowRelease(np.asarray(obj["released"]), float(obj["shift"]), obj["release"], selection,
                          PrivacyReport(**report), bool(obj["labels"]), obj["calibration"], obj["provenance"])
 
@@ -730,6 +784,7 @@ def window(
     structure: str = "exact",
     eta: float = 0.2,
     regularizer: float | None = None,
+    pruning: str = "partitions",
     labels: bool = False,
     row_norm_bound: float = 1.0,
     tau_rule: str = "thm11",
@@ -769,13 +824,19 @@ def window(
         ``"exact"`` (default): the exact Gram of the window, with the unconditional guarantee.
         ``"spectral-histogram"``: the paper's structure (:mod:`~dppca_dask.methods.window.histogram`), kept
         beside the store, started at the first release's window and updated with the partitions appended since its
-        last use (a nightly release reads only the new partitions); it releases its first checkpoint, which covers the window and possibly some
-        partitions before it, and its guarantee holds conditional on that checkpoint (erratum E8); a partition-scoped
-        budget charges every partition the checkpoint may cover (:func:`plan_charges`). Time windows ending at the
-        newest partition only.
-    eta, regularizer
-        Spectral histogram: pruning threshold η in (0, 1) and the public floor λ > 0 (default: the release's noise
-        level along the identity: ``c²τ`` Wishart, ``c²σ²`` JL, ``2·σ·√d`` Gaussian).
+        last use (a nightly release reads only the new partitions, and keeps ``O(log W/η)`` Grams instead of W);
+        it releases its first checkpoint, which covers the window and possibly some partitions before it (at most
+        ``W/(1−η)`` partitions for a window of W): the release reports the partitions it covers, its ``start``
+        the one they start after (the asked one in ``window.requested_start``), and is charged to each of them.
+        Time windows ending at the newest partition only.
+    eta, regularizer, pruning
+        Spectral histogram: pruning threshold η in (0, 1) and the rule: ``"partitions"`` (default) keeps
+        checkpoints by their partition counts, from the partition table alone, so the covered partitions are public
+        and the guarantee unconditional; ``"spectral"`` is the paper's Loewner test on the data (for reproducing
+        the paper): its guarantee holds only conditional on the covered partitions (erratum E8), the release says
+        so (a caveat, ``guarantee: "conditional"``) and is refused with a budget. ``regularizer`` is its public
+        floor λ > 0 (default: the release's noise level along the identity: ``c²τ`` Wishart, ``c²σ²`` JL,
+        ``2·σ·√d`` Gaussian); the ``"partitions"`` rule reads no λ.
     labels
         Append the stored ``labels`` array as a last column (regression); the bound ``row_norm_bound`` is then on
         ``‖(x, y)‖`` (E13).
@@ -859,7 +920,13 @@ def window(
         _float_sampler(noise, plan.release)
     budget = partition_budget(ledger, dataset, job_id)
     charges = plan_charges(plan, structure=structure, last=last, end=end, eta=eta, regularizer=regularizer,
-                           cache=cache)
+                           cache=cache, pruning=pruning)
+    if budget is not None and charges.histogram is not None and charges.histogram.conditional:
+        raise InvalidParameterError(
+            "pruning='spectral' (the paper's) chooses the partitions a release covers from the data, so its "
+            "(epsilon, delta) holds only conditional on them and cannot be charged to a budget as such; use the "
+            "default pruning='partitions' (unconditional), or release without ledger, dataset and job_id"
+        )
     if budget is not None:
         budget["partitions"] = charges.partitions
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -903,6 +970,7 @@ def window(
     provenance = {
         "mechanism": "sliding-window",
         "structure": structure,
+        **({"pruning": pruning} if charges.histogram is not None else {}),
         "input": {"fingerprint": plan.store.fingerprint, "schema": plan.store.schema},
         "executor": choice.executor,
         "seeded": not noise.private,

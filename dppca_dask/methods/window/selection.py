@@ -109,12 +109,15 @@ class WindowSelection:
     a reported selection)."""
     last_rows: int | None = None
     """W for a row window (public); ``None`` for a time window, whose row count is private."""
+    requested_start: str | None = None
+    """The start the window was asked for, when the release covers more (a spectral histogram's checkpoint starts
+    before it): ``start`` and ``partitions`` then say what the release really covers."""
 
     def public(self) -> WindowSelection:
         """This selection without its row ranges (``None`` for each partition), as a release reports it and as a
         saved release is read back."""
         return WindowSelection(self.kind, self.start, self.end, self.partitions, (None,) * len(self.partitions),
-                               self.last_rows)
+                               self.last_rows, self.requested_start)
 
     @property
     def n_partitions(self) -> int:
@@ -125,6 +128,8 @@ class WindowSelection:
                                "n_partitions": self.n_partitions, "partitions": list(self.partitions)}
         if self.last_rows is not None:
             out["last_rows"] = self.last_rows
+        if self.requested_start is not None:
+            out["requested_start"] = self.requested_start
         return out
 
 

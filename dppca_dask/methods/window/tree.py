@@ -1,7 +1,9 @@
 """Continual release by the binary tree mechanism over partition Grams (experimental; seed 001 App. D).
 
-Partitions ``0..H−1`` (``H = horizon``, public) are the leaves of a dyadic tree with ``L = ⌈log₂H⌉ + 1`` levels;
-node ``(ℓ, k)`` covers partitions ``k·2^ℓ .. (k+1)·2^ℓ − 1``. A node's noisy Gram (exact Gram of its clipped rows
+Partitions ``0..H−1`` (``H = horizon``, public) are the leaves of a dyadic tree; node ``(ℓ, k)`` covers partitions
+``k·2^ℓ .. (k+1)·2^ℓ − 1`` and exists when it lies inside the horizon (``(k+1)·2^ℓ ≤ H``), so its levels are
+``0..⌊log₂H⌋``: ``L = H.bit_length()`` of them, and a partition sits in at most L nodes (partition 0 in exactly L;
+H = 3: 2, H = 100: 7). A node's noisy Gram (exact Gram of its clipped rows
 plus symmetric Gaussian noise) is drawn once, when a window first needs it, and kept beside the store: the state
 holds only released (noisy) matrices. A window ``[s, T]`` is the sum of the ``O(log W)`` maximal dyadic nodes
 inside it, so releasing every night costs nothing beyond the nodes: each row sits in at most L nodes, and all
@@ -31,10 +33,32 @@ from dppca_dask.errors import InvalidParameterError, StoreCorruptError
 from dppca_dask.mechanisms import NoiseSource
 from dppca_dask.mechanisms.wishart import symmetric_gaussian_mechanism
 
-__all__ = ["TREE_CAVEAT", "dyadic_cover", "ledger_mechanism", "node_charges", "tree_window"]
+__all__ = ["TREE_CAVEAT", "dyadic_cover", "ledger_mechanism", "node_charges", "tree_levels", "tree_window"]
 
 TREE_CAVEAT = ("experimental binary-tree continual release: the guarantee covers every release from this tree over "
                "its horizon together (each row is in at most L noisy nodes)")
+
+
+def tree_levels(horizon: int) -> int:
+    """The most nodes of a tree over ``horizon`` partitions that hold one partition: ``horizon.bit_length()``
+    (levels 0..⌊log₂H⌋; a node of a higher level would reach past the horizon)."""
+    return int(horizon).bit_length()
+
+
+def _legacy_levels(horizon: int) -> int:
+    """The level count trees calibrated to before they counted nodes (``⌈log₂H⌉ + 1``, more than needed when H is
+    not a power of two): a saved tree drawn with it goes on with its own multiplier."""
+    return math.ceil(math.log2(horizon)) + 1
+
+
+def _saved_levels(directory: str, horizon: int) -> int:
+    """The level count of the tree saved in ``directory`` (legacy or current), or the current one."""
+    try:
+        with open(os.path.join(directory, "nodes.json")) as fh:
+            saved = json.load(fh).get("levels")
+    except (OSError, ValueError, AttributeError):
+        saved = None
+    return _legacy_levels(horizon) if saved == _legacy_levels(horizon) else tree_levels(horizon)
 
 
 def dyadic_cover(start: int, stop: int) -> list[tuple[int, int]]:
@@ -145,9 +169,9 @@ def tree_window(
     if store.n_partitions > horizon:
         raise InvalidParameterError(f"the store has more partitions than the tree's horizon={horizon}; the tree "
                                     "is spent: start a new one with a larger horizon (and a new budget)")
-    levels = math.ceil(math.log2(horizon)) + 1
-    multiplier = calibrate_gaussian(epsilon=epsilon, delta=delta, count=levels)
     directory = _state_path(store.path, int(horizon), False)
+    levels = _saved_levels(directory, int(horizon))  # a tree saved with the earlier count keeps its calibration
+    multiplier = calibrate_gaussian(epsilon=epsilon, delta=delta, count=levels)
     older = _older_state_path(store.path, int(horizon), False)
     lock = _lock(directory)
     try:
@@ -370,7 +394,9 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
 
     report = build_report([GaussianDpEvent(multiplier)] * levels, target_epsilon=epsilon, target_delta=delta,
                           neighbouring=ADD_REMOVE_ROW, private=bool(noise.private))
-    report = dataclasses.replace(report, caveats=(TREE_CAVEAT,))
+    from dppca_dask.coordinator.sources import schema_caveats
+
+    report = dataclasses.replace(report, caveats=schema_caveats(source) + (TREE_CAVEAT,))
     calibration = {"release": "gaussian", "structure": "binary-tree", "noise_multiplier": multiplier,
                    "levels": levels, "horizon": int(horizon), "nodes": len(cover), "row_norm_bound": c}
     provenance = {"mechanism": "sliding-window", "structure": "binary-tree",
