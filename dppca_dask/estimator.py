@@ -31,7 +31,9 @@ FIT_ARGUMENTS = ("client", "noise", "on_release", "resume")
 def _is_store(X: Any) -> bool:
     from dppca_dask.storage import MatrixStore
 
-    return isinstance(X, (str, os.PathLike, MatrixStore))
+    from zarr.storage import FsspecStore
+
+    return isinstance(X, (str, os.PathLike, MatrixStore, FsspecStore))
 
 
 def _is_anndata_file(X: Any, layer: str | None) -> bool:
