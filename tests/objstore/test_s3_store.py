@@ -66,3 +66,60 @@ def test_missing_bucket_and_store_are_named(s3, rng):
         ingest(_matrix(rng), "s3://no-such-bucket/x.zarr")
     with pytest.raises(StoreNotFoundError, match=r"dppca-dask ingest SRC --out s3://"):
         open_matrix(s3.url("missing.zarr"))
+
+
+def _counts(rng: np.random.Generator, n_rows: int, n_cols: int = 12) -> sp.csr_array:
+    """Small word-count rows (topics reads counts; pca and window read any rows)."""
+    return sp.csr_array(sp.random(n_rows, n_cols, density=0.4, random_state=rng, format="csr",
+                                  data_rvs=lambda n: rng.integers(1, 4, size=n).astype(float)))
+
+
+def _flow(url: str, rng: np.random.Generator, *, client, storage_options=None) -> None:
+    """ingest -> info -> pca, window, topics -> append -> pca on the store at ``url``."""
+    import dppca_dask
+    from dppca_dask.methods.tensor.topics import topics
+    from dppca_dask.methods.window import window
+
+    executor = "local" if client is None else "cluster"
+    ingest(_counts(rng, 200), url, rows_per_partition=100, n_features=12, timestamp="2026-11-01",
+           storage_options=storage_options)
+    info = open_matrix(url, storage_options=storage_options).info()
+    assert info["n_partitions"] == 2 and info["size_on_disk"] > 0
+    run = {"client": client, "executor": executor, "storage_options": storage_options}
+    result = dppca_dask.pca(url, epsilon=1.0, delta=1e-6, seed=1, **run)
+    assert result.components.shape == (1, 12) and result.provenance["executor"] == ("in-process" if client is None
+                                                                                     else "cluster")
+    released = window(url, last="2D", epsilon=1.0, delta=1e-6, seed=1, **run)
+    assert released.released.shape == (12, 12)
+    found = topics(url, n_topics=2, epsilon=None, delta=None, private=False, seed=1, n_restarts=2, n_iter=5, **run)
+    assert np.asarray(found.topics).shape == (2, 12)
+    append_partition(url, _counts(rng, 60), timestamp=1.7880768e9, storage_options=storage_options)
+    assert open_matrix(url, storage_options=storage_options).n_rows == 260
+    after = dppca_dask.pca(url, epsilon=1.0, delta=1e-6, seed=1, **run)
+    assert after.provenance["input"]["fingerprint"].endswith(":1")  # the appended generation was read
+    if storage_options:
+        secret = storage_options["secret"]
+        assert secret not in repr(result) and secret not in repr(after.provenance) and secret not in repr(released)
+
+
+def test_flow_in_process(s3, rng):
+    _flow(s3.url("flow.zarr"), rng, client=None)
+
+
+def test_flow_on_a_local_cluster_with_storage_options(s3, rng, local_client, monkeypatch):
+    """The session's LocalCluster was started before this test set the AWS variables: its workers reach the bucket
+    only through the storage options that travel with the store in each task's arguments."""
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    workers = local_client.run(lambda: __import__("os").environ.get("AWS_ENDPOINT_URL"))
+    assert set(workers.values()) == {None}
+    _flow(s3.url("flow.zarr"), rng, client=local_client, storage_options=s3.options())
+
+
+def test_window_state_beside_a_bucket_store_is_refused(s3, rng):
+    from dppca_dask.methods.window import window
+
+    url = s3.url("w.zarr")
+    ingest(_counts(rng, 100), url, n_features=12, timestamp="2026-11-01")
+    with pytest.raises(InvalidParameterError, match="object storage; run it on a local or mounted copy"):
+        window(url, last="1D", epsilon=1.0, delta=1e-6, cache=True, seed=1)
