@@ -88,9 +88,11 @@ def upload_store(local: str, url: str, storage_options: Mapping[str, Any] | None
                     f"'{url}' already exists; choose another output URL or pass overwrite=True (--overwrite)")
             remove_remote_store(url, storage_options)
         elif fs.exists(inner):
-            raise InvalidParameterError(
-                f"'{url}' holds objects but no store (an ingest that did not finish, or other data); check the URL, "
-                f"or delete what is there yourself (aws s3 rm --recursive {url}) and ingest again")
+            if not overwrite:
+                raise InvalidParameterError(
+                    f"'{url}' holds objects but no store (an ingest that did not finish, or other data); check the "
+                    "URL, or pass overwrite=True (--overwrite) to replace them")
+            remove_remote_store(url, storage_options)
         files = []
         for root, _dirs, names in os.walk(local):
             for name in names:
@@ -137,6 +139,24 @@ def check_bucket(url: str, storage_options: Mapping[str, Any] | None) -> None:
                                  f"s3://{bucket}) or check the URL")
 
 
+def _holder_gone(fs: Any, lock: str) -> bool:
+    """Whether the lock object ``lock`` was written by a process of this machine that no longer runs."""
+    try:
+        owner = json.loads(fs.cat_file(lock))
+        host, pid = str(owner["host"]), int(owner["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # gone meanwhile, or not ours: wait for it
+    if host != socket.gethostname() or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def scratch_store_path(path: str) -> str:
     """Where to build a private temporary store on the way to ``path``: beside a local store (``.NAME.append-*``,
     the same file system), in the temporary directory (``TMPDIR``) for a store in object storage."""
@@ -171,6 +191,10 @@ def remote_lock(url: str, storage_options: Mapping[str, Any] | None, *,
             fs.pipe_file(lock_inner, owner, mode="create")
             break
         except FileExistsError:
+            if _holder_gone(fs, lock_inner):  # a killed append of this machine: its lock is taken over
+                with contextlib.suppress(FileNotFoundError):
+                    fs.rm_file(lock_inner)
+                continue
             if time.monotonic() > deadline:
                 raise InvalidParameterError(
                     f"another append holds the lock of '{url}' ({lock}) for more than {timeout:.0f} s; if no append "
