@@ -303,7 +303,7 @@ def _refresh_store(spec: JobSpec) -> None:
     source, _, args = ingest_arguments(spec)
     log.info("refreshing store %s from %s", spec.data.store, source)
     with _no_counts_at_info():
-        ingest(source, spec.data.store, overwrite=True, **args)
+        ingest(source, spec.data.store, overwrite=True, storage_options=spec.data.storage_options, **args)
     log.info("store %s refreshed", spec.data.store)
 
 
@@ -498,7 +498,6 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.mechanisms import NoiseSource, default_sampler
     from dppca_dask.methods import get_mechanism
-    from dppca_dask.storage import open_matrix
 
     job_id = spec.job_id(date)
     output = spec.output_dir(date)
@@ -543,7 +542,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     _check_output(output)
     if spec.data.ingest is not None and not resuming:
         _refresh_store(spec)
-    store = open_matrix(spec.data.store)
+    store = spec.data.open()
     _check_schema(spec, store)
     neighbouring, events = _plan(spec, store)
     security = _security(spec)
