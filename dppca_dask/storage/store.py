@@ -289,6 +289,11 @@ class MatrixStore:
         except (StoreCorruptError, InvalidInputError):
             raise
         except Exception as exc:  # zarr/codec errors on damaged chunks
+            from dppca_dask._urls import storage_error
+
+            reached = storage_error(exc, self.path)  # an unreachable object store, lost credentials: not damage
+            if reached is not exc:
+                raise reached from None
             raise StoreCorruptError(
                 f"cannot read partition {part.index} of store '{self.path}': {type(exc).__name__}: {exc}; the store "
                 "is damaged, re-ingest it from its source",
@@ -437,6 +442,21 @@ class MatrixStore:
             )
         return self.partitions[index]
 
+    def _fetch_remote(self, part: Partition) -> dict[str, np.ndarray] | None:
+        """For a store at a URL: the partition's row pointers, values and column indices, fetched at once (their
+        ranges follow from the partition table; every chunk of all three requested concurrently, where one array
+        after the other would wait for each round trip). ``None`` for a local store (read chunk by chunk)."""
+        from dppca_dask._urls import is_url
+
+        if not is_url(self.path):
+            return None
+        key = self.matrix_key
+        ranges = {f"{key}/indptr": (part.row_start, part.row_stop + 1)}
+        if part.nnz:
+            ranges.update({f"{key}/data": (part.nnz_start, part.nnz_stop),
+                           f"{key}/indices": (part.nnz_start, part.nnz_stop)})
+        return _fetch_ranges(self.path, self.fingerprint, self._options, ranges)
+
     def _read_csr(self, part: Partition, dtype: np.dtype[Any] | type | None = None,
                   squares: _SquaredRowSums | None = None, read: _Read | None = None) -> sp.csr_array:
         seen = None if read is None else read.seen
@@ -447,8 +467,9 @@ class MatrixStore:
                 layout = _layout(self.path, f"{key}/{name}", self.fingerprint, self._options)
                 if layout is not None and after.nnz:
                     prefetch_range(layout, after.nnz_start, after.nnz_stop)
+        fetched = self._fetch_remote(part)
         indptr = _read_range(self.path, f"{key}/indptr", self.fingerprint, part.row_start, part.row_stop + 1,
-                             seen=seen, options=self._options)
+                             seen=seen, options=self._options, fetched=fetched)
         self._check_pointers(part, indptr)
         indptr = indptr.astype(np.int64, copy=False) - part.nnz_start
         if squares is not None:
@@ -458,9 +479,10 @@ class MatrixStore:
                 data = _read_range(self.path, f"{key}/data", self.fingerprint, part.nnz_start, part.nnz_stop,
                                    dtype=dtype, visit=None if squares is None else squares.add,
                                    piece=None if squares is None else squares.piece, seen=seen,
-                                   options=self._options)
+                                   options=self._options, fetched=fetched)
             indices = _read_range(self.path, f"{key}/indices", self.fingerprint, part.nnz_start, part.nnz_stop,
-                                  seen=seen, visit=None if read is None else read.bound, options=self._options)
+                                  seen=seen, visit=None if read is None else read.bound, options=self._options,
+                                  fetched=fetched)
         else:
             data = np.zeros(0, dtype=self.dtype if dtype is None else dtype)
             indices = np.zeros(0, dtype=np.int32)
@@ -778,7 +800,8 @@ def _layout(path: str, key: str, version: str, options: str = "{}") -> ChunkLayo
 def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dtype: Any = None,
                 visit: Callable[[int, np.ndarray], None] | None = None,
                 piece: Callable[[int, np.ndarray], None] | None = None,
-                seen: list[FileIdentity | None] | None = None, options: str = "{}") -> np.ndarray:
+                seen: list[FileIdentity | None] | None = None, options: str = "{}",
+                fetched: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
     """Elements ``[start, stop)`` of a 1-D array of a store, each chunk decoded straight into the result (see
     :func:`._chunks.read_range` for ``dtype``, ``visit``, ``piece`` and ``seen``; through zarr, ``visit`` sees the
     whole range, ``piece`` nothing, and ``seen`` a ``None``: files read by zarr are not identified)."""
@@ -787,12 +810,30 @@ def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dty
         return read_range(layout, start, stop, dtype=dtype, visit=visit, piece=piece, seen=seen)
     if seen is not None:
         seen.append(None)
-    values = np.asarray(_open(path, key, version, options)[start:stop])
+    if fetched is not None and key in fetched:
+        values = fetched[key]
+    else:
+        values = np.asarray(_open(path, key, version, options)[start:stop])
     if dtype is not None:
         values = values.astype(dtype, copy=False)
     if visit is not None:
         visit(0, values)
     return values
+
+
+def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tuple[int, int]]
+                  ) -> dict[str, np.ndarray]:
+    """Elements ``[start, stop)`` of several 1-D arrays of a store, all requested at once on zarr's event loop."""
+    import asyncio
+
+    from zarr.core.sync import sync
+
+    arrays = {key: _open(path, key, version, options) for key in ranges}
+
+    async def fetch() -> list[Any]:
+        return await asyncio.gather(*(arrays[key]._async_array.getitem(slice(*ranges[key])) for key in ranges))
+
+    return {key: np.asarray(values) for key, values in zip(ranges, sync(fetch()))}
 
 
 @functools.lru_cache(maxsize=64)
