@@ -164,7 +164,7 @@ class PartitionGrams:
 
     row_norm_bound: float
     partitions: tuple[int, ...]
-    labels: tuple[str, Mapping[int, int]] | None = None
+    labels: tuple[Any, Mapping[int, int]] | None = None
     row_ranges: Mapping[int, tuple[int, int] | None] | None = None
     """Local row ranges (a row window's cut partition); ``None``: whole partitions."""
 
@@ -173,7 +173,7 @@ def _partition_gram_task(
     item: Any,
     *,
     row_norm_bound: float,
-    labels: tuple[str, Mapping[int, int]] | None,
+    labels: tuple[Any, Mapping[int, int]] | None,
     row_ranges: Mapping[int, tuple[int, int] | None] | None = None,
 ) -> dict[int, np.ndarray]:
     part = item if isinstance(item, PartitionData) else item[0](*item[1])
