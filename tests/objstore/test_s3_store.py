@@ -123,3 +123,24 @@ def test_window_state_beside_a_bucket_store_is_refused(s3, rng):
     ingest(_counts(rng, 100), url, n_features=12, timestamp="2026-11-01")
     with pytest.raises(InvalidParameterError, match="object storage; run it on a local or mounted copy"):
         window(url, last="1D", epsilon=1.0, delta=1e-6, cache=True, seed=1)
+
+
+def test_estimator_and_scanpy_style_pca_on_a_bucket_store(s3, rng, monkeypatch):
+    pytest.importorskip("sklearn")
+    anndata = pytest.importorskip("anndata")
+    from zarr.storage import FsspecStore
+
+    from dppca_dask import pp
+    from dppca_dask.estimator import DPPCA
+
+    url = s3.url("est.zarr")
+    ingest(_counts(rng, 120), url, rows_per_partition=60, n_features=12)
+    model = DPPCA(1, seed=1, executor="local").fit(FsspecStore.from_url(url, read_only=True))
+    assert model.components_.shape == (1, 12)
+    options = s3.options()
+    for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)  # from here on, only the storage options reach the bucket
+    model = DPPCA(1, seed=1, executor="local").fit(url, storage_options=options)
+    assert model.components_.shape == (1, 12) and "storage_options" not in model.get_params()
+    adata = pp.pca(url, 1, epsilon=1.0, delta=1e-6, seed=1, storage_options=options)
+    assert isinstance(adata, anndata.AnnData) and adata.varm["PCs"].shape == (12, 1)
