@@ -63,3 +63,16 @@ def test_a_job_ingests_into_and_reads_from_a_bucket(s3, rng, tmp_path, monkeypat
 def test_an_output_url_is_refused(s3, rng, tmp_path):
     with pytest.raises(JobSpecError, match="written to a local or mounted directory"):
         load_job(_spec(tmp_path, s3.url("x.zarr"), _svmlight(tmp_path / "a.svm", rng), output=s3.url("out")))
+
+
+def test_the_dataset_identity_of_a_bucket_store_does_not_follow_the_working_directory(s3, rng, tmp_path,
+                                                                                      monkeypatch):
+    from dppca_dask.jobs.runner import _job_store_id
+
+    spec = load_job(_spec(tmp_path, s3.url("x.zarr"), _svmlight(tmp_path / "a.svm", rng)))
+    ids = set()
+    for directory in (tmp_path, tmp_path / "out"):
+        directory.mkdir(exist_ok=True)
+        monkeypatch.chdir(directory)
+        ids.add(_job_store_id(spec, None))
+    assert len(ids) == 1
