@@ -21,6 +21,7 @@ import functools
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -450,12 +451,17 @@ class MatrixStore:
 
         if not is_url(self.path):
             return None
-        key = self.matrix_key
+        return READ_AHEAD.fetch(self.path, self.fingerprint, self._options, part.index, self.n_partitions,
+                                self._ranges)
+
+    def _ranges(self, index: int) -> dict[str, tuple[int, int]]:
+        """The element ranges of partition ``index``'s arrays (CSR)."""
+        part, key = self.partitions[index], self.matrix_key
         ranges = {f"{key}/indptr": (part.row_start, part.row_stop + 1)}
         if part.nnz:
             ranges.update({f"{key}/data": (part.nnz_start, part.nnz_stop),
                            f"{key}/indices": (part.nnz_start, part.nnz_stop)})
-        return _fetch_ranges(self.path, self.fingerprint, self._options, ranges)
+        return ranges
 
     def _read_csr(self, part: Partition, dtype: np.dtype[Any] | type | None = None,
                   squares: _SquaredRowSums | None = None, read: _Read | None = None) -> sp.csr_array:
@@ -821,19 +827,73 @@ def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dty
     return values
 
 
-def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tuple[int, int]]
-                  ) -> dict[str, np.ndarray]:
-    """Elements ``[start, stop)`` of several 1-D arrays of a store, all requested at once on zarr's event loop."""
+def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tuple[int, int]],
+                  *, wait: bool = True) -> Any:
+    """Elements ``[start, stop)`` of several 1-D arrays of a store, all requested at once on zarr's event loop: a
+    dict of arrays, or (``wait=False``) a future of it."""
     import asyncio
 
-    from zarr.core.sync import sync
+    from zarr.core.sync import _get_loop, sync
 
     arrays = {key: _open(path, key, version, options) for key in ranges}
 
-    async def fetch() -> list[Any]:
-        return await asyncio.gather(*(arrays[key]._async_array.getitem(slice(*ranges[key])) for key in ranges))
+    async def fetch() -> dict[str, np.ndarray]:
+        values = await asyncio.gather(*(arrays[key]._async_array.getitem(slice(*ranges[key])) for key in ranges))
+        return {key: np.asarray(v) for key, v in zip(ranges, values)}
 
-    return {key: np.asarray(values) for key, values in zip(ranges, sync(fetch()))}
+    if wait:
+        return sync(fetch())
+    return asyncio.run_coroutine_threadsafe(fetch(), _get_loop())
+
+
+class _ReadAhead:
+    """Partitions of stores in object storage fetched ahead, one per store and process.
+
+    A worker reads every W-th partition (the coordinator places partition ``i`` on worker ``i mod W``), so the
+    stride between a process's consecutive reads of one store is learnt from the reads themselves (never from the
+    data: partition indices are public), and the partition one stride ahead (after the last, the first of the
+    process's own: ``i mod stride``) is requested while the kernel works on the current one. At most one partition
+    ahead per store is held in memory (until the process's next read of that store: after a run's last step, the
+    first partition of the next one waits there); one fetched for nothing (another worker took it) is dropped at the
+    next read.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[str, str, str], tuple[int, Any]] = {}
+        self._last: dict[tuple[str, str, str], int] = {}
+
+    def fetch(self, path: str, version: str, options: str, index: int, n: int,
+              ranges_of: Callable[[int], dict[str, tuple[int, int]]]) -> dict[str, np.ndarray]:
+        """Partition ``index`` (of ``n``) of a store: the one fetched ahead when it is, else fetched now; then the
+        next one of this process requested."""
+        key = (path, version, options)
+        with self._lock:
+            pending = self._pending.pop(key, None)
+            last = self._last.get(key)
+            self._last[key] = index
+        current = None
+        if pending is not None and pending[0] == index:
+            try:
+                current = pending[1].result()
+            except Exception:  # fetched again below, where an error is reported
+                current = None
+        elif pending is not None:
+            pending[1].cancel()
+        if current is None:
+            current = _fetch_ranges(path, version, options, ranges_of(index))
+        stride = index - last if last is not None and index > last else 0
+        if stride and n > 1:
+            ahead = index + stride if index + stride < n else index % stride
+            if ahead != index:
+                future = _fetch_ranges(path, version, options, ranges_of(ahead), wait=False)
+                with self._lock:
+                    self._pending[key] = (ahead, future)
+        return current
+
+
+#: The read-ahead of this process (workers of a cluster each have their own).
+READ_AHEAD = _ReadAhead()
 
 
 @functools.lru_cache(maxsize=64)

@@ -135,12 +135,30 @@ def test_estimator_and_scanpy_style_pca_on_a_bucket_store(s3, rng, monkeypatch):
 
     url = s3.url("est.zarr")
     ingest(_counts(rng, 120), url, rows_per_partition=60, n_features=12)
-    model = DPPCA(1, seed=1, executor="local").fit(FsspecStore.from_url(url, read_only=True))
+    model = DPPCA(1, seed=1).fit(FsspecStore.from_url(url, read_only=True), client="local")
     assert model.components_.shape == (1, 12)
     options = s3.options()
     for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(name)  # from here on, only the storage options reach the bucket
-    model = DPPCA(1, seed=1, executor="local").fit(url, storage_options=options)
+    model = DPPCA(1, seed=1).fit(url, storage_options=options, client="local")
     assert model.components_.shape == (1, 12) and "storage_options" not in model.get_params()
-    adata = pp.pca(url, 1, epsilon=1.0, delta=1e-6, seed=1, storage_options=options)
+    adata = pp.pca(url, 1, epsilon=1.0, delta=1e-6, seed=1, storage_options=options, client="local")
     assert isinstance(adata, anndata.AnnData) and adata.varm["PCs"].shape == (12, 1)
+
+
+def test_read_ahead_follows_the_stride_of_this_process_reads(s3, rng):
+    """A process reading every second partition (partition i on worker i mod 2) has the next one of its own fetched
+    while it works on the current one, and wraps to its first after the last; what it reads is what is stored."""
+    from dppca_dask.storage.store import READ_AHEAD
+
+    matrix = _matrix(rng, 600)
+    url = s3.url("ahead.zarr")
+    store = ingest(matrix, url, rows_per_partition=100, n_features=12)
+    key = (store.path, store.fingerprint, store._options)
+    for index, expected_ahead in ((1, None), (3, 5), (5, 1)):
+        block, _ = store.read_partition_with_norms(index)
+        assert (block != matrix[100 * index: 100 * (index + 1)]).nnz == 0
+        pending = READ_AHEAD._pending.get(key)
+        assert (pending[0] if pending else None) == expected_ahead
+    block, _ = store.read_partition_with_norms(1)  # served by the read ahead
+    assert (block != matrix[100:200]).nnz == 0
