@@ -174,10 +174,12 @@ def storage_error(exc: BaseException, url: str) -> Exception:
     if name in ("NoSuchBucket",) or "NoSuchBucket" in text or "bucket does not exist" in text.lower():
         return StoreNotFoundError(f"bucket '{bucket}' of '{url}' does not exist; create it first (aws s3 mb "
                                   f"s3://{bucket}) or check the URL")
-    if isinstance(exc, PermissionError) or any(code in text for code in ("InvalidAccessKeyId", "AccessDenied",
-                                                                         "SignatureDoesNotMatch", "Forbidden")):
+    codes = [code for code in ("InvalidAccessKeyId", "AccessDenied", "SignatureDoesNotMatch", "Forbidden")
+             if code in text]
+    if isinstance(exc, PermissionError) or codes:
+        # The service's code only: its message may quote parts of the request.
         return InvalidParameterError(
-            f"the object store refused access to '{url}' ({name}: {text[:200]}); check the credentials "
+            f"the object store refused access to '{url}' ({codes[0] if codes else name}); check the credentials "
             "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and the bucket's permissions")
     return exc if isinstance(exc, Exception) else RuntimeError(text)
 
@@ -188,8 +190,8 @@ def local_output(path: Any, what: str = "out") -> str:
     text = os.fspath(local_path(path))
     if is_url(text):
         raise InvalidParameterError(
-            f"{what} '{text}' is a {url_scheme(text)}:// URL; stores are written to a local or mounted file system "
-            "(atomic renames, file locks): write it to a local directory, then copy it where a reader of zarr URLs "
-            "needs it (fsspec.filesystem(...).put(LOCAL, URL, recursive=True))"
+            f"{what} '{text}' is a {url_scheme(text)}:// URL; this writer builds a store on a local or mounted file "
+            "system (atomic renames, file locks): write a store to a URL with dppca_dask.ingest(SRC, URL) "
+            "(`dppca-dask ingest SRC --out URL`), which builds it locally and uploads it, its metadata last"
         )
     return text
