@@ -108,9 +108,13 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 
 
 @pytest.fixture
-def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
+def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Bucket]:
     """A fresh bucket on the local server, with the standard AWS variables set for this test (and nothing else of
-    AWS's: no profile or configuration file of the user's is read)."""
+    AWS's: no profile or configuration file of the user's is read). fsspec keeps one file system per set of options
+    in a process, configured from the environment when it was made: the test starts and ends without them."""
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
     for name in [n for n in os.environ if n.startswith(("AWS_", "FSSPEC_S3"))]:
         monkeypatch.delenv(name)
     for name, value in s3_server.environment().items():
@@ -119,4 +123,5 @@ def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
     bucket = S3Bucket(s3_server, f"test-{uuid.uuid4().hex[:12]}")
     bucket.filesystem().mkdir(bucket.name)
-    return bucket
+    yield bucket
+    s3fs.S3FileSystem.clear_instance_cache()
