@@ -5,7 +5,7 @@
 name = "w8a-nightly"                 # required; the ledger's job id is "<id or name>@<date>"
 
 [data]
-store = "../build/jobs/w8a.zarr"     # relative paths are relative to this file
+store = "../build/jobs/w8a.zarr"     # relative paths are relative to this file; or "s3://bucket/w8a.zarr"
 # n_features = 300                   # optional: the public width; with [data.ingest], the width the ingest
                                      # declares; without, checked against the store's declared width
 [data.ingest]                        # optional: refresh the store from a source first
@@ -17,6 +17,8 @@ rows_per_partition = 10000           # optional
 # layer = "counts"                   # AnnData only: ingest layers/<layer> instead of X
 # Parquet only: column_ids = "columns.txt" (required: the public column ids, one per line, or an array; as many
 # as n_features), row_column = "row_id", col_column = "col_id", value_column = "value", on_duplicate = "sum"
+# [data.storage_options]             # optional, a store in object storage: fsspec options of its URL
+# endpoint_url = "http://minio.internal:9000"  (default: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ... of the environment)
 
 [mechanism]
 name = "adaptive-power"              # any mechanism of `dppca-dask pca`, `lowrank` or `topics`
