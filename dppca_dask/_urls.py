@@ -13,7 +13,18 @@ from typing import Any
 
 from dppca_dask.errors import InvalidParameterError
 
-__all__ = ["filesystem", "is_url", "local_output", "local_path", "url_exists", "url_scheme"]
+__all__ = [
+    "check_storage_options",
+    "filesystem",
+    "is_url",
+    "local_output",
+    "local_path",
+    "probe_bucket",
+    "scheme_package",
+    "storage_error",
+    "url_exists",
+    "url_scheme",
+]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+)://")
 
@@ -45,37 +56,132 @@ def local_path(path: Any) -> Any:
     return path
 
 
-def filesystem(url: str) -> tuple[Any, str]:
-    """The fsspec file system of ``url`` and the path inside it; a scheme whose package is not installed raises
-    :class:`~dppca_dask.errors.InvalidParameterError` naming the package to install."""
+#: The package to install for a scheme, where it is not the first part of the fsspec class's module (``http://`` is
+#: fsspec's own class, which needs aiohttp).
+_PACKAGES = {"http": "aiohttp", "https": "aiohttp", "s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs",
+             "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs", "adl": "adlfs"}
+
+
+def scheme_package(scheme: str) -> str | None:
+    """The package that reads ``scheme://`` URLs through fsspec (``s3`` -> ``s3fs``), or None when unknown."""
+    if scheme in _PACKAGES:
+        return _PACKAGES[scheme]
+    try:
+        from fsspec.registry import known_implementations
+    except ImportError:  # pragma: no cover - zarr depends on fsspec
+        return None
+    known = known_implementations.get(scheme)
+    return str(known.get("class", "")).split(".", 1)[0] or None if known else None
+
+
+def check_storage_options(options: Any, *, what: str = "storage_options") -> dict[str, Any] | None:
+    """``options`` as a plain dict (``None`` stays ``None``): a mapping with string keys, as fsspec takes it
+    (``{"endpoint_url": ..., "key": ..., "secret": ...}`` for s3://). Anything else raises
+    :class:`~dppca_dask.errors.InvalidParameterError` (the message names the keys, never the values: they may be
+    secrets)."""
+    if options is None:
+        return None
+    from collections.abc import Mapping
+
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) and k for k in options):
+        raise InvalidParameterError(
+            f"{what} must be a mapping of option names to values (e.g. {{'endpoint_url': 'http://HOST:PORT'}}); "
+            f"got a {type(options).__name__}")
+    return dict(options)
+
+
+def filesystem(url: str, storage_options: Any = None) -> tuple[Any, str]:
+    """The fsspec file system of ``url`` (configured with ``storage_options``) and the path inside it; a scheme
+    whose package is not installed raises :class:`~dppca_dask.errors.InvalidParameterError` naming the package to
+    install."""
     scheme = url_scheme(url) or "file"
+    options = check_storage_options(storage_options) or {}
     try:
         from fsspec.core import url_to_fs
     except ImportError:  # pragma: no cover - zarr depends on fsspec
         raise InvalidParameterError(f"reading {scheme}:// URLs needs fsspec: pip install fsspec") from None
     try:
-        return url_to_fs(url)
+        return url_to_fs(url, **options)
     except ImportError as exc:
         from fsspec.registry import known_implementations
 
-        known = known_implementations.get(scheme, {})
-        module = str(known.get("class", "")).split(".", 1)[0] or "the package of this scheme"
-        hint = str(known.get("err", "")) or str(exc)
+        module = scheme_package(scheme)
+        missing = getattr(exc, "name", None)
+        if missing:  # the module that failed to import names the package better than the registry
+            module = str(missing).split(".", 1)[0]
         raise InvalidParameterError(
-            f"reading {scheme}:// URLs needs the {module} package, which is not installed ({hint}): "
-            f"pip install {module}" if known else
+            f"reading {scheme}:// URLs needs the {module} package, which is not installed: pip install {module}"
+            if module else
             f"reading {scheme}:// URLs needs a package that is not installed ({exc}); install fsspec's "
             f"implementation for {scheme}://"
         ) from None
+    except TypeError as exc:
+        raise InvalidParameterError(
+            f"a storage option is not one that {scheme}:// takes ({exc}); check the names given with "
+            "storage_options= (--storage-option KEY=VALUE)") from None
     except ValueError as exc:
         raise InvalidParameterError(f"'{url}' is not a URL fsspec can read ({exc}); give a local path or a "
                                     "memory://, s3://, gs://, ... URL") from None
 
 
-def url_exists(url: str) -> bool:
-    """Whether something exists at ``url`` (see :func:`filesystem` for a missing package)."""
-    fs, inner = filesystem(url)
-    return bool(fs.exists(inner))
+def url_exists(url: str, storage_options: Any = None) -> bool:
+    """Whether something exists at ``url`` (see :func:`filesystem` for a missing package; an unreachable endpoint,
+    missing credentials or bucket raise :class:`~dppca_dask.errors.InvalidParameterError` naming what is missing)."""
+    fs, inner = filesystem(url, storage_options)
+    try:
+        fs.invalidate_cache(inner)
+        if fs.exists(inner):
+            return True
+        probe_bucket(fs, inner)  # exists() says False also for an endpoint it cannot reach: say which
+        return False
+    except Exception as exc:
+        raise storage_error(exc, url) from None
+
+
+def probe_bucket(fs: Any, inner: str) -> None:
+    """List the bucket (container) of ``inner``: raises what the object store says when it cannot be listed
+    (unreachable endpoint, no credentials, no such bucket); nothing for other file systems."""
+    protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
+    if protocol not in ("s3", "s3a"):
+        return
+    fs.ls(inner.split("/", 1)[0], detail=False)
+
+
+def storage_error(exc: BaseException, url: str) -> Exception:
+    """The error to raise for ``exc``, raised by object storage while reaching ``url``: what is missing (endpoint,
+    credentials, bucket, permission) and how to give it, as :class:`~dppca_dask.errors.InvalidParameterError` (or
+    :class:`~dppca_dask.errors.StoreNotFoundError` for a missing bucket); anything else as it is."""
+    from dppca_dask.errors import StoreNotFoundError
+
+    name = type(exc).__name__
+    text = str(exc)
+    scheme = url_scheme(url) or "file"
+    if scheme not in ("s3", "s3a"):
+        return exc if isinstance(exc, Exception) else RuntimeError(text)
+    bucket = os.fspath(url).split("://", 1)[1].split("/", 1)[0]
+    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError", "ClientConnectorError",
+                "ServerDisconnectedError") or "Could not connect to the endpoint" in text:
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        return InvalidParameterError(
+            f"cannot reach the object store of '{url}' ({name}: endpoint "
+            f"{endpoint or 'not set: the AWS default'}); set the endpoint of your S3 service with the environment "
+            "variable AWS_ENDPOINT_URL=http(s)://HOST:PORT (or storage option endpoint_url, --storage-option "
+            "endpoint_url=...), and check that it runs")
+    if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
+        return InvalidParameterError(
+            f"no credentials for '{url}' ({name}); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile: "
+            "AWS_PROFILE, ~/.aws/credentials; or storage options key= and secret=), or anon=true for a public bucket")
+    if name in ("NoSuchBucket",) or "NoSuchBucket" in text or "bucket does not exist" in text.lower():
+        return StoreNotFoundError(f"bucket '{bucket}' of '{url}' does not exist; create it first (aws s3 mb "
+                                  f"s3://{bucket}) or check the URL")
+    codes = [code for code in ("InvalidAccessKeyId", "AccessDenied", "SignatureDoesNotMatch", "Forbidden")
+             if code in text]
+    if isinstance(exc, PermissionError) or codes:
+        # The service's code only: its message may quote parts of the request.
+        return InvalidParameterError(
+            f"the object store refused access to '{url}' ({codes[0] if codes else name}); check the credentials "
+            "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE) and the bucket's permissions")
+    return exc if isinstance(exc, Exception) else RuntimeError(text)
 
 
 def local_output(path: Any, what: str = "out") -> str:
@@ -84,8 +190,8 @@ def local_output(path: Any, what: str = "out") -> str:
     text = os.fspath(local_path(path))
     if is_url(text):
         raise InvalidParameterError(
-            f"{what} '{text}' is a {url_scheme(text)}:// URL; stores are written to a local or mounted file system "
-            "(atomic renames, file locks): write it to a local directory, then copy it where a reader of zarr URLs "
-            "needs it (fsspec.filesystem(...).put(LOCAL, URL, recursive=True))"
+            f"{what} '{text}' is a {url_scheme(text)}:// URL; this writer builds a store on a local or mounted file "
+            "system (atomic renames, file locks): write a store to a URL with dppca_dask.ingest(SRC, URL) "
+            "(`dppca-dask ingest SRC --out URL`), which builds it locally and uploads it, its metadata last"
         )
     return text

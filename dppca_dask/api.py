@@ -176,6 +176,7 @@ def pca(
     center: Any = False,
     executor: str = "auto",
     layer: str | None = None,
+    storage_options: Any = None,
 ) -> PCAResult:
     """Differentially private top principal directions (right singular vectors) of a row-partitioned matrix.
 
@@ -218,6 +219,11 @@ def pca(
     layer
         Analyse ``layers/<layer>`` of an AnnData ``.h5ad`` file or ``.zarr`` store instead of ``X`` (``data`` must
         then be such a path).
+    storage_options
+        For a store given by its URL (``s3://bucket/x.zarr``): fsspec options of its file system (``endpoint_url``,
+        ``key``, ``secret``, ...); by default the environment and configuration files (``AWS_ENDPOINT_URL``,
+        ``AWS_ACCESS_KEY_ID``, ...). A ``zarr.storage.FsspecStore`` is accepted as ``data`` too. Workers read the
+        store themselves, with these options; they are never shown in results, logs or provenance.
     executor
         Where the run executes when ``client`` is ``None``: ``"auto"`` (default) uses the active Dask client if
         there is one, else runs **in this process** (the same coordinator, tasks and passes on a pool of threads,
@@ -338,8 +344,8 @@ def pca(
         c_doubling=c_doubling,
         symmetric=symmetric,
     )
-    data, read_from_file = _open_input(data, layer)
-    source = as_source(data)
+    data, read_from_file = _open_input(data, layer, storage_options)
+    source = as_source(data, storage_options)
     choice = _executor_choice(source, client, executor)
     # one calibration: the centred run's own (the plain plan would be calibrated for nothing)
     plan = plan_with_centring(params, source.n_cols, centring) if centring.active else _plan(params, source.n_cols)
@@ -448,7 +454,7 @@ def _diagnostics(output: Any, mechanism: str) -> Any:
     return getattr(output, "diagnostics", None)
 
 
-def _open_input(data: Any, layer: str | None) -> tuple[Any, bool]:
+def _open_input(data: Any, layer: str | None, storage_options: Any = None) -> tuple[Any, bool]:
     """``data`` as :func:`as_source` takes it, and whether it is read from an AnnData file directly (an ``.h5ad``
     file, or a layer of an AnnData file or store): then a lazy Dask array of row blocks, read in bounded memory."""
     import os
@@ -461,7 +467,7 @@ def _open_input(data: Any, layer: str | None) -> tuple[Any, bool]:
     if isinstance(data, (str, os.PathLike)):
         path = os.fspath(data)
         if is_url(path):
-            filesystem(path)  # a scheme whose package is missing is named here, before anything runs
+            filesystem(path, storage_options)  # a scheme whose package is missing is named here, before anything runs
             if path.lower().endswith(".h5ad"):
                 raise InvalidParameterError(
                     f"'{path}': an .h5ad file is read from a local or mounted path (HDF5 needs random access to a "

@@ -25,13 +25,15 @@ __all__ = ["DPPCA", "expected_failed_checks"]
 #: Arguments of :func:`dppca_dask.pca` that describe where and how one run executes, not the model: they are
 #: arguments of :meth:`DPPCA.fit`, never hyperparameters (a ``distributed.Client`` cannot be cloned or pickled,
 #: and a noise source or a resumed state belongs to one run).
-FIT_ARGUMENTS = ("client", "noise", "on_release", "resume")
+FIT_ARGUMENTS = ("client", "noise", "on_release", "resume", "storage_options")
 
 
 def _is_store(X: Any) -> bool:
     from dppca_dask.storage import MatrixStore
 
-    return isinstance(X, (str, os.PathLike, MatrixStore))
+    from zarr.storage import FsspecStore
+
+    return isinstance(X, (str, os.PathLike, MatrixStore, FsspecStore))
 
 
 def _is_anndata_file(X: Any, layer: str | None) -> bool:
@@ -230,21 +232,30 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         noise: Any = None,
         on_release: Callable[[Any, tuple[Any, ...]], None] | None = None,
         resume: Any = None,
+        storage_options: Any = None,
     ) -> DPPCA:
         """Release the components of ``X`` (one private release: spends ``epsilon``, ``delta``).
 
         Parameters
         ----------
-        X : array-like, sparse matrix, dask array, store path or MatrixStore of shape (n_samples, n_features)
+        X : array-like, sparse matrix, dask array, store path or URL, MatrixStore or FsspecStore of shape \
+(n_samples, n_features)
             Each row is one individual. In-memory input is checked as scikit-learn checks it (2-D, numeric,
             finite, at least one row) before anything is released.
         y : None
             Ignored.
         client, noise, on_release, resume
             As in :func:`dppca_dask.pca` (where to run; per-run state).
+        storage_options
+            For ``X`` given as a store URL (``s3://bucket/x.zarr``): fsspec options of its file system, as in
+            :func:`dppca_dask.pca` (where the store is, not a hyperparameter; never kept on the model).
         """
         from dppca_dask.api import pca
 
+        if storage_options is not None:
+            from dppca_dask.storage import open_matrix
+
+            X = open_matrix(X, storage_options=storage_options)  # a store URL with its options: the handle
         data = self._check_fit_input(X)
         if client is None:
             client = _default_client()

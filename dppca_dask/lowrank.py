@@ -93,6 +93,7 @@ def lowrank(
     persist: bool | None = None,
     noise: Any = None,
     timings: bool = False,
+    storage_options: Any = None,
 ) -> LowRankResult:
     """A differentially private low-rank approximation of a row-partitioned matrix, kept factored.
 
@@ -147,6 +148,11 @@ def lowrank(
         ``"cluster"`` force either. ``provenance["executor"]`` states where it ran.
     timings
         Return wall-clock timings (they depend on the data and are not covered by the guarantee); default no.
+    storage_options
+        For a store given by its URL (``s3://bucket/x.zarr``): fsspec options of its file system (``endpoint_url``,
+        ``key``, ``secret``, ...); by default the environment and configuration files (``AWS_ENDPOINT_URL``,
+        ``AWS_ACCESS_KEY_ID``, ...). A ``zarr.storage.FsspecStore`` is accepted as ``data`` too. Workers read the
+        store themselves, with these options; they are never shown in results, logs or provenance.
 
     Returns
     -------
@@ -203,7 +209,7 @@ def lowrank(
 
     if not isinstance(timings, (bool, np.bool_)):
         raise InvalidParameterError(f"timings must be True or False; got {timings!r}")
-    source = as_source(data)
+    source = as_source(data, storage_options)
     choice = _executor_choice(source, client, executor)  # public values only: the width and partition count
     planned = _plan_shape(parameters, neighbouring, int(source.n_rows), int(source.n_cols))
     caveats = schema_caveats(source)

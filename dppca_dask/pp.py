@@ -38,6 +38,7 @@ def pca(
     client: Any = None,
     progress: bool | None = None,
     zero_center: bool | None = None,
+    storage_options: Any = None,
 ) -> Any:
     """Differentially private PCA of an AnnData object, stored where ``scanpy.pp.pca`` stores its results.
 
@@ -65,6 +66,9 @@ def pca(
         scanpy's name: ``True`` centres by a private mean of the clipped rows (released from a public share of the
         budget), ``False`` does not centre; ``None`` (default) centres for the mechanisms that can (adaptive power
         and Analyze Gauss), as :class:`~dppca_dask.estimator.DPPCA` does.
+    storage_options
+        For ``adata`` given as a store URL (``s3://bucket/x.zarr``): fsspec options of its file system (see
+        :func:`dppca_dask.pca`); by default the environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...).
 
     Returns
     -------
@@ -106,7 +110,7 @@ def pca(
         if copy:
             raise InvalidParameterError("copy=True applies to an AnnData object; a path is opened and the filled "
                                         "AnnData returned anyway: drop copy=True")
-        adata, data = _open_path(anndata, os.fspath(adata), layer)
+        adata, data = _open_path(anndata, os.fspath(adata), layer, storage_options)
     else:
         if not isinstance(adata, anndata.AnnData):
             raise InvalidParameterError(f"adata must be an AnnData object or the path of an .h5ad or .zarr file; "
@@ -186,11 +190,21 @@ def _matrix(adata: Any, layer: str | None) -> Any:
     return adata.X
 
 
-def _open_path(anndata: Any, path: str, layer: str | None) -> tuple[Any, Any]:
+def _open_path(anndata: Any, path: str, layer: str | None, storage_options: Any = None) -> tuple[Any, Any]:
     """Open an ``.h5ad`` file (backed) or a ``.zarr`` store without loading ``X``; return it and the matrix."""
+    from dppca_dask._urls import is_url
     from dppca_dask.ingest._common import require_file
     from dppca_dask.ingest.adata import anndata_dask
 
+    if is_url(path):  # a store in object storage: its own partitions, read by the workers
+        from dppca_dask.storage import open_matrix
+
+        store = open_matrix(path, storage_options=storage_options)
+        group = store.open_group()
+        frames = {axis: anndata.io.read_elem(group[axis]) for axis in ("obs", "var") if axis in group}
+        return anndata.AnnData(obs=frames.get("obs"), var=frames.get("var")), store
+    if storage_options is not None:
+        raise InvalidParameterError(f"storage_options apply to a store URL (s3://...); '{path}' is a local path")
     path = require_file(path)
     if not os.path.isdir(path):
         adata = anndata.read_h5ad(path, backed="r")

@@ -1,13 +1,17 @@
-"""Store and input paths given on the command line: advice that works for an AnnData ``.h5ad`` file or a URL given
-where a store is expected (the commands read stores from a local or mounted file system)."""
+"""Store and input paths given on the command line: advice that works for an AnnData ``.h5ad`` file given where a
+store is expected, the package a URL's scheme needs, and ``--storage-option KEY=VALUE`` (fsspec options of a store
+URL's file system)."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
+from typing import Any
 
 from dppca_dask.errors import InvalidParameterError
 
-__all__ = ["check_input", "check_output", "check_store", "url_scheme"]
+__all__ = ["add_storage_option", "check_input", "check_output", "check_store", "storage_options", "url_scheme"]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -18,24 +22,54 @@ def url_scheme(path: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
-def check_store(path: str, *, anndata_ok: bool = False, urls_ok: bool = False) -> None:
-    """Refuse, with a command that works, a store argument that is a URL (unless ``file://``, or the command reads
-    stores through fsspec: ``urls_ok``, ``pca``), or an ``.h5ad`` file unless the command reads one directly
-    (``anndata_ok``: ``pca``). A URL whose scheme needs a package that is missing is refused naming it."""
+def add_storage_option(parser: argparse.ArgumentParser) -> None:
+    """``--storage-option KEY=VALUE`` (repeatable): fsspec options of a store URL's file system."""
+    parser.add_argument(
+        "--storage-option", action="append", default=[], metavar="KEY=VALUE", dest="storage_option",
+        help="an option of the store URL's file system (fsspec), repeatable: endpoint_url=http://HOST:PORT, "
+        "anon=true, client_kwargs.region_name=eu-west-1 (VALUE: JSON, else text; a dotted KEY nests). By default "
+        "the environment and configuration files: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+        "AWS_PROFILE, ~/.aws/. Prefer the environment for secrets: options given here show in the process list")
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The ``--storage-option`` values of ``args`` as fsspec options (``None`` when none was given)."""
+    given = list(getattr(args, "storage_option", None) or [])
+    if not given:
+        return None
+    options: dict[str, Any] = {}
+    for item in given:
+        key, sep, text = item.partition("=")
+        if not sep or not key or any(not part for part in key.split(".")):
+            raise InvalidParameterError(
+                f"--storage-option must be KEY=VALUE (e.g. endpoint_url=http://127.0.0.1:9000); got "
+                f"{key if sep else item!r}")
+        try:
+            value: Any = json.loads(text)
+        except ValueError:
+            value = text
+        target = options
+        *parents, leaf = key.split(".")
+        for part in parents:
+            nested = target.setdefault(part, {})
+            if not isinstance(nested, dict):
+                raise InvalidParameterError(f"--storage-option {key}: '{part}' is given a value and options")
+            target = nested
+        target[leaf] = value
+    return options
+
+
+def check_store(path: str, *, anndata_ok: bool = False, urls_ok: bool = True, options: Any = None) -> None:
+    """Refuse, with a command that works, an ``.h5ad`` file unless the command reads one directly (``anndata_ok``:
+    ``pca``). A URL whose scheme needs a package that is missing is refused naming it."""
     scheme = url_scheme(path)
     if scheme == "file":
         return
-    if scheme is not None and urls_ok:
+    if scheme is not None:
         from dppca_dask._urls import filesystem
 
-        filesystem(path)
+        filesystem(path, options)
         return
-    if scheme is not None:
-        raise InvalidParameterError(
-            f"'{path}' is a {scheme}:// URL; the command line reads stores from a local or mounted file system "
-            f"(the store writer needs atomic renames and file locks, which {scheme}:// does not offer): copy the "
-            "store to a local directory (or mount the bucket) and give that path"
-        )
     if path.lower().endswith(".h5ad") and not anndata_ok:
         raise InvalidParameterError(
             f"'{path}' is an AnnData .h5ad file, not a store; convert it once with `dppca-dask ingest {path} --out "
@@ -53,13 +87,10 @@ def check_input(path: str) -> None:
         filesystem(path)
 
 
-def check_output(path: str) -> None:
-    """Refuse, with advice, an output store given as a URL other than ``file://`` (stores are written to a local
-    file system)."""
+def check_output(path: str, options: Any = None) -> None:
+    """An output store given as a URL: refused, naming it, when the scheme's package is missing."""
     scheme = url_scheme(path)
     if scheme is not None and scheme != "file":
-        raise InvalidParameterError(
-            f"--out '{path}' is a {scheme}:// URL; stores are written to a local or mounted file system (atomic "
-            "renames, file locks): write it to a local directory, then copy it (python: "
-            "fsspec.filesystem(...).put(LOCAL, URL, recursive=True)) where a reader of zarr URLs needs it"
-        )
+        from dppca_dask._urls import filesystem
+
+        filesystem(path, options)

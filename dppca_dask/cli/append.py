@@ -31,14 +31,21 @@ def register(subparsers: Any) -> None:
     values.add_argument("--value-column", default="value", metavar="C", help="parquet: value column (default: value)")
     values.add_argument("--no-value-column", action="store_true", help="parquet: every triplet counts 1")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the summary line")
+    from dppca_dask.cli._paths import add_storage_option
+
+    add_storage_option(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from dppca_dask.cli._paths import check_store, storage_options
     from dppca_dask.ingest.append import append_file
+    from dppca_dask.storage import open_matrix
 
+    options = storage_options(args)
+    check_store(args.store, options=options)
     store = append_file(
-        args.store, args.src, timestamp=args.timestamp, format=args.format, zero_based=args.zero_based,
+        open_matrix(args.store, storage_options=options), args.src, timestamp=args.timestamp, format=args.format, zero_based=args.zero_based,
         row_column=args.row_column, col_column=args.col_column,
         value_column=None if args.no_value_column else args.value_column,
     )

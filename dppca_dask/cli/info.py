@@ -27,16 +27,20 @@ def register(subparsers: Any) -> None:
     p.add_argument("--check", action="store_true",
                    help="read and verify every chunk (structure, values, stored row norms); exit 2 naming the first "
                    "damaged partition")
+    from dppca_dask.cli._paths import add_storage_option
+
+    add_storage_option(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.storage import open_matrix
 
-    from dppca_dask.cli._paths import check_store
+    from dppca_dask.cli._paths import check_store, storage_options
 
-    check_store(args.store)
-    store = open_matrix(args.store)
+    options = storage_options(args)
+    check_store(args.store, options=options)
+    store = open_matrix(args.store, storage_options=options)
     if args.check:
         for part in store.partitions:  # one partition in memory at a time; raises on the first damage
             store.verify_partition(part.index)

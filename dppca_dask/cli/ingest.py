@@ -23,7 +23,8 @@ def register(subparsers: Any) -> None:
         "row-partitioned zarr store, validating every value. Prints a one-line summary.",
     )
     p.add_argument("src", help="input file or directory")
-    p.add_argument("--out", required=True, help="path of the new store (a directory)")
+    p.add_argument("--out", required=True, help="path of the new store (a directory), or a URL in object storage "
+                   "(s3://bucket/x.zarr: built locally, then uploaded with its metadata last)")
     p.add_argument("--format", choices=FORMATS, default=None, help="input format (default: from the name or contents)")
     p.add_argument("--rows-per-partition", type=int, default=None, metavar="N",
                    help="rows per partition (default: about 128 MB per partition)")
@@ -70,15 +71,19 @@ def register(subparsers: Any) -> None:
                     "default: the distinct ids of the table (schema 'inferred')")
     ad = p.add_argument_group("AnnData input (.h5ad, .zarr)")
     ad.add_argument("--layer", default=None, metavar="NAME", help="ingest layers/NAME instead of X")
+    from dppca_dask.cli._paths import add_storage_option
+
+    add_storage_option(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from dppca_dask.cli._paths import check_input, check_output
+    from dppca_dask.cli._paths import check_input, check_output, storage_options
     from dppca_dask.ingest import ingest
 
+    options = storage_options(args)
     check_input(args.src)
-    check_output(args.out)
+    check_output(args.out, options)
     start = time.perf_counter()
     store = ingest(
         args.src,
@@ -101,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         layer=args.layer,
         timestamp=args.timestamp,
         codec=args.codec,
+        storage_options=options,
     )
     seconds = time.perf_counter() - start
     info = store.info()

@@ -69,6 +69,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--timings", action="store_true",
                    help="include wall-clock timings (they depend on the data: NOT covered by the privacy guarantee)")
+    from dppca_dask.cli._paths import add_storage_option
+
+    add_storage_option(p)
     p.set_defaults(handler=run)
 
 
@@ -124,10 +127,11 @@ def format_lowrank(result: Any, out: str, *, requested_rank: int | None = None) 
 
 
 def run(args: argparse.Namespace) -> int:
-    from dppca_dask.cli._paths import check_store
+    from dppca_dask.cli._paths import check_store, storage_options
     from dppca_dask.lowrank import lowrank
 
-    check_store(args.store)
+    storage = storage_options(args)
+    check_store(args.store, options=storage)
 
     options: dict[str, Any] = {name: getattr(args, name) for name in _OPTIONAL if getattr(args, name) is not None}
     options.update({name: True for name in _FLAGS if getattr(args, name)})
@@ -143,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         persist=args.persist,
         timings=args.timings,
+        storage_options=storage,
         **options,
     )
     result.save(args.out)

@@ -70,10 +70,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--timings", action="store_true",
                    help="include wall-clock timings in the output (NOT covered by the privacy guarantee: they "
                         "depend on the data)")
+    from dppca_dask.cli._paths import add_storage_option
+
+    add_storage_option(p)
     p.set_defaults(handler=run)
 
 
-def feature_labels(store: Any) -> tuple[list[str] | None, str | None]:
+def feature_labels(store: Any, storage_options: Any = None) -> tuple[list[str] | None, str | None]:
     """Column labels from the store's ``var_ids`` when they are public, and a note when they are withheld.
 
     The ids are public only with a declared schema (``ingest --n-features`` or ``--column-ids``): ids found in the
@@ -87,12 +90,12 @@ def feature_labels(store: Any) -> tuple[list[str] | None, str | None]:
 
     if not isinstance(store, MatrixStore):
         try:
-            store = open_matrix(store)
+            store = open_matrix(store, storage_options=storage_options)
         except Exception:  # noqa: BLE001 - pca itself reported any problem with the store
             return None, None
     if store.format_version is None:
         return None, None
-    group = zarr.open_group(store.path, mode="r")
+    group = store.open_group()
     key = _format.locate(group, _format.ID_MAPS["var_ids"])
     if key is None:
         return None, None
@@ -234,9 +237,10 @@ def _private_power_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.api import pca
-    from dppca_dask.cli._paths import check_store
+    from dppca_dask.cli._paths import check_store, storage_options
 
-    check_store(args.store, anndata_ok=True, urls_ok=True)
+    options = storage_options(args)
+    check_store(args.store, anndata_ok=True, options=options)
 
     from dppca_dask.algorithms.block_power import BLOCK_POWER
     from dppca_dask.errors import InvalidParameterError
@@ -253,6 +257,7 @@ def run(args: argparse.Namespace) -> int:
             "not release: use --center private (adaptive-power, analyze-gauss) or drop --plot")
     result = pca(
         args.store,
+        storage_options=options,
         epsilon=args.epsilon,
         delta=args.delta,
         n_components=args.n_components,
@@ -277,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
         write_scree_plot(result, args.plot)
     if args.out:
         result.save(args.out)
-    labels, note = feature_labels(args.store) if args.layer is None and not args.store.lower().endswith(".h5ad") \
+    labels, note = feature_labels(args.store, options) if args.layer is None and not args.store.lower().endswith(".h5ad") \
         else (None, None)
     if args.json:
         out = result.to_dict()

@@ -56,6 +56,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=None, help="reproducible run; the result is then NOT private")
     p.add_argument("--out", default=None, help="directory to write result.json and topics.npy")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    from dppca_dask.cli._paths import add_storage_option
+
+    add_storage_option(p)
     p.set_defaults(handler=run)
 
 
@@ -93,16 +96,20 @@ def format_topics(result: Any, *, top: int = 8, labels: list[str] | None = None)
 
 
 def run(args: argparse.Namespace) -> int:
+    from dppca_dask.cli._paths import check_store, storage_options
     from dppca_dask.cli.pca import feature_labels
     from dppca_dask.methods.tensor.topics import topics
 
+    options = storage_options(args)
+    check_store(args.store, options=options)
     result = topics(
         args.store, n_topics=args.n_topics, epsilon=args.epsilon, delta=args.delta, alpha0=args.alpha0,
         n_restarts=args.n_restarts, n_iter=args.n_iter, pca_iter=args.pca_iter, pca_share=args.pca_share,
         pair_bound=args.pair_bound, tensor_clip=args.tensor_clip,
         client=args.scheduler, executor=args.executor, persist=args.persist, seed=args.seed,
+        storage_options=options,
     )
-    labels, note = feature_labels(args.store)
+    labels, note = feature_labels(args.store, options)
     if args.out:
         result.save(args.out)
     if args.json:

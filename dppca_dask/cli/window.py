@@ -81,6 +81,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=None, help="reproducible run; the result is then NOT private")
     p.add_argument("--out", default=None, help="directory to write release.json (the released matrix)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    from dppca_dask.cli._paths import add_storage_option
+
+    add_storage_option(p)
     p.set_defaults(handler=run)
 
 
@@ -251,13 +254,15 @@ def _check_task_arguments(args: argparse.Namespace) -> np.ndarray | None:
     import math
     import os
 
+    from dppca_dask.cli._paths import storage_options
     from dppca_dask.errors import InvalidParameterError
     from dppca_dask.storage import open_matrix
 
     _check_options_apply(args)
     directions = None
     if args.task in COMPONENT_TASKS or args.task == "directional-variance":
-        dim = open_matrix(args.store).n_cols  # metadata only: the released covariance's width
+        # metadata only: the released covariance's width
+        dim = open_matrix(args.store, storage_options=storage_options(args)).n_cols
         k = 1 if args.n_components is None else args.n_components
         if not 1 <= k <= dim:
             raise InvalidParameterError(f"n_components must be an integer in [1, {dim}]; got {k!r}")
@@ -297,11 +302,17 @@ def _warn_unreliable(out: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.methods.window import tree_window, window
 
+    from dppca_dask.cli._paths import check_store, storage_options
+    from dppca_dask.storage import open_matrix
+
     _check_tree_arguments(args)
     directions = _check_task_arguments(args)
+    options = storage_options(args)
+    check_store(args.store, options=options)
+    store = open_matrix(args.store, storage_options=options) if options else args.store
     if args.tree:
         result = tree_window(
-            args.store, last=args.last, epsilon=args.epsilon, delta=args.delta, horizon=args.horizon,
+            store, last=args.last, epsilon=args.epsilon, delta=args.delta, horizon=args.horizon,
             row_norm_bound=args.row_norm_bound, client=args.scheduler, executor=args.executor, seed=args.seed,
             ledger=args.ledger, dataset=args.dataset, job_id=args.job_id, new_tree=args.new_tree,
         )
@@ -310,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
                                                  ("tau_rule", args.tau_rule), ("rank_bound", args.rank_bound))
                  if value is not None}
         result = window(
-            args.store, last=args.last, last_rows=args.last_rows, end=args.end, epsilon=args.epsilon,
+            store, last=args.last, last_rows=args.last_rows, end=args.end, epsilon=args.epsilon,
             delta=args.delta, release=args.release, structure=args.structure, cache=args.cache,
             labels=args.task == "regression", row_norm_bound=args.row_norm_bound, sketch_rows=args.sketch_rows,
             client=args.scheduler, executor=args.executor, seed=args.seed,
@@ -323,7 +334,7 @@ def run(args: argparse.Namespace) -> int:
     if args.task in COMPONENT_TASKS or args.task == "regression":
         from dppca_dask.cli.pca import feature_labels
 
-        labels, _ = feature_labels(args.store)
+        labels, _ = feature_labels(args.store, options)
         if labels is not None:
             out["feature_names"] = labels  # column j of every component (coefficient j) is feature_names[j]
     if args.out:

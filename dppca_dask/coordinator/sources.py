@@ -124,14 +124,20 @@ def _split_rows(n_rows: int) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def as_source(data: Any) -> PartitionSource:
+def as_source(data: Any, storage_options: Any = None) -> PartitionSource:
     """Turn any supported input into a :class:`PartitionSource`, validating in-memory data.
 
-    Supported: a store path (``str``/``os.PathLike``), an opened :class:`MatrixStore`, a ``dask.array.Array``
-    (rows chunked, one chunk across columns), a ``scipy.sparse`` matrix or array, a 2-D ``numpy`` array.
+    Supported: a store path or URL (``str``/``os.PathLike``; ``storage_options`` configure a URL's file system), a
+    ``zarr.storage.FsspecStore``, an opened :class:`MatrixStore`, a ``dask.array.Array`` (rows chunked, one chunk
+    across columns), a ``scipy.sparse`` matrix or array, a 2-D ``numpy`` array.
     """
-    if isinstance(data, (str, os.PathLike)):
-        data = open_matrix(data)
+    from zarr.storage import FsspecStore
+
+    if isinstance(data, (str, os.PathLike, FsspecStore)):
+        data = open_matrix(data, storage_options=storage_options)
+    elif storage_options is not None:
+        raise InvalidParameterError(
+            f"storage_options apply to a store given by its URL; the input is a {type(data).__name__}: drop them")
     if isinstance(data, MatrixStore):
         store = data
         nbytes = store.nnz * 12 + store.n_rows * 16 if store.layout == "csr" else store.n_rows * store.n_cols * 8

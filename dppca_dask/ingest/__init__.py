@@ -148,6 +148,7 @@ def ingest(
     layer: str | None = None,
     timestamp: Any = None,
     codec: str = DEFAULT_CODEC,
+    storage_options: Any = None,
 ) -> MatrixStore:
     """Ingest a matrix into a new store at ``out`` and open it.
 
@@ -157,7 +158,9 @@ def ingest(
         A file or directory (see ``format``), or an in-memory ``scipy.sparse`` matrix (CSR store) or 2-D numpy
         array (dense store).
     out
-        Path of the new store (a zarr directory). It appears only when the ingest succeeds.
+        Path of the new store (a zarr directory), or a URL in object storage (``s3://bucket/x.zarr``: built locally
+        in a temporary directory, then uploaded with its root metadata last). It appears only when the ingest
+        succeeds.
     format
         One of :data:`FORMATS`; by default guessed from the extension (``.svm``/``.svmlight``/``.libsvm``,
         ``.mtx``, optionally ``.gz``/``.bz2``/``.xz`` compressed; ``.zarr``/``.h5ad``; ``.parquet``; ``.npz``;
@@ -204,6 +207,9 @@ def ingest(
         1.7x slower) or ``"zstd"`` (Blosc zstd: about 3.3x smaller, about 2.4x slower). A smaller store reads
         faster only from a disk slower than those reads (``dppca-dask ingest --help`` gives the measured rates).
         See :data:`dppca_dask.storage._format.CODECS`.
+    storage_options
+        For an output URL: fsspec options of its file system (s3://: ``endpoint_url``, ``key``, ``secret``, ...);
+        by default the environment and configuration files (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...).
 
     Returns
     -------
@@ -247,6 +253,23 @@ def ingest(
         from dppca_dask.methods.window.selection import parse_timestamp
 
         stamp = parse_timestamp(timestamp)  # a bad time fails before anything is read
+    from dppca_dask._urls import check_storage_options, is_url, local_path
+
+    options = check_storage_options(storage_options)
+    if is_url(local_path(out)):
+        from dppca_dask.ingest._remote import ingest_to_url
+
+        kwargs = dict(format=format, rows_per_partition=rows_per_partition, dtype=dtype, on_duplicate=on_duplicate,
+                      progress=progress, zero_based=zero_based, n_features=n_features, store_labels=store_labels,
+                      row_column=row_column, col_column=col_column, value_column=value_column,
+                      column_ids=column_ids, max_memory=max_memory, max_disk=max_disk, layer=layer,
+                      timestamp=timestamp, codec=codec)
+        return ingest_to_url(lambda local: ingest(src, local, **kwargs), os.fspath(out), options,  # type: ignore
+                             overwrite=bool(overwrite))
+    if options:
+        raise InvalidParameterError(
+            f"storage_options apply to an output URL (s3://, gs://, ...); '{os.fspath(out)}' is a local path: drop "
+            "them")
     with terminate_cleanly():
         store = _ingest(src, out, format=format, rows_per_partition=rows_per_partition, dtype=dtype,
                        on_duplicate=on_duplicate, overwrite=overwrite, progress=progress, zero_based=zero_based,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import uuid
 from typing import Any, cast
 
 import numpy as np
@@ -20,6 +19,7 @@ import zarr
 
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.storage import MatrixStore, append_partition, open_matrix
+from dppca_dask.storage._remote import scratch_store_path
 
 __all__ = ["append_file", "check_append"]
 
@@ -60,7 +60,7 @@ def append_file(
 
     target = store if isinstance(store, MatrixStore) else open_matrix(store)
     stamp = check_append(target, timestamp)
-    group = zarr.open_group(target.path, mode="r")
+    group = target.open_group()
     has_labels = "labels" in group
     from dppca_dask.storage import _format
 
@@ -83,8 +83,7 @@ def append_file(
         options["n_features"] = target.n_cols
     if kind == "svmlight":
         options.update(zero_based=zero_based, store_labels=has_labels)
-    parent, name = os.path.split(target.path)
-    tmp = os.path.join(parent, f".{name}.append-{uuid.uuid4().hex[:12]}")
+    tmp = scratch_store_path(target.path)
     try:
         day = ingest(src, tmp, **options)  # declared width (or the store's column ids): checked by ingest
         block = day.to_scipy() if target.layout == "csr" else day.to_scipy().toarray()
@@ -103,7 +102,8 @@ def append_file(
             day_ids = _format.locate(day_group, _format.ID_MAPS["obs_ids"])
             if day_ids is not None:
                 row_ids = np.asarray(cast(zarr.Array, day_group[day_ids])[:])
-        return append_partition(target.path, block, timestamp=stamp, row_ids=row_ids, labels=labels)
+        return append_partition(target.path, block, timestamp=stamp, row_ids=row_ids, labels=labels,
+                                storage_options=target.storage_options)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -139,7 +139,6 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
     from dppca_dask.coordinator.preflight import preflight
     from dppca_dask.jobs import runner
     from dppca_dask.ledger import CHARGED, RESERVED, Ledger
-    from dppca_dask.storage import open_matrix
 
     date = runner._check_date(date or runner.today())
     if spec.kind == "window":
@@ -174,7 +173,7 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
     else:
         if spec.data.ingest is not None:
             notes.append(f"the store is not refreshed when a job resumes: '{spec.data.store}' is checked as it is")
-        store = open_matrix(spec.data.store)
+        store = spec.data.open()
         runner._check_schema(spec, store)
         n_rows, n_cols = int(store.n_rows), int(store.n_cols)
     from dppca_dask.jobs.plan import planned_events, rows_needed
@@ -225,6 +224,7 @@ def _check_ingest(spec: JobSpec, notes: list[str]) -> dict[str, Any]:
     its format, the declared width (and Parquet's column ids), an AnnData ``layer`` (the file opened read-only,
     no matrix read) and that the store's path can be replaced. Returns the ingest's public description."""
     from dppca_dask.jobs import runner
+    from dppca_dask._urls import is_url
     from dppca_dask.storage._files import check_replaceable
 
     source, fmt, args = runner.ingest_arguments(spec)
@@ -233,7 +233,7 @@ def _check_ingest(spec: JobSpec, notes: list[str]) -> dict[str, Any]:
         from dppca_dask.ingest.adata import check_layer
 
         check_layer(source, layer)
-    if os.path.lexists(spec.data.store):
+    if not is_url(spec.data.store) and os.path.lexists(spec.data.store):
         try:
             check_replaceable(spec.data.store)  # the ingest replaces only a store or an empty directory
         except DppcaError as exc:
@@ -291,7 +291,6 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
     from dppca_dask.methods.window.job import earlier_charge, plan_window_job, window_charges
     from dppca_dask.methods.window.release import _choose
     from dppca_dask.methods.window.selection import parse_timestamp
-    from dppca_dask.storage import open_matrix
 
     job_id = spec.job_id(date)
     output = spec.output_dir(date)
@@ -325,7 +324,7 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
     if address:
         check_scheduler(address, security=security)
     notes: list[str] = []
-    store = open_matrix(spec.data.store)
+    store = spec.data.open()
     runner._check_schema(spec, store)
     pending = None  # the index of the partition the day's file would become, before it is appended
     if spec.data.append is not None:

@@ -164,16 +164,22 @@ def store_id(store: Any) -> str:
     directly), one derived from its format metadata (the encoding of its matrix) and its resolved path."""
     if getattr(store, "store_id", None):
         return str(store.store_id)
-    import zarr
-
     try:
-        attrs = dict(zarr.open_group(store.path, mode="r")[store.matrix_key].attrs)
+        attrs = dict(store.open_group()[store.matrix_key].attrs)
     except Exception:
         attrs = {}
     keys = {k: attrs.get(k) for k in ("encoding-type", "encoding-version")}
-    digest = hashlib.sha256(json.dumps([os.path.realpath(store.path), store.matrix_key, keys],
+    digest = hashlib.sha256(json.dumps([_resolved(store.path), store.matrix_key, keys],
                                        sort_keys=True).encode()).hexdigest()[:32]
     return f"derived:{digest}"
+
+
+def _resolved(path: str) -> str:
+    """A local path with its links resolved; a URL (a store in object storage) as it is (``realpath`` would make
+    it a path under the working directory, which changes with the directory a job is started from)."""
+    from dppca_dask._urls import is_url
+
+    return path if is_url(path) else os.path.realpath(path)
 
 
 def _job_store_id(spec: JobSpec, store: Any) -> str:
@@ -182,7 +188,7 @@ def _job_store_id(spec: JobSpec, store: Any) -> str:
     resolved path and source (known before the ingest: ``store`` may then be ``None``)."""
     if spec.data.ingest is None:
         return store_id(store)
-    key = json.dumps([os.path.realpath(spec.data.store), os.path.realpath(spec.data.ingest["source"])])
+    key = json.dumps([_resolved(spec.data.store), _resolved(spec.data.ingest["source"])])
     return f"ingested:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
@@ -303,7 +309,7 @@ def _refresh_store(spec: JobSpec) -> None:
     source, _, args = ingest_arguments(spec)
     log.info("refreshing store %s from %s", spec.data.store, source)
     with _no_counts_at_info():
-        ingest(source, spec.data.store, overwrite=True, **args)
+        ingest(source, spec.data.store, overwrite=True, storage_options=spec.data.storage_options, **args)
     log.info("store %s refreshed", spec.data.store)
 
 
@@ -498,7 +504,6 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.mechanisms import NoiseSource, default_sampler
     from dppca_dask.methods import get_mechanism
-    from dppca_dask.storage import open_matrix
 
     job_id = spec.job_id(date)
     output = spec.output_dir(date)
@@ -543,7 +548,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     _check_output(output)
     if spec.data.ingest is not None and not resuming:
         _refresh_store(spec)
-    store = open_matrix(spec.data.store)
+    store = spec.data.open()
     _check_schema(spec, store)
     neighbouring, events = _plan(spec, store)
     security = _security(spec)

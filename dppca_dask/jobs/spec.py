@@ -5,7 +5,7 @@
 name = "w8a-nightly"                 # required; the ledger's job id is "<id or name>@<date>"
 
 [data]
-store = "../build/jobs/w8a.zarr"     # relative paths are relative to this file
+store = "../build/jobs/w8a.zarr"     # relative paths are relative to this file; or "s3://bucket/w8a.zarr"
 # n_features = 300                   # optional: the public width; with [data.ingest], the width the ingest
                                      # declares; without, checked against the store's declared width
 [data.ingest]                        # optional: refresh the store from a source first
@@ -17,6 +17,8 @@ rows_per_partition = 10000           # optional
 # layer = "counts"                   # AnnData only: ingest layers/<layer> instead of X
 # Parquet only: column_ids = "columns.txt" (required: the public column ids, one per line, or an array; as many
 # as n_features), row_column = "row_id", col_column = "col_id", value_column = "value", on_duplicate = "sum"
+# [data.storage_options]             # optional, a store in object storage: fsspec options of its URL
+# endpoint_url = "http://minio.internal:9000"  (default: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ... of the environment)
 
 [mechanism]
 name = "adaptive-power"              # any mechanism of `dppca-dask pca`, `lowrank` or `topics`
@@ -116,7 +118,7 @@ _INGEST_KEYS = frozenset({
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _TABLES = {
     "job": {"name", "id"},
-    "data": {"store", "ingest", "n_features", "append"},
+    "data": {"store", "ingest", "n_features", "append", "storage_options"},
     "mechanism": None,  # checked against the mechanism's parameters
     "privacy": {"epsilon", "delta"},
     "budget": {"ledger", "dataset", "total_epsilon", "total_delta", "allow_new_store"},
@@ -137,6 +139,15 @@ class DataSpec:
     append: Mapping[str, Any] | None = None
     """Arguments of :func:`dppca_dask.ingest.append.append_file` (``source`` absolute, with ``{date}``): a window
     job appends the day's file first, stamped with the run's date."""
+    storage_options: Mapping[str, Any] | None = field(default=None, repr=False)
+    """``[data.storage_options]``: fsspec options of a store given by its URL (``endpoint_url``, ...); never shown
+    (:meth:`JobSpec.to_dict` names the keys only). ``None``: the environment (``AWS_ENDPOINT_URL``, ...)."""
+
+    def open(self) -> Any:
+        """The store (:func:`~dppca_dask.storage.open_matrix`, with the spec's storage options)."""
+        from dppca_dask.storage import open_matrix
+
+        return open_matrix(self.store, storage_options=self.storage_options)
 
     @property
     def declared_width(self) -> int | None:
@@ -210,7 +221,9 @@ class JobSpec:
             "job": {"name": self.name, "id": self.id},
             "data": {"store": self.data.store, **({"ingest": dict(self.data.ingest)} if self.data.ingest else {}),
                      **({"n_features": self.data.n_features} if self.data.n_features is not None else {}),
-                     **({"append": dict(self.data.append)} if self.data.append else {})},
+                     **({"append": dict(self.data.append)} if self.data.append else {}),
+                     **({"storage_options": {key: "(set)" for key in self.data.storage_options}}
+                        if self.data.storage_options else {})},
             "mechanism": {"name": self.mechanism, **dict(self.parameters)},
             "privacy": {"epsilon": self.epsilon, "delta": self.delta},
             "budget": {k: v for k, v in vars(self.budget).items() if v is not None and v is not False},
@@ -240,6 +253,10 @@ def _string(source: str, table: str, key: str, value: Any, *, empty: bool = Fals
 
 
 def _path(base: str, value: str) -> str:
+    from dppca_dask._urls import is_url
+
+    if is_url(value):  # a store in object storage (s3://...): as it is
+        return value
     value = os.path.expanduser(value)
     return value if os.path.isabs(value) else os.path.normpath(os.path.join(base, value))
 
@@ -458,6 +475,11 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
         append = dict(raw_append)
         append["source"] = _path(base, _string(source, "data.append", "source", raw_append.get("source")))
 
+    storage_options = data.get("storage_options")
+    if storage_options is not None and not isinstance(storage_options, dict):
+        raise JobSpecError(f"{_where(source, 'data', 'storage_options')} must be a table of fsspec options of the "
+                           "store's URL (endpoint_url = \"http://HOST:PORT\", ...)")
+
     n_features = data.get("n_features")
     if n_features is not None and (isinstance(n_features, bool) or not isinstance(n_features, int)
                                    or n_features < 1):
@@ -541,6 +563,12 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
     if "path" not in output:
         raise JobSpecError(f"{_where(source, 'output', 'path')} is required")
     out = _path(base, _string(source, "output", "path", output["path"]))
+    from dppca_dask._urls import is_url
+
+    if is_url(out):
+        raise JobSpecError(f"{_where(source, 'output', 'path')}: job outputs (result.json, components) are written to "
+                           f"a local or mounted directory, owner-only; got the URL {output['path']!r}: give a "
+                           "directory (the store itself may be in object storage: [data] store = \"s3://...\")")
     try:
         out.format(name="n", id="i", date="d")
     except (KeyError, IndexError, ValueError) as exc:
@@ -577,7 +605,7 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
 
     return JobSpec(
         name=name, id=job_id, source=source, data=DataSpec(store=store, ingest=ingest, n_features=n_features,
-                                                               append=append),
+                                                               append=append, storage_options=storage_options),
         mechanism=mechanism,
         parameters=mech, epsilon=epsilon, delta=delta,
         budget=BudgetSpec(ledger=ledger, dataset=dataset, total_epsilon=total_epsilon, total_delta=total_delta,

@@ -1,4 +1,4 @@
-"""Optional compiled loops: numba's, used whenever numba is installed unless ``DPPCA_DASK_NUMBA=0`` turns them off.
+"""Compiled loops: numba's (a dependency), used unless ``DPPCA_DASK_NUMBA=0`` turns them off.
 
 Every compiled loop in :mod:`dppca_dask.kernels` has a numpy/scipy counterpart that computes the same values; the
 tests compare the two bit for bit (on x86-64), so whether a process has them changes its speed, not a value. The
@@ -14,12 +14,15 @@ row's bounds, no copy) skips the rows between them only in descending row order,
 Their cost is paid once per process: importing numba and its first compiled call take about 0.4 s with numba's
 on-disk cache warm (about 1.5 s the first time the loops compile), after which each further loop loads in a few
 milliseconds. A step at 10⁸ entries is 6-34 ms shorter in process (median 25 ms, five alternating pairs), so they
-repay after 12-70 such steps (16 at the median); on a small store they do not (the w8a sample: ``pca`` on the
-in-process executor 2.2-2.8 s without them, 2.8-2.9 s with). Whether they repay depends on the data's size, which is
-private, so the choice follows the installation: installing numba (``pip install 'dppca-dask[numba]'``; scanpy
-installs it too) asks for them, and ``DPPCA_DASK_NUMBA=0`` (or ``false``, ``no``, ``off``; in the environment of
-every process that runs tasks: an embedded cluster's workers inherit this process's) leaves them off.
-``DPPCA_DASK_NUMBA=1`` asks for them explicitly (without numba: the numpy path).
+repay after 12-70 such steps (16 at the median). On a small store the fixed cost shows: the w8a sample's ``pca`` on
+the in-process executor (first run in a fresh process, CPU seconds of the process, loaded machine) took 1.47-1.61 s
+with them against 1.17-1.35 s without (about 0.3 s: importing numba and loading the cached loops), and 1.68-2.06 s
+with an empty numba cache (the loops compiled once, then cached on disk with ``cache=True``: beside the package, or
+in the user's cache directory when the package's directory is read-only); a second run in the same process is as
+fast either way (0.09-0.11 s). Whether they repay depends on the data's size, which is private, so the choice is
+not made from the data: numba is a dependency and the loops are the default; ``DPPCA_DASK_NUMBA=0`` (or ``false``,
+``no``, ``off``; in the environment of every process that runs tasks: an embedded cluster's workers inherit this
+process's) leaves them off. An installation without numba (installed with ``--no-deps``) runs the numpy path.
 
 numba itself is imported, and a loop compiled (or loaded from numba's on-disk cache), on the loop's first call,
 so that importing the package stays light (numba takes a fifth of a second or more to import).

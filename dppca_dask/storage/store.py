@@ -21,9 +21,10 @@ import functools
 import json
 import math
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -39,6 +40,7 @@ from dppca_dask.errors import (
     UnsupportedStoreVersionError,
 )
 from dppca_dask.storage import _format
+from dppca_dask.storage._remote import open_group, options_key
 from dppca_dask.storage._chunks import ChunkLayout, FileIdentity, chunk_layout, prefetch_range, read_range
 from dppca_dask.storage.validate import (
     canonical_csr,
@@ -119,6 +121,10 @@ class MatrixStore:
     their shape was chosen independently of the data. A private release treats only a declared shape as public."""
     metadata: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     """The full metadata attribute (creation time, source, id maps, chunking)."""
+    storage_options: Mapping[str, Any] | None = field(default=None, repr=False, compare=False, hash=False)
+    """fsspec options of a store at a URL (``endpoint_url``, ``key``, ``secret``, ...), as given to
+    :func:`open_matrix`; they travel with the handle to the workers that read it and are never shown (they may hold
+    secrets). ``None``: the scheme's package reads the environment and its configuration files."""
 
     def __repr__(self) -> str:
         # No data-dependent counts (rows, entries, partitions): a repr ends up in logs and error reports of private
@@ -133,6 +139,14 @@ class MatrixStore:
     @property
     def shape(self) -> tuple[int, int]:
         return (self.n_rows, self.n_cols)
+
+    @property
+    def _options(self) -> str:
+        return options_key(self.storage_options)
+
+    def open_group(self, mode: str = "r") -> zarr.Group:
+        """The store's zarr group (local or at its URL, with its storage options)."""
+        return open_group(self.path, self.storage_options, mode=mode)
 
     @property
     def n_partitions(self) -> int:
@@ -237,8 +251,9 @@ class MatrixStore:
         part = self._partition(index)
         if self.has_row_norms:
             try:
-                key = _format.locate(zarr.open_group(self.path, mode="r"), _format.ROW_NORMS) or _format.ROW_NORMS
-                norms = np.asarray(_open(self.path, key, self.fingerprint)[part.row_start : part.row_stop])
+                key = _format.locate(self.open_group(), _format.ROW_NORMS) or _format.ROW_NORMS
+                norms = np.asarray(_open(self.path, key, self.fingerprint, self._options)[part.row_start :
+                                                                                           part.row_stop])
             except Exception as exc:
                 raise StoreCorruptError(
                     f"cannot read the row norms of partition {part.index} of store '{self.path}': {exc}; "
@@ -275,6 +290,11 @@ class MatrixStore:
         except (StoreCorruptError, InvalidInputError):
             raise
         except Exception as exc:  # zarr/codec errors on damaged chunks
+            from dppca_dask._urls import storage_error
+
+            reached = storage_error(exc, self.path)  # an unreachable object store, lost credentials: not damage
+            if reached is not exc:
+                raise reached from None
             raise StoreCorruptError(
                 f"cannot read partition {part.index} of store '{self.path}': {type(exc).__name__}: {exc}; the store "
                 "is damaged, re-ingest it from its source",
@@ -368,7 +388,12 @@ class MatrixStore:
         return sp.csr_array(sp.vstack(blocks, format="csr"))
 
     def size_on_disk(self) -> int:
-        """Bytes used by the store's files."""
+        """Bytes used by the store's files (objects, for a store at a URL)."""
+        from dppca_dask._urls import filesystem, is_url
+
+        if is_url(self.path):
+            fs, inner = filesystem(self.path, self.storage_options)
+            return int(fs.du(inner, total=True))
         total = 0
         for root, _dirs, files in os.walk(self.path):
             for name in files:
@@ -418,6 +443,26 @@ class MatrixStore:
             )
         return self.partitions[index]
 
+    def _fetch_remote(self, part: Partition) -> dict[str, np.ndarray] | None:
+        """For a store at a URL: the partition's row pointers, values and column indices, fetched at once (their
+        ranges follow from the partition table; every chunk of all three requested concurrently, where one array
+        after the other would wait for each round trip). ``None`` for a local store (read chunk by chunk)."""
+        from dppca_dask._urls import is_url
+
+        if not is_url(self.path):
+            return None
+        return READ_AHEAD.fetch(self.path, self.fingerprint, self._options, part.index, self.n_partitions,
+                                self._ranges)
+
+    def _ranges(self, index: int) -> dict[str, tuple[int, int]]:
+        """The element ranges of partition ``index``'s arrays (CSR)."""
+        part, key = self.partitions[index], self.matrix_key
+        ranges = {f"{key}/indptr": (part.row_start, part.row_stop + 1)}
+        if part.nnz:
+            ranges.update({f"{key}/data": (part.nnz_start, part.nnz_stop),
+                           f"{key}/indices": (part.nnz_start, part.nnz_stop)})
+        return ranges
+
     def _read_csr(self, part: Partition, dtype: np.dtype[Any] | type | None = None,
                   squares: _SquaredRowSums | None = None, read: _Read | None = None) -> sp.csr_array:
         seen = None if read is None else read.seen
@@ -425,11 +470,12 @@ class MatrixStore:
         if part.index + 1 < len(self.partitions):  # read-ahead: the OS fetches the next partition meanwhile
             after = self.partitions[part.index + 1]
             for name in ("data", "indices"):
-                layout = _layout(self.path, f"{key}/{name}", self.fingerprint)
+                layout = _layout(self.path, f"{key}/{name}", self.fingerprint, self._options)
                 if layout is not None and after.nnz:
                     prefetch_range(layout, after.nnz_start, after.nnz_stop)
+        fetched = self._fetch_remote(part)
         indptr = _read_range(self.path, f"{key}/indptr", self.fingerprint, part.row_start, part.row_stop + 1,
-                             seen=seen)
+                             seen=seen, options=self._options, fetched=fetched)
         self._check_pointers(part, indptr)
         indptr = indptr.astype(np.int64, copy=False) - part.nnz_start
         if squares is not None:
@@ -438,9 +484,11 @@ class MatrixStore:
             with np.errstate(over="ignore", invalid="ignore"):  # squares overflow to inf: the norms' check says so
                 data = _read_range(self.path, f"{key}/data", self.fingerprint, part.nnz_start, part.nnz_stop,
                                    dtype=dtype, visit=None if squares is None else squares.add,
-                                   piece=None if squares is None else squares.piece, seen=seen)
+                                   piece=None if squares is None else squares.piece, seen=seen,
+                                   options=self._options, fetched=fetched)
             indices = _read_range(self.path, f"{key}/indices", self.fingerprint, part.nnz_start, part.nnz_stop,
-                                  seen=seen, visit=None if read is None else read.bound)
+                                  seen=seen, visit=None if read is None else read.bound, options=self._options,
+                                  fetched=fetched)
         else:
             data = np.zeros(0, dtype=self.dtype if dtype is None else dtype)
             indices = np.zeros(0, dtype=np.int32)
@@ -526,7 +574,8 @@ class MatrixStore:
             raise corrupt("a chunk of 'data' or 'indices' is missing", row)
 
     def _read_dense(self, part: Partition) -> np.ndarray:
-        block = np.asarray(_open(self.path, self.matrix_key, self.fingerprint)[part.row_start : part.row_stop])
+        block = np.asarray(_open(self.path, self.matrix_key, self.fingerprint, self._options)[part.row_start :
+                                                                                              part.row_stop])
         if self.format_version is not None and block.size:
             chunk = int(self.metadata.get("row_chunk", max(part.n_rows, 1)))
             first = -(-part.row_start // chunk) * chunk
@@ -749,24 +798,28 @@ def row_norms_of(block: Any) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=64)
-def _layout(path: str, key: str, version: str) -> ChunkLayout | None:
+def _layout(path: str, key: str, version: str, options: str = "{}") -> ChunkLayout | None:
     """How to read the chunks of one array directly (:mod:`._chunks`), or None to read it through zarr."""
-    return chunk_layout(_open(path, key, version))
+    return chunk_layout(_open(path, key, version, options))
 
 
 def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dtype: Any = None,
                 visit: Callable[[int, np.ndarray], None] | None = None,
                 piece: Callable[[int, np.ndarray], None] | None = None,
-                seen: list[FileIdentity | None] | None = None) -> np.ndarray:
+                seen: list[FileIdentity | None] | None = None, options: str = "{}",
+                fetched: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
     """Elements ``[start, stop)`` of a 1-D array of a store, each chunk decoded straight into the result (see
     :func:`._chunks.read_range` for ``dtype``, ``visit``, ``piece`` and ``seen``; through zarr, ``visit`` sees the
     whole range, ``piece`` nothing, and ``seen`` a ``None``: files read by zarr are not identified)."""
-    layout = _layout(path, key, version)
+    layout = _layout(path, key, version, options)
     if layout is not None:
         return read_range(layout, start, stop, dtype=dtype, visit=visit, piece=piece, seen=seen)
     if seen is not None:
         seen.append(None)
-    values = np.asarray(_open(path, key, version)[start:stop])
+    if fetched is not None and key in fetched:
+        values = fetched[key]
+    else:
+        values = np.asarray(_open(path, key, version, options)[start:stop])
     if dtype is not None:
         values = values.astype(dtype, copy=False)
     if visit is not None:
@@ -774,14 +827,83 @@ def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dty
     return values
 
 
+def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tuple[int, int]],
+                  *, wait: bool = True) -> Any:
+    """Elements ``[start, stop)`` of several 1-D arrays of a store, all requested at once on zarr's event loop: a
+    dict of arrays, or (``wait=False``) a future of it."""
+    import asyncio
+
+    from zarr.core.sync import _get_loop, sync
+
+    arrays = {key: _open(path, key, version, options) for key in ranges}
+
+    async def fetch() -> dict[str, np.ndarray]:
+        values = await asyncio.gather(*(arrays[key]._async_array.getitem(slice(*ranges[key])) for key in ranges))
+        return {key: np.asarray(v) for key, v in zip(ranges, values)}
+
+    if wait:
+        return sync(fetch())
+    return asyncio.run_coroutine_threadsafe(fetch(), _get_loop())
+
+
+class _ReadAhead:
+    """Partitions of stores in object storage fetched ahead, one per store and process.
+
+    A worker reads every W-th partition (the coordinator places partition ``i`` on worker ``i mod W``), so the
+    stride between a process's consecutive reads of one store is learnt from the reads themselves (never from the
+    data: partition indices are public), and the partition one stride ahead (after the last, the first of the
+    process's own: ``i mod stride``) is requested while the kernel works on the current one. At most one partition
+    ahead per store is held in memory (until the process's next read of that store: after a run's last step, the
+    first partition of the next one waits there); one fetched for nothing (another worker took it) is dropped at the
+    next read.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[str, str, str], tuple[int, Any]] = {}
+        self._last: dict[tuple[str, str, str], int] = {}
+
+    def fetch(self, path: str, version: str, options: str, index: int, n: int,
+              ranges_of: Callable[[int], dict[str, tuple[int, int]]]) -> dict[str, np.ndarray]:
+        """Partition ``index`` (of ``n``) of a store: the one fetched ahead when it is, else fetched now; then the
+        next one of this process requested."""
+        key = (path, version, options)
+        with self._lock:
+            pending = self._pending.pop(key, None)
+            last = self._last.get(key)
+            self._last[key] = index
+        current = None
+        if pending is not None and pending[0] == index:
+            try:
+                current = pending[1].result()
+            except Exception:  # fetched again below, where an error is reported
+                current = None
+        elif pending is not None:
+            pending[1].cancel()
+        if current is None:
+            current = _fetch_ranges(path, version, options, ranges_of(index))
+        stride = index - last if last is not None and index > last else 0
+        if stride and n > 1:
+            ahead = index + stride if index + stride < n else index % stride
+            if ahead != index:
+                future = _fetch_ranges(path, version, options, ranges_of(ahead), wait=False)
+                with self._lock:
+                    self._pending[key] = (ahead, future)
+        return current
+
+
+#: The read-ahead of this process (workers of a cluster each have their own).
+READ_AHEAD = _ReadAhead()
+
+
 @functools.lru_cache(maxsize=64)
-def _open(path: str, key: str, version: str) -> zarr.Array:
+def _open(path: str, key: str, version: str, options: str = "{}") -> zarr.Array:
     """Open one array of a store (cached per process).
 
     ``version`` is the store's fingerprint: it changes after an append (new generation) and when another store is
     written at the same path (new ``store_id``), so a cached array never describes an older store.
     """
-    node = zarr.open_group(path, mode="r")[key]
+    node = open_group(path, json.loads(options) or None, mode="r")[key]
     if not isinstance(node, zarr.Array):
         raise StoreCorruptError(f"'{key}' in store '{path}' is a group, expected an array", source=path)
     return node
@@ -802,17 +924,24 @@ def _foreign_stamp(path: str, key: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------- opening
-def open_matrix(path: str | os.PathLike[str], *, rows_per_partition: int | None = None) -> MatrixStore:
+def open_matrix(path: str | os.PathLike[str] | Any, *, rows_per_partition: int | None = None,
+                storage_options: Mapping[str, Any] | None = None) -> MatrixStore:
     """Open a matrix store for reading; only metadata is read.
 
     Parameters
     ----------
     path
         A dppca_dask store (written by ``dppca-dask ingest``), or an AnnData zarr store (``adata.write_zarr``,
-        zarr format 2 or 3) whose ``X`` is a ``csr_matrix`` or a dense array.
+        zarr format 2 or 3) whose ``X`` is a ``csr_matrix`` or a dense array: a local path, a URL read through
+        fsspec (``s3://bucket/x.zarr``, ``gs://...``), or a ``zarr.storage.FsspecStore``.
     rows_per_partition
         Only for AnnData stores, which have no partition table: rows per partition. By default partitions of
         about 128 MB aligned with the zarr chunks of ``X``.
+    storage_options
+        For a URL: fsspec options of its file system (s3://: ``endpoint_url``, ``key``, ``secret``, ``anon``,
+        ``client_kwargs``, ...). By default the scheme's package reads the environment and its configuration files
+        (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_PROFILE``, ``~/.aws/``). They
+        travel with the handle to the workers that read the store, and are never shown.
 
     Raises
     ------
@@ -823,13 +952,20 @@ def open_matrix(path: str | os.PathLike[str], *, rows_per_partition: int | None 
     StoreCorruptError
         Metadata that contradicts itself.
     """
-    from dppca_dask._urls import is_url, local_path, url_exists
+    from dppca_dask._urls import check_storage_options, is_url, local_path, url_exists
 
+    path, storage_options = store_location(path, storage_options)
     path = str(os.fspath(local_path(path)))  # file:// is a local path; other URLs are read through fsspec by zarr
-    if not (url_exists(path) if is_url(path) else os.path.exists(path)):
+    options = check_storage_options(storage_options)
+    if not is_url(path) and options:
+        raise InvalidParameterError(
+            f"storage_options apply to URLs (s3://, gs://, ...); '{path}' is a local path: drop them")
+    if not (url_exists(path, options) if is_url(path) else os.path.exists(path)):
         raise StoreNotFoundError(f"no matrix store at '{path}'; create one with `dppca-dask ingest SRC --out {path}`")
     try:
-        group = zarr.open_group(path, mode="r")
+        group = open_group(path, options, mode="r")
+    except InvalidParameterError:
+        raise
     except Exception as exc:
         raise StoreNotFoundError(
             f"'{path}' is not a zarr group ({type(exc).__name__}: {exc}); create a store with "
@@ -841,13 +977,30 @@ def open_matrix(path: str | os.PathLike[str], *, rows_per_partition: int | None 
             raise InvalidParameterError(
                 f"rows_per_partition applies only to AnnData stores; store '{path}' has its own partition table"
             )
-        return _open_native(path, group, attrs[_format.ATTR_KEY])
+        return replace(_open_native(path, group, attrs[_format.ATTR_KEY]), storage_options=options)
     if "X" in group:
-        return _open_anndata(path, group, rows_per_partition)
+        return replace(_open_anndata(path, group, rows_per_partition), storage_options=options)
     raise StoreNotFoundError(
         f"'{path}' is a zarr group but neither a dppca_dask store nor an AnnData store with 'X'; create a store "
         f"with `dppca-dask ingest SRC --out {path}`"
     )
+
+
+def store_location(data: Any, storage_options: Mapping[str, Any] | None = None
+                   ) -> tuple[Any, Mapping[str, Any] | None]:
+    """``(path or URL, storage options)`` of ``data``: a ``zarr.storage.FsspecStore`` becomes the URL of its root and
+    its file system's options (``storage_options`` must then be None); anything else is returned as it is."""
+    from zarr.storage import FsspecStore
+
+    if not isinstance(data, FsspecStore):
+        return data, storage_options
+    if storage_options is not None:
+        raise InvalidParameterError("storage_options is for a path or URL; an FsspecStore carries its own options "
+                                    "(its file system's): drop storage_options")
+    fs = data.fs
+    protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
+    options = {k: v for k, v in dict(fs.storage_options).items() if k != "asynchronous"}
+    return f"{protocol}://{data.path.strip('/')}", options or None
 
 
 def _open_native(path: str, group: zarr.Group, meta: Any) -> MatrixStore:

@@ -28,9 +28,10 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
-from dppca_dask._urls import local_output
+from dppca_dask._urls import is_url, local_output
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, StoreCorruptError, format_location
 from dppca_dask.storage import _format
+from dppca_dask.storage._remote import remote_lock
 from dppca_dask.storage._files import (
     FILE_MODE,
     check_replaceable,
@@ -544,7 +545,7 @@ def append_lock_path(path: str) -> str:
 
 
 @contextlib.contextmanager
-def _append_lock(path: str) -> Iterator[None]:
+def _append_lock(path: str, storage_options: Mapping[str, Any] | None = None) -> Iterator[None]:
     """Hold the store's append lock; what is written meanwhile gets the store's modes (:func:`private_writes`, inside
     the lock: its walks see no other append's writes).
 
@@ -554,6 +555,10 @@ def _append_lock(path: str) -> Iterator[None]:
     process appending to one store must then run this release or a later one (docs/guide/files.md)."""
     from filelock import FileLock  # portable (fcntl is POSIX-only)
 
+    if is_url(path):  # object storage: a lock object, and the objects' access is the bucket's
+        with remote_lock(path, storage_options):
+            yield
+        return
     outer = append_lock_path(path)
     legacy = os.path.join(path, ".append.lock")
     with FileLock(outer, mode=FILE_MODE) if private_files() else FileLock(outer):
@@ -573,7 +578,7 @@ def _existing_lock(lock_type: Any, path: str) -> Any:
 
 
 def _open_for_append(store: MatrixStore) -> dict[str, zarr.Array]:
-    group = zarr.open_group(store.path, mode="r+")
+    group = store.open_group("r+")
     names = ("data", "indices", "indptr") if store.layout == "csr" else ()
     arrays: dict[str, zarr.Array] = {n: group[f"X/{n}"] for n in names}  # type: ignore[misc]
     if store.layout == "dense":
@@ -604,14 +609,15 @@ def _trim(store: MatrixStore, arrays: Mapping[str, zarr.Array]) -> None:
                         "finish)", store.path, name, arrays[name].shape[0], length)
             arrays[name].resize((length,))
     if store.layout == "csr":
-        x = zarr.open_group(store.path, mode="r+")["X"]
+        x = store.open_group("r+")["X"]
         if list(cast(list[int], x.attrs.get("shape", []))) != [store.n_rows, store.n_cols]:
             x.attrs.update({"shape": [store.n_rows, store.n_cols]})
 
 
 def _commit_metadata(store: MatrixStore, partitions: Sequence[Partition], n_rows: int, nnz: int) -> None:
-    """The commit point of an append: X's shape attribute, then the root metadata (one atomic file write)."""
-    group = zarr.open_group(store.path, mode="r+")
+    """The commit point of an append: X's shape attribute, then the root metadata (one atomic file write; one PUT
+    of ``zarr.json`` in object storage)."""
+    group = store.open_group("r+")
     if store.layout == "csr":
         group["X"].attrs.update({"shape": [n_rows, store.n_cols]})
     _format.write_annotations(group, n_rows, store.n_cols)
@@ -635,6 +641,7 @@ def append_partition(
     on_duplicate: DuplicatePolicy | None = None,
     row_ids: np.ndarray | None = None,
     labels: np.ndarray | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> MatrixStore:
     """Append rows to a store as one new partition (several if the block is larger than a partition).
 
@@ -660,13 +667,17 @@ def append_partition(
         The new rows' labels (float64, one per row): required when the store keeps a label per row (``labels``, an
         svmlight store ingested with ``store_labels``), refused otherwise. Written under the lock, before the commit
         point.
+    storage_options
+        For a store at a URL (``s3://...``): fsspec options of its file system (see :func:`open_matrix`). In object
+        storage appends take turns through a lock object beside the store (``.NAME.append.lock``).
 
     Returns
     -------
     MatrixStore
         The store reopened after the append.
     """
-    store = open_matrix(path)
+    store = open_matrix(path, storage_options=storage_options)
+    storage_options = store.storage_options
     if store.format_version is None:
         raise InvalidParameterError(
             f"'{store.path}' is an AnnData store; appending needs a dppca_dask store: "
@@ -691,8 +702,8 @@ def append_partition(
                                        partition=store.n_partitions, source=store.path)
     checked = _cast(checked, np.dtype(store.dtype), first_row=store.n_rows, partition=store.n_partitions,
                     source=store.path)
-    with _append_lock(store.path):
-        store = open_matrix(path)  # re-read under the lock
+    with _append_lock(store.path, storage_options):
+        store = open_matrix(store.path, storage_options=storage_options)  # re-read under the lock
         arrays = _open_for_append(store)
         _trim(store, arrays)
         ids = _checked_row_ids(store, arrays.get("obs_ids"), row_ids, int(checked.shape[0]))
@@ -715,7 +726,7 @@ def append_partition(
             with contextlib.suppress(Exception):
                 _trim(store, arrays)
             raise
-    reopened = open_matrix(path)
+    reopened = open_matrix(store.path, storage_options=storage_options)
     if reopened.n_rows != n_rows:
         raise StoreCorruptError(f"append to '{store.path}' did not commit", source=store.path)
     return reopened
@@ -768,7 +779,8 @@ def _checked_labels(store: MatrixStore, stored: zarr.Array | None, labels: np.nd
     return values
 
 
-def stamp_partitions(path: str | os.PathLike[str], timestamp: float | _dt.datetime) -> MatrixStore:
+def stamp_partitions(path: str | os.PathLike[str], timestamp: float | _dt.datetime, *,
+                     storage_options: Mapping[str, Any] | None = None) -> MatrixStore:
     """Set the timestamp of every partition that has none (a new store's: ``ingest(..., timestamp=)``).
 
     One metadata write under the append lock; partitions already stamped keep their time.
@@ -777,16 +789,16 @@ def stamp_partitions(path: str | os.PathLike[str], timestamp: float | _dt.dateti
         if timestamp.tzinfo is None:
             raise InvalidParameterError(f"timestamp must be timezone-aware; got naive {timestamp.isoformat()}")
         timestamp = timestamp.timestamp()
-    store = open_matrix(path)
+    store = open_matrix(path, storage_options=storage_options)
     if store.format_version is None:
         raise InvalidParameterError(f"'{store.path}' is an AnnData store; only a dppca_dask store can be stamped")
-    with _append_lock(store.path):
-        store = open_matrix(path)
+    with _append_lock(store.path, store.storage_options):
+        store = open_matrix(store.path, storage_options=store.storage_options)
         stamped = [p if p.timestamp is not None else
                    Partition(p.index, p.row_start, p.row_stop, p.nnz_start, p.nnz_stop, float(timestamp))
                    for p in store.partitions]
-        group = zarr.open_group(store.path, mode="r+")
+        group = store.open_group("r+")
         meta = dict(group.attrs[_format.ATTR_KEY])  # type: ignore[arg-type]
         meta["partitions"] = [p.to_json() for p in stamped]
         group.attrs.update({_format.ATTR_KEY: meta})
-    return open_matrix(path)
+    return open_matrix(store.path, storage_options=store.storage_options)

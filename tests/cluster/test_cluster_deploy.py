@@ -154,10 +154,12 @@ def test_dockerfile_installs_the_package_and_starts_the_scheduler() -> None:
         assert (REPO / src).exists(), src
     assert pyproject["project"]["readme"] in copied
     assert any(op == "RUN" and "pip install" in rest for op, rest in instructions)
-    # The extras it installs exist (pip only warns about an unknown one), numba's compiled loops among them.
+    # The extras it installs exist (pip only warns about an unknown one); numba's compiled loops come with the
+    # package (a dependency), object storage with the s3 extra.
     extras = {name for op, rest in instructions if op == "RUN"
               for group in re.findall(r'"\.\[([^\]]*)\]"', rest) for name in group.split(",")}
-    assert "numba" in extras and extras <= set(pyproject["project"]["optional-dependencies"]), extras
+    assert "s3" in extras and extras <= set(pyproject["project"]["optional-dependencies"]), extras
+    assert any(dependency.startswith("numba") for dependency in pyproject["project"]["dependencies"])
     assert any(op == "USER" and rest.strip() != "root" for op, rest in instructions), "run as a non-root user"
     for var in THREAD_VARS:
         assert any(re.search(rf"\b{var}=1\b", rest) for rest in env), var
@@ -334,3 +336,32 @@ def test_readme_documents_every_start_option_and_target() -> None:
     for words in ("dppca-dask run", "dppca-dask pca", "[cluster]", "Address already in use", "OMP_NUM_THREADS",
                   "--memory-limit"):  # fmt: skip
         assert words in readme, words
+
+
+# ------------------------------------------------------------------------------------------ object storage
+AWS_VARS = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION")
+
+
+def test_compose_passes_the_object_storage_variables_through(compose: dict[str, Any]) -> None:
+    """Every container (workers read a bucket themselves) gets the host's AWS variables when they are set there:
+    a key without a value, which compose fills from its own environment and leaves unset otherwise."""
+    for name, service in compose["services"].items():
+        env = service["environment"]
+        for var in AWS_VARS:
+            assert var in env and env[var] is None, (name, var, env.get(var))
+
+
+def test_kubernetes_workers_and_job_read_the_object_storage_secret() -> None:
+    def secret_refs(container: dict[str, Any]) -> list[dict[str, Any]]:
+        return [e["secretRef"] for e in container.get("envFrom", []) if "secretRef" in e]
+
+    (cluster,) = _k8s("daskcluster.yaml")
+    (job,) = _k8s("daskjob.yaml")
+    containers = [cluster["spec"]["worker"]["spec"]["containers"][0], job["spec"]["job"]["spec"]["containers"][0],
+                  job["spec"]["cluster"]["spec"]["worker"]["spec"]["containers"][0]]
+    for container in containers:
+        assert {"name": "dppca-object-storage", "optional": True} in secret_refs(container), container["name"]
+
+
+def test_the_image_reads_object_storage() -> None:
+    assert ".[anndata,s3]" in (CLUSTER_DIR / "Dockerfile").read_text()

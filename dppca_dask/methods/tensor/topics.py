@@ -449,6 +449,7 @@ def topics(
     persist: bool | None = None,
     seed: int | None = None,
     noise: Any = None,
+    storage_options: Any = None,
 ) -> TopicResult:
     """Differentially private topics of a document-word count matrix (rows: documents, columns: words).
 
@@ -494,6 +495,11 @@ def topics(
         ``"cluster"`` force either. ``provenance["executor"]`` states where it ran.
     seed, noise
         A seed (result not private) or a noise source (tests); neither: OS entropy.
+    storage_options
+        For a store given by its URL (``s3://bucket/x.zarr``): fsspec options of its file system (``endpoint_url``,
+        ``key``, ``secret``, ...); by default the environment and configuration files (``AWS_ENDPOINT_URL``,
+        ``AWS_ACCESS_KEY_ID``, ...). A ``zarr.storage.FsspecStore`` is accepted as ``data`` too. Workers read the
+        store themselves, with these options; they are never shown in results, logs or provenance.
 
     Returns
     -------
@@ -536,7 +542,7 @@ def topics(
     from dppca_dask.methods.tensor.power import run_on_source
 
     started = _dt.datetime.now(_dt.timezone.utc)
-    source = as_source(data)
+    source = as_source(data, storage_options)
     dim = source.n_cols
     _check_params(n_topics, n_restarts, n_iter, pca_iter, pca_share, alpha0, dim)
     choice = _executor_choice(source, client, executor)  # public values only: the width and partition count

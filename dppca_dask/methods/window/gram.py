@@ -35,16 +35,20 @@ class WindowGram:
     row_norm_bound: float
     row_ranges: Mapping[int, tuple[int, int] | None]
     """Store partition index → local row range inside the window (``None``: the whole partition)."""
-    labels: tuple[str, Mapping[int, int]] | None = None
-    """``(store path, {partition index: first row})`` when the label column is appended, else ``None``."""
+    labels: tuple[Any, Mapping[int, int]] | None = None
+    """``(store, {partition index: first row})`` when the label column is appended, else ``None``."""
     dim: int = field(default=0)
     """Side of the aggregate (d, or d + 1 with labels)."""
 
 
-def _read_labels(path: str, start: int, stop: int) -> np.ndarray:
+def _read_labels(where: Any, start: int, stop: int) -> np.ndarray:
+    """Labels of rows ``[start, stop)`` of ``where``: a store (local or at a URL, with its storage options) or a
+    store's path."""
     import zarr
 
-    labels = cast(zarr.Array, zarr.open_group(path, mode="r")[LABELS_ARRAY])
+    group = where.open_group() if isinstance(where, MatrixStore) else zarr.open_group(where, mode="r")
+    path = where.path if isinstance(where, MatrixStore) else where
+    labels = cast(zarr.Array, group[LABELS_ARRAY])
     values = np.asarray(labels[start:stop], dtype=np.float64)
     if values.shape != (stop - start,):
         raise InvalidInputError(
@@ -63,7 +67,7 @@ def _window_gram_task(
     *,
     row_norm_bound: float,
     row_ranges: Mapping[int, tuple[int, int] | None],
-    labels: tuple[str, Mapping[int, int]] | None,
+    labels: tuple[Any, Mapping[int, int]] | None,
 ) -> np.ndarray:
     if isinstance(item, PartitionData):
         part = item
@@ -117,11 +121,11 @@ def window_source(store: MatrixStore, selection: WindowSelection) -> PartitionSo
     )
 
 
-def check_labels(store: MatrixStore, selection: WindowSelection) -> tuple[str, dict[int, int]]:
+def check_labels(store: MatrixStore, selection: WindowSelection) -> tuple[MatrixStore, dict[int, int]]:
     """The labels argument of :class:`WindowGram`, after checking that the store has labels (no values read)."""
     import zarr
 
-    group = zarr.open_group(store.path, mode="r")
+    group = store.open_group()
     if LABELS_ARRAY not in group:
         raise InvalidParameterError(
             f"regression needs a label per row, and '{store.path}' has no '{LABELS_ARRAY}' array; ingest with "
@@ -139,7 +143,7 @@ def check_labels(store: MatrixStore, selection: WindowSelection) -> tuple[str, d
             f"the '{LABELS_ARRAY}' array of '{store.path}' does not cover every row of the window (appended rows "
             "without labels); append files with labels, or use task='covariance' or 'pca'"
         )
-    return store.path, {i: store.partitions[i].row_start for i in selection.partitions}
+    return store, {i: store.partitions[i].row_start for i in selection.partitions}
 
 
 def dense_dim_error(dim: int, max_dense_dim: int) -> InvalidParameterError | None:
@@ -160,7 +164,7 @@ class PartitionGrams:
 
     row_norm_bound: float
     partitions: tuple[int, ...]
-    labels: tuple[str, Mapping[int, int]] | None = None
+    labels: tuple[Any, Mapping[int, int]] | None = None
     row_ranges: Mapping[int, tuple[int, int] | None] | None = None
     """Local row ranges (a row window's cut partition); ``None``: whole partitions."""
 
@@ -169,7 +173,7 @@ def _partition_gram_task(
     item: Any,
     *,
     row_norm_bound: float,
-    labels: tuple[str, Mapping[int, int]] | None,
+    labels: tuple[Any, Mapping[int, int]] | None,
     row_ranges: Mapping[int, tuple[int, int] | None] | None = None,
 ) -> dict[int, np.ndarray]:
     part = item if isinstance(item, PartitionData) else item[0](*item[1])
@@ -203,6 +207,19 @@ def cache_directory(store: MatrixStore) -> str:
     rows); named from the store's real path (links resolved), so that every path to one store finds one cache."""
     parent, base = os.path.split(os.path.realpath(store.path))
     return os.path.join(parent, f".{base}.window-grams")
+
+
+def check_state_location(store: MatrixStore, *, structure: Any, cache: Any) -> None:
+    """Refuse the Gram cache and the spectral histogram for a store in object storage: they keep exact Grams (as
+    sensitive as the rows) in owner-only files beside the store, and a bucket has no such place."""
+    from dppca_dask._urls import is_url
+
+    if is_url(store.path) and (cache is True or structure == "spectral-histogram"):
+        what = "cache=True (--cache)" if cache is True else "structure='spectral-histogram'"
+        raise InvalidParameterError(
+            f"{what} keeps exact Grams in owner-only files beside the store, and '{store.path}' is in object "
+            "storage; run it on a local or mounted copy of the store, or drop it (structure='exact' without cache "
+            "reads the window from the bucket)")
 
 
 def check_private_directory(path: str, *, create: bool = False) -> None:

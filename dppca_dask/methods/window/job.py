@@ -87,14 +87,13 @@ def charged_partitions(ledger: Any, dataset: str, job_id: str, store: Any) -> tu
     return tuple(sorted(out, key=lambda c: (c.index is None, c.index or 0, c.key)))
 
 
-def _partition_table(path: str) -> Any:
+def _partition_table(data: Any) -> Any:
     """The store at ``path`` for its partition table, or ``None`` when it cannot be opened (a completed job's
     outcome then names its keys without their timestamps)."""
     from dppca_dask.errors import StoreCorruptError, StoreNotFoundError, UnsupportedStoreVersionError
-    from dppca_dask.storage import open_matrix
 
     try:
-        return open_matrix(path)
+        return data.open()
     except (StoreNotFoundError, StoreCorruptError, UnsupportedStoreVersionError, OSError):
         return None
 
@@ -171,7 +170,6 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
     from dppca_dask.ledger import Ledger
     from dppca_dask.methods.window.release import load_release, window
     from dppca_dask.methods.window.selection import parse_timestamp
-    from dppca_dask.storage import open_matrix
     from dppca_dask.storage._files import make_directories, make_tree_private
 
     ledger = Ledger(spec.budget.ledger)
@@ -184,10 +182,10 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
     with job_lock(ledger, dataset, job_id):
         charged = earlier_charge(ledger, dataset, job_id, output)
         if charged is not None:
-            partitions = charged_partitions(ledger, dataset, job_id, _partition_table(spec.data.store))
+            partitions = charged_partitions(ledger, dataset, job_id, _partition_table(spec.data))
             return JobOutcome(job_id, "already-completed", output, partitions[-1].entry if partitions else charged,
                               load_release(output), partitions=partitions)
-        _check_schema(spec, open_matrix(spec.data.store))  # an inferred width is refused before anything is read
+        _check_schema(spec, spec.data.open())  # an inferred width is refused before anything is read
         stamp = parse_timestamp(date, name="date")
         security = _security(spec)  # missing TLS files, or a scheduler that cannot be used, fail before the append
         address = spec.cluster.address if client is None and spec.cluster.address else None
@@ -198,7 +196,7 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
         if spec.data.append is not None:
             from dppca_dask.ingest.append import append_file
 
-            store = open_matrix(spec.data.store)
+            store = spec.data.open()
             if not any(p.timestamp == stamp for p in store.partitions):
                 options = {k: v for k, v in spec.data.append.items() if k != "source"}
                 append_file(store, spec.data.append["source"].format(date=date), timestamp=date, **options)
@@ -212,12 +210,12 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
             stack.enter_context(dask.config.set(embedded))  # the embedded cluster's shape, when the release starts one
             if address:  # the scheduler, reached with the spec's TLS settings
                 client = stack.enter_context(connect(address, security=security))
-            result = window(spec.data.store, epsilon=spec.epsilon, delta=spec.delta, ledger=ledger,
+            result = window(spec.data.open(), epsilon=spec.epsilon, delta=spec.delta, ledger=ledger,
                             dataset=dataset, job_id=job_id, client=client, executor=spec.cluster.executor,
                             noise=noise, **parameters)
         # Owner-only whatever the umask, like every job's output: the output directory and its missing parents
         # 0700 (existing ones keep their mode), release.json 0600.
         make_directories(output, private=True)
         make_tree_private(result.save(output), private=True)
-        partitions = charged_partitions(ledger, dataset, job_id, open_matrix(spec.data.store))
+        partitions = charged_partitions(ledger, dataset, job_id, spec.data.open())
         return JobOutcome(job_id, "completed", output, partitions[-1].entry, result, partitions=partitions)

@@ -30,7 +30,13 @@ from dppca_dask.mechanisms.wishart import (
 )
 from dppca_dask.methods.window import tasks
 from dppca_dask.methods.window.calibration import RELEASES, ROW_WINDOW_NEIGHBOURING
-from dppca_dask.methods.window.gram import WindowGram, check_labels, dense_dim_error, window_source
+from dppca_dask.methods.window.gram import (
+    WindowGram,
+    check_labels,
+    check_state_location,
+    dense_dim_error,
+    window_source,
+)
 from dppca_dask.methods.window.selection import WindowSelection, select_window
 from dppca_dask.storage import MatrixStore, open_matrix
 
@@ -800,6 +806,7 @@ def window(
     ledger: Any = None,
     dataset: str | None = None,
     job_id: str | None = None,
+    storage_options: Any = None,
 ) -> WindowRelease:
     """Release a sliding window's covariance once, with (ε, δ)-DP for adding or removing one row.
 
@@ -871,6 +878,11 @@ def window(
         :class:`~dppca_dask.ledger.Ledger`) whose key ``dataset`` has a budget; the release is charged to every
         partition it reads under ``job_id``, and refused if any of them would exceed the key's total, or if
         ``job_id`` is already charged on any of them (a job id stands for one release: its noise is fresh).
+    storage_options
+        For a store given by its URL (``s3://bucket/x.zarr``): fsspec options of its file system (see
+        :func:`dppca_dask.pca`); workers read the store themselves with them. The Gram cache (``cache=True``) and
+        the spectral histogram keep exact Grams in files beside the store: with a store in object storage they
+        are refused (there is no owner-only directory beside it); use a local or mounted store for them.
 
     Returns
     -------
@@ -907,6 +919,9 @@ def window(
     ((6, 6), (2, 6))
     >>> tmp.cleanup()
     """
+    if not isinstance(store, MatrixStore):
+        store = open_matrix(store, storage_options=storage_options)
+    check_state_location(store, structure=structure, cache=cache)
     plan = plan_window(store, last=last, last_rows=last_rows, end=end, epsilon=epsilon, delta=delta,
                        release=release, labels=labels, row_norm_bound=row_norm_bound, tau_rule=tau_rule,
                        sketch_rows=sketch_rows, rank_bound=rank_bound, max_dense_dim=max_dense_dim)

@@ -153,6 +153,14 @@ def tree_window(
 
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
         raise InvalidParameterError(f"horizon must be a positive integer (partitions); got {horizon!r}")
+    from dppca_dask._urls import is_url
+
+    location = store.path if hasattr(store, "path") else store
+    if is_url(location):
+        raise InvalidParameterError(
+            f"the tree's state (noisy nodes and exact partial sums) is kept in owner-only files beside the store, "
+            f"and '{location}' is in object storage; run the tree on a local or mounted copy of the store, or "
+            "release the window without the tree (dppca-dask window without --tree)")
     plan = plan_window(store, last=last, epsilon=epsilon, delta=delta, row_norm_bound=row_norm_bound)
     store = plan.store
     choice = _choose(plan, client, executor)

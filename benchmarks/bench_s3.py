@@ -1,0 +1,146 @@
+"""Out of core from object storage against out of core from a local disk: the same private power step over the same
+store, read from a local directory and from a local S3-protocol server (moto's server mode on 127.0.0.1, started
+and stopped by the script; it needs the ``test`` extra), side by side.
+
+It generates a low-coherence float32 store once (bounded memory), uploads a copy into a bucket of the local server,
+starts one LocalCluster (2 workers x 1 thread by default) whose workers re-read every partition in every step, and
+alternates steps between the two sources (medians of interleaved repeats, so load on the machine affects both
+alike). The workers reach the bucket through the storage options that travel with the store (no environment). It
+prints each source's step and read-only pass (read, check, norms; no kernel), and last ``s3 ratio <s3 step / local
+step>``.
+
+    python benchmarks/bench_s3.py --quick                     # 2·10⁶ entries
+    python benchmarks/bench_s3.py --nnz 1e7 --workdir DIR
+"""
+
+from __future__ import annotations
+
+import _common  # (thread environment first)
+
+import argparse
+import math
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from typing import Any
+
+import numpy as np
+from distributed import Client, LocalCluster
+
+from dppca_dask.algorithms.adaptive_power import default_top_m
+from dppca_dask.algorithms.requests import PowerStep
+from dppca_dask.coordinator import Coordinator, as_source
+from dppca_dask.datasets import PlantedSpec, write_low_coherence
+from dppca_dask.kernels import ThresholdGrid
+from dppca_dask.mechanisms import svt_cutoff
+from dppca_dask.storage import MatrixStore, open_matrix
+
+_PER_ROW = 230
+_KEY, _SECRET = "bench-key", "bench-secret"
+
+
+def _store(workdir: str, nnz: float, cols: int) -> MatrixStore:
+    rows = max(int(nnz // _PER_ROW), 1)
+    path = os.path.join(workdir, f"s3bench-{rows}x{cols}.zarr")
+    if os.path.exists(path):
+        return open_matrix(path)
+    spec = PlantedSpec(n_rows=rows, n_cols=cols, nnz_per_row=30, support=200, signal_share=0.003, seed=5)
+    parts = max(8, math.ceil(nnz * 8 / 2**27))
+    return write_low_coherence(path, spec, dtype=np.float32, rows_per_partition=math.ceil(rows / parts),
+                               progress=None)
+
+
+def _server(log: str) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with open(log, "wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                   stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            urllib.request.urlopen(endpoint + "/moto-api/", timeout=2).close()
+            return process, endpoint
+        except OSError:
+            time.sleep(0.1)
+    process.kill()
+    raise SystemExit(f"the local S3 server did not start; see {log}")
+
+
+def _read_only(store: MatrixStore, index: int) -> int:
+    from dppca_dask.coordinator.sources import load_store_partition
+
+    return int(load_store_partition(store, index).block.nnz)
+
+
+def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: int) -> dict[str, float]:
+    grid = ThresholdGrid.for_bound(1.0)
+    top_m = default_top_m(cutoff=svt_cutoff(0.03, 0.05), epsilon_svt=0.03)
+    x = np.random.default_rng(0).standard_normal(local.n_cols)
+    step = PowerStep(x / np.linalg.norm(x), row_norm_bound=1.0, grid=grid, top_m=top_m)
+    times: dict[str, list[float]] = {"local": [], "s3": [], "local read": [], "s3 read": []}
+    with Coordinator(client, as_source(local), persist=False) as on_disk, \
+            Coordinator(client, as_source(remote), persist=False) as in_bucket:
+        for coordinator in (on_disk, in_bucket):  # the first step pays for start-up and the first reads
+            coordinator.execute(step)
+        for _ in range(repeats):
+            for name, run in (
+                ("local", lambda: on_disk.execute(step)),
+                ("s3", lambda: in_bucket.execute(step)),
+                ("local read", lambda: client.gather(client.map(_read_only, [local] * local.n_partitions,
+                                                                range(local.n_partitions), pure=False))),
+                ("s3 read", lambda: client.gather(client.map(_read_only, [remote] * remote.n_partitions,
+                                                             range(remote.n_partitions), pure=False))),
+            ):
+                t = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - t)
+    return {k: _common.median(v) for k, v in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="2·10⁶ entries, d = 5,000, 3 repeats")
+    parser.add_argument("--nnz", type=float, default=1e7, help="stored entries (default 1e7)")
+    parser.add_argument("--cols", type=int, default=20_000, help="columns (default 20,000)")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats (default 5)")
+    parser.add_argument("--workers", type=int, default=2, help="workers of the LocalCluster, 1 thread each")
+    parser.add_argument("--workdir", default=None, help="where to keep the generated store (default: a temp dir)")
+    args = parser.parse_args()
+    if args.quick:
+        args.nnz, args.cols, args.repeats = 2e6, 5_000, 3
+    workdir = args.workdir or tempfile.mkdtemp(prefix="dppca-bench-s3-")
+    os.makedirs(workdir, exist_ok=True)
+    local = _store(workdir, args.nnz, args.cols)
+    process, endpoint = _server(os.path.join(workdir, "s3server.log"))
+    try:
+        import s3fs
+
+        from dppca_dask.storage._remote import upload_store
+
+        options = {"endpoint_url": endpoint, "key": _KEY, "secret": _SECRET}
+        s3fs.S3FileSystem(**options, skip_instance_cache=True).mkdir("bench")
+        url = "s3://bench/store.zarr"
+        t = time.perf_counter()
+        upload_store(local.path, url, options, overwrite=True)
+        print(f"store: {local.n_rows} x {local.n_cols}, {local.nnz} entries, {local.n_partitions} partitions; "
+              f"uploaded in {time.perf_counter() - t:.1f} s")
+        remote = open_matrix(url, storage_options=options)
+        with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                          host="127.0.0.1") as cluster, Client(cluster) as client:
+            result = _measure(client, local, remote, args.repeats)
+    finally:
+        process.terminate()
+        process.wait(30)
+    for name in ("local", "s3"):
+        print(f"{name:5s} step {result[name]:.3f} s, read-only pass {result[name + ' read']:.3f} s")
+    print(f"s3 ratio {result['s3'] / result['local']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
