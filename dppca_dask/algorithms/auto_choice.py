@@ -46,7 +46,9 @@ from dppca_dask.algorithms.block_power import (
     DEFAULT_QUANTILE_SHARE,
     AutoBound,
     BlockPowerOutput,
+    block_constants,
     centred_bound,
+    joint_noise_scale,
     plan_block_power,
     plan_centred_releases,
     release_private_mean,
@@ -116,13 +118,23 @@ def plan_auto(
     epsilon_main, delta_main = params.epsilon * (1.0 - shared.used_epsilon), params.delta * (1.0 - shared.used)
     pilot_params = dataclasses.replace(block_params, epsilon=params.epsilon * decision_share,
                                        delta=params.delta * decision_share, n_iter=pilot_iter)
-    main_params = dataclasses.replace(block_params, epsilon=epsilon_main, delta=delta_main)
-    auto, mean_multiplier = shared.auto, shared.mean_multiplier
     given = None if center is None or uses_mean else np.asarray(center, dtype=np.float64)
     # the calibrations do not depend on the released bound or mean (only the grids do): plan them once here
     probe_center = given if given is not None else (np.zeros(n_cols) if uses_mean else None)
+    _, _, pilot_constants = block_constants(
+        pilot_params, center=probe_center, explained_variance=False, mean_share=mean_share, variance_share=0.0,
+        auto_bound=False, quantile=quantile, quantile_share=quantile_share, norm_grid=None)
+
+    def events_at(scale: float) -> list[Any]:  # the main release's noise scales as 1/epsilon_main
+        return [*shared.scaled(scale).planned_events(), *pilot_constants.scaled(scale).events(),
+                accounting.EpsilonDeltaDpEvent(epsilon_main / scale, delta_main)]
+
+    pilot_scale = joint_noise_scale(params, events_at, needed=True)
+    shared, epsilon_main = shared.scaled(pilot_scale), epsilon_main / pilot_scale
+    main_params = dataclasses.replace(block_params, epsilon=epsilon_main, delta=delta_main)
+    auto, mean_multiplier = shared.auto, shared.mean_multiplier
     pilot_probe = plan_block_power(pilot_params, n_cols, center=probe_center, explained_variance=False,
-                                   release_prefix="decision/")
+                                   release_prefix="decision/", noise_scale=pilot_scale)
     block_probe = plan_block_power(main_params, n_cols, center=probe_center)
     gauss_probe = plan_centred_gauss(main_params, n_cols, center=probe_center)
     power_multiplier = float(block_probe.calibration["noise_multiplier"])
@@ -133,7 +145,7 @@ def plan_auto(
         if resume is not None:
             raise InvalidParameterError(f"mechanism={AUTO!r} does not resume an interrupted run; run it again")
         return auto_run(n_cols=n_cols, params=params, pilot_params=pilot_params, main_params=main_params,
-                        center=center, auto=auto, mean_multiplier=mean_multiplier, gamma=gamma,
+                        pilot_scale=pilot_scale, center=center, auto=auto, mean_multiplier=mean_multiplier, gamma=gamma,
                         power_multiplier=power_multiplier, gauss_multiplier=gauss_multiplier,
                         main_event=main_event, noise=noise, on_release=on_release)
 
@@ -145,6 +157,7 @@ def plan_auto(
                  "rule": "adaptive-power-block if m * theta_pilot <= gamma * sigma * (c + r)^2, else analyze-gauss",
                  "power_noise_multiplier": power_multiplier, "gauss_noise_multiplier": gauss_multiplier,
                  "main": {"epsilon": epsilon_main, "delta": delta_main}},
+        "noise_scale": pilot_scale,
         "pilot": dict(pilot_probe.calibration),
         "mean_noise_multiplier": mean_multiplier,
         "center": shared.center,
@@ -167,6 +180,7 @@ def auto_run(
     pilot_params: Any,
     main_params: Any,
     center: str | np.ndarray | None,
+    pilot_scale: float = 1.0,
     auto: AutoBound | None,
     mean_multiplier: float | None,
     gamma: float,
@@ -197,7 +211,8 @@ def auto_run(
     pilot_params = dataclasses.replace(pilot_params, row_norm_bound=bound)
     main_params = dataclasses.replace(main_params, row_norm_bound=bound)
     # Step 2: the pilot
-    pilot = plan_block_power(pilot_params, n_cols, center=mean, explained_variance=False, release_prefix="decision/")
+    pilot = plan_block_power(pilot_params, n_cols, center=mean, explained_variance=False, release_prefix="decision/",
+                             noise_scale=pilot_scale)
     pilot_out = yield from pilot.make_run(noise, on_release, None)
     events.extend(pilot_out.events)
     theta = float(pilot_out.thresholds[0, -1])

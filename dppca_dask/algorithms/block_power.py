@@ -39,6 +39,7 @@ start at ``(c + r)²`` or above (checked before any release), and the variance r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
@@ -689,6 +690,29 @@ class CentredReleases:
     shares: dict[str, float]
     """Every share, in the order of the plan's provenance, the main release's last."""
 
+    @property
+    def has_releases(self) -> bool:
+        """Whether the plan releases anything beside its main release (the quantile, the mean or the variance)."""
+        return self.auto is not None or self.mean_multiplier is not None or self.variance_multiplier is not None
+
+    def scaled(self, scale: float) -> CentredReleases:
+        """The same releases with every noise scale times ``scale``: the mean's and the variance's noise
+        multipliers times it, the quantile's ε (its Laplace scale is ∝ 1/ε) over it. The shares are unchanged: they
+        fix the releases' relative noise."""
+        if scale == 1.0:
+            return self
+        auto = None if self.auto is None else dataclasses.replace(self.auto, epsilon=self.auto.epsilon / scale)
+        return dataclasses.replace(
+            self, auto=auto,
+            mean_multiplier=None if self.mean_multiplier is None else self.mean_multiplier * scale,
+            variance_multiplier=None if self.variance_multiplier is None else self.variance_multiplier * scale)
+
+    def variance_events(self) -> list[Any]:
+        """The explained variance's event (after the main release), or none."""
+        from dp_accounting import GaussianDpEvent
+
+        return [] if self.variance_multiplier is None else [GaussianDpEvent(self.variance_multiplier)]
+
     def planned_events(self) -> list[Any]:
         """The events released before the main one, in order: the quantile's, then the mean's."""
         from dp_accounting import GaussianDpEvent
@@ -791,6 +815,40 @@ def plan_centred_releases(
         center="private" if uses_mean else ("given" if center is not None else "none"), shares=shares)
 
 
+def joint_noise_scale(params: Any, events_at: Callable[[float], list[Any]], *, needed: bool) -> float:
+    """The common factor on every noise scale of a plan so that all its releases together spend its (ε, δ).
+
+    A plan first calibrates each release to its public share (the parts compose to at most the total by basic
+    composition, which leaves budget unspent); ``events_at(s)`` gives the run's events with every noise scale
+    ``s`` times those. The returned s is the smallest (to 1e-4 relative) whose PLD composition meets the total
+    (:func:`~dppca_dask.accounting.calibrate_noise_scale`; never above it). 1.0 when the plan has no release beside
+    its main one (``needed`` false: the main release is already calibrated to the whole total) or reproduces a
+    paper's constants (``calibration="paper"``). Public values only.
+    """
+    from dppca_dask import accounting
+
+    if not needed or getattr(params, "calibration", "standard") == "paper":
+        return 1.0
+    return accounting.calibrate_noise_scale(events_at, epsilon=params.epsilon, delta=params.delta).scale
+
+
+def block_constants(params: Any, *, center: str | np.ndarray | None, explained_variance: bool, mean_share: float,
+                    variance_share: float, auto_bound: bool, quantile: float, quantile_share: float,
+                    norm_grid: Any) -> tuple[CentredReleases, Any, Any]:
+    """The releases of a block run before the joint scale: the side releases calibrated to their shares, the
+    parameters of the iterations and their constants calibrated to the rest (:func:`plan_block_power`)."""
+    from dppca_dask.methods.adaptive_power import adaptive_constants
+
+    shared = plan_centred_releases(params, center=center, auto_bound=auto_bound, quantile=quantile,
+                                   quantile_share=quantile_share, mean_share=mean_share,
+                                   explained_variance=explained_variance, variance_share=variance_share,
+                                   norm_grid=norm_grid, main="iterations", main_label="the iterations")
+    power_params = dataclasses.replace(params, mechanism="adaptive-power", n_components=1,
+                                       epsilon=params.epsilon * (1.0 - shared.used_epsilon),
+                                       delta=params.delta * (1.0 - shared.used))
+    return shared, power_params, adaptive_constants(power_params)
+
+
 def _check_resume(resume: Any) -> BlockPowerState | None:
     if resume is not None and not isinstance(resume, BlockPowerState):
         raise InvalidParameterError(
@@ -814,6 +872,7 @@ def plan_block_power(
     oversample: int = DEFAULT_OVERSAMPLE,
     start: np.ndarray | None = None,
     release_prefix: str = "",
+    noise_scale: float | None = None,
 ) -> Any:
     """Calibrate a block run from public parameters only (a :class:`~dppca_dask.methods.MechanismPlan`).
 
@@ -825,22 +884,31 @@ def plan_block_power(
     c as the ``quantile`` of row norms on the public ``norm_grid`` (default
     :class:`~dppca_dask.mechanisms.quantile.NormGrid`: 2^-10 to 2^20, four points per octave), and
     ``params.row_norm_bound`` is not used.
-    """
-    import dataclasses
 
+    The shares fix the releases' relative noise; every noise scale (the Gaussian multipliers, the Laplace scales
+    of the AboveThreshold steps and of the quantile) is then multiplied by one common factor s,
+    :func:`joint_noise_scale`, so that the PLD composition of all the run's events is the total itself rather than
+    below it (``calibration["noise_scale"]``). ``noise_scale`` imposes s instead (a caller that calibrates this run
+    jointly with releases of its own: ``mechanism="auto"``'s pilot).
+    """
     from dppca_dask.methods._registry import MechanismPlan
     from dppca_dask.methods.adaptive_power import _plan_adaptive_power
 
-    shared = plan_centred_releases(params, center=center, auto_bound=auto_bound, quantile=quantile,
-                                   quantile_share=quantile_share, mean_share=mean_share,
-                                   explained_variance=explained_variance, variance_share=variance_share,
-                                   norm_grid=norm_grid, main="iterations", main_label="the iterations")
+    shared, power_params, constants = block_constants(
+        params, center=center, explained_variance=explained_variance, mean_share=mean_share,
+        variance_share=variance_share, auto_bound=auto_bound, quantile=quantile, quantile_share=quantile_share,
+        norm_grid=norm_grid)
+
+    def events_at(scale: float) -> list[Any]:
+        releases = shared.scaled(scale)
+        return [*releases.planned_events(), *constants.scaled(scale).events(), *releases.variance_events()]
+
+    if noise_scale is None:
+        noise_scale = joint_noise_scale(params, events_at, needed=shared.has_releases)
+    shared = shared.scaled(noise_scale)
     uses_mean = isinstance(center, str)
-    power_params = dataclasses.replace(params, mechanism="adaptive-power", n_components=1,
-                                       epsilon=params.epsilon * (1.0 - shared.used_epsilon),
-                                       delta=params.delta * (1.0 - shared.used))
     auto = shared.auto
-    base = _plan_adaptive_power(power_params, n_cols)
+    base = _plan_adaptive_power(power_params, n_cols, constants.scaled(noise_scale))
     cal = dict(base.calibration)
     bound = centred_bound(float(auto.grid.values[-1]) if auto is not None else params.row_norm_bound, center)
     grid = ThresholdGrid.for_bound(bound, per_octave=params.grid_per_octave, octaves=params.grid_octaves)
@@ -879,12 +947,7 @@ def plan_block_power(
             keys.append("explained-variance")
         return keys
 
-    planned = shared.planned_events()
-    planned.extend(base.planned_events or ())
-    if variance_multiplier is not None:
-        from dp_accounting import GaussianDpEvent
-
-        planned.append(GaussianDpEvent(variance_multiplier))
+    planned = [*shared.planned_events(), *(base.planned_events or ()), *shared.variance_events()]
     assert base.replace_one is not None
     power_replace, power_method = base.replace_one
 
@@ -907,6 +970,7 @@ def plan_block_power(
         "block_width": min(n_cols, params.n_components + oversample),
         "center": shared.center,
         "shares": dict(shared.shares),
+        "noise_scale": noise_scale,
         "mean_noise_multiplier": mean_multiplier,
         "row_norm_quantile": shared.quantile_json,
         "variance_noise_multiplier": variance_multiplier,

@@ -28,6 +28,7 @@ from dppca_dask.algorithms.block_power import (
     CentredGramMatrix,
     centred_bound,
     check_center,
+    joint_noise_scale,
     plan_centred_releases,
     release_explained_variance,
     release_private_mean,
@@ -113,9 +114,13 @@ def plan_centred_gauss(
     quantile: float = DEFAULT_NORM_QUANTILE,
     quantile_share: float = DEFAULT_QUANTILE_SHARE,
     norm_grid: Any = None,
+    noise_scale: float | None = None,
 ) -> Any:
     """Calibrate a centred Analyze Gauss run from public parameters only (shares as in
-    :func:`~dppca_dask.algorithms.block_power.plan_block_power`; the Gram release gets the rest)."""
+    :func:`~dppca_dask.algorithms.block_power.plan_block_power`; the Gram release gets the rest), every noise scale
+    then multiplied by the common factor of
+    :func:`~dppca_dask.algorithms.block_power.joint_noise_scale` (or ``noise_scale``), so that the releases
+    together spend the whole (ε, δ)."""
     from dp_accounting import GaussianDpEvent
 
     from dppca_dask import accounting
@@ -126,8 +131,17 @@ def plan_centred_gauss(
                                    quantile_share=quantile_share, mean_share=mean_share,
                                    explained_variance=explained_variance, variance_share=variance_share,
                                    norm_grid=norm_grid, main="gram", main_label="the Gram matrix")
-    multiplier = accounting.calibrate_gaussian(epsilon=params.epsilon * (1.0 - shared.used_epsilon),
-                                               delta=params.delta * (1.0 - shared.used))
+    base_multiplier = accounting.calibrate_gaussian(epsilon=params.epsilon * (1.0 - shared.used_epsilon),
+                                                    delta=params.delta * (1.0 - shared.used))
+
+    def events_at(scale: float) -> list[Any]:
+        releases = shared.scaled(scale)
+        return [*releases.planned_events(), GaussianDpEvent(base_multiplier * scale), *releases.variance_events()]
+
+    if noise_scale is None:
+        noise_scale = joint_noise_scale(params, events_at, needed=shared.has_releases)
+    shared = shared.scaled(noise_scale)
+    multiplier = base_multiplier * noise_scale
     auto, mean_multiplier, variance_multiplier = shared.auto, shared.mean_multiplier, shared.variance_multiplier
 
     def make_run(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
@@ -159,6 +173,7 @@ def plan_centred_gauss(
         "centred_bound": None if auto is not None else centred_bound(params.row_norm_bound, center),
         "row_norm_quantile": shared.quantile_json,
         "shares": dict(shared.shares),
+        "noise_scale": noise_scale,
     }
     return MechanismPlan(make_run, "add/remove one row", calibration, None, 1, planned_events=tuple(planned),
                          replace_one=(replace_one, "replace one row: the quantile's utilities move by <= 100 "

@@ -4,7 +4,8 @@ mean releases with their runs: the planned events (what the ledger reserves) and
 components, mean, explained variance, decision and events, in both branches of the decision.
 
 The expected values (``auto_reference.json``) were computed before that change (same data, parameters and noise
-seed). Events and shares are compared exactly; released arrays to 1e-12 relative (the same arithmetic in the same
+seed), and recomputed once when every noise scale of the run came to be multiplied by one common factor so that
+the releases together spend the whole budget (``calibration["noise_scale"]``; the shares unchanged). Events and shares are compared exactly; released arrays to 1e-12 relative (the same arithmetic in the same
 order gives them bit for bit; the slack only absorbs a different BLAS). Deterministic (seeded data and noise).
 """
 
