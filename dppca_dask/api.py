@@ -369,6 +369,9 @@ def pca(
     extras: dict[str, Any] = {}
     if centring.auto_bound:
         extras["row_norm_bound"] = float(output.row_norm_bound)  # released by the private quantile
+    if getattr(output, "clipped_fraction", None) is not None:  # released: a noisy count over a noisy count
+        extras["clipped_fraction"] = float(output.clipped_fraction)
+        _warn_clipping(float(output.clipped_fraction), float(params.row_norm_bound))
     if getattr(output, "decision", None) is not None:
         extras["auto"] = dict(output.decision)  # released values and public constants only
     if params.mechanism == "exact":
@@ -407,6 +410,21 @@ def pca(
         extras=extras,
         **result_fields(output),
     )
+
+
+def _warn_clipping(fraction: float, bound: float) -> None:
+    """A :class:`~dppca_dask.errors.ClippingWarning` when the released clipped fraction is above
+    :data:`~dppca_dask.algorithms.block_power.CLIPPED_FRACTION_WARNING` (a function of released values only)."""
+    from dppca_dask.algorithms.block_power import CLIPPED_FRACTION_WARNING
+    from dppca_dask.errors import ClippingWarning
+
+    if fraction > CLIPPED_FRACTION_WARNING:
+        warnings.warn(
+            f"row_norm_bound={bound:g} clipped about {fraction:.0%} of the rows (released): the components are those "
+            "of the rows scaled down to that norm, which may not be the data's principal directions; scale the rows "
+            "(after StandardScaler divide them by about the median row norm) or pass a larger row_norm_bound (noise "
+            "grows with its square) or row_norm_bound='auto' (see the clipping guide)",
+            ClippingWarning, stacklevel=3)
 
 
 def _open_input(data: Any, layer: str | None) -> tuple[Any, bool]:

@@ -163,7 +163,12 @@ class InferredSchemaWarning(UserWarning):
     """The input's shape was read off the data, so releasing it (every output's length does) is not covered."""
 
 
-__all__ += ["ClusterLostError", "TaskFailedError"]
+class ClippingWarning(UserWarning):
+    """A released share of the rows exceeds the public row-norm bound: clipping may have distorted the components
+    (the released fraction is ``result.extras["clipped_fraction"]``; see the clipping guide)."""
+
+
+__all__ += ["ClippingWarning", "ClusterLostError", "TaskFailedError"]
 
 
 class ClusterLostError(DppcaError, ConnectionError):
