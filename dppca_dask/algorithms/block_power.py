@@ -439,6 +439,16 @@ def ordered_basis(y: np.ndarray) -> np.ndarray:
     return u.T
 
 
+def _clipped_once(reused: float | None, row_norm_bound: float, clipped_multiplier: float,
+                  noise: NoiseSource) -> Generator[Any, Any, tuple[float, Any]]:
+    """The clipped fraction and its event: the released value of an interrupted run (no draw), else a release."""
+    if reused is not None:
+        from dp_accounting import GaussianDpEvent
+
+        return float(reused), GaussianDpEvent(clipped_multiplier)
+    return (yield from release_clipped_fraction(row_norm_bound, clipped_multiplier=clipped_multiplier, noise=noise))
+
+
 def block_power_run(
     *,
     n_cols: int,
@@ -595,15 +605,10 @@ def block_power_run(
             "interrupted run wrote"
         )
     if clipped_multiplier is not None and auto is None:
-        if resume is not None and resume.clipped_fraction is not None:  # released before the interruption
-            from dp_accounting import GaussianDpEvent
-
-            clipped = float(resume.clipped_fraction)
-            events.append(GaussianDpEvent(clipped_multiplier))
-        else:
-            clipped, clipped_event = yield from release_clipped_fraction(
-                row_norm_bound, clipped_multiplier=clipped_multiplier, noise=noise)
-            events.append(clipped_event)
+        reused = None if resume is None else resume.clipped_fraction  # released before an interruption
+        clipped, clipped_event = yield from _clipped_once(reused, row_norm_bound, clipped_multiplier, noise)
+        events.append(clipped_event)
+        if reused is None:
             emit("clipped-fraction", 0)
     if isinstance(center, str):
         assert mean_multiplier is not None
