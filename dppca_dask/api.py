@@ -198,14 +198,18 @@ def pca(
     row_norm_bound
         Public L2 bound c; rows are scaled down to it (never dropped). ``"auto"``: c is released first as the 90th
         percentile of the row norms on a public log grid (report noisy max, 5% of ε), so about 10% of the rows are
-        clipped; no count of clipped rows is released.
+        clipped; no count of clipped rows is released. With a fixed c, runs with centring or block power release
+        the fraction of rows c clips (2% of the budget; ``result.clipped_fraction``) and warn above one half
+        (:class:`~dppca_dask.errors.ClippingWarning`; see the clipping guide).
     center
         ``False`` (default: components of the clipped, uncentred rows, as before), ``True`` or ``"private"`` (the
         mean of the clipped rows is released from 10% of the budget and the rows are centred at it inside the
         kernels: sparse partitions stay sparse), or a public mean vector used as is (finite, of norm at most
         1e100). With centring or ``row_norm_bound="auto"``, adaptive power runs as one block of k components (T
         releases) and Analyze Gauss on the centred Gram matrix; both release the explained variance from 5% of the
-        budget (``result.explained_variance``, ``explained_variance_ratio``, ``singular_values``, ``mean``).
+        budget (``result.explained_variance``, ``explained_variance_ratio``, ``singular_values``, ``mean``). The
+        shares fix the releases' relative noise; one common factor on every noise scale, found by the PLD
+        accountant, makes them spend the whole (ε, δ) (``provenance["calibration"]["noise_scale"]``).
     mechanism
         ``"auto"`` (the default, also for None): block adaptive power or Analyze Gauss, chosen from a private
         pilot run (10% of the budget; block adaptive power only above ``max_dense_dim``; ``result.mechanism``
@@ -403,6 +407,9 @@ def pca(
     extras: dict[str, Any] = {}
     if centring.auto_bound:
         extras["row_norm_bound"] = float(output.row_norm_bound)  # released by the private quantile
+    if getattr(output, "clipped_fraction", None) is not None:  # released: a noisy count over a noisy count
+        extras["clipped_fraction"] = float(output.clipped_fraction)
+        _warn_clipping(float(output.clipped_fraction), float(params.row_norm_bound))
     if getattr(output, "decision", None) is not None:
         extras["auto"] = dict(output.decision)  # released values and public constants only
     if params.mechanism == "exact":
@@ -442,6 +449,22 @@ def pca(
         diagnostics=_diagnostics(output, params.mechanism),
         **result_fields(output),
     )
+
+
+def _warn_clipping(fraction: float, bound: float) -> None:
+    """A :class:`~dppca_dask.errors.ClippingWarning` when the released clipped fraction is above
+    :data:`~dppca_dask.algorithms.block_power.CLIPPED_FRACTION_WARNING` (a function of released values only)."""
+    from dppca_dask.algorithms.block_power import CLIPPED_FRACTION_WARNING
+    from dppca_dask.errors import ClippingWarning
+
+    if fraction > CLIPPED_FRACTION_WARNING:
+        warnings.warn(
+            f"row_norm_bound={bound:g} clipped about {fraction:.0%} of the rows (released): the components are those "
+            "of the rows scaled down to that norm, which may not be the data's principal directions; pass "
+            "row_norm_bound='auto' (a private 90th percentile of the row norms) or a bound near the typical row norm "
+            "(noise grows with its square), and after StandardScaler bound each value first, e.g. "
+            "numpy.clip(X, -3, 3) (see the clipping guide)",
+            ClippingWarning, stacklevel=3)
 
 
 def _diagnostics(output: Any, mechanism: str) -> Any:

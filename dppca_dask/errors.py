@@ -168,7 +168,12 @@ class UnreliableReleaseWarning(UserWarning):
     """A release's diagnostics say its privacy noise dominates (``diagnostics.reliable`` is false)."""
 
 
-__all__ += ["ClusterLostError", "TaskFailedError"]
+class ClippingWarning(UserWarning):
+    """A released share of the rows exceeds the public row-norm bound: clipping may have distorted the components
+    (the released fraction is ``result.extras["clipped_fraction"]``; see the clipping guide)."""
+
+
+__all__ += ["ClippingWarning", "ClusterLostError", "TaskFailedError"]
 
 
 class ClusterLostError(DppcaError, ConnectionError):

@@ -106,6 +106,10 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
     mean_, explained_variance_, explained_variance_ratio_, singular_values_ : ndarray
         Set only when the mechanism releases them (a private release of each); absent otherwise. When ``mean_`` is
         set, ``transform`` subtracts it and ``inverse_transform`` adds it back.
+    clipped_fraction_ : float
+        The released fraction of rows that the fixed ``row_norm_bound`` clipped (a noisy count over a noisy count,
+        from 2% of the budget); set only when released. Above one half, ``fit`` issues a
+        :class:`~dppca_dask.errors.ClippingWarning`.
 
     Notes
     -----
@@ -289,7 +293,8 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
             timings=self.timings,
             center=self._center(),
         )
-        for name in ("mean_", "explained_variance_", "explained_variance_ratio_", "singular_values_"):
+        for name in ("mean_", "explained_variance_", "explained_variance_ratio_", "singular_values_",
+                     "clipped_fraction_"):
             if hasattr(self, name):
                 delattr(self, name)  # a refit must not keep the previous release's values
         self.result_ = result
@@ -305,6 +310,8 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
             value = getattr(result, name, None)
             if value is not None:
                 setattr(self, f"{name}_", np.asarray(value, dtype=np.float64))
+        if "clipped_fraction" in result.extras:
+            self.clipped_fraction_ = float(result.extras["clipped_fraction"])
         return self
 
     def _check_fit_input(self, X: Any) -> Any:

@@ -167,6 +167,13 @@ class PCAResult:
         return short_repr(self, shape=f"{self.components.shape[0]}x{self.components.shape[1]} components",
                           extra=tuple(extra))
 
+    @property
+    def clipped_fraction(self) -> float | None:
+        """The released fraction of rows the fixed ``row_norm_bound`` clipped (``extras["clipped_fraction"]``, a
+        differentially private output); None when the run did not release it."""
+        value = (self.extras or {}).get("clipped_fraction")
+        return None if value is None else float(value)
+
     def to_dict(self, *, include_components: bool = True) -> dict[str, Any]:
         """A JSON-safe dictionary (infinite ε becomes the string ``"inf"``)."""
         report = report_dict(self.privacy)

@@ -14,7 +14,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -40,9 +40,11 @@ __all__ = [
     "MIN_PLD_DELTA",
     "AdaptivePowerCalibration",
     "cache_path",
+    "NoiseScaleCalibration",
     "cached_epsilon_for",
     "calibrate_adaptive_power",
     "calibrate_gaussian",
+    "calibrate_noise_scale",
     "clear_memory_cache",
     "pass_delta_for",
     "svt_step_delta",
@@ -73,6 +75,7 @@ MAX_RELEASES = 10_000
 MIN_PLD_DELTA = 1e-14
 
 _memo: dict[str, AdaptivePowerCalibration] = {}
+_scale_memo: dict[str, NoiseScaleCalibration] = {}
 _figure_memo: dict[str, float] = {}
 _memo_lock = threading.Lock()
 
@@ -713,7 +716,148 @@ def clear_memory_cache() -> None:
     """Forget calibrations and privacy figures kept in this process (the disk cache is untouched)."""
     with _memo_lock:
         _memo.clear()
+        _scale_memo.clear()
         _figure_memo.clear()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# joint calibration of several releases
+
+
+@dataclass(frozen=True, slots=True)
+class NoiseScaleCalibration:
+    """One common factor on the noise of every release of a run, so that together they meet a target (ε, δ)."""
+
+    scale: float
+    """s: every Gaussian noise multiplier is multiplied by s and every pure ε divided by it (so every noise
+    scale, Gaussian or Laplace, is multiplied by s)."""
+    achieved_epsilon: float
+    """ε at the target δ of the run's events at ``scale`` by the accountant (≤ the target, checked)."""
+    from_cache: bool = False
+    """Whether the scale was read from the on-disk cache (and re-checked) rather than searched."""
+
+
+def calibrate_noise_scale(
+    events_at: Callable[[float], Sequence[dp_event.DpEvent]],
+    *,
+    epsilon: float,
+    delta: float,
+    accountant: Accountant = "pld",
+    cache: bool = True,
+) -> NoiseScaleCalibration:
+    """The smallest common noise scale s (to a relative 1e-4) at which a run's releases together meet (ε, δ).
+
+    Parameters
+    ----------
+    events_at
+        ``events_at(s)``: the DpEvents the whole run emits when every noise scale of its releases is ``s`` times
+        its base value; the accountant's ε must not increase with s (true when Gaussian multipliers grow and pure
+        ε shrink with s). A pure function of public parameters.
+    epsilon, delta
+        Target total guarantee.
+    accountant
+        ``"pld"`` (default; the accountant of the privacy report) or ``"rdp"``.
+    cache
+        Read and write the in-process memo and the on-disk calibration cache (keyed by the events at ``s = 1``
+        and ``s = 2``, the target and the accountant; a cached scale is re-checked before use).
+
+    Returns
+    -------
+    NoiseScaleCalibration
+        ``scale`` and the achieved ε, which is at most ``epsilon``: only a scale whose events were evaluated by
+        :func:`~dppca_dask.accounting.epsilon_for` (the privacy report's own call) at or below the target is
+        returned.
+
+    Raises
+    ------
+    CalibrationError
+        When no scale up to 1e7 meets the target.
+
+    Notes
+    -----
+    Privacy contract: the planners split a budget by public shares (each release calibrated to its share, the
+    parts composing to at most the total by basic composition) and then multiply every noise scale by one common
+    s, found here, so that the PLD composition of all the releases is the total itself: the shares fix the
+    releases' relative noise, the accountant their common level. Searched as the adaptive power multiplier is
+    (:func:`calibrate_adaptive_power`): a safeguarded regula falsi in ``log s`` on a coarse PLD grid, then on the
+    report's grid around its answer.
+    """
+    from dppca_dask.accounting.events import event_to_json
+
+    _check_target(epsilon, delta)
+    if accountant not in ("pld", "rdp"):
+        raise InvalidParameterError(f"accountant must be 'pld' or 'rdp'; got {accountant!r}")
+    described = {str(s): [event_to_json(e) for e in events_at(s)] for s in (1.0, 2.0)}
+    key = _cache_key({"kind": "noise_scale", "epsilon": float(epsilon), "delta": float(delta),
+                      "accountant": accountant, "rtol": _RTOL, "events": described})
+    if cache:
+        with _memo_lock:
+            memo = _scale_memo.get(key)
+        if memo is not None:
+            return memo
+
+    def fine(s: float) -> float:
+        return epsilon_for(list(events_at(s)), delta=delta, accountant=accountant)
+
+    def remember(out: NoiseScaleCalibration) -> NoiseScaleCalibration:
+        if cache:
+            with _memo_lock:
+                _scale_memo[key] = out
+        return out
+
+    path = cache_path() if cache else None
+    if path is not None:
+        entry = _read_cache(path).get(key)
+        scale = entry.get("scale") if isinstance(entry, dict) else None
+        if isinstance(scale, float) and math.isfinite(scale) and scale > 0:
+            achieved = fine(scale)
+            if achieved <= epsilon:
+                return remember(NoiseScaleCalibration(scale, achieved, True))
+            log.warning("ignoring a calibration cache entry that does not meet its target: %s", key)
+        elif entry is not None:
+            log.warning("ignoring a malformed calibration cache entry: %s", key)
+    try:
+        scale, achieved = _search_scale(events_at, fine, epsilon, delta, accountant)
+    except _Unreachable:
+        raise CalibrationError(
+            f"no common noise scale up to {_MAX_MULTIPLIER:g} meets epsilon={epsilon:g} at delta={delta:g}; "
+            "lower the shares of the pure-epsilon releases or raise epsilon"
+        ) from None
+    if not achieved <= epsilon:  # the check: ``achieved`` was computed for exactly this scale
+        raise CalibrationError(
+            f"calibration failed its check: epsilon={achieved} exceeds the target {epsilon}; please report this"
+        )
+    out = remember(NoiseScaleCalibration(scale, achieved, False))
+    if path is not None:
+        _write_cache(path, key, {"scale": scale, "achieved": achieved})
+    return out
+
+
+def _search_scale(
+    events_at: Callable[[float], Sequence[dp_event.DpEvent]], fine: Callable[[float], float], epsilon: float,
+    delta: float, accountant: Accountant,
+) -> tuple[float, float]:
+    memo: dict[float, float] = {}
+
+    def fine_memo(s: float) -> float:
+        if s not in memo:
+            memo[s] = fine(s)
+        return memo[s]
+
+    if accountant == "rdp":
+        return _solve(fine_memo, epsilon, _bracket(fine_memo, epsilon, 1.0, 2.0), _RTOL)
+    coarse_memo: dict[float, float] = {}
+
+    def coarse(s: float) -> float:
+        if s not in coarse_memo:
+            events = list(events_at(s))
+            interval = min(1.0, _COARSE_FACTOR * pld_interval_for(events))
+            coarse_memo[s] = epsilon_for(events, delta=delta, accountant=accountant,
+                                         value_discretization_interval=interval)
+        return coarse_memo[s]
+
+    s_coarse, _ = _solve(coarse, epsilon, _bracket(coarse, epsilon, 1.0, 2.0), 1e-3)
+    return _solve(fine_memo, epsilon, _bracket(fine_memo, epsilon, s_coarse, 1.003), _RTOL)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ smaller noise per entry wins (the seed 004 spec's §5: adaptive power wins by th
 θ settles far below c², and loses when θ stays near c²). θ is the one unknown, and it is private: the run
 releases it first.
 
-1. (``row_norm_bound="auto"``) the bound c, (``center="private"``) the mean, each once, as in a block run;
+1. (``row_norm_bound="auto"``) the bound c, or (a fixed bound) the fraction of rows it clips, then
+   (``center="private"``) the mean, each once, as in a block run;
 2. the *pilot*: a block run of :data:`DEFAULT_PILOT_ITER` iterations from the public share
    :data:`DEFAULT_DECISION_SHARE` of (ε, δ) (its own release keys ``decision/...``); its last released threshold θ̂
    estimates the threshold a full run would settle at;
@@ -46,9 +47,12 @@ from dppca_dask.algorithms.block_power import (
     DEFAULT_QUANTILE_SHARE,
     AutoBound,
     BlockPowerOutput,
+    block_constants,
     centred_bound,
+    joint_noise_scale,
     plan_block_power,
     plan_centred_releases,
+    release_clipped_fraction,
     release_private_mean,
     release_row_norm_bound,
 )
@@ -112,19 +116,29 @@ def plan_auto(
     shared = plan_centred_releases(params, center=center, auto_bound=auto_bound, quantile=quantile,
                                    quantile_share=quantile_share, mean_share=mean_share, explained_variance=None,
                                    other_shares={"decision": decision_share}, main="release",
-                                   main_label="the release")
+                                   main_label="the release", clipped_fraction=not auto_bound)
     epsilon_main, delta_main = params.epsilon * (1.0 - shared.used_epsilon), params.delta * (1.0 - shared.used)
     pilot_params = dataclasses.replace(block_params, epsilon=params.epsilon * decision_share,
                                        delta=params.delta * decision_share, n_iter=pilot_iter)
-    main_params = dataclasses.replace(block_params, epsilon=epsilon_main, delta=delta_main)
-    auto, mean_multiplier = shared.auto, shared.mean_multiplier
     given = None if center is None or uses_mean else np.asarray(center, dtype=np.float64)
     # the calibrations do not depend on the released bound or mean (only the grids do): plan them once here
     probe_center = given if given is not None else (np.zeros(n_cols) if uses_mean else None)
+    _, _, pilot_constants = block_constants(
+        pilot_params, center=probe_center, explained_variance=False, mean_share=mean_share, variance_share=0.0,
+        auto_bound=False, quantile=quantile, quantile_share=quantile_share, norm_grid=None, clipped_fraction=False)
+
+    def events_at(scale: float) -> list[Any]:  # the main release's noise scales as 1/epsilon_main
+        return [*shared.scaled(scale).planned_events(), *pilot_constants.scaled(scale).events(),
+                accounting.EpsilonDeltaDpEvent(epsilon_main / scale, delta_main)]
+
+    pilot_scale = joint_noise_scale(params, events_at, needed=True)
+    shared, epsilon_main = shared.scaled(pilot_scale), epsilon_main / pilot_scale
+    main_params = dataclasses.replace(block_params, epsilon=epsilon_main, delta=delta_main)
+    auto, mean_multiplier = shared.auto, shared.mean_multiplier
     pilot_probe = plan_block_power(pilot_params, n_cols, center=probe_center, explained_variance=False,
-                                   release_prefix="decision/")
-    block_probe = plan_block_power(main_params, n_cols, center=probe_center)
-    gauss_probe = plan_centred_gauss(main_params, n_cols, center=probe_center)
+                                   release_prefix="decision/", noise_scale=pilot_scale, clipped_fraction=False)
+    block_probe = plan_block_power(main_params, n_cols, center=probe_center, clipped_fraction=False)
+    gauss_probe = plan_centred_gauss(main_params, n_cols, center=probe_center, clipped_fraction=False)
     power_multiplier = float(block_probe.calibration["noise_multiplier"])
     gauss_multiplier = float(gauss_probe.calibration["noise_multiplier"])
     main_event = accounting.EpsilonDeltaDpEvent(epsilon_main, delta_main)
@@ -133,7 +147,8 @@ def plan_auto(
         if resume is not None:
             raise InvalidParameterError(f"mechanism={AUTO!r} does not resume an interrupted run; run it again")
         return auto_run(n_cols=n_cols, params=params, pilot_params=pilot_params, main_params=main_params,
-                        center=center, auto=auto, mean_multiplier=mean_multiplier, gamma=gamma,
+                        pilot_scale=pilot_scale, center=center, auto=auto, mean_multiplier=mean_multiplier, gamma=gamma,
+                        clipped_multiplier=shared.clipped_multiplier,
                         power_multiplier=power_multiplier, gauss_multiplier=gauss_multiplier,
                         main_event=main_event, noise=noise, on_release=on_release)
 
@@ -145,8 +160,10 @@ def plan_auto(
                  "rule": "adaptive-power-block if m * theta_pilot <= gamma * sigma * (c + r)^2, else analyze-gauss",
                  "power_noise_multiplier": power_multiplier, "gauss_noise_multiplier": gauss_multiplier,
                  "main": {"epsilon": epsilon_main, "delta": delta_main}},
+        "noise_scale": pilot_scale,
         "pilot": dict(pilot_probe.calibration),
         "mean_noise_multiplier": mean_multiplier,
+        "clipped_noise_multiplier": shared.clipped_multiplier,
         "center": shared.center,
         "row_norm_quantile": shared.quantile_json,
         "shares": dict(shared.shares),
@@ -167,6 +184,8 @@ def auto_run(
     pilot_params: Any,
     main_params: Any,
     center: str | np.ndarray | None,
+    pilot_scale: float = 1.0,
+    clipped_multiplier: float | None = None,
     auto: AutoBound | None,
     mean_multiplier: float | None,
     gamma: float,
@@ -187,6 +206,11 @@ def auto_run(
     if auto is not None:  # Step 1: the bound, as a block run releases it
         bound, quantile_event = yield from release_row_norm_bound(auto, noise)
         events.append(quantile_event)
+    clipped = None
+    if auto is None and clipped_multiplier is not None:  # the share of rows the fixed bound clips
+        clipped, clipped_event = yield from release_clipped_fraction(bound, clipped_multiplier=clipped_multiplier,
+                                                                     noise=noise)
+        events.append(clipped_event)
     mean: np.ndarray | None = None if center is None or isinstance(center, str) else np.asarray(center, float)
     mean_count = None
     if isinstance(center, str):  # the mean, once; both later runs use it as a given (released) centre
@@ -197,7 +221,8 @@ def auto_run(
     pilot_params = dataclasses.replace(pilot_params, row_norm_bound=bound)
     main_params = dataclasses.replace(main_params, row_norm_bound=bound)
     # Step 2: the pilot
-    pilot = plan_block_power(pilot_params, n_cols, center=mean, explained_variance=False, release_prefix="decision/")
+    pilot = plan_block_power(pilot_params, n_cols, center=mean, explained_variance=False, release_prefix="decision/",
+                             noise_scale=pilot_scale, clipped_fraction=False)
     pilot_out = yield from pilot.make_run(noise, on_release, None)
     events.extend(pilot_out.events)
     theta = float(pilot_out.thresholds[0, -1])
@@ -210,9 +235,9 @@ def auto_run(
                 "gamma": gamma}
     # Step 4: the chosen mechanism, with the rest of the budget
     if chosen == "analyze-gauss":
-        plan = plan_centred_gauss(main_params, n_cols, center=mean)
+        plan = plan_centred_gauss(main_params, n_cols, center=mean, clipped_fraction=False)
     else:
-        plan = plan_block_power(main_params, n_cols, center=mean, start=pilot_out.basis.T)
+        plan = plan_block_power(main_params, n_cols, center=mean, start=pilot_out.basis.T, clipped_fraction=False)
     output = yield from plan.make_run(noise, on_release, None)
     events.append(main_event)  # the branch's own events compose to at most this, whichever branch ran
     diag = output.diagnostics
@@ -223,5 +248,5 @@ def auto_run(
                                mean_count=mean_count, dim=n_cols)  # the branch ran with the mean as given
     return dataclasses.replace(output, mean=mean if isinstance(center, str) else output.mean, mean_count=mean_count,
                                events=tuple(events), row_norm_bound=bound, mechanism=chosen, decision=decision,
-                               diagnostics=diag)
+                               diagnostics=diag, clipped_fraction=clipped)
 

@@ -75,6 +75,7 @@ __all__ = [
     "ordered_basis",
     "plan_centred_releases",
     "release_explained_variance",
+    "release_clipped_fraction",
     "sort_by_variance",
     "release_private_mean",
     "release_row_norm_bound",
@@ -242,6 +243,18 @@ def release_row_norm_bound(auto: AutoBound, noise: NoiseSource) -> Generator[Any
                             epsilon=auto.epsilon, noise=noise)
 
 
+def release_clipped_fraction(row_norm_bound: float, *, clipped_multiplier: float,
+                             noise: NoiseSource) -> Generator[Any, Any, tuple[float, Any]]:
+    """Release the fraction of rows the public bound c clips: one pass of :class:`NormCounts` at c, then
+    :func:`~dppca_dask.mechanisms.centred.private_clipped_fraction` (``GaussianDpEvent(clipped_multiplier)``)."""
+    from dppca_dask.mechanisms.centred import private_clipped_fraction
+
+    counted = yield NormCounts(candidates=np.array([float(row_norm_bound)]))
+    count = int(counted.count)
+    return private_clipped_fraction(count - int(counted.counts[0]), count, noise_multiplier=clipped_multiplier,
+                                    noise=noise)
+
+
 def release_private_mean(row_norm_bound: float, *, mean_multiplier: float,
                          noise: NoiseSource) -> Generator[Any, Any, tuple[np.ndarray, float, Any]]:
     """Release the centre of ``center="private"``: one pass of :class:`MeanStep`, then
@@ -267,7 +280,7 @@ def release_explained_variance(components: np.ndarray, row_norm_bound: float, me
 
 # ------------------------------------------------------------------------------------------------ the run
 #: The stages of a block run, in order: each :class:`BlockPowerState` says which release it follows.
-BLOCK_STAGES = ("row-norm-bound", "mean", "iteration", "explained-variance")
+BLOCK_STAGES = ("row-norm-bound", "clipped-fraction", "mean", "iteration", "explained-variance")
 
 
 def _array_json(value: np.ndarray | None) -> Any:
@@ -308,6 +321,8 @@ class BlockPowerState:
     """The released row count of the private mean."""
     variance: ExplainedVariance | None = None
     """The released explained variance (after the last release)."""
+    clipped_fraction: float | None = None
+    """The released fraction of rows the public bound clips; None when not released (yet)."""
 
     def released_iterations(self, n_iter: int) -> int:
         """Iterations released before the interruption (for reports)."""
@@ -333,6 +348,7 @@ class BlockPowerState:
             "row_norm_bound": self.row_norm_bound,
             "mean_count": self.mean_count,
             "variance": variance,
+            "clipped_fraction": self.clipped_fraction,
         }
 
     @classmethod
@@ -356,6 +372,7 @@ class BlockPowerState:
         released = _array_from(obj.get("released"))
         bound = obj.get("row_norm_bound")
         count = obj.get("mean_count")
+        clipped = obj.get("clipped_fraction")
         return cls(
             iteration=int(obj["iteration"]),
             x=None if x is None else np.atleast_2d(x.T).T,
@@ -367,6 +384,7 @@ class BlockPowerState:
             row_norm_bound=None if bound is None else float(bound),
             mean_count=None if count is None else float(count),
             variance=variance,
+            clipped_fraction=None if clipped is None else float(clipped),
         )
 
 
@@ -397,6 +415,8 @@ class BlockPowerOutput:
     signal: np.ndarray | None = None
     """The released size of each component (in the order of ``components``): the singular value of the last power
     release, or the eigenvalue of the noisy Gram matrix (for the diagnostics of a private mean's artefact)."""
+    clipped_fraction: float | None = None
+    """The released fraction of rows the public bound clipped; None when not released (``row_norm_bound="auto"``)."""
 
 
 def _orthonormal(y: np.ndarray) -> np.ndarray:
@@ -426,6 +446,16 @@ def ordered_basis(y: np.ndarray) -> np.ndarray:
     return u.T
 
 
+def _clipped_once(reused: float | None, row_norm_bound: float, clipped_multiplier: float,
+                  noise: NoiseSource) -> Generator[Any, Any, tuple[float, Any]]:
+    """The clipped fraction and its event: the released value of an interrupted run (no draw), else a release."""
+    if reused is not None:
+        from dp_accounting import GaussianDpEvent
+
+        return float(reused), GaussianDpEvent(clipped_multiplier)
+    return (yield from release_clipped_fraction(row_norm_bound, clipped_multiplier=clipped_multiplier, noise=noise))
+
+
 def block_power_run(
     *,
     n_cols: int,
@@ -445,6 +475,7 @@ def block_power_run(
     variance_multiplier: float | None = None,
     on_release: Callable[[BlockPowerState, tuple[Any, ...]], None] | None = None,
     oversample: int = 0,
+    clipped_multiplier: float | None = None,
     resume: BlockPowerState | None = None,
     start: np.ndarray | None = None,
     release_prefix: str = "",
@@ -465,6 +496,9 @@ def block_power_run(
         Noise multiplier of the private mean's release (required with ``center="private"``).
     variance_multiplier
         Noise multiplier of the explained variance's release; None: no variance is released.
+    clipped_multiplier
+        Noise multiplier of the release of the fraction of rows the public bound clips (first, before the mean);
+        None: not released (never with an :class:`AutoBound`, which clips about a known share by construction).
     oversample
         Extra columns p of the iterate (public): the block has width ``min(d, k + p)`` and the top k of the last
         release are returned. The sensitivity is θ whatever the width, so the noise per entry does not grow with
@@ -524,7 +558,7 @@ def block_power_run(
     events: list[Any] = []
     thresholds: list[float] = []
     mean_count: float | None = None
-
+    clipped: float | None = None  # the released clipped fraction
     variance: ExplainedVariance | None = None
     released: float | None = None  # the released bound (row_norm_bound="auto")
     x: np.ndarray | None = None
@@ -559,7 +593,7 @@ def block_power_run(
             on_release(BlockPowerState(
                 iteration=iteration, x=x, thresholds=(tuple(thresholds),), pending_index=pending_index, mean=mean,
                 stage=stage, released=None if noisy is x else noisy, row_norm_bound=released,
-                mean_count=mean_count, variance=variance), tuple(events))
+                mean_count=mean_count, variance=variance, clipped_fraction=clipped), tuple(events))
 
     if auto is not None:
         if resume is not None and resume.row_norm_bound is not None:  # released before the interruption
@@ -577,6 +611,12 @@ def block_power_run(
             f"resume.pending_index must be a grid index in [0, {n_points}); got {pending}; resume with the state the "
             "interrupted run wrote"
         )
+    if clipped_multiplier is not None and auto is None:
+        reused = None if resume is None else resume.clipped_fraction  # released before an interruption
+        clipped, clipped_event = yield from _clipped_once(reused, row_norm_bound, clipped_multiplier, noise)
+        events.append(clipped_event)
+        if reused is None:
+            emit("clipped-fraction", 0)
     if isinstance(center, str):
         assert mean_multiplier is not None
         if resume is not None and resume.mean is not None:  # released before the interruption
@@ -659,7 +699,8 @@ def block_power_run(
     return BlockPowerOutput(components=components, thresholds=np.asarray([thresholds], dtype=np.float64),
                             mean=mean, mean_count=mean_count, variance=variance, events=tuple(events),
                             row_norm_bound=float(row_norm_bound), basis=basis,
-                            diagnostics=diagnostics(noise_to_signal), signal=signal)
+                            diagnostics=diagnostics(noise_to_signal), signal=signal,
+                            clipped_fraction=clipped)
 
 
 def sort_by_variance(components: np.ndarray, variance: ExplainedVariance
@@ -682,6 +723,11 @@ def sort_by_variance(components: np.ndarray, variance: ExplainedVariance
 DEFAULT_MEAN_SHARE = 0.1
 #: Public share of the user's (ε, δ) given to the explained variance's release.
 DEFAULT_VARIANCE_SHARE = 0.05
+#: Public share of the user's (ε, δ) given to the release of the fraction of rows a fixed ``row_norm_bound`` clips.
+DEFAULT_CLIPPED_SHARE = 0.02
+#: A released clipped fraction above this warns (:class:`~dppca_dask.errors.ClippingWarning`): more than half of the
+#: rows scaled down means the components are those of rescaled rows (docs/guide/clipping.md).
+CLIPPED_FRACTION_WARNING = 0.5
 #: Public share of the user's ε (no δ) given to the private row-norm quantile (``row_norm_bound="auto"``).
 DEFAULT_QUANTILE_SHARE = 0.05
 #: The quantile of row norms that ``row_norm_bound="auto"`` aims at: about 10% of the rows are clipped.
@@ -714,6 +760,8 @@ class CentredReleases:
     """The private mean's noise multiplier; None without a private mean."""
     variance_multiplier: float | None
     """The explained variance's noise multiplier; None when the plan releases none of its own."""
+    clipped_multiplier: float | None
+    """The clipped fraction's noise multiplier; None when the plan does not release it."""
     used: float
     """The share of ε and of δ spent beside the main release (mean, variance and the planner's other shares)."""
     used_epsilon: float
@@ -723,8 +771,34 @@ class CentredReleases:
     shares: dict[str, float]
     """Every share, in the order of the plan's provenance, the main release's last."""
 
+    @property
+    def has_releases(self) -> bool:
+        """Whether the plan releases anything beside its main release (the quantile, the mean or the variance)."""
+        return any(v is not None for v in (self.auto, self.mean_multiplier, self.variance_multiplier,
+                                            self.clipped_multiplier))
+
+    def scaled(self, scale: float) -> CentredReleases:
+        """The same releases with every noise scale times ``scale``: the mean's and the variance's noise
+        multipliers times it, the quantile's ε (its Laplace scale is ∝ 1/ε) over it. The shares are unchanged: they
+        fix the releases' relative noise."""
+        if scale == 1.0:
+            return self
+        auto = None if self.auto is None else dataclasses.replace(self.auto, epsilon=self.auto.epsilon / scale)
+        return dataclasses.replace(
+            self, auto=auto,
+            mean_multiplier=None if self.mean_multiplier is None else self.mean_multiplier * scale,
+            clipped_multiplier=None if self.clipped_multiplier is None else self.clipped_multiplier * scale,
+            variance_multiplier=None if self.variance_multiplier is None else self.variance_multiplier * scale)
+
+    def variance_events(self) -> list[Any]:
+        """The explained variance's event (after the main release), or none."""
+        from dp_accounting import GaussianDpEvent
+
+        return [] if self.variance_multiplier is None else [GaussianDpEvent(self.variance_multiplier)]
+
     def planned_events(self) -> list[Any]:
-        """The events released before the main one, in order: the quantile's, then the mean's."""
+        """The events released before the main one, in order: the quantile's (or the clipped fraction's), then the
+        mean's."""
         from dp_accounting import GaussianDpEvent
 
         from dppca_dask.accounting.events import EpsilonDeltaDpEvent
@@ -732,15 +806,19 @@ class CentredReleases:
         planned: list[Any] = []
         if self.auto is not None:
             planned.append(EpsilonDeltaDpEvent(self.auto.epsilon, 0.0))
+        if self.clipped_multiplier is not None:
+            planned.append(GaussianDpEvent(self.clipped_multiplier))
         if self.mean_multiplier is not None:
             planned.append(GaussianDpEvent(self.mean_multiplier))
         return planned
 
     def replace_one_head(self, flat: list[Any]) -> list[Any]:
-        """The replace-one-row events of the quantile and the mean, popped from the front of ``flat``.
+        """The replace-one-row events of the quantile, the clipped fraction and the mean, popped from the front of
+        ``flat``.
 
         Replacing a row moves each quantile utility by at most 100 instead of ``max(a, 100 − a)`` (ε grows by
-        ``100/max(a, 100 − a)``), and the mean's scaled sum by at most 2 with the count fixed (sensitivity 2
+        ``100/max(a, 100 − a)``), the clipped count by at most 1 with the count fixed (sensitivity 1 instead of √2:
+        the noise multiplier times √2), and the mean's scaled sum by at most 2 with the count fixed (sensitivity 2
         instead of √2: the noise multiplier divided by √2).
         """
         from dp_accounting import GaussianDpEvent
@@ -751,6 +829,8 @@ class CentredReleases:
         if self.auto is not None and flat:
             percent = round(self.quantile * 100)
             head.append(EpsilonDeltaDpEvent(flat.pop(0).epsilon * 100.0 / max(percent, 100 - percent), 0.0))
+        if self.clipped_multiplier is not None and flat:
+            head.append(GaussianDpEvent(flat.pop(0).noise_multiplier * math.sqrt(2.0)))
         if self.mean_multiplier is not None and flat:
             head.append(GaussianDpEvent(flat.pop(0).noise_multiplier / math.sqrt(2.0)))
         return head
@@ -777,13 +857,16 @@ def plan_centred_releases(
     other_shares: Mapping[str, float] | None = None,
     main: str,
     main_label: str,
+    clipped_fraction: bool = False,
+    clipped_share: float = DEFAULT_CLIPPED_SHARE,
 ) -> CentredReleases:
     """Split ``params``'s (ε, δ) by public shares and calibrate the releases beside the main one.
 
     ``mean_share`` of (ε, δ) goes to the private mean (``center="private"``), ``variance_share`` to the explained
     variance (``explained_variance``; None: the plan has no variance release of its own and no such share),
-    ``quantile_share`` of ε (no δ) to the row-norm quantile (``auto_bound``), each of ``other_shares`` to the
-    planner's own parts; the main release (``main``, provenance keys ``{main}_epsilon`` and ``{main}_delta``) gets
+    ``quantile_share`` of ε (no δ) to the row-norm quantile (``auto_bound``), ``clipped_share`` of (ε, δ) to the
+    fraction of rows a fixed bound clips (``clipped_fraction``, never with ``auto_bound``), each of
+    ``other_shares`` to the planner's own parts; the main release (``main``, provenance keys ``{main}_epsilon`` and ``{main}_delta``) gets
     the rest. The parts compose by basic composition to at most the total. Public values only: nothing here
     depends on the data.
     """
@@ -791,6 +874,9 @@ def plan_centred_releases(
     from dppca_dask.mechanisms.quantile import NormGrid
 
     others = dict(other_shares or {})
+    with_clipped = bool(clipped_fraction) and not auto_bound
+    if with_clipped:
+        others = {"clipped_fraction": clipped_share, **others}
     uses_mean = isinstance(center, str)
     with_variance = bool(explained_variance)
     used = (mean_share if uses_mean else 0.0) + (variance_share if with_variance else 0.0)
@@ -808,6 +894,8 @@ def plan_centred_releases(
     variance_multiplier = (accounting.calibrate_gaussian(epsilon=params.epsilon * variance_share,
                                                          delta=params.delta * variance_share)
                            if with_variance else None)
+    clipped_multiplier = (accounting.calibrate_gaussian(epsilon=params.epsilon * clipped_share,
+                                                        delta=params.delta * clipped_share) if with_clipped else None)
     auto = None
     if auto_bound:
         auto = AutoBound(grid=norm_grid if norm_grid is not None else NormGrid(), quantile=quantile,
@@ -821,8 +909,43 @@ def plan_centred_releases(
     shares[f"{main}_delta"] = 1.0 - used
     return CentredReleases(
         auto=auto, quantile=quantile, mean_multiplier=mean_multiplier, variance_multiplier=variance_multiplier,
-        used=used, used_epsilon=used_epsilon,
+        clipped_multiplier=clipped_multiplier, used=used, used_epsilon=used_epsilon,
         center="private" if uses_mean else ("given" if center is not None else "none"), shares=shares)
+
+
+def joint_noise_scale(params: Any, events_at: Callable[[float], list[Any]], *, needed: bool) -> float:
+    """The common factor on every noise scale of a plan so that all its releases together spend its (ε, δ).
+
+    A plan first calibrates each release to its public share (the parts compose to at most the total by basic
+    composition, which leaves budget unspent); ``events_at(s)`` gives the run's events with every noise scale
+    ``s`` times those. The returned s is the smallest (to 1e-4 relative) whose PLD composition meets the total
+    (:func:`~dppca_dask.accounting.calibrate_noise_scale`; never above it). 1.0 when the plan has no release beside
+    its main one (``needed`` false: the main release is already calibrated to the whole total) or reproduces a
+    paper's constants (``calibration="paper"``). Public values only.
+    """
+    from dppca_dask import accounting
+
+    if not needed or getattr(params, "calibration", "standard") == "paper":
+        return 1.0
+    return accounting.calibrate_noise_scale(events_at, epsilon=params.epsilon, delta=params.delta).scale
+
+
+def block_constants(params: Any, *, center: str | np.ndarray | None, explained_variance: bool, mean_share: float,
+                    variance_share: float, auto_bound: bool, quantile: float, quantile_share: float,
+                    norm_grid: Any, clipped_fraction: bool | None = None) -> tuple[CentredReleases, Any, Any]:
+    """The releases of a block run before the joint scale: the side releases calibrated to their shares, the
+    parameters of the iterations and their constants calibrated to the rest (:func:`plan_block_power`)."""
+    from dppca_dask.methods.adaptive_power import adaptive_constants
+
+    shared = plan_centred_releases(params, center=center, auto_bound=auto_bound, quantile=quantile,
+                                   quantile_share=quantile_share, mean_share=mean_share,
+                                   explained_variance=explained_variance, variance_share=variance_share,
+                                   norm_grid=norm_grid, main="iterations", main_label="the iterations",
+                                   clipped_fraction=not auto_bound if clipped_fraction is None else clipped_fraction)
+    power_params = dataclasses.replace(params, mechanism="adaptive-power", n_components=1,
+                                       epsilon=params.epsilon * (1.0 - shared.used_epsilon),
+                                       delta=params.delta * (1.0 - shared.used))
+    return shared, power_params, adaptive_constants(power_params)
 
 
 def _check_resume(resume: Any) -> BlockPowerState | None:
@@ -848,6 +971,8 @@ def plan_block_power(
     oversample: int = DEFAULT_OVERSAMPLE,
     start: np.ndarray | None = None,
     release_prefix: str = "",
+    noise_scale: float | None = None,
+    clipped_fraction: bool | None = None,
 ) -> Any:
     """Calibrate a block run from public parameters only (a :class:`~dppca_dask.methods.MechanismPlan`).
 
@@ -859,22 +984,33 @@ def plan_block_power(
     c as the ``quantile`` of row norms on the public ``norm_grid`` (default
     :class:`~dppca_dask.mechanisms.quantile.NormGrid`: 2^-10 to 2^20, four points per octave), and
     ``params.row_norm_bound`` is not used.
-    """
-    import dataclasses
 
+    The shares fix the releases' relative noise; every noise scale (the Gaussian multipliers, the Laplace scales
+    of the AboveThreshold steps and of the quantile) is then multiplied by one common factor s,
+    :func:`joint_noise_scale`, so that the PLD composition of all the run's events is the total itself rather than
+    below it (``calibration["noise_scale"]``). ``noise_scale`` imposes s instead (a caller that calibrates this run
+    jointly with releases of its own: ``mechanism="auto"``'s pilot). With a fixed bound the run first releases
+    the fraction of rows it clips from ``DEFAULT_CLIPPED_SHARE`` of (ε, δ) (``clipped_fraction``, default: unless
+    ``auto_bound``; false for runs whose caller released it).
+    """
     from dppca_dask.methods._registry import MechanismPlan
     from dppca_dask.methods.adaptive_power import _plan_adaptive_power
 
-    shared = plan_centred_releases(params, center=center, auto_bound=auto_bound, quantile=quantile,
-                                   quantile_share=quantile_share, mean_share=mean_share,
-                                   explained_variance=explained_variance, variance_share=variance_share,
-                                   norm_grid=norm_grid, main="iterations", main_label="the iterations")
+    shared, power_params, constants = block_constants(
+        params, center=center, explained_variance=explained_variance, mean_share=mean_share,
+        variance_share=variance_share, auto_bound=auto_bound, quantile=quantile, quantile_share=quantile_share,
+        norm_grid=norm_grid, clipped_fraction=clipped_fraction)
+
+    def events_at(scale: float) -> list[Any]:
+        releases = shared.scaled(scale)
+        return [*releases.planned_events(), *constants.scaled(scale).events(), *releases.variance_events()]
+
+    if noise_scale is None:
+        noise_scale = joint_noise_scale(params, events_at, needed=shared.has_releases)
+    shared = shared.scaled(noise_scale)
     uses_mean = isinstance(center, str)
-    power_params = dataclasses.replace(params, mechanism="adaptive-power", n_components=1,
-                                       epsilon=params.epsilon * (1.0 - shared.used_epsilon),
-                                       delta=params.delta * (1.0 - shared.used))
     auto = shared.auto
-    base = _plan_adaptive_power(power_params, n_cols)
+    base = _plan_adaptive_power(power_params, n_cols, constants.scaled(noise_scale))
     cal = dict(base.calibration)
     bound = centred_bound(float(auto.grid.values[-1]) if auto is not None else params.row_norm_bound, center)
     grid = ThresholdGrid.for_bound(bound, per_octave=params.grid_per_octave, octaves=params.grid_octaves)
@@ -893,6 +1029,7 @@ def plan_block_power(
             svt_form=cal["svt_form"], pass_delta=pass_delta, top_m=top_m, center=center,
             mean_multiplier=mean_multiplier, variance_multiplier=variance_multiplier, on_release=on_release,
             oversample=oversample, resume=resume, start=start, release_prefix=release_prefix,
+            clipped_multiplier=shared.clipped_multiplier,
         )
 
     def resumed_keys(resume: Any) -> list[str]:
@@ -901,6 +1038,8 @@ def plan_block_power(
         keys = []
         if auto is not None and resume.row_norm_bound is not None:
             keys.append("row-norm-quantile")
+        if resume.clipped_fraction is not None:
+            keys.append("clipped-fraction")
         if uses_mean and resume.mean is not None:
             keys.append("mean")
         if resume.x is not None and start is None:
@@ -913,12 +1052,7 @@ def plan_block_power(
             keys.append("explained-variance")
         return keys
 
-    planned = shared.planned_events()
-    planned.extend(base.planned_events or ())
-    if variance_multiplier is not None:
-        from dp_accounting import GaussianDpEvent
-
-        planned.append(GaussianDpEvent(variance_multiplier))
+    planned = [*shared.planned_events(), *(base.planned_events or ()), *shared.variance_events()]
     assert base.replace_one is not None
     power_replace, power_method = base.replace_one
 
@@ -941,9 +1075,11 @@ def plan_block_power(
         "block_width": min(n_cols, params.n_components + oversample),
         "center": shared.center,
         "shares": dict(shared.shares),
+        "noise_scale": noise_scale,
         "mean_noise_multiplier": mean_multiplier,
         "row_norm_quantile": shared.quantile_json,
         "variance_noise_multiplier": variance_multiplier,
+        "clipped_noise_multiplier": shared.clipped_multiplier,
     }
     return MechanismPlan(
         make_run,

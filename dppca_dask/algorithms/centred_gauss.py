@@ -28,7 +28,9 @@ from dppca_dask.algorithms.block_power import (
     CentredGramMatrix,
     centred_bound,
     check_center,
+    joint_noise_scale,
     plan_centred_releases,
+    release_clipped_fraction,
     release_explained_variance,
     release_private_mean,
     release_row_norm_bound,
@@ -57,13 +59,15 @@ def centred_gauss_run(
     mean_multiplier: float | None = None,
     variance_multiplier: float | None = None,
     max_dense_dim: int = 4096,
+    clipped_multiplier: float | None = None,
 ) -> AlgorithmRun[BlockPowerOutput]:
     """Centred Analyze Gauss as a generator of requests (see the module docstring).
 
     Notes
     -----
     Privacy contract: add/remove one row. Events in order: the quantile's ``EpsilonDeltaDpEvent(ε_q, 0)`` (with
-    :class:`AutoBound`), the mean's ``GaussianDpEvent(mean_multiplier)`` (``center="private"``), the Gram
+    :class:`AutoBound`) or the clipped fraction's ``GaussianDpEvent(clipped_multiplier)`` (a fixed bound, when
+    given), the mean's ``GaussianDpEvent(mean_multiplier)`` (``center="private"``), the Gram
     matrix's ``GaussianDpEvent(noise_multiplier)`` (sensitivity ``(c + r)²``), the variance's
     ``GaussianDpEvent(variance_multiplier)`` (when asked).
     """
@@ -73,9 +77,14 @@ def centred_gauss_run(
     mean = check_center(center, n_cols, mean_multiplier)
     events: list[Any] = []
     mean_count: float | None = None
+    clipped: float | None = None
     if isinstance(row_norm_bound, AutoBound):
         row_norm_bound, quantile_event = yield from release_row_norm_bound(row_norm_bound, noise)
         events.append(quantile_event)
+    elif clipped_multiplier is not None:
+        clipped, clipped_event = yield from release_clipped_fraction(row_norm_bound,
+                                                                     clipped_multiplier=clipped_multiplier, noise=noise)
+        events.append(clipped_event)
     if isinstance(center, str):
         assert mean_multiplier is not None
         mean, mean_count, mean_event = yield from release_private_mean(row_norm_bound,
@@ -109,7 +118,7 @@ def centred_gauss_run(
         noise_to_signal, values = noise_to_signal[order], values[order]
     return BlockPowerOutput(components=components, thresholds=np.zeros((1, 0)), mean=mean, mean_count=mean_count,
                             variance=variance, events=tuple(events), row_norm_bound=float(row_norm_bound),
-                            diagnostics=diagnostics(noise_to_signal), signal=values)
+                            diagnostics=diagnostics(noise_to_signal), signal=values, clipped_fraction=clipped)
 
 
 def plan_centred_gauss(
@@ -124,9 +133,14 @@ def plan_centred_gauss(
     quantile: float = DEFAULT_NORM_QUANTILE,
     quantile_share: float = DEFAULT_QUANTILE_SHARE,
     norm_grid: Any = None,
+    noise_scale: float | None = None,
+    clipped_fraction: bool | None = None,
 ) -> Any:
     """Calibrate a centred Analyze Gauss run from public parameters only (shares as in
-    :func:`~dppca_dask.algorithms.block_power.plan_block_power`; the Gram release gets the rest)."""
+    :func:`~dppca_dask.algorithms.block_power.plan_block_power`; the Gram release gets the rest), every noise scale
+    then multiplied by the common factor of
+    :func:`~dppca_dask.algorithms.block_power.joint_noise_scale` (or ``noise_scale``), so that the releases
+    together spend the whole (ε, δ)."""
     from dp_accounting import GaussianDpEvent
 
     from dppca_dask import accounting
@@ -136,9 +150,19 @@ def plan_centred_gauss(
     shared = plan_centred_releases(params, center=center, auto_bound=auto_bound, quantile=quantile,
                                    quantile_share=quantile_share, mean_share=mean_share,
                                    explained_variance=explained_variance, variance_share=variance_share,
-                                   norm_grid=norm_grid, main="gram", main_label="the Gram matrix")
-    multiplier = accounting.calibrate_gaussian(epsilon=params.epsilon * (1.0 - shared.used_epsilon),
-                                               delta=params.delta * (1.0 - shared.used))
+                                   norm_grid=norm_grid, main="gram", main_label="the Gram matrix",
+                                   clipped_fraction=not auto_bound if clipped_fraction is None else clipped_fraction)
+    base_multiplier = accounting.calibrate_gaussian(epsilon=params.epsilon * (1.0 - shared.used_epsilon),
+                                                    delta=params.delta * (1.0 - shared.used))
+
+    def events_at(scale: float) -> list[Any]:
+        releases = shared.scaled(scale)
+        return [*releases.planned_events(), GaussianDpEvent(base_multiplier * scale), *releases.variance_events()]
+
+    if noise_scale is None:
+        noise_scale = joint_noise_scale(params, events_at, needed=shared.has_releases)
+    shared = shared.scaled(noise_scale)
+    multiplier = base_multiplier * noise_scale
     auto, mean_multiplier, variance_multiplier = shared.auto, shared.mean_multiplier, shared.variance_multiplier
 
     def make_run(noise: Any, on_release: Callable[..., None] | None, resume: Any) -> Any:
@@ -148,7 +172,7 @@ def plan_centred_gauss(
                                  row_norm_bound=auto if auto is not None else params.row_norm_bound,
                                  noise_multiplier=multiplier, noise=noise, center=center,
                                  mean_multiplier=mean_multiplier, variance_multiplier=variance_multiplier,
-                                 max_dense_dim=params.max_dense_dim)
+                                 max_dense_dim=params.max_dense_dim, clipped_multiplier=shared.clipped_multiplier)
 
     planned = shared.planned_events()
     planned.append(GaussianDpEvent(multiplier))
@@ -170,6 +194,8 @@ def plan_centred_gauss(
         "centred_bound": None if auto is not None else centred_bound(params.row_norm_bound, center),
         "row_norm_quantile": shared.quantile_json,
         "shares": dict(shared.shares),
+        "noise_scale": noise_scale,
+        "clipped_noise_multiplier": shared.clipped_multiplier,
     }
     return MechanismPlan(make_run, "add/remove one row", calibration, None, 1, planned_events=tuple(planned),
                          replace_one=(replace_one, "replace one row: the quantile's utilities move by <= 100 "

@@ -216,6 +216,8 @@ def format_result(result: Any, *, top: int = 8, labels: list[str] | None = None)
         lines.append(f"centred at the {'released' if result.private else 'computed'} mean (in the JSON output)")
     if "row_norm_bound" in (result.extras or {}):
         lines.append(f"row norm bound (released): {result.extras['row_norm_bound']:.4g}")
+    if "clipped_fraction" in (result.extras or {}):
+        lines.append(f"rows clipped by the row norm bound (released): {result.extras['clipped_fraction']:.1%}")
     if getattr(result, "diagnostics", None) is not None:
         lines.append("diagnostics: " + result.diagnostics.summary())
     return "\n".join(lines)

@@ -606,7 +606,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
             note()
             _write_json(os.path.join(output, CHECKPOINT), {
                 "job_id": job_id, "store_fingerprint": fingerprint, "mechanism": spec.mechanism,
-                "releases": len(emitted) // 2, "state": state.to_json(),
+                "releases": _released_iterations(state, emitted, spec), "state": state.to_json(),
             })
             _kill_point("checkpoint")
 
@@ -664,6 +664,14 @@ def _state_loader(spec: JobSpec) -> Any:
                                      or params.get("row_norm_bound") == "auto"):
         name = "adaptive-power-block"
     return get_mechanism(name, spec.kind).load_state
+
+
+def _released_iterations(state: Any, emitted: tuple[Any, ...], spec: JobSpec) -> int:
+    """Iterations a checkpoint holds (what a resumed run reports as ``resumed_from``); for states that do not count
+    iterations, the emitted events in pairs."""
+    if hasattr(state, "released_iterations"):
+        return int(state.released_iterations(_n_iter(spec)))
+    return len(emitted) // 2
 
 
 def _n_iter(spec: JobSpec) -> int:

@@ -18,9 +18,11 @@ from dppca_dask.mechanisms.gaussian import gaussian_mechanism
 from dppca_dask.mechanisms.noise import NoiseSource
 
 __all__ = [
+    "CLIPPED_FRACTION_SENSITIVITY",
     "ExplainedVariance",
     "MEAN_SENSITIVITY",
     "VARIANCE_SENSITIVITY",
+    "private_clipped_fraction",
     "private_mean",
     "private_variances",
     "project_onto_ball",
@@ -32,6 +34,45 @@ MEAN_SENSITIVITY = math.sqrt(2.0)
 #: the first block by ``((ã'ᵀv_j)²/c²)_j``, of L2 norm at most its L1 norm ``‖Vã'‖²/c² ≤ ‖ã'‖²/c² ≤ 1``; the
 #: total by ``‖ã'‖²/c² ≤ 1``; the count by 1.
 VARIANCE_SENSITIVITY = math.sqrt(3.0)
+#: L2 sensitivity of ``(number of rows of norm > c, n)``: adding or removing one row moves each count by at most 1.
+CLIPPED_FRACTION_SENSITIVITY = math.sqrt(2.0)
+
+
+def private_clipped_fraction(
+    clipped: int,
+    count: int,
+    *,
+    noise_multiplier: float,
+    noise: NoiseSource,
+    release: str = "clipped-fraction",
+) -> tuple[float, Any]:
+    """Release the fraction of rows that a public bound c clips: ``clip(z_clipped / max(z_count, 1), 0, 1)`` for one
+    Gaussian release ``z`` of the two counts.
+
+    Parameters
+    ----------
+    clipped
+        Exact number of rows of L2 norm above c (those the kernels scale down).
+    count
+        Exact number of rows.
+
+    Returns
+    -------
+    fraction, event
+        The released fraction in [0, 1] and ``GaussianDpEvent(noise_multiplier)``.
+
+    Notes
+    -----
+    Privacy contract: add/remove one row; the released vector ``(clipped, n) + N(0, (m·√2)²·I)`` has L2
+    sensitivity √2 (:data:`CLIPPED_FRACTION_SENSITIVITY`; under replacement of one row, 1: n is fixed); the ratio
+    and its projection onto [0, 1] are post-processing. The number of clipped rows is private (DESIGN.md,
+    invariant 5): only this noisy count leaves the coordinator.
+    """
+    value = np.array([float(clipped), float(count)])
+    noisy, event = gaussian_mechanism(value, l2_sensitivity=CLIPPED_FRACTION_SENSITIVITY,
+                                      noise_multiplier=noise_multiplier, noise=noise, release=release)
+    fraction = float(noisy[0]) / max(float(noisy[1]), 1.0)
+    return min(max(fraction, 0.0), 1.0), event
 
 
 def private_mean(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from dppca_dask.algorithms.adaptive_power import adaptive_power_run, pass_row_budget, release_key
@@ -30,9 +32,50 @@ def _adaptive_resumed_keys(n_iter: int) -> Callable[[Any], list[str]]:
     return keys
 
 
-def _plan_adaptive_power(params: PCAParameters, n_cols: int) -> MechanismPlan:
+@dataclass(frozen=True)
+class AdaptiveConstants:
+    """The calibrated constants of T·k adaptive power iterations: public values fixed before the data is read."""
+
+    epsilon_svt: float
+    """ε of each AboveThreshold step."""
+    noise_multiplier: float
+    """Gaussian noise multiplier m of each iteration (std m·θ)."""
+    form: str
+    """The AboveThreshold noise form: ``"monotone"`` (standard) or ``"general"`` (the paper's)."""
+    failure_delta: float
+    """The δ set aside for the second-pass event over the whole run."""
+    count: int
+    """Iteration pairs T·k."""
+
+    @property
+    def pass_delta(self) -> float:
+        """δ_pass: ``failure_delta / (1 + e^epsilon_svt)``."""
+        from dppca_dask import accounting
+
+        return accounting.pass_delta_for(self.failure_delta, self.epsilon_svt)
+
+    @property
+    def svt_delta(self) -> float:
+        """δ of each AboveThreshold step, ``(1 + e^epsilon_svt)·δ_pass/(T·k)``."""
+        from dppca_dask import accounting
+
+        return accounting.svt_step_delta(self.epsilon_svt, self.pass_delta, self.count)
+
+    def scaled(self, scale: float) -> AdaptiveConstants:
+        """Every noise scale times ``scale``: the multiplier times it, ε_svt (Laplace scales ∝ 1/ε) over it."""
+        if scale == 1.0:
+            return self
+        return dataclasses.replace(self, epsilon_svt=self.epsilon_svt / scale,
+                                   noise_multiplier=self.noise_multiplier * scale)
+
+    def events(self) -> tuple[Any, ...]:
+        """The DpEvents of the T·k iteration pairs."""
+        return _adaptive_events(self.epsilon_svt, self.svt_delta, self.noise_multiplier, self.count)
+
+
+def adaptive_constants(params: PCAParameters) -> AdaptiveConstants:
+    """Calibrate T·k adaptive power iterations to ``params``'s (ε, δ) (or the paper's constants)."""
     from dppca_dask import accounting
-    from dppca_dask.mechanisms import svt_cutoff, svt_replace_one_epsilon, svt_scales
 
     count = params.n_iter * params.n_components
     share = accounting.DEFAULT_FAILURE_DELTA_SHARE
@@ -41,22 +84,31 @@ def _plan_adaptive_power(params: PCAParameters, n_cols: int) -> MechanismPlan:
         paper = accounting.paper_adaptive_power_calibration(
             epsilon=params.epsilon, delta=params.delta * (1.0 - share), n_iter=count
         )
-        epsilon_svt, multiplier = paper.epsilon_svt, paper.noise_multiplier
-        form = "general"  # the paper's Lap(2/ε), Lap(4/ε)
-        failure_delta = share * params.delta
-        pass_delta = accounting.pass_delta_for(failure_delta, epsilon_svt)
-    else:
-        cal = accounting.calibrate_adaptive_power(
-            epsilon=params.epsilon,
-            delta=params.delta,
-            n_iter=params.n_iter,
-            svt_share=params.svt_share,
-            n_components=params.n_components,
-            failure_delta_share=share,
-        )
-        epsilon_svt, multiplier = cal.epsilon_svt, cal.noise_multiplier
-        form = "monotone"  # Lyu–Su–Li 2017: Lap(2/ε), Lap(2/ε) for monotonic queries
-        failure_delta, pass_delta = cal.failure_delta, cal.pass_delta
+        # the paper's Lap(2/ε), Lap(4/ε)
+        return AdaptiveConstants(paper.epsilon_svt, paper.noise_multiplier, "general", share * params.delta, count)
+    cal = accounting.calibrate_adaptive_power(
+        epsilon=params.epsilon,
+        delta=params.delta,
+        n_iter=params.n_iter,
+        svt_share=params.svt_share,
+        n_components=params.n_components,
+        failure_delta_share=share,
+    )
+    # Lyu–Su–Li 2017: Lap(2/ε), Lap(2/ε) for monotonic queries
+    return AdaptiveConstants(cal.epsilon_svt, cal.noise_multiplier, "monotone", cal.failure_delta, count)
+
+
+def _plan_adaptive_power(params: PCAParameters, n_cols: int,
+                         constants: AdaptiveConstants | None = None) -> MechanismPlan:
+    """The sequential run's plan; ``constants`` (default: :func:`adaptive_constants` of ``params``) fix its noise."""
+    from dppca_dask import accounting
+    from dppca_dask.mechanisms import svt_cutoff, svt_replace_one_epsilon, svt_scales
+
+    if constants is None:
+        constants = adaptive_constants(params)
+    count = constants.count
+    epsilon_svt, multiplier, form = constants.epsilon_svt, constants.noise_multiplier, constants.form
+    failure_delta, pass_delta = constants.failure_delta, constants.pass_delta
     svt_delta = accounting.svt_step_delta(epsilon_svt, pass_delta, count)
     threshold_scale, query_scale = svt_scales(epsilon_svt, form=form)
     cutoff = svt_cutoff(epsilon_svt, params.beta)

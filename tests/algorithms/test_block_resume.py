@@ -70,7 +70,9 @@ def _states(matrix: Any, **kwargs: Any) -> tuple[Any, list[tuple[BlockPowerState
 def test_resumed_from_every_checkpoint_equals_the_uninterrupted_run(matrix: sp.csr_array, kwargs: dict) -> None:
     full, states, first = _states(matrix, **kwargs)
     stages = [s.stage for s, _ in states]
-    expected = (["row-norm-bound", "mean"] if kwargs else []) + ["iteration"] * 6 + ["explained-variance"]
+    # a fixed bound releases the fraction of rows it clips first; an automatic one releases the bound itself
+    expected = (["row-norm-bound", "mean"] if kwargs else ["clipped-fraction"]) + ["iteration"] * 6 + [
+        "explained-variance"]
     assert stages == expected
     assert [s.pending_index is not None for s, _ in states if s.stage == "iteration"] == [True, False] * 3
     for i, (state, events_at) in enumerate(states):
@@ -85,6 +87,8 @@ def test_resumed_from_every_checkpoint_equals_the_uninterrupted_run(matrix: sp.c
         if kwargs:
             np.testing.assert_array_equal(resumed.mean, full.mean)
             assert resumed.extras["row_norm_bound"] == full.extras["row_norm_bound"]
+        else:
+            assert resumed.extras["clipped_fraction"] == full.extras["clipped_fraction"]
         # the ledger sees the same events: the report of the resumed run is the whole run's
         assert resumed.privacy.events == full.privacy.events
         assert resumed.privacy.epsilon == full.privacy.epsilon
@@ -98,7 +102,8 @@ def test_a_resume_between_an_svt_step_and_its_gaussian_step_reuses_the_released_
         matrix: sp.csr_array) -> None:
     full, states, first = _states(matrix)
     crash, events_at_crash = [(s, e) for s, e in states if s.pending_index is not None][1]
-    assert crash.iteration == 1 and len(events_at_crash) == 2 + 1  # the released SVT step is accounted
+    # the clipped fraction, the first iteration's two steps and the released SVT step are accounted
+    assert crash.iteration == 1 and len(events_at_crash) == 1 + 2 + 1
     second = KeyedNoise(5)
     resumed = pca(matrix, noise=second, resume=crash, **PARAMS)
     assert second.drawn == ["block/iter-1/gaussian", "block/iter-2/svt", "block/iter-2/gaussian",

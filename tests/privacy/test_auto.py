@@ -44,9 +44,11 @@ def test_the_decision_statistic_moves_within_its_sensitivity(seed: int, kind: st
     a, b = PilotAuditing(seed), PilotAuditing(seed)
     ra = pca(_dask(base), client="local", noise=a, **PARAMS)
     rb = pca(_dask(_neighbour(base, x0, kind, seed)), client="local", noise=b, **PARAMS)
-    assert a.records[0].release == "decision/block/iter-0/svt"
+    # the fixed bound's clipped fraction first, then the pilot
+    assert a.records[0].release == "clipped-fraction" and a.records[1].release == "decision/block/iter-0/svt"
     assert ra.extras["auto"]["pilot_thresholds"][0] == rb.extras["auto"]["pilot_thresholds"][0] == THETA
-    svt, gauss = assert_within_sensitivity(a.records[:2], b.records[:2])
+    clipped, svt, gauss = assert_within_sensitivity(a.records[:3], b.records[:3])
+    assert clipped == pytest.approx(1.0 if kind == "huge-norm" else np.sqrt(0.5), rel=1e-12)
     assert svt == (0.0 if kind == "zero" else 1.0)
     assert gauss > 0.998 if kind != "zero" else gauss < 1e-9  # the pilot's Frobenius sensitivity θ is attained
     assert ra.mechanism == rb.mechanism == ra.extras["auto"]["chosen"]
@@ -59,7 +61,7 @@ def test_task_names_logs_and_fields_match_on_a_local_cluster(local_client: Any, 
                                                              caplog: pytest.LogCaptureFixture) -> None:
     runs = traced_neighbours(local_client, caplog, seed, kind, lambda: PilotAuditing(seed), **PARAMS)
     (ra, a, tasks_a, logs_a), (rb, b, tasks_b, logs_b) = runs
-    assert_within_sensitivity(a.records[:2], b.records[:2])
+    assert_within_sensitivity(a.records[:3], b.records[:3])
     assert ra.mechanism == rb.mechanism
     assert tasks_a == tasks_b and logs_a == logs_b
     da_, db_ = ra.to_dict(), rb.to_dict()
@@ -86,11 +88,16 @@ def test_reserved_events_equal_emitted_events_in_both_branches(seed: int, share:
                                                                              rel=1e-9)
     assert result.privacy.epsilon <= 1.0
     decision = result.provenance["calibration"]["auto"]
-    pilot = plan.events[0]  # the pilot's T_p pairs: the decision's budget, its own events
+    assert type(plan.events[0]).__name__ == "GaussianDpEvent"  # the fixed bound's clipped fraction
+    pilot = plan.events[1]  # the pilot's T_p pairs: the decision's budget, its own events
     assert "SelfComposed" in type(pilot).__name__ and pilot.count == 2
     main = plan.events[-1]
     assert (main.epsilon, main.delta) == (decision["main"]["epsilon"], decision["main"]["delta"])
-    assert main.epsilon == pytest.approx(0.9) and main.delta == pytest.approx(0.9e-6)
+    # 88% of the total by the shares (10% for the pilot, 2% for the clipped fraction), then the common noise scale s
+    # (the main release's epsilon over s) that makes the releases spend the whole budget together
+    scale = result.provenance["calibration"]["noise_scale"]
+    assert main.epsilon == pytest.approx(0.88 / scale) and main.delta == pytest.approx(0.88e-6)
+    assert 0.99 <= result.privacy.epsilon <= 1.0
 
 
 def test_above_max_dense_dim_the_choice_depends_on_the_public_d_only(seed: int) -> None:

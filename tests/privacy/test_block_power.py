@@ -9,7 +9,9 @@ columns has ``‖X₀ᵀa‖ = norm·α`` and score ``norm²·α``.
 
 Neighbours add one row to partition 0: a row on the filter boundary (kept: the block release's pre-noise value
 moves by exactly θ in Frobenius norm), a row just above it (filtered), a zero row, a row of huge norm that clipping
-brings to the boundary. The explained-variance release moves by at most its sensitivity √3.
+brings to the boundary. The explained-variance release moves by at most its sensitivity √3, and the release of
+the clipped fraction (first: the bound is fixed) by exactly its sensitivity √2 when the added row is clipped (the
+huge one: both counts move by 1), by 1 of √2 otherwise (the row count only).
 
 False-failure rate: as in ``test_adaptive_power.py``, below 1e-11 per run (the SVT decision needs a Laplace draw
 beyond 30 of its scales to differ). Everything else is deterministic.
@@ -46,7 +48,9 @@ PARAMS: dict[str, Any] = {"epsilon": 1.0, "delta": 1e-6, "beta": 1e-6, "progress
 
 
 def _x0(seed: int) -> np.ndarray:
-    return _orthonormal(np.random.default_rng(seed).normal(0.0, 1.0, (D, WIDTH)))  # the first draw of the source
+    rng = np.random.default_rng(seed)
+    rng.normal(0.0, 1.0, 2)  # the first draw of the source: the clipped fraction's (the bound is fixed)
+    return _orthonormal(rng.normal(0.0, 1.0, (D, WIDTH)))  # the second: the start
 
 
 def _row(x0: np.ndarray, rng: np.random.Generator, norm: float, score: float) -> np.ndarray:
@@ -94,7 +98,11 @@ def test_pre_noise_values_move_within_the_sensitivity_in_process(seed: int, kind
     ra = pca(_dask(base), n_iter=1, client="local", noise=a, **PARAMS)
     rb = pca(_dask(other), n_iter=1, client="local", noise=b, **PARAMS)
     assert ra.thresholds[0, 0] == rb.thresholds[0, 0] == THETA
-    svt, gauss, variance = assert_within_sensitivity(a.records, b.records)
+    clipped, svt, gauss, variance = assert_within_sensitivity(a.records, b.records)
+    assert a.records[0].release == "clipped-fraction" and a.records[0].exact.shape == (2,)
+    # the maximal row has norm c up to rounding: counted as clipped or not, either way within the sensitivity
+    expected = (1.0,) if kind == "huge-norm" else (1.0, np.sqrt(0.5)) if kind == "maximal" else (np.sqrt(0.5),)
+    assert any(clipped == pytest.approx(e, rel=1e-12) for e in expected)
     assert svt == (0.0 if kind == "zero" else 1.0)
     if kind in ("boundary", "huge-norm"):
         assert gauss > 0.998  # the Frobenius sensitivity θ is attained
@@ -102,7 +110,8 @@ def test_pre_noise_values_move_within_the_sensitivity_in_process(seed: int, kind
         assert gauss < 1e-9  # filtered or zero: contributes nothing
     assert variance <= 1.0
     calibration = ra.provenance["calibration"]
-    (_, gauss_record, variance_record) = a.records
+    (clipped_record, _, gauss_record, variance_record) = a.records
+    assert clipped_record.scale == pytest.approx(calibration["clipped_noise_multiplier"] * np.sqrt(2.0), rel=1e-15)
     assert gauss_record.sensitivity == THETA and gauss_record.exact.shape == (D, WIDTH)
     assert gauss_record.scale == pytest.approx(calibration["noise_multiplier"] * THETA, rel=1e-15)
     assert variance_record.sensitivity == pytest.approx(np.sqrt(3.0), rel=1e-15)
@@ -117,7 +126,7 @@ def test_the_maximal_row_moves_the_variance_release_by_its_sensitivity_bound(see
     top = np.asarray(ra.components[0])
     other = np.vstack([base[:H], top[None, :], base[H:]])  # norm 1 = c, all its energy on one component
     pca(_dask(other), n_iter=1, client="local", noise=b, **{**PARAMS})
-    # the first two releases differ (the added row is filtered or kept depending on X₀), the last one is bounded
+    # the iterations' releases differ (the added row is filtered or kept depending on X₀), the last one is bounded
     variance = assert_within_sensitivity(a.records[-1:], b.records[-1:])[0]
     assert variance > (np.sqrt(2.0) / np.sqrt(3.0)) * 0.99  # total and count move by 1 each, the projections too
 
@@ -137,9 +146,10 @@ def test_task_names_logs_and_fields_match_on_a_local_cluster(local_client: Any, 
                                                              caplog: pytest.LogCaptureFixture) -> None:
     runs = traced_neighbours(local_client, caplog, seed, kind, lambda: AuditingNoiseSource(seed), n_iter=2, **PARAMS)
     (ra, a, tasks_a, logs_a), (rb, b, tasks_b, logs_b) = runs
-    assert_within_sensitivity(a.records[:2], b.records[:2])
+    assert_within_sensitivity(a.records[:3], b.records[:3])
     assert tasks_a == tasks_b and not any("blockfilteredsum" in t for t in tasks_a)
-    assert sum(1 for t in tasks_a if "-map-" in t) == 3 * (OTHER_PARTS + 1)  # two block steps and the variance
+    # the clipped fraction's count, two block steps and the variance
+    assert sum(1 for t in tasks_a if "-map-" in t) == 4 * (OTHER_PARTS + 1)
     assert [(r.release, r.kind, r.exact.shape) for r in a.records] == [
         (r.release, r.kind, r.exact.shape) for r in b.records]
     assert logs_a == logs_b and any("(BlockPowerStep) over 16 partitions" in line for line in logs_a)

@@ -55,7 +55,9 @@ def _centred_row(x0: np.ndarray, rng: np.random.Generator, norm: float, score: f
 
 
 def _dataset(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    x0 = _orthonormal(np.random.default_rng(seed).normal(0.0, 1.0, (D, WIDTH)))
+    rng = np.random.default_rng(seed)
+    rng.normal(0.0, 1.0, 2)  # the first draw of the source: the clipped fraction's (the bound is fixed)
+    x0 = _orthonormal(rng.normal(0.0, 1.0, (D, WIDTH)))
     rng, mu = np.random.default_rng(seed + 1), _mean(seed)
     low_score = float(np.sqrt(GRID.thetas[INDEX] * GRID.thetas[INDEX + 1]))
     high = np.array([_centred_row(x0, rng, 0.7, 0.3) for _ in range(H)]) + mu
@@ -90,7 +92,8 @@ def test_centred_release_moves_within_the_sensitivity(seed: int, kind: str) -> N
     out_b, _ = _run(other, b, mu)
     assert out_a.thresholds[0, 0] == out_b.thresholds[0, 0] == THETA
     assert plan.calibration["centred_bound"] == pytest.approx(BOUND, rel=1e-15)
-    svt, gauss, variance = assert_within_sensitivity(a.records, b.records)
+    clipped, svt, gauss, variance = assert_within_sensitivity(a.records, b.records)
+    assert clipped == pytest.approx(1.0 if kind == "huge-norm" else np.sqrt(0.5), rel=1e-12)  # (clipped, n)
     if kind == "boundary":
         assert gauss > 0.998  # the Frobenius sensitivity θ is attained by a centred row
     if kind == "maximal":
@@ -109,7 +112,7 @@ def test_private_mean_moves_by_its_sensitivity(seed: int, norm: float) -> None:
     a, b = AuditingNoiseSource(seed), AuditingNoiseSource(seed)
     out_a, plan = _run(base, a, "private")
     _run(other, b, "private")
-    mean_a, mean_b = a.records[0], b.records[0]
+    mean_a, mean_b = a.records[1], b.records[1]  # after the clipped fraction
     assert mean_a.release == "mean" and mean_a.exact.shape == (D + 1,)
     moved = assert_within_sensitivity([mean_a], [mean_b])[0]
     assert moved == pytest.approx(1.0, rel=1e-9)  # (c/c, 1): exactly √2

@@ -208,8 +208,8 @@ def test_plan_release_plans_centring_as_pca_runs_it() -> None:
     centred = plan_release(120, mechanism="analyze-gauss", epsilon=0.7, delta=1e-7, center="private")
     auto = plan_release(120, mechanism="analyze-gauss", epsilon=0.7, delta=1e-7, center="private",
                         row_norm_bound="auto")
-    # (quantile,) mean, Gram matrix, variance
-    assert len(plain.events) == 1 and len(centred.events) == 3 and len(auto.events) == 4
+    # quantile (an automatic bound) or clipped fraction (a fixed one), mean, Gram matrix, variance
+    assert len(plain.events) == 1 and len(centred.events) == 4 and len(auto.events) == 4
     assert isinstance(auto.events[0], EpsilonDeltaDpEvent)
     assert centred.calibration["center"] == "private" and centred.calibration["mean_noise_multiplier"] > 0
     default = plan_release(120, mechanism="analyze-gauss", epsilon=0.7, delta=1e-7)
