@@ -162,7 +162,7 @@ def test_a_ledger_in_a_path_that_cannot_be_a_directory_is_a_clear_error(tmp_path
     assert "cannot create ledger" in err and "writable" in err and "Traceback" not in err
 
 
-def test_a_version_1_ledger_is_upgraded_in_place(tmp_path: Path) -> None:
+def test_a_version_1_ledger_is_refused_until_migrated_by_the_one_command(tmp_path: Path, capsys) -> None:
     path = tmp_path / "v1.sqlite"
     with sqlite3.connect(path) as db:
         db.executescript("""
@@ -176,14 +176,27 @@ def test_a_version_1_ledger_is_upgraded_in_place(tmp_path: Path) -> None:
                 updated TEXT NOT NULL, UNIQUE (dataset, job_id));
             INSERT INTO meta VALUES ('schema_version', '1');
             INSERT INTO datasets VALUES ('ds', 1.0, 1e-6, 'add/remove one row', '2026-01-01');
+            INSERT INTO entries VALUES (1, 'ds', 'old', 'old', 'm', 0.7, 0.0, 'add/remove one row',
+                '[{"epsilon": 0.7, "delta": 0.0, "type": "EpsilonDeltaDpEvent"}]', 'charged', 'succeeded', 1, NULL,
+                '2026-01-01', '2026-01-01');
         """)
     db.close()
-    assert Ledger(path, read_only=True).budget("ds").store_id is None  # read as it is, not upgraded
+    for read_only in (True, False):
+        with pytest.raises(LedgerError, match="budget migrate --ledger"):
+            Ledger(path, read_only=read_only)
+    from dppca_dask.cli import main
+
+    assert main(["budget", "show", "--ledger", str(path)]) == 2
+    assert "budget migrate" in capsys.readouterr().err
+    assert main(["budget", "migrate", "--ledger", str(path)]) == 0
+    assert "schema version 1 -> 3" in capsys.readouterr().out
     ledger = Ledger(path)
-    assert ledger.id and ledger.budget("ds").spent_epsilon == 0.0
-    ledger.reserve("ds", "a", epsilon=0.2, delta=0.0, events=[EpsilonDeltaDpEvent(0.2)], mechanism="m",
-                   neighbouring=ROW)
-    assert ledger.entry("ds", "a").group_size == 1
+    assert ledger.entry("ds", "old").partitions == ("*",)  # a whole-store release: every partition
+    with pytest.raises(BudgetExceededError):  # the old charge still counts, on every partition
+        ledger.reserve("ds", "a", epsilon=0.5, delta=0.0, events=[EpsilonDeltaDpEvent(0.5)], mechanism="m",
+                       neighbouring=ROW, partitions=["t:2026-01-01"])
+    assert main(["budget", "migrate", "--ledger", str(path)]) == 0  # again: nothing to do
+    assert "nothing to do" in capsys.readouterr().out
 
 
 # -- stale reservations ----------------------------------------------------------------------------------
