@@ -316,10 +316,8 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
                        [f"job '{job_id}' already succeeded; a run would do nothing"])
     # An earlier attempt that stopped before its charge left its reservations on the window's partition keys; a
     # run reserves them again unchanged (nothing of that attempt was released: the result is written after the charge)
-    from dppca_dask.methods.window.budget import PARTITION_SCOPE
-
-    prefix = f"{dataset}/{PARTITION_SCOPE}/"  # its partition keys only (another dataset key may start with "dataset/")
-    resuming = any(e.dataset.startswith(prefix) and e.status == RESERVED for e in ledger.find(job_id))
+    previous = ledger.entry(dataset, job_id)
+    resuming = previous is not None and previous.status == RESERVED
     security = runner._security(spec)
     address = spec.cluster.address or None
     if address:
@@ -361,10 +359,10 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
     if pending is not None:
         rows = store.metadata.get("rows_per_partition")
         more = (f"; if it holds more than {rows} rows (the store's rows per partition), the append makes further "
-                f"partitions ({pending + 1}, ...): their keys are new (each with the dataset's total), reserved by "
+                f"partitions ({pending + 1}, ...): of the same day, in the same books, reserved by "
                 "the run, and the run decides the executor again from the window's partition count") if rows else ""
         notes.append(f"the run would append '{source}' (stamped {date}) first: checked as the day's partition "
-                     f"{pending} (key '{partition_key(dataset, store, pending)}') with the window chosen from the "
+                     f"{pending} ('{partition_key(dataset, store, pending)}' in the ledger) with the window chosen from the "
                      f"partition table; the file itself (format, width, values) is read and checked by the append, "
                      f"not here{more}")
     with _ledger_snapshot(spec.budget.ledger) as copy:
@@ -374,8 +372,10 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
                                  total_delta=cast(float, spec.budget.total_delta))
         reserve_partitions(trial, dataset, job_id, store=plan.store, partitions=partitions,
                            epsilon=plan.epsilon, delta=plan.delta, events=plan.planned_events)
-        remaining = min(float(trial.budget(partition_key(dataset, plan.store, i)).remaining_epsilon)
-                        for i in partitions)
+        touched = {partition_key(dataset, plan.store, i) for i in partitions}
+        after = trial.budget(dataset)  # the least remaining among the partitions it reads
+        remaining = max(0.0, after.total_epsilon - max(p.spent_epsilon for p in after.partitions
+                                                       if p.partition in touched or p.partition == "*"))
     if resuming:
         notes.append(f"job '{job_id}' has reservations from an earlier attempt that released nothing; a run would "
                      "resume them and release the window")

@@ -5,8 +5,9 @@ The order is what makes a job safe to schedule and to re-run:
 1. the spec, every parameter of the mechanism, the store (its declared schema and its id) and the output path
    are checked, and the store's metadata read: bad input fails here, before any budget is reserved (DESIGN.md
    invariant 7). The ledger must exist (``dppca-dask budget init`` makes it; a run never does);
-2. the job's DpEvents are reserved in the ledger under its job id ``<id>@<date>`` (one transaction; refused with
-   exit code 3 if the dataset's total would be exceeded);
+2. the job's DpEvents are reserved in the ledger under its job id ``<id>@<date>`` on every partition of the store
+   (one transaction; refused with exit code 3 if any partition's books would exceed the dataset's total with the
+   releases of any kind already charged to it);
 3. the mechanism runs; sequential adaptive power iteration (``center = "none"``) writes each released (noisy)
    iterate to ``checkpoint.json`` in the output directory before anything else sees it;
 4. the ledger records the release, the result is written to ``.pending/`` and marked complete, the reservation
@@ -449,7 +450,8 @@ def run_job(
     if spec.kind == "window":  # partition-scoped budget: its own runner
         from dppca_dask.methods.window.job import run_window_job
 
-        return run_window_job(spec, date=date, client=client, noise=noise)
+        return run_window_job(spec, date=date, client=client, noise=noise,
+                              allow_new_store=allow_new_store or spec.budget.allow_new_store)
     ledger = Ledger(spec.budget.ledger)
     with job_lock(ledger, spec.budget.dataset, spec.job_id(date)):
         return _run_job(spec, ledger, date=date, client=client, noise=noise, progress=progress,
@@ -494,8 +496,8 @@ def job_lock(ledger: Any, dataset: str, job_id: str) -> Iterator[None]:
 
 def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, progress: bool | None,
              allow_new_store: bool) -> JobOutcome:
-    from dppca_dask.ledger import CHARGED, RESERVED
     from dppca_dask.coordinator.client import check_scheduler
+    from dppca_dask.ledger import CHARGED, RESERVED, partition_identities
     from dppca_dask.mechanisms import NoiseSource, default_sampler
     from dppca_dask.methods import get_mechanism
     from dppca_dask.storage import open_matrix
@@ -579,6 +581,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
         dataset, job_id, epsilon=spec.epsilon, delta=spec.delta, events=events, mechanism=spec.mechanism,
         neighbouring=neighbouring, job_name=spec.name, total_epsilon=spec.budget.total_epsilon,
         total_delta=spec.budget.total_delta, resume_charged=resume is not None,
+        partitions=partition_identities(store), store_id=_job_store_id(spec, store),  # every partition it reads
     )
     log.info("job %s: %s (epsilon=%g, delta=%g) %s for dataset %s", job_id, spec.mechanism, spec.epsilon,
              spec.delta, "resumed its reservation" if resuming else "reserved", dataset)

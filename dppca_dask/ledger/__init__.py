@@ -1024,8 +1024,8 @@ class Ledger:
             return None
         converted = "" if k == 1 else f" (counted with group privacy of size {k} for {budget['neighbouring']})"
         return BudgetExceededError(
-            f"budget exceeded for dataset '{dataset}' in ledger '{self.path}' on {describe_partition(part)} "
-            f"(its rows' books): requested (epsilon={epsilon:g}, delta={delta:g}){converted}; spent epsilon="
+            f"budget exceeded for dataset '{dataset}' in ledger '{self.path}' on partition '{part}' "
+            f"({describe_partition(part)}: its rows' books): requested (epsilon={epsilon:g}, delta={delta:g}){converted}; spent epsilon="
             f"{before:.4g} of total epsilon={total_eps:g} on that partition (PLD at delta={total_delta:g}), "
             f"remaining {max(0.0, total_eps - before):.4g}; with this job the composition would be epsilon={after:.4g}"
         )
@@ -1131,6 +1131,16 @@ class Ledger:
             partitions=spends,
             worst_partition=None if worst is None else worst.partition,
         )
+
+    def counted_on(self, dataset: str, partition: str) -> list[Any]:
+        """The events counted on ``partition`` of ``dataset`` (every reserved or charged entry charged to it or to
+        every partition, converted to the key's relation), oldest entry first: what its books compose."""
+        with self._connection() as db:
+            row = db.execute("SELECT total_delta FROM datasets WHERE dataset = ?", (dataset,)).fetchone()
+            if row is None:
+                raise self._no_budget(db, dataset)
+            books = self._books(db, dataset, float(row["total_delta"]))
+        return [event for e in sorted(books.on(partition), key=lambda e: e[0]) for event in e[2]]
 
     # -- helpers -----------------------------------------------------------------------------------------------
 
