@@ -54,7 +54,7 @@ def register(subparsers: Any) -> None:
         description="Create the ledger file (owner-only) if it does not exist, and record a dataset key's total "
                     "(epsilon, delta) and, optionally, the neighbouring relation its budget is stated for. Jobs "
                     "never create a ledger or a dataset key. Running it again with the same values does nothing.")
-    init.add_argument("--ledger", required=True, help="the ledger file")
+    init.add_argument("--ledger", required=True, help="the ledger: a SQLite file, or a postgresql:// URL")
     init.add_argument("--dataset", required=True, help="the dataset key (one per set of people)")
     init.add_argument("--total-epsilon", type=float, required=True, help="the key's total epsilon")
     init.add_argument("--total-delta", type=float, required=True, help="the key's total delta")
@@ -66,7 +66,7 @@ def register(subparsers: Any) -> None:
     show = sub.add_parser("show", help="totals, spent, remaining and the history of each dataset",
                           description="Totals, spent (PLD composition of the stored DpEvents, with the sum of "
                                       "epsilon beside it), remaining and the history of each dataset. Read-only.")
-    show.add_argument("--ledger", required=True, help="the ledger file")
+    show.add_argument("--ledger", required=True, help="the ledger: a SQLite file, or a postgresql:// URL")
     show.add_argument("--dataset", default=None, help="one dataset key (default: all)")
     show.add_argument("--json", action="store_true", help="print one JSON object")
     show.set_defaults(handler=run_show)
@@ -76,7 +76,7 @@ def register(subparsers: Any) -> None:
         description="Return the reservation of a job id left 'reserved' by a run that died or failed before "
                     "releasing anything (no checkpoint, no result). Refused when the ledger records a release or a "
                     "charge: that budget stays spent.")
-    resolve.add_argument("--ledger", required=True, help="the ledger file")
+    resolve.add_argument("--ledger", required=True, help="the ledger: a SQLite file, or a postgresql:// URL")
     resolve.add_argument("--job-id", required=True, help="the job id, ID@DATE")
     resolve.add_argument("--dataset", default=None, help="the dataset key (needed if the job id is in several)")
     resolve.set_defaults(handler=run_resolve)
@@ -89,24 +89,22 @@ def register(subparsers: Any) -> None:
                     "keys become its charges on those partitions, by their day when their store is given with "
                     "--store (its public partition table is read), else on every partition. Back the ledger up "
                     "first. A ledger already converted is left as it is.")
-    migrate.add_argument("--ledger", required=True, help="the ledger file")
+    migrate.add_argument("--ledger", required=True, help="the ledger: a SQLite file, or a postgresql:// URL")
     migrate.add_argument("--store", action="append", default=[], metavar="STORE",
                          help="a store the dataset's window releases read (repeatable)")
     migrate.set_defaults(handler=run_migrate)
 
 
 def run_init(args: argparse.Namespace) -> int:
-    import os
-
     from dppca_dask.ledger import Ledger, _check_total
 
     relation = None if args.relation is None else _relation(args.relation)
     _check_total(args.total_epsilon, args.total_delta)  # before anything is created
-    created = not os.path.lexists(args.ledger)
+    created = not Ledger.exists(args.ledger)
     ledger = Ledger.create(args.ledger) if created else Ledger(args.ledger)
     new = ledger.init_dataset(args.dataset, total_epsilon=args.total_epsilon, total_delta=args.total_delta,
                               neighbouring=relation)
-    print(f"ledger {args.ledger}: {'created' if created else 'exists'}")
+    print(f"ledger {ledger.path}: {'created' if created else 'exists'}")
     print(f"dataset '{args.dataset}': {'budget recorded' if new else 'already recorded with these values'} "
           f"(total epsilon={args.total_epsilon:g}, delta={args.total_delta:g}"
           + (f", neighbours differ by {relation})" if relation else ")"))
@@ -120,7 +118,7 @@ def run_resolve(args: argparse.Namespace) -> int:
     ledger = Ledger(args.ledger)
     entries = [e for e in ledger.find(args.job_id) if args.dataset in (None, e.dataset)]
     if not entries:
-        raise LedgerError(f"job id '{args.job_id}' has no entry in ledger '{args.ledger}'"
+        raise LedgerError(f"job id '{args.job_id}' has no entry in ledger '{ledger.path}'"
                           + (f" for dataset '{args.dataset}'" if args.dataset else ""))
     if len(entries) > 1:
         keys = ", ".join(e.dataset for e in entries)
@@ -155,9 +153,9 @@ def run_show(args: argparse.Namespace) -> int:
     if args.json:
         from dppca_dask.cli import _json
 
-        _json.dump({"ledger": args.ledger, "datasets": [b.to_dict() for b in budgets]})
+        _json.dump({"ledger": ledger.path, "datasets": [b.to_dict() for b in budgets]})
         return 0
-    print(f"ledger {args.ledger}: {len(budgets)} dataset(s)")
+    print(f"ledger {ledger.path}: {len(budgets)} dataset(s)")
     for b in budgets:
         print()
         relation = (f"neighbours differ by {b.neighbouring}" if b.neighbouring

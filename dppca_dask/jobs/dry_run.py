@@ -48,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import sqlite3
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -103,27 +102,25 @@ class DryRun:
 
 @contextlib.contextmanager
 def _ledger_snapshot(path: str) -> Iterator[str]:
-    """A consistent copy of the SQLite ledger at ``path`` in a private temporary directory, removed on exit.
+    """A consistent copy (a SQLite file) of the ledger at ``path`` in a private temporary directory, removed on
+    exit.
 
     A refusal raised while the copy is used (a budget exceeded, a missing dataset) names ``path``, the ledger the
     run would use, not the copy that disappears with the dry run.
     """
     with tempfile.TemporaryDirectory(prefix="dppca-dry-run-") as directory:
         copy = os.path.join(directory, "ledger.db")
-        source = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True)
-        try:
-            target = sqlite3.connect(copy)
-            try:
-                source.backup(target)
-            finally:
-                target.close()
-        finally:
-            source.close()
+        from dppca_dask.ledger import Ledger
+
+        Ledger(path, read_only=True).copy_to(copy)  # a SQLite copy, whatever the ledger's backend
         try:
             yield copy
         except DppcaError as exc:
-            home = os.path.dirname(os.path.abspath(path))
-            exc.args = tuple(a.replace(copy, path).replace(directory, home) if isinstance(a, str) else a
+            from dppca_dask.ledger._postgres import redact
+
+            shown = redact(path)  # a URL's password is never printed
+            home = shown if "://" in path else os.path.dirname(os.path.abspath(path))
+            exc.args = tuple(a.replace(copy, shown).replace(directory, home) if isinstance(a, str) else a
                              for a in exc.args)
             raise
 

@@ -464,11 +464,18 @@ def job_lock(ledger: Any, dataset: str, job_id: str) -> Iterator[None]:
     scheduler's retry while the first still runs) must not both release.
 
     The lock is keyed on the ledger's resolved file (a symlinked path finds the same lock) and on the ledger's own
-    id. It is a ``filelock`` lock in ``<resolved ledger>.locks/``; the operating system drops it when the process
+    id (a PostgreSQL ledger's: a session lock of its database, :meth:`~dppca_dask.ledger.Ledger.job_lock`). It is a ``filelock`` lock in ``<resolved ledger>.locks/``; the operating system drops it when the process
     dies, so a crashed run never blocks its own resumption.
     """
     from filelock import FileLock, Timeout
 
+    if getattr(ledger, "is_postgres", False):  # the database's session lock: schedulers on several machines
+        with ledger.job_lock(f"{dataset}\0{job_id}") as taken:
+            if not taken:
+                raise LedgerError(f"job '{job_id}' of dataset '{dataset}' is already running in another process; "
+                                  "wait for it to end (running it twice at once could release twice)")
+            yield
+        return
     resolved = os.path.realpath(ledger.path)
     directory = f"{resolved}.locks"
     try:

@@ -49,7 +49,7 @@ import re
 import sqlite3
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -446,6 +446,18 @@ def _charged_parts(partitions: Sequence[str] | Mapping[str, Sequence[Any]] | Non
     return sorted(out.items())
 
 
+def _postgres_tables(db: Any) -> set[str]:
+    from dppca_dask.ledger import _postgres
+
+    return _postgres.tables(db)
+
+
+def _postgres_namespace() -> str:
+    from dppca_dask.ledger import _postgres
+
+    return _postgres.NAMESPACE
+
+
 _PARTITION_KEY = re.compile(r"^(?P<dataset>.+)/partition/(?P<store>[^/:]+):(?P<index>[0-9]+)$")
 
 
@@ -544,7 +556,9 @@ class Ledger:
     ----------
     path
         The database file, made by :meth:`create` (``dppca-dask budget init``). Keep it on a local file system
-        and back it up: losing it forgets what was spent.
+        and back it up: losing it forgets what was spent. Or a ``postgresql://`` URL of a database holding a
+        ledger (:mod:`dppca_dask.ledger._postgres`), with the same semantics; ``path`` is then the URL with its
+        password hidden.
     timeout
         Seconds a writer waits for another process's transaction before failing.
     read_only
@@ -558,9 +572,12 @@ class Ledger:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 120.0, read_only: bool = False) -> None:
-        self.path = os.fspath(path)
-        self._timeout = float(timeout)
-        self._read_only = bool(read_only)
+        self._setup(path, timeout, read_only)
+        if self.is_postgres:
+            with self._connection() as db:
+                self._check_schema(db)
+            self.id = self._meta("ledger_id") or ""
+            return
         if not os.path.exists(self.path):
             raise LedgerError(
                 f"ledger '{self.path}' does not exist; a ledger is never created by a run: create it (once) with "
@@ -578,6 +595,39 @@ class Ledger:
             self._check_schema(db)
         self.id = self._meta("ledger_id") or ""
 
+    def _setup(self, path: str | os.PathLike[str], timeout: float, read_only: bool) -> None:
+        from dppca_dask.ledger import _postgres
+
+        self._url = os.fspath(path)
+        self.is_postgres = _postgres.is_postgres_url(self._url)
+        """Whether the ledger is a PostgreSQL database (else a SQLite file)."""
+        self.path = _postgres.redact(self._url) if self.is_postgres else self._url
+        self._timeout = float(timeout)
+        self._read_only = bool(read_only)
+
+    @staticmethod
+    def exists(path: str | os.PathLike[str]) -> bool:
+        """Whether ``path`` holds something (a file, or a PostgreSQL database with the ledger's tables): ``budget
+        init`` creates a ledger only where there is none."""
+        from dppca_dask.ledger import _postgres
+
+        path = os.fspath(path)
+        if not _postgres.is_postgres_url(path):
+            return os.path.lexists(path)
+        with _postgres.connect(path, read_only=True, timeout=30) as db:
+            return bool(_postgres.tables(db))
+
+    @contextmanager
+    def job_lock(self, name: str) -> Iterator[bool]:
+        """For a PostgreSQL ledger: the database's session lock ``name`` held while the context runs (yields whether
+        it was taken). A SQLite ledger's jobs lock files beside it instead (:func:`dppca_dask.jobs.runner.job_lock`)."""
+        from dppca_dask.ledger import _postgres
+
+        if not self.is_postgres:
+            raise LedgerError(f"ledger '{self.path}' is a SQLite file: its jobs lock files beside it")
+        with _postgres.session_lock(self._url, f"{self.id}\0{name}", timeout=self._timeout) as taken:
+            yield taken
+
     # -- creation ------------------------------------------------------------------------------------------
 
     @classmethod
@@ -588,6 +638,10 @@ class Ledger:
         Raises :class:`LedgerError` if anything exists at ``path`` (an existing ledger is never reset).
         """
         path = os.fspath(path)
+        from dppca_dask.ledger import _postgres
+
+        if _postgres.is_postgres_url(path):
+            return cls._create_postgres(path, timeout)
         if os.path.lexists(path):
             raise LedgerError(
                 f"'{path}' already exists; a ledger is created once and never overwritten (it is the record of what "
@@ -625,6 +679,27 @@ class Ledger:
         return cls(path, timeout=timeout)
 
     @classmethod
+    def _create_postgres(cls, url: str, timeout: float) -> Ledger:
+        """Create the ledger's tables (schema ``dppca_ledger``) in the database at ``url``, in one transaction."""
+        from dppca_dask.ledger import _postgres
+
+        with _postgres.connect(url, read_only=False, timeout=timeout) as db:
+            db.raw.execute("SELECT pg_advisory_xact_lock(4224)")  # two creations at once: one creates, one sees it
+            if _postgres.tables(db):
+                raise LedgerError(
+                    f"'{_postgres.redact(url)}' already holds a ledger (schema {_postgres.NAMESPACE}); a ledger is "
+                    "created once and never overwritten: use it as it is, or give another database"
+                )
+            for statement in _postgres.SCHEMA.strip().split(";"):
+                if statement.strip():
+                    db.raw.execute(statement)
+            db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            db.execute("INSERT INTO meta VALUES ('ledger_id', ?)", (uuid.uuid4().hex,))
+            db.execute("INSERT INTO meta VALUES ('created', ?)", (_now(),))
+        log.info("created a new privacy-budget ledger in %s", _postgres.redact(url))
+        return cls(url, timeout=timeout)
+
+    @classmethod
     def migrate(cls, path: str | os.PathLike[str], *, stores: Sequence[Any] = (),
                 timeout: float = 120.0) -> list[str]:
         """Convert a ledger of schema 1 or 2 to this version's books, in place, in one transaction; returns what it
@@ -647,7 +722,13 @@ class Ledger:
             if getattr(store, "store_id", None):
                 identities[str(store.store_id)] = partition_identities(store)
         ledger = cls.__new__(cls)
-        ledger.path, ledger._timeout, ledger._read_only = path, float(timeout), False
+        ledger._setup(path, timeout, False)
+        if ledger.is_postgres:
+            with ledger._connection() as db:
+                if not _postgres_tables(db):
+                    raise LedgerError(f"no ledger in '{ledger.path}'; create one with "
+                                      f"`{INIT_COMMAND.format(path=ledger.path)}`")
+                return _migrate(db, ledger.path, identities)  # (a PostgreSQL ledger starts at this version)
         if not os.path.isfile(path) or os.path.getsize(path) == 0:
             raise LedgerError(f"ledger '{path}' does not exist or is empty; give the ledger's file")
         with ledger._connection() as db:
@@ -660,8 +741,17 @@ class Ledger:
             db.execute("COMMIT")
         return done
 
-    def _check_schema(self, db: sqlite3.Connection) -> None:
-        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    def _check_schema(self, db: Any) -> None:
+        if self.is_postgres:
+            tables = _postgres_tables(db)
+            if not tables:
+                raise LedgerError(
+                    f"no ledger in '{self.path}' (the database has no {_postgres_namespace()} schema); a ledger is "
+                    f"never created by a run: create it (once) with `{INIT_COMMAND.format(path=self.path)}`, or fix "
+                    "the URL"
+                )
+        else:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if not set(_TABLES[:3]) <= tables:
             raise LedgerError(
                 f"'{self.path}' is a SQLite database but not a privacy-budget ledger (it has no "
@@ -693,7 +783,13 @@ class Ledger:
         return f"Ledger({self.path!r})"
 
     @contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
+    def _connection(self) -> Iterator[Any]:
+        if self.is_postgres:
+            from dppca_dask.ledger import _postgres
+
+            with _postgres.connect(self._url, read_only=self._read_only, timeout=self._timeout) as pg:
+                yield pg
+            return
         try:
             if self._read_only:
                 uri = f"file:{quote(os.path.abspath(self.path))}?mode=ro"
@@ -726,6 +822,9 @@ class Ledger:
         """One write transaction holding SQLite's write lock from the start (no check-then-insert race)."""
         if self._read_only:
             raise LedgerError(f"ledger '{self.path}' was opened read-only; open it without read_only to change it")
+        if self.is_postgres:
+            yield from self._pg_transaction()
+            return
         with self._connection() as db:
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -734,6 +833,25 @@ class Ledger:
                 db.execute("ROLLBACK")
                 raise
             db.execute("COMMIT")
+
+    def _pg_transaction(self) -> Iterator[Any]:
+        """A PostgreSQL write transaction holding the ledger's write lock from its start; connecting and taking the
+        lock are retried after a transient failure, anything later fails closed (rolled back)."""
+        from dppca_dask.ledger import _postgres
+
+        def begin() -> Any:
+            stack = ExitStack()
+            try:
+                db = stack.enter_context(self._connection())
+                _postgres.lock_writers(db)
+            except BaseException:
+                stack.close()
+                raise
+            return stack, db
+
+        stack, db = _postgres.retrying(begin)
+        with stack:
+            yield db
 
     # -- datasets ---------------------------------------------------------------------------------------------
 
@@ -1131,6 +1249,38 @@ class Ledger:
             partitions=spends,
             worst_partition=None if worst is None else worst.partition,
         )
+
+    def copy_to(self, path: str | os.PathLike[str]) -> Ledger:
+        """A consistent copy of this ledger in a new SQLite file ``path`` (a dry run tries its reservation there):
+        SQLite's backup API for a SQLite ledger, the rows of one read-only transaction for a PostgreSQL one."""
+        path = os.fspath(path)
+        if not self.is_postgres:
+            source = sqlite3.connect(f"file:{quote(os.path.abspath(self.path))}?mode=ro", uri=True)
+            try:
+                target = sqlite3.connect(path)
+                try:
+                    source.backup(target)
+                finally:
+                    target.close()
+            finally:
+                source.close()
+            return Ledger(path)
+        copy = Ledger.create(path)
+        with self._connection() as db:
+            rows = {table: db.execute(f"SELECT * FROM {table}").fetchall() for table in _TABLES}
+        target = sqlite3.connect(path, isolation_level=None)
+        try:
+            target.execute("BEGIN IMMEDIATE")
+            target.execute("DELETE FROM meta")
+            for table in _TABLES:
+                for row in rows[table]:
+                    names = row.keys()
+                    target.execute(f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                                   [row[n] for n in names])
+            target.execute("COMMIT")
+        finally:
+            target.close()
+        return Ledger(copy.path)
 
     def counted_on(self, dataset: str, partition: str) -> list[Any]:
         """The events counted on ``partition`` of ``dataset`` (every reserved or charged entry charged to it or to
