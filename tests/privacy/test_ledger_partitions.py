@@ -1,13 +1,12 @@
 """Invariant 11, one budget per population: a reservation is accepted exactly when, for every partition it touches,
 the composition of everything counted on that partition's rows (releases of any kind, ``*`` releases included) and
 this release stays within the dataset's total; after any sequence of releases no partition's books exceed it. The
-ledger's decisions are checked against an independent recomputation of each partition's books.
+ledger's decisions are checked against an independent recomputation of each partition's books, on both backends
+(a SQLite file and a PostgreSQL database started by the tests).
 
 Deterministic: the sequence of releases is drawn from a seeded generator; no statistical assertion."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,10 +29,10 @@ def _independent(books: dict[str, list], partition: str, extra: list) -> float:
 
 
 @pytest.mark.parametrize(("seed", "gaussian", "total"), [(3, False, 1.5), (17, True, 3.0)], ids=["pure", "gaussian"])
-def test_a_reservation_fits_on_every_partition_it_touches_or_is_refused(tmp_path: Path, seed: int, gaussian: bool,
-                                                                        total: float) -> None:
+def test_a_reservation_fits_on_every_partition_it_touches_or_is_refused(ledger_location: str, seed: int,
+                                                                        gaussian: bool, total: float) -> None:
     rng = np.random.default_rng(seed)
-    ledger = Ledger.create(tmp_path / "ledger.sqlite")
+    ledger = Ledger.create(ledger_location)
     ledger.init_dataset("ds", total_epsilon=total, total_delta=DELTA, neighbouring=ROW)
     books: dict[str, list] = {}
     accepted = refused = 0
@@ -75,10 +74,10 @@ def test_a_reservation_fits_on_every_partition_it_touches_or_is_refused(tmp_path
     assert budget.spent_epsilon <= total * (1 + 1e-9)
 
 
-def test_releases_of_any_kind_compose_on_the_rows_they_share(tmp_path: Path) -> None:
+def test_releases_of_any_kind_compose_on_the_rows_they_share(ledger_location: str) -> None:
     """The issue's case: window releases of (0.8) over two days, then a whole-store release: the day both read is
     over the total and the whole-store release is refused, though each key alone had room."""
-    ledger = Ledger.create(tmp_path / "ledger.sqlite")
+    ledger = Ledger.create(ledger_location)
     ledger.init_dataset("ds", total_epsilon=1.0, total_delta=1e-5, neighbouring=ROW)
     event = [EpsilonDeltaDpEvent(0.8)]
     ledger.reserve("ds", "night-1", epsilon=0.8, delta=0.0, events=event, mechanism="sliding-window",
@@ -93,11 +92,11 @@ def test_releases_of_any_kind_compose_on_the_rows_they_share(tmp_path: Path) -> 
     assert ledger.budget("ds").spent_epsilon == pytest.approx(0.8, rel=1e-3)
 
 
-def test_ordinal_partitions_carry_their_spending_to_every_partition_of_a_new_store(tmp_path: Path) -> None:
+def test_ordinal_partitions_carry_their_spending_to_every_partition_of_a_new_store(ledger_location: str) -> None:
     """An unstamped store's partitions are named by ordinal; when the key moves to another store (allowed), the
     ordinals no longer name the same rows, so their charges count against every partition; stamped days keep their
     own books."""
-    ledger = Ledger.create(tmp_path / "ledger.sqlite")
+    ledger = Ledger.create(ledger_location)
     ledger.init_dataset("ds", total_epsilon=1.0, total_delta=1e-5, neighbouring=ROW)
     ledger.check_store("ds", "store-a")
     event = [EpsilonDeltaDpEvent(0.6)]
