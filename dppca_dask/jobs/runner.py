@@ -54,6 +54,8 @@ from dppca_dask.errors import (
 )
 from dppca_dask.jobs.spec import JobSpec
 
+from dppca_dask.ledger._postgres import redact  # a ledger URL's password is never printed
+
 __all__ = ["JobOutcome", "ingest_arguments", "job_executor", "job_lock", "run_job", "store_id", "store_schema"]
 
 log = logging.getLogger(__name__)
@@ -535,7 +537,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
         return JobOutcome(job_id, "already-completed", output, previous, _load_result(spec, output))
     if _published(output, job_id):
         raise LedgerError(
-            f"the output '{output}' already holds a result of job '{job_id}', which ledger '{spec.budget.ledger}' "
+            f"the output '{output}' already holds a result of job '{job_id}', which ledger '{redact(spec.budget.ledger)}' "
             f"does not record as charged to '{dataset}' (a replaced or restored ledger?); it is not released again: "
             "restore the ledger, or give the run a new job id (--job-id or --date)"
         )
@@ -566,7 +568,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
                 ledger.charge(dataset, job_id, outcome="failed")
             raise BudgetExceededError(
                 f"job '{job_id}' released values or failed after reading its data, and its budget stays spent "
-                f"(ledger '{spec.budget.ledger}', dataset '{dataset}'); no checkpoint or complete result of it was "
+                f"(ledger '{redact(spec.budget.ledger)}', dataset '{dataset}'); no checkpoint or complete result of it was "
                 f"found in '{output}' to resume from, so running it again would be a second release: restore the "
                 "checkpoint, or give the run a new job id (--job-id or --date) to spend new budget"
             )
@@ -620,7 +622,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     try:
         _makedirs(output)
         _write_json(os.path.join(output, JOB_FILE), {
-            "job_id": job_id, "date": date, "spec": spec.to_dict(), "ledger": spec.budget.ledger, "dataset": dataset,
+            "job_id": job_id, "date": date, "spec": spec.to_dict(), "ledger": redact(spec.budget.ledger), "dataset": dataset,
             "store_fingerprint": store.fingerprint,
         })
         if os.path.isdir(pending):  # what a failed attempt left half-written; never moved into place
