@@ -211,6 +211,9 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         noise: Any = None,
         on_release: Callable[[Any, tuple[Any, ...]], None] | None = None,
         resume: Any = None,
+        ledger: Any = None,
+        dataset: str | None = None,
+        job_id: str | None = None,
     ) -> DPPCA:
         """Release the components of ``X`` (one private release: spends ``epsilon``, ``delta``).
 
@@ -223,6 +226,9 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
             Ignored.
         client, noise, on_release, resume
             As in :func:`dppca_dask.pca` (where to run; per-run state).
+        ledger, dataset, job_id
+            Keep this fit's release in a privacy-budget ledger, as :func:`dppca_dask.pca` does (given together; a
+            job id stands for one fit: a refit needs a new one).
         """
         from dppca_dask.api import pca
 
@@ -258,6 +264,9 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
             symmetric=self.symmetric,
             timings=self.timings,
             center=self._center(),
+            ledger=ledger,
+            dataset=dataset,
+            job_id=job_id,
         )
         for name in ("mean_", "explained_variance_", "explained_variance_ratio_", "singular_values_"):
             if hasattr(self, name):

@@ -93,6 +93,9 @@ def lowrank(
     persist: bool | None = None,
     noise: Any = None,
     timings: bool = False,
+    ledger: Any = None,
+    dataset: str | None = None,
+    job_id: str | None = None,
 ) -> LowRankResult:
     """A differentially private low-rank approximation of a row-partitioned matrix, kept factored.
 
@@ -147,6 +150,9 @@ def lowrank(
         ``"cluster"`` force either. ``provenance["executor"]`` states where it ran.
     timings
         Return wall-clock timings (they depend on the data and are not covered by the guarantee); default no.
+    ledger, dataset, job_id
+        Keep the release in a privacy-budget ledger, as :func:`dppca_dask.pca` does (given together): reserved on
+        every partition it reads before any value is read, charged once released.
 
     Returns
     -------
@@ -209,7 +215,12 @@ def lowrank(
         noise = _noise_source(seed)  # a seed warns NotPrivateWarning here
     t_calibrated = time.perf_counter()
     run = _make_run(mechanism, parameters, n_cols, noise)
-    output = _execute(source, client, persist, run, choice)
+    from dppca_dask.ledger import budgeted_release
+
+    with budgeted_release(ledger, dataset, job_id, store=source.store, epsilon=epsilon, delta=delta,
+                          events=planned.events, mechanism=mechanism, neighbouring=neighbouring,
+                          noise=noise):  # reserved before the data is read
+        output = _execute(source, client, persist, run, choice)
     finished = time.perf_counter()
 
     events = list(output.events)

@@ -37,6 +37,9 @@ def pca(
     client: Any = None,
     progress: bool | None = None,
     zero_center: bool | None = None,
+    ledger: Any = None,
+    dataset: str | None = None,
+    job_id: str | None = None,
 ) -> Any:
     """Differentially private PCA of an AnnData object, stored where ``scanpy.pp.pca`` stores its results.
 
@@ -64,6 +67,8 @@ def pca(
         scanpy's name: ``True`` centres by a private mean of the clipped rows (released from a public share of the
         budget), ``False`` does not centre; ``None`` (default) centres for the mechanisms that can (adaptive power
         and Analyze Gauss), as :class:`~dppca_dask.estimator.DPPCA` does.
+    ledger, dataset, job_id
+        Keep the release in a privacy-budget ledger, as :func:`dppca_dask.pca` does (given together).
 
     Returns
     -------
@@ -108,7 +113,7 @@ def pca(
     model = DPPCA(n_components, epsilon=epsilon, delta=delta, mechanism=mechanism, n_iter=n_iter,
                   row_norm_bound=row_norm_bound, seed=seed, progress=progress, center=center)
     read_from_file = _is_dask(data) and (opened or bool(adata.isbacked))
-    model.fit(data, client=client)
+    model.fit(data, client=client, ledger=ledger, dataset=dataset, job_id=job_id)
     caveats: tuple[str, ...] = ()
     if read_from_file and model.privacy_report_.private:
         caveats = _file_shape_caveat()

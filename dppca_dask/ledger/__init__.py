@@ -67,8 +67,11 @@ __all__ = [
     "DatasetBudget",
     "Ledger",
     "LedgerEntry",
+    "budgeted_release",
     "compose_epsilon",
     "group_size_for",
+    "partition_identities",
+    "partition_identity",
 ]
 
 RESERVED, CHARGED, RELEASED, REFUSED = "reserved", "charged", "released", "refused"
@@ -456,6 +459,64 @@ def _postgres_namespace() -> str:
     from dppca_dask.ledger import _postgres
 
     return _postgres.NAMESPACE
+
+
+@contextmanager
+def budgeted_release(
+    ledger: Any,
+    dataset: str | None,
+    job_id: str | None,
+    *,
+    store: Any,
+    epsilon: float,
+    delta: float,
+    events: Sequence[Any] | None,
+    mechanism: str,
+    neighbouring: str,
+    noise: Any,
+) -> Iterator[LedgerEntry | None]:
+    """A release of a Python call given a ledger (``pca(..., ledger=, dataset=, job_id=)`` and the functions built
+    on it): ``events`` reserved on every partition of ``store`` it reads (``*`` for in-memory data, whose
+    partitions have no public identity) before the body runs; charged when the body returns; when it raises,
+    charged (outcome ``failed``) once any noise was drawn or the failure may depend on the data, returned only when
+    nothing was drawn and the data could not be read (invariant 6). With no ledger, dataset and job id, does
+    nothing.
+
+    Raises :class:`InvalidParameterError` for a partial budget (the three go together) or a release that is not
+    private; :class:`LedgerError` for a job id already charged (a release draws fresh noise, which that charge does
+    not count); :class:`BudgetExceededError` when a partition it reads cannot take it.
+    """
+    from dppca_dask.errors import StoreCorruptError, StoreNotFoundError, UnsupportedStoreVersionError
+
+    if ledger is None and dataset is None and job_id is None:
+        yield None
+        return
+    if ledger is None or dataset is None or job_id is None:
+        raise InvalidParameterError(f"a ledger budget needs ledger, dataset and job_id together; got ledger={ledger!r}, "
+                                    f"dataset={dataset!r}, job_id={job_id!r}")
+    if noise is None or not events:
+        raise InvalidParameterError(f"mechanism={mechanism!r} releases nothing private: run it without a ledger")
+    book = Ledger(ledger) if isinstance(ledger, (str, os.PathLike)) else ledger
+    earlier = book.entry(dataset, job_id)
+    if earlier is not None and earlier.status == CHARGED:
+        raise LedgerError(f"job id '{job_id}' is already charged to '{dataset}' in ledger '{book.path}'; a release "
+                          "draws fresh noise, which that charge does not count: give the release a new job id")
+    parts = partition_identities(store) if getattr(store, "partitions", None) else None
+    entry = book.reserve(dataset, job_id, epsilon=epsilon, delta=delta, events=list(events), mechanism=mechanism,
+                         neighbouring=neighbouring, partitions=parts, store_id=getattr(store, "store_id", None))
+    if entry.status == CHARGED:  # charged by another process since the check above
+        raise LedgerError(f"job id '{job_id}' is already charged to '{dataset}'; give the release a new job id")
+    try:
+        yield entry
+    except BaseException as exc:
+        unread = (StoreNotFoundError, StoreCorruptError, UnsupportedStoreVersionError, OSError, KeyboardInterrupt)
+        drawn = bool(noise.released_keys) or bool(getattr(noise, "data_dependent_keys", ()))
+        if drawn or not isinstance(exc, unread):
+            book.charge(dataset, job_id, outcome="failed")
+        else:
+            book.release(dataset, job_id)
+        raise
+    book.charge(dataset, job_id)
 
 
 _PARTITION_KEY = re.compile(r"^(?P<dataset>.+)/partition/(?P<store>[^/:]+):(?P<index>[0-9]+)$")
