@@ -567,6 +567,8 @@ def _merge_window_entries(db: Any, dataset: str, job_id: str, rows: list[tuple[A
     """One entry of ``dataset`` for a window release's entries on its partition keys (``rows``: each entry with
     the identity of its partition): charged while any was charged, reserved while any was, else as the first."""
     statuses = [r["status"] for r, _ in rows]
+    match = _PARTITION_KEY.match(rows[0][0]["dataset"])
+    store_id = None if match is None else match["store"]
     lead = next((r for r, _ in rows if r["status"] == CHARGED), None) or next(
         (r for r, _ in rows if r["status"] == RESERVED), rows[0][0])
     head = max((r for r, _ in rows), key=lambda r: len(json.loads(r["events"])))
@@ -582,7 +584,7 @@ def _merge_window_entries(db: Any, dataset: str, job_id: str, rows: list[tuple[A
          max(float(r["delta"]) for r, _ in rows), head["neighbouring"], head["events"], lead["status"],
          lead["outcome"], max(int(r["attempts"]) for r, _ in rows), min(firsts) if firsts else None,
          min(r["created"] for r, _ in rows), max(r["updated"] for r, _ in rows),
-         max(int(r["group_size"]) for r, _ in rows), _PARTITION_KEY.match(rows[0][0]["dataset"])["store"]),
+         max(int(r["group_size"]) for r, _ in rows), store_id),
     )
     new_id = db.execute("SELECT id FROM entries WHERE dataset = ? AND job_id = ?", (dataset, name)).fetchone()["id"]
     parts: dict[str, str | None] = {}

@@ -87,13 +87,13 @@ def charged_partitions(ledger: Any, dataset: str, job_id: str, store: Any) -> tu
     parts = getattr(store, "partitions", ())
     names = partition_identities(store) if parts else ()
     index_of: dict[str, int] = {}
-    for index, name in enumerate(names):
-        index_of.setdefault(name, index)
+    for position, name in enumerate(names):
+        index_of.setdefault(name, position)
     out = []
     for key in entry.partitions:
-        index = index_of.get(key)
-        stamp = None if index is None else _stamp(parts[index].timestamp)
-        out.append(ChargedPartition(dataset, key, index, stamp, entry))
+        found = index_of.get(key)
+        stamp = None if found is None else _stamp(parts[found].timestamp)
+        out.append(ChargedPartition(dataset, key, found, stamp, entry))
     return tuple(sorted(out, key=lambda c: (c.index is None, c.index or 0, c.key)))
 
 
