@@ -184,8 +184,6 @@ def test_a_version_1_ledger_is_refused_until_migrated_by_the_one_command(tmp_pat
     for read_only in (True, False):
         with pytest.raises(LedgerError, match="budget migrate --ledger"):
             Ledger(path, read_only=read_only)
-    from dppca_dask.cli import main
-
     assert main(["budget", "show", "--ledger", str(path)]) == 2
     assert "budget migrate" in capsys.readouterr().err
     assert main(["budget", "migrate", "--ledger", str(path)]) == 0

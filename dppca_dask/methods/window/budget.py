@@ -24,10 +24,7 @@ from dppca_dask.accounting import ADD_REMOVE_ROW
 from dppca_dask.errors import InvalidParameterError, LedgerError
 from dppca_dask.storage import MatrixStore
 
-__all__ = ["PARTITION_SCOPE", "PartitionReservation", "partition_key", "reserve_each", "reserve_partitions"]
-
-#: Name of the ledger scope of window releases.
-PARTITION_SCOPE = "partition"
+__all__ = ["PartitionReservation", "partition_key", "reserve_each", "reserve_partitions"]
 
 #: Mechanism name recorded in the ledger for window releases (also the job mechanism's name).
 MECHANISM = "sliding-window"
