@@ -135,7 +135,7 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.coordinator.preflight import preflight
     from dppca_dask.jobs import runner
-    from dppca_dask.ledger import CHARGED, RESERVED, Ledger
+    from dppca_dask.ledger import CHARGED, RESERVED, Ledger, partition_identities
     from dppca_dask.storage import open_matrix
 
     date = runner._check_date(date or runner.today())
@@ -200,6 +200,9 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
                 dataset, job_id, epsilon=spec.epsilon, delta=spec.delta, events=plan.events,
                 mechanism=spec.mechanism, neighbouring=plan.neighbouring, job_name=spec.name,
                 total_epsilon=spec.budget.total_epsilon, total_delta=spec.budget.total_delta,
+                # every partition of the store, as the run reserves them (before an ingest: every partition)
+                partitions=None if store is None else partition_identities(store),
+                store_id=runner._job_store_id(spec, store),
             )
             remaining = float(trial.budget(dataset).remaining_epsilon)
         elif spec.budget.total_epsilon is not None:  # what the reservation would check first: the key's totals

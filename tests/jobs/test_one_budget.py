@@ -72,3 +72,32 @@ def test_a_reingested_copy_of_the_same_rows_gets_no_fresh_budget_for_a_window_jo
     assert "on partition 't:2026-11-0" in capsys.readouterr().err
     entries = Ledger(tmp_path / "ledger.sqlite").entries(["ds"])
     assert [(e.job_id, e.status) for e in entries] == [(f"window@{DATE}", CHARGED), (f"again@{DATE}", "refused")]
+
+
+def test_a_dry_run_tries_the_partitions_the_run_reserves(tmp_path: Path, write_spec: Any, capsys: Any) -> None:
+    """A whole-store job's dry run tries its reservation on the store's partitions, as the run makes it: an attempt
+    that stopped after its reservation is one the run resumes (the same partitions), and a day that other releases
+    spent is refused by the dry run as by the run."""
+    from dppca_dask.accounting import EpsilonDeltaDpEvent
+    from dppca_dask.jobs import load_job
+    from dppca_dask.jobs.plan import plan_job
+    from dppca_dask.ledger import partition_identities
+    from dppca_dask.storage import open_matrix
+
+    store = daily_store(tmp_path / "days.zarr", days=4)
+    doc = _docs(tmp_path, store)["whole"]
+    path = write_spec(doc)
+    spec = load_job(str(path))
+    opened = open_matrix(store)
+    plan = plan_job(spec, opened)
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.reserve("ds", f"whole@{DATE}", epsilon=0.9, delta=1e-6, events=plan.events, mechanism=spec.mechanism,
+                   neighbouring=plan.neighbouring, job_name=spec.name, partitions=partition_identities(opened))
+    capsys.readouterr()
+    assert main(["run", str(path), "--date", DATE, "--dry-run", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["status"] == "would-resume"
+    ledger.release("ds", f"whole@{DATE}")
+    ledger.reserve("ds", "other", epsilon=0.9, delta=0.0, events=[EpsilonDeltaDpEvent(0.9)], mechanism="m",
+                   neighbouring=plan.neighbouring, partitions=["t:2026-11-03"])
+    assert main(["run", str(path), "--date", DATE, "--dry-run"]) == 3
+    assert "on partition 't:2026-11-03'" in capsys.readouterr().err
