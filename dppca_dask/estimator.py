@@ -24,8 +24,8 @@ __all__ = ["DPPCA", "expected_failed_checks"]
 
 #: Arguments of :func:`dppca_dask.pca` that describe where and how one run executes, not the model: they are
 #: arguments of :meth:`DPPCA.fit`, never hyperparameters (a ``distributed.Client`` cannot be cloned or pickled,
-#: and a noise source or a resumed state belongs to one run).
-FIT_ARGUMENTS = ("client", "noise", "on_release", "resume")
+#: and a noise source, a resumed state or a ledger job id belongs to one run).
+FIT_ARGUMENTS = ("client", "noise", "on_release", "resume", "ledger", "dataset", "job_id")
 
 
 def _is_store(X: Any) -> bool:
