@@ -6,9 +6,10 @@ The ledger's tables live in the database's ``dppca_ledger`` schema, created by `
 database itself must exist). Every write transaction first takes the row lock of the ledger's ``meta`` row
 (``SELECT ... FOR UPDATE``): writers on one ledger are serialised as SQLite's write lock serialises them, so a
 reservation's check and insert see and change one state (READ COMMITTED: after the lock, each statement sees every
-commit made before it). A transaction that fails for a reason PostgreSQL marks as transient (a serialisation
-failure, a deadlock, a lost connection before the commit) is retried from its start by :func:`retrying`; anything
-else fails closed with :class:`~dppca_dask.errors.LedgerError`, the transaction rolled back.
+commit made before it). Connecting and taking that lock are retried by :func:`retrying` after a failure
+PostgreSQL marks as transient (a serialisation failure, a deadlock, a lost connection); a failure after the lock
+(nothing else can deadlock then) fails closed with :class:`~dppca_dask.errors.LedgerError`, the transaction rolled
+back, nothing reserved or charged.
 
 Needs ``psycopg`` 3 (``pip install 'dppca-dask[postgres]'``).
 """
