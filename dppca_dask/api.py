@@ -177,6 +177,9 @@ def pca(
     executor: str = "auto",
     layer: str | None = None,
     storage_options: Any = None,
+    ledger: Any = None,
+    dataset: str | None = None,
+    job_id: str | None = None,
 ) -> PCAResult:
     """Differentially private top principal directions (right singular vectors) of a row-partitioned matrix.
 
@@ -228,6 +231,13 @@ def pca(
         ``key``, ``secret``, ...); by default the environment and configuration files (``AWS_ENDPOINT_URL``,
         ``AWS_ACCESS_KEY_ID``, ...). A ``zarr.storage.FsspecStore`` is accepted as ``data`` too. Workers read the
         store themselves, with these options; they are never shown in results, logs or provenance.
+    ledger, dataset, job_id
+        Keep the release in a privacy-budget ledger (a SQLite path, a ``postgresql://`` URL or a
+        :class:`~dppca_dask.ledger.Ledger`; given together): its events are reserved under ``job_id`` on every
+        partition of the store it reads (for in-memory data, on every partition of ``dataset``) in the books of
+        ``dataset`` before any value is read, the run is refused (:class:`~dppca_dask.errors.BudgetExceededError`)
+        if a partition would exceed the key's total, and the reservation is charged once the release is made (see
+        ``docs/guide/ledger.md``).
     executor
         Where the run executes when ``client`` is ``None``: ``"auto"`` (default) uses the active Dask client if
         there is one, else runs **in this process** (the same coordinator, tasks and passes on a pool of threads,
@@ -394,10 +404,15 @@ def pca(
         if theta is not None:
             bar.set_postfix_str(f"theta={theta:.3g}")
 
-    try:
-        output = _execute(source, client, persist, plan.make_run(noise, released, resume), choice)
-    finally:
-        bar.close()
+    from dppca_dask.ledger import budgeted_release
+
+    with budgeted_release(ledger, dataset, job_id, store=source.store, epsilon=epsilon, delta=delta,
+                          events=plan.planned_events if plan.private else None, mechanism=params.mechanism,
+                          neighbouring=plan.neighbouring, noise=noise):  # reserved before the data is read
+        try:
+            output = _execute(source, client, persist, plan.make_run(noise, released, resume), choice)
+        finally:
+            bar.close()
     finished = time.perf_counter()
     events = tuple(getattr(output, "events", ()))
     report = _report(params, plan, events, noise)

@@ -24,8 +24,8 @@ __all__ = ["DPPCA", "expected_failed_checks"]
 
 #: Arguments of :func:`dppca_dask.pca` that describe where and how one run executes, not the model: they are
 #: arguments of :meth:`DPPCA.fit`, never hyperparameters (a ``distributed.Client`` cannot be cloned or pickled,
-#: and a noise source or a resumed state belongs to one run).
-FIT_ARGUMENTS = ("client", "noise", "on_release", "resume", "storage_options")
+#: and a noise source, a resumed state, the store's access options or a ledger job id belong to one run).
+FIT_ARGUMENTS = ("client", "noise", "on_release", "resume", "storage_options", "ledger", "dataset", "job_id")
 
 
 def _is_store(X: Any) -> bool:
@@ -237,6 +237,9 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         on_release: Callable[[Any, tuple[Any, ...]], None] | None = None,
         resume: Any = None,
         storage_options: Any = None,
+        ledger: Any = None,
+        dataset: str | None = None,
+        job_id: str | None = None,
     ) -> DPPCA:
         """Release the components of ``X`` (one private release: spends ``epsilon``, ``delta``).
 
@@ -253,6 +256,9 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         storage_options
             For ``X`` given as a store URL (``s3://bucket/x.zarr``): fsspec options of its file system, as in
             :func:`dppca_dask.pca` (where the store is, not a hyperparameter; never kept on the model).
+        ledger, dataset, job_id
+            Keep this fit's release in a privacy-budget ledger, as :func:`dppca_dask.pca` does (given together; a
+            job id stands for one fit: a refit needs a new one).
         """
         from dppca_dask.api import pca
 
@@ -292,6 +298,9 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
             symmetric=self.symmetric,
             timings=self.timings,
             center=self._center(),
+            ledger=ledger,
+            dataset=dataset,
+            job_id=job_id,
         )
         for name in ("mean_", "explained_variance_", "explained_variance_ratio_", "singular_values_",
                      "clipped_fraction_"):

@@ -94,6 +94,9 @@ def lowrank(
     noise: Any = None,
     timings: bool = False,
     storage_options: Any = None,
+    ledger: Any = None,
+    dataset: str | None = None,
+    job_id: str | None = None,
 ) -> LowRankResult:
     """A differentially private low-rank approximation of a row-partitioned matrix, kept factored.
 
@@ -153,6 +156,9 @@ def lowrank(
         ``key``, ``secret``, ...); by default the environment and configuration files (``AWS_ENDPOINT_URL``,
         ``AWS_ACCESS_KEY_ID``, ...). A ``zarr.storage.FsspecStore`` is accepted as ``data`` too. Workers read the
         store themselves, with these options; they are never shown in results, logs or provenance.
+    ledger, dataset, job_id
+        Keep the release in a privacy-budget ledger, as :func:`dppca_dask.pca` does (given together): reserved on
+        every partition it reads before any value is read, charged once released.
 
     Returns
     -------
@@ -230,7 +236,12 @@ def lowrank(
         noise = _noise_source(seed)  # a seed warns NotPrivateWarning here
     t_calibrated = time.perf_counter()
     run = _make_run(mechanism, parameters, n_cols, noise)
-    output = _execute(source, client, persist, run, choice)
+    from dppca_dask.ledger import budgeted_release
+
+    with budgeted_release(ledger, dataset, job_id, store=source.store, epsilon=epsilon, delta=delta,
+                          events=planned.events, mechanism=mechanism, neighbouring=neighbouring,
+                          noise=noise):  # reserved before the data is read
+        output = _execute(source, client, persist, run, choice)
     finished = time.perf_counter()
 
     events = list(output.events)

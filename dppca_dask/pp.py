@@ -39,6 +39,9 @@ def pca(
     progress: bool | None = None,
     zero_center: bool | None = None,
     storage_options: Any = None,
+    ledger: Any = None,
+    dataset: str | None = None,
+    job_id: str | None = None,
 ) -> Any:
     """Differentially private PCA of an AnnData object, stored where ``scanpy.pp.pca`` stores its results.
 
@@ -69,6 +72,8 @@ def pca(
     storage_options
         For ``adata`` given as a store URL (``s3://bucket/x.zarr``): fsspec options of its file system (see
         :func:`dppca_dask.pca`); by default the environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...).
+    ledger, dataset, job_id
+        Keep the release in a privacy-budget ledger, as :func:`dppca_dask.pca` does (given together).
 
     Returns
     -------
@@ -127,7 +132,7 @@ def pca(
     model = DPPCA(n_components, epsilon=epsilon, delta=delta, mechanism=mechanism, n_iter=n_iter,
                   row_norm_bound=row_norm_bound, seed=seed, progress=progress, center=center)
     read_from_file = _is_dask(data) and (opened or bool(adata.isbacked))
-    model.fit(data, client=client)
+    model.fit(data, client=client, ledger=ledger, dataset=dataset, job_id=job_id)
     caveats: tuple[str, ...] = ()
     if read_from_file and model.privacy_report_.private:
         caveats = _file_shape_caveat()

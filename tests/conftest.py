@@ -38,6 +38,10 @@ mark_this_session()
 # so that every folder shares one of each kind per session.
 from _local_cluster import loopback_cluster, loopback_tls_cluster  # noqa: E402,F401  (pytest fixtures)
 
+# The ledger's PostgreSQL server (started by the tests on a Unix socket, stopped at the end of the session) and the
+# fixture that runs a ledger test against both backends.
+from _postgres_server import ledger_location, postgres_server, postgres_url  # noqa: E402,F401  (pytest fixtures)
+
 from collections.abc import Iterator  # noqa: E402
 
 import numpy as np  # noqa: E402

@@ -127,7 +127,8 @@ def test_every_pca_mechanism_says_pure_noise_is_unreliable_and_a_strong_signal_r
                "seed": seed, **PCA_RUNS[name]}
     noise_only = pca(np.zeros((2_000, 20)), **options)
     assert noise_only.diagnostics is not None and not noise_only.diagnostics.reliable
-    assert min(noise_only.diagnostics.noise_to_signal) > 0.8
+    # pure noise: every figure far above the reliability threshold (0.4); 0.80-1.00 measured over the mechanisms
+    assert min(noise_only.diagnostics.noise_to_signal) > 0.6
     strong = pca(_planted(seed), **{**options, "epsilon": 4.0, "n_components": 1})
     assert strong.diagnostics.reliable and strong.diagnostics.noise_to_signal[0] < 0.2
     assert strong.to_dict()["diagnostics"] == strong.diagnostics.to_dict()

@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from dppca_dask.ledger._postgres import redact  # a ledger URL's password is never printed
+
 __all__ = ["register"]
 
 #: One line for ``dppca-dask --help`` (read without registering the command).
@@ -85,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
         for line in _partition_lines(spec, outcome.partitions):
             print(line)
     else:
-        print(f"ledger: {spec.budget.ledger} dataset '{entry.dataset}': {entry.status} (epsilon={entry.epsilon:g}, "
-              f"delta={entry.delta:g}); see `dppca-dask budget show --ledger {spec.budget.ledger}`")
+        print(f"ledger: {redact(spec.budget.ledger)} dataset '{entry.dataset}': {entry.status} (epsilon={entry.epsilon:g}, "
+              f"delta={entry.delta:g}); see `dppca-dask budget show --ledger {redact(spec.budget.ledger)}`")
     print(f"result: {outcome.output}")
     return 0
 
@@ -104,9 +106,9 @@ def _partition_lines(spec: Any, partitions: Any) -> list[str]:
     figures = sorted({(e.epsilon, e.delta) for e in entries})
     charge = (f"epsilon={figures[0][0]:g}, delta={figures[0][1]:g} on each" if len(figures) == 1
               else "epsilon and delta per key in --json")
-    lines = [f"ledger: {spec.budget.ledger} dataset '{spec.budget.dataset}': {', '.join(statuses)} on "
+    lines = [f"ledger: {redact(spec.budget.ledger)} dataset '{spec.budget.dataset}': {', '.join(statuses)} on "
              f"{len(partitions)} partition key(s) ({charge}); see `dppca-dask budget show --ledger "
-             f"{spec.budget.ledger}`"]
+             f"{redact(spec.budget.ledger)}`"]
     if len(partitions) <= LISTED_KEYS:
         lines += [f"  {p.label()}" for p in partitions]
     else:
@@ -129,7 +131,7 @@ def _dry_run(spec: Any, args: argparse.Namespace) -> int:
           f"{f', neighbours differing by {checked.neighbouring}' if checked.neighbouring else ''})")
     if checked.remaining_epsilon_after is not None:
         print(f"budget: fits; dataset '{checked.dataset}' would have epsilon {checked.remaining_epsilon_after:.4g} "
-              f"left (indicative) in ledger {spec.budget.ledger}")
+              f"left (indicative) in ledger {redact(spec.budget.ledger)}")
     if checked.parameters:
         print("parameters: " + ", ".join(f"{k}={v}" for k, v in sorted(checked.parameters.items())))
     for line in checked.releases:

@@ -48,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import sqlite3
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -103,27 +102,25 @@ class DryRun:
 
 @contextlib.contextmanager
 def _ledger_snapshot(path: str) -> Iterator[str]:
-    """A consistent copy of the SQLite ledger at ``path`` in a private temporary directory, removed on exit.
+    """A consistent copy (a SQLite file) of the ledger at ``path`` in a private temporary directory, removed on
+    exit.
 
     A refusal raised while the copy is used (a budget exceeded, a missing dataset) names ``path``, the ledger the
     run would use, not the copy that disappears with the dry run.
     """
     with tempfile.TemporaryDirectory(prefix="dppca-dry-run-") as directory:
         copy = os.path.join(directory, "ledger.db")
-        source = sqlite3.connect(f"file:{os.path.abspath(path)}?mode=ro", uri=True)
-        try:
-            target = sqlite3.connect(copy)
-            try:
-                source.backup(target)
-            finally:
-                target.close()
-        finally:
-            source.close()
+        from dppca_dask.ledger import Ledger
+
+        Ledger(path, read_only=True).copy_to(copy)  # a SQLite copy, whatever the ledger's backend
         try:
             yield copy
         except DppcaError as exc:
-            home = os.path.dirname(os.path.abspath(path))
-            exc.args = tuple(a.replace(copy, path).replace(directory, home) if isinstance(a, str) else a
+            from dppca_dask.ledger._postgres import redact
+
+            shown = redact(path)  # a URL's password is never printed
+            home = shown if "://" in path else os.path.dirname(os.path.abspath(path))
+            exc.args = tuple(a.replace(copy, shown).replace(directory, home) if isinstance(a, str) else a
                              for a in exc.args)
             raise
 
@@ -138,7 +135,7 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.coordinator.preflight import preflight
     from dppca_dask.jobs import runner
-    from dppca_dask.ledger import CHARGED, RESERVED, Ledger
+    from dppca_dask.ledger import CHARGED, RESERVED, Ledger, partition_identities
 
     date = runner._check_date(date or runner.today())
     if spec.kind == "window":
@@ -202,6 +199,9 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
                 dataset, job_id, epsilon=spec.epsilon, delta=spec.delta, events=plan.events,
                 mechanism=spec.mechanism, neighbouring=plan.neighbouring, job_name=spec.name,
                 total_epsilon=spec.budget.total_epsilon, total_delta=spec.budget.total_delta,
+                # every partition of the store, as the run reserves them (before an ingest: every partition)
+                partitions=None if store is None else partition_identities(store),
+                store_id=runner._job_store_id(spec, store),
             )
             remaining = float(trial.budget(dataset).remaining_epsilon)
         elif spec.budget.total_epsilon is not None:  # what the reservation would check first: the key's totals
@@ -315,10 +315,8 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
                        [f"job '{job_id}' already succeeded; a run would do nothing"])
     # An earlier attempt that stopped before its charge left its reservations on the window's partition keys; a
     # run reserves them again unchanged (nothing of that attempt was released: the result is written after the charge)
-    from dppca_dask.methods.window.budget import PARTITION_SCOPE
-
-    prefix = f"{dataset}/{PARTITION_SCOPE}/"  # its partition keys only (another dataset key may start with "dataset/")
-    resuming = any(e.dataset.startswith(prefix) and e.status == RESERVED for e in ledger.find(job_id))
+    previous = ledger.entry(dataset, job_id)
+    resuming = previous is not None and previous.status == RESERVED
     security = runner._security(spec)
     address = spec.cluster.address or None
     if address:
@@ -360,10 +358,10 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
     if pending is not None:
         rows = store.metadata.get("rows_per_partition")
         more = (f"; if it holds more than {rows} rows (the store's rows per partition), the append makes further "
-                f"partitions ({pending + 1}, ...): their keys are new (each with the dataset's total), reserved by "
+                f"partitions ({pending + 1}, ...): of the same day, in the same books, reserved by "
                 "the run, and the run decides the executor again from the window's partition count") if rows else ""
         notes.append(f"the run would append '{source}' (stamped {date}) first: checked as the day's partition "
-                     f"{pending} (key '{partition_key(dataset, store, pending)}') with the window chosen from the "
+                     f"{pending} ('{partition_key(dataset, store, pending)}' in the ledger) with the window chosen from the "
                      f"partition table; the file itself (format, width, values) is read and checked by the append, "
                      f"not here{more}")
     with _ledger_snapshot(spec.budget.ledger) as copy:
@@ -373,8 +371,10 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
                                  total_delta=cast(float, spec.budget.total_delta))
         reserve_partitions(trial, dataset, job_id, store=plan.store, partitions=partitions,
                            epsilon=plan.epsilon, delta=plan.delta, events=plan.planned_events)
-        remaining = min(float(trial.budget(partition_key(dataset, plan.store, i)).remaining_epsilon)
-                        for i in partitions)
+        touched = {partition_key(dataset, plan.store, i) for i in partitions}
+        after = trial.budget(dataset)  # the least remaining among the partitions it reads
+        remaining = max(0.0, after.total_epsilon - max(p.spent_epsilon for p in after.partitions
+                                                       if p.partition in touched or p.partition == "*"))
     if resuming:
         notes.append(f"job '{job_id}' has reservations from an earlier attempt that released nothing; a run would "
                      "resume them and release the window")

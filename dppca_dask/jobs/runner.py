@@ -5,8 +5,9 @@ The order is what makes a job safe to schedule and to re-run:
 1. the spec, every parameter of the mechanism, the store (its declared schema and its id) and the output path
    are checked, and the store's metadata read: bad input fails here, before any budget is reserved (DESIGN.md
    invariant 7). The ledger must exist (``dppca-dask budget init`` makes it; a run never does);
-2. the job's DpEvents are reserved in the ledger under its job id ``<id>@<date>`` (one transaction; refused with
-   exit code 3 if the dataset's total would be exceeded);
+2. the job's DpEvents are reserved in the ledger under its job id ``<id>@<date>`` on every partition of the store
+   (one transaction; refused with exit code 3 if any partition's books would exceed the dataset's total with the
+   releases of any kind already charged to it);
 3. the mechanism runs; sequential adaptive power iteration (``center = "none"``) writes each released (noisy)
    iterate to ``checkpoint.json`` in the output directory before anything else sees it;
 4. the ledger records the release, the result is written to ``.pending/`` and marked complete, the reservation
@@ -52,6 +53,8 @@ from dppca_dask.errors import (
     UnsupportedStoreVersionError,
 )
 from dppca_dask.jobs.spec import JobSpec
+
+from dppca_dask.ledger._postgres import redact  # a ledger URL's password is never printed
 
 __all__ = ["JobOutcome", "ingest_arguments", "job_executor", "job_lock", "run_job", "store_id", "store_schema"]
 
@@ -455,7 +458,8 @@ def run_job(
     if spec.kind == "window":  # partition-scoped budget: its own runner
         from dppca_dask.methods.window.job import run_window_job
 
-        return run_window_job(spec, date=date, client=client, noise=noise)
+        return run_window_job(spec, date=date, client=client, noise=noise,
+                              allow_new_store=allow_new_store or spec.budget.allow_new_store)
     ledger = Ledger(spec.budget.ledger)
     with job_lock(ledger, spec.budget.dataset, spec.job_id(date)):
         return _run_job(spec, ledger, date=date, client=client, noise=noise, progress=progress,
@@ -468,11 +472,18 @@ def job_lock(ledger: Any, dataset: str, job_id: str) -> Iterator[None]:
     scheduler's retry while the first still runs) must not both release.
 
     The lock is keyed on the ledger's resolved file (a symlinked path finds the same lock) and on the ledger's own
-    id. It is a ``filelock`` lock in ``<resolved ledger>.locks/``; the operating system drops it when the process
+    id (a PostgreSQL ledger's: a session lock of its database, :meth:`~dppca_dask.ledger.Ledger.job_lock`). It is a ``filelock`` lock in ``<resolved ledger>.locks/``; the operating system drops it when the process
     dies, so a crashed run never blocks its own resumption.
     """
     from filelock import FileLock, Timeout
 
+    if getattr(ledger, "is_postgres", False):  # the database's session lock: schedulers on several machines
+        with ledger.job_lock(f"{dataset}\0{job_id}") as taken:
+            if not taken:
+                raise LedgerError(f"job '{job_id}' of dataset '{dataset}' is already running in another process; "
+                                  "wait for it to end (running it twice at once could release twice)")
+            yield
+        return
     resolved = os.path.realpath(ledger.path)
     directory = f"{resolved}.locks"
     try:
@@ -500,8 +511,8 @@ def job_lock(ledger: Any, dataset: str, job_id: str) -> Iterator[None]:
 
 def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, progress: bool | None,
              allow_new_store: bool) -> JobOutcome:
-    from dppca_dask.ledger import CHARGED, RESERVED
     from dppca_dask.coordinator.client import check_scheduler
+    from dppca_dask.ledger import CHARGED, RESERVED, partition_identities
     from dppca_dask.mechanisms import NoiseSource, default_sampler
     from dppca_dask.methods import get_mechanism
 
@@ -531,7 +542,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
         return JobOutcome(job_id, "already-completed", output, previous, _load_result(spec, output))
     if _published(output, job_id):
         raise LedgerError(
-            f"the output '{output}' already holds a result of job '{job_id}', which ledger '{spec.budget.ledger}' "
+            f"the output '{output}' already holds a result of job '{job_id}', which ledger '{redact(spec.budget.ledger)}' "
             f"does not record as charged to '{dataset}' (a replaced or restored ledger?); it is not released again: "
             "restore the ledger, or give the run a new job id (--job-id or --date)"
         )
@@ -562,7 +573,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
                 ledger.charge(dataset, job_id, outcome="failed")
             raise BudgetExceededError(
                 f"job '{job_id}' released values or failed after reading its data, and its budget stays spent "
-                f"(ledger '{spec.budget.ledger}', dataset '{dataset}'); no checkpoint or complete result of it was "
+                f"(ledger '{redact(spec.budget.ledger)}', dataset '{dataset}'); no checkpoint or complete result of it was "
                 f"found in '{output}' to resume from, so running it again would be a second release: restore the "
                 "checkpoint, or give the run a new job id (--job-id or --date) to spend new budget"
             )
@@ -584,6 +595,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
         dataset, job_id, epsilon=spec.epsilon, delta=spec.delta, events=events, mechanism=spec.mechanism,
         neighbouring=neighbouring, job_name=spec.name, total_epsilon=spec.budget.total_epsilon,
         total_delta=spec.budget.total_delta, resume_charged=resume is not None,
+        partitions=partition_identities(store), store_id=_job_store_id(spec, store),  # every partition it reads
     )
     log.info("job %s: %s (epsilon=%g, delta=%g) %s for dataset %s", job_id, spec.mechanism, spec.epsilon,
              spec.delta, "resumed its reservation" if resuming else "reserved", dataset)
@@ -615,7 +627,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     try:
         _makedirs(output)
         _write_json(os.path.join(output, JOB_FILE), {
-            "job_id": job_id, "date": date, "spec": spec.to_dict(), "ledger": spec.budget.ledger, "dataset": dataset,
+            "job_id": job_id, "date": date, "spec": spec.to_dict(), "ledger": redact(spec.budget.ledger), "dataset": dataset,
             "store_fingerprint": store.fingerprint,
         })
         if os.path.isdir(pending):  # what a failed attempt left half-written; never moved into place

@@ -33,7 +33,8 @@ epsilon = 0.8
 delta = 1e-7
 
 [budget]
-ledger = "../build/jobs/ledger.sqlite"   # made once by `dppca-dask budget init`; a run never creates it
+ledger = "../build/jobs/ledger.sqlite"   # made once by `dppca-dask budget init`; a run never creates it (or a
+                                     # postgresql://USER@HOST/DB URL of a PostgreSQL ledger)
 dataset = "w8a"
 total_epsilon = 1.0                  # optional: checked against the total recorded by `budget init`
 total_delta = 1e-6
@@ -557,7 +558,9 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
         raise JobSpecError(f"{_where(source, 'budget', 'allow_new_store')} must be true or false; got "
                            f"{allow_new_store!r}")
     dataset = _string(source, "budget", "dataset", budget["dataset"])
-    ledger = _path(base, _string(source, "budget", "ledger", budget["ledger"]))
+    ledger = _string(source, "budget", "ledger", budget["ledger"])
+    if not ledger.startswith(("postgresql://", "postgres://")):  # a PostgreSQL ledger's URL is taken as it is
+        ledger = _path(base, ledger)
 
     output = obj["output"]
     if "path" not in output:

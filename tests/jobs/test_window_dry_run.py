@@ -47,9 +47,19 @@ def _dry_run(spec_path: Path, date: str, ledger: str, capsys: Any) -> tuple[int,
 
 
 def _spent_minimum(ledger: str, store: str, partitions: Any) -> float:
-    """The least remaining ε among the partition keys ``partitions`` of ``store`` in the dataset ``ds``."""
+    """The least remaining ε among the partitions ``partitions`` of ``store`` in the dataset ``ds``'s books."""
     handle = open_matrix(store)
-    return min(float(Ledger(ledger).budget(partition_key("ds", handle, i)).remaining_epsilon) for i in partitions)
+    names = {partition_key("ds", handle, i) for i in partitions}
+    budget = Ledger(ledger).budget("ds")
+    return min(budget.total_epsilon - p.spent_epsilon for p in budget.partitions if p.partition in names)
+
+
+def _charged(ledger: str, store: str, job_id: str) -> list[int]:
+    """The indices of ``store``'s partitions that ``job_id``'s charged entry of ``ds`` is charged to."""
+    entry = Ledger(ledger).entry("ds", job_id)
+    names = set(entry.partitions) if entry is not None and entry.status == CHARGED else set()
+    handle = open_matrix(store)
+    return [i for i in range(handle.n_partitions) if partition_key("ds", handle, i) in names]
 
 
 def _day(store: str, day: int, seed: int) -> None:
@@ -107,8 +117,7 @@ def test_a_spectral_histogram_dry_run_tries_the_partitions_before_the_window(tmp
     assert not any("checked by the run" in note for note in checked["notes"])
     outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-07")
     assert outcome.status == "completed"
-    charged = sorted(int(e.dataset.rsplit(":", 1)[1]) for e in Ledger(ledger).find("small@2026-11-07")
-                     if e.status == CHARGED)
+    charged = _charged(ledger, store, "small@2026-11-07")
     assert charged == list(range(2, 7))  # what the dry run tried: the window's keys and the one before it
     assert checked["remaining_epsilon_after"] == pytest.approx(_spent_minimum(ledger, store, charged))
 
@@ -125,8 +134,7 @@ def test_a_new_spectral_histogram_starts_at_the_window(tmp_path: Path, write_spe
     outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-06")
     released = set(outcome.result.window.partitions)
     assert released == {2, 3, 4, 5}
-    charged = {int(e.dataset.rsplit(":", 1)[1]) for e in Ledger(doc["budget"]["ledger"]).find("hist@2026-11-06")
-               if e.status == CHARGED}
+    charged = set(_charged(doc["budget"]["ledger"], store, "hist@2026-11-06"))
     assert charged == released
 
 
@@ -186,8 +194,8 @@ def test_a_not_yet_appended_days_dry_run_reports_its_window(tmp_path: Path, writ
         assert "2 partition(s): 2, 3" in checked["releases"][0]
         assert checked["executor"]["executor"] == "in-process"
         assert "2 partition(s) (limit 2)" in checked["executor"]["reason"]
-        key = partition_key("ds", open_matrix(store), 3)
-        assert any(f"partition 3 (key '{key}')" in note and "not here" in note for note in checked["notes"])
+        key = "t:2026-11-04"  # the day to be appended: its identity is its day
+        assert any(f"partition 3 ('{key}' in the ledger)" in note and "not here" in note for note in checked["notes"])
         outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04")
     assert outcome.status == "completed"
     assert outcome.result.window.partitions == (2, 3)
@@ -242,8 +250,7 @@ def test_a_not_yet_appended_days_spectral_dry_run_tries_the_keys_its_run_charges
     assert code == 0 and open_matrix(store).n_partitions == 4
     outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-05")
     assert outcome.status == "completed"
-    charged = sorted(int(e.dataset.rsplit(":", 1)[1]) for e in Ledger(ledger).find("hist-next@2026-11-05")
-                     if e.status == CHARGED)
+    charged = _charged(ledger, store, "hist-next@2026-11-05")
     window = outcome.result.window.partitions  # the released checkpoint's partitions, the charged ones
     assert list(window) == charged and charged[-1] == 4
     before = [i for i in charged if i < 1]

@@ -25,13 +25,15 @@ def _window_doc(tmp_path: Path, store: str, *, name: str, last: str) -> dict[str
 
 
 def _charged_keys(ledger: Ledger, job_id: str) -> list[str]:
-    return [e.dataset for e in ledger.find(job_id) if e.dataset.startswith("ds/partition/") and e.status == CHARGED]
+    """The partitions the job id's entry of dataset ``ds`` is charged to (none unless it is charged)."""
+    entry = ledger.entry("ds", job_id)
+    return list(entry.partitions) if entry is not None and entry.status == CHARGED else []
 
 
 def _shown_keys(shown: dict[str, Any], job_id: str) -> list[str]:
-    """The partition keys whose history in `budget show --json` holds ``job_id``."""
-    return [d["dataset"] for d in shown["datasets"]
-            if d["dataset"].startswith("ds/partition/") and any(e["job_id"] == job_id for e in d["history"])]
+    """The partitions `budget show --json` lists for ``job_id``'s entry of dataset ``ds``."""
+    return [p for d in shown["datasets"] if d["dataset"] == "ds"
+            for e in d["history"] if e["job_id"] == job_id for p in e["partitions"]]
 
 
 def test_a_window_jobs_summary_names_every_partition_key_it_charged(tmp_path: Path, write_spec: Any,
@@ -105,16 +107,16 @@ def test_a_release_refused_under_a_charged_job_id_is_no_attempt_of_that_job(tmp_
                "--ledger", ledger_path, "--dataset", "ds", "--job-id", job_id]
     for last in ("4D", "3D"):  # a wider window (its first day is a new key), then the job's own window
         assert main([*release, "--last", last]) == 2
-        assert "is already charged on partition key" in capsys.readouterr().err
+        assert "is already charged to the partitions of 'ds'" in capsys.readouterr().err
 
     ledger = Ledger(ledger_path)
     opened = open_matrix(store)
-    entries = {e.dataset: e for e in ledger.find(job_id)}
-    assert sorted(entries) == sorted(partition_key("ds", opened, i) for i in (1, 2, 3))
-    assert all((e.status, e.outcome, e.attempts) == (CHARGED, "succeeded", 1) for e in entries.values())
+    (entry,) = ledger.find(job_id)  # one entry of the dataset key, on the three days it read
+    assert list(entry.partitions) == [partition_key("ds", opened, i) for i in (1, 2, 3)]
+    assert (entry.status, entry.outcome, entry.attempts) == (CHARGED, "succeeded", 1)
     assert main(["budget", "show", "--ledger", ledger_path]) == 0
     shown = capsys.readouterr().out
-    assert "attempts" not in shown and "released" not in shown and shown.count(job_id) == 3
+    assert "attempts" not in shown and "released" not in shown and shown.count(job_id) == 1
 
     assert main(["run", str(spec), "--date", DATE]) == 0  # the job itself: already completed, no new attempt
     assert "already completed" in capsys.readouterr().out

@@ -162,7 +162,7 @@ def test_a_ledger_in_a_path_that_cannot_be_a_directory_is_a_clear_error(tmp_path
     assert "cannot create ledger" in err and "writable" in err and "Traceback" not in err
 
 
-def test_a_version_1_ledger_is_upgraded_in_place(tmp_path: Path) -> None:
+def test_a_version_1_ledger_is_refused_until_migrated_by_the_one_command(tmp_path: Path, capsys) -> None:
     path = tmp_path / "v1.sqlite"
     with sqlite3.connect(path) as db:
         db.executescript("""
@@ -176,14 +176,25 @@ def test_a_version_1_ledger_is_upgraded_in_place(tmp_path: Path) -> None:
                 updated TEXT NOT NULL, UNIQUE (dataset, job_id));
             INSERT INTO meta VALUES ('schema_version', '1');
             INSERT INTO datasets VALUES ('ds', 1.0, 1e-6, 'add/remove one row', '2026-01-01');
+            INSERT INTO entries VALUES (1, 'ds', 'old', 'old', 'm', 0.7, 0.0, 'add/remove one row',
+                '[{"epsilon": 0.7, "delta": 0.0, "type": "EpsilonDeltaDpEvent"}]', 'charged', 'succeeded', 1, NULL,
+                '2026-01-01', '2026-01-01');
         """)
     db.close()
-    assert Ledger(path, read_only=True).budget("ds").store_id is None  # read as it is, not upgraded
+    for read_only in (True, False):
+        with pytest.raises(LedgerError, match="budget migrate --ledger"):
+            Ledger(path, read_only=read_only)
+    assert main(["budget", "show", "--ledger", str(path)]) == 2
+    assert "budget migrate" in capsys.readouterr().err
+    assert main(["budget", "migrate", "--ledger", str(path)]) == 0
+    assert "schema version 1 -> 3" in capsys.readouterr().out
     ledger = Ledger(path)
-    assert ledger.id and ledger.budget("ds").spent_epsilon == 0.0
-    ledger.reserve("ds", "a", epsilon=0.2, delta=0.0, events=[EpsilonDeltaDpEvent(0.2)], mechanism="m",
-                   neighbouring=ROW)
-    assert ledger.entry("ds", "a").group_size == 1
+    assert ledger.entry("ds", "old").partitions == ("*",)  # a whole-store release: every partition
+    with pytest.raises(BudgetExceededError):  # the old charge still counts, on every partition
+        ledger.reserve("ds", "a", epsilon=0.5, delta=0.0, events=[EpsilonDeltaDpEvent(0.5)], mechanism="m",
+                       neighbouring=ROW, partitions=["t:2026-01-01"])
+    assert main(["budget", "migrate", "--ledger", str(path)]) == 0  # again: nothing to do
+    assert "nothing to do" in capsys.readouterr().out
 
 
 # -- stale reservations ----------------------------------------------------------------------------------
@@ -317,3 +328,63 @@ def test_the_delta_counted_for_the_key_must_stay_below_its_total(tmp_path: Path)
     with pytest.raises(BudgetExceededError, match="requested delta=.*for the key's relation"):
         ledger.reserve("ds", "a", epsilon=1.0, delta=4e-7, events=[EpsilonDeltaDpEvent(1.0, 4e-7)], mechanism="m",
                        neighbouring=ROW)  # (1 + e) * 4e-7 > 1e-6
+
+
+def _version_2(path: Path, store_id: str) -> None:
+    """A ledger as version 2 wrote it: a whole-store job on the dataset key, and a window release on the partition
+    keys of its own (killed between its keys: day 0 charged, day 1 still reserved)."""
+    event = '[{"epsilon": 0.4, "delta": 0.0, "type": "EpsilonDeltaDpEvent"}]'
+    with sqlite3.connect(path) as db:
+        db.executescript(f"""
+            CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE datasets (dataset TEXT PRIMARY KEY, total_epsilon REAL NOT NULL, total_delta REAL NOT NULL,
+                                   neighbouring TEXT, created TEXT NOT NULL, store_id TEXT);
+            CREATE TABLE entries (id INTEGER PRIMARY KEY AUTOINCREMENT, dataset TEXT NOT NULL, job_id TEXT NOT NULL,
+                job_name TEXT NOT NULL, mechanism TEXT NOT NULL, epsilon REAL NOT NULL, delta REAL NOT NULL,
+                neighbouring TEXT NOT NULL, events TEXT NOT NULL, status TEXT NOT NULL, outcome TEXT NOT NULL,
+                attempts INTEGER NOT NULL DEFAULT 1, first_release TEXT, created TEXT NOT NULL,
+                updated TEXT NOT NULL, group_size INTEGER NOT NULL DEFAULT 1, UNIQUE (dataset, job_id));
+            INSERT INTO meta VALUES ('schema_version', '2');
+            INSERT INTO meta VALUES ('ledger_id', 'abc');
+            INSERT INTO datasets VALUES ('ds', 1.0, 1e-6, 'add/remove one row', '2026-01-01', '{store_id}');
+            INSERT INTO datasets VALUES ('ds/partition/{store_id}:0', 1.0, 1e-6, 'add/remove one row', '2026-01-01',
+                                         NULL);
+            INSERT INTO datasets VALUES ('ds/partition/{store_id}:1', 1.0, 1e-6, 'add/remove one row', '2026-01-01',
+                                         NULL);
+            INSERT INTO entries VALUES (1, 'ds', 'pca', 'pca', 'm', 0.4, 0.0, 'add/remove one row', '{event}',
+                'charged', 'succeeded', 1, NULL, '2026-01-01', '2026-01-01', 1);
+            INSERT INTO entries VALUES (2, 'ds/partition/{store_id}:0', 'w', 'w', 'sliding-window', 0.4, 0.0,
+                'add/remove one row', '{event}', 'charged', 'succeeded', 1, NULL, '2026-01-02', '2026-01-02', 1);
+            INSERT INTO entries VALUES (3, 'ds/partition/{store_id}:1', 'w', 'w', 'sliding-window', 0.4, 0.0,
+                'add/remove one row', '{event}', 'reserved', 'running', 1, NULL, '2026-01-02', '2026-01-02', 1);
+        """)
+    db.close()
+
+
+@pytest.mark.parametrize("with_store", [True, False], ids=["store-given", "no-store"])
+def test_budget_migrate_folds_window_partition_keys_into_the_datasets_books(tmp_path: Path, capsys,
+                                                                           with_store: bool) -> None:
+    import datetime as _dt
+
+    import numpy as np
+
+    from dppca_dask.ingest import ingest
+    from dppca_dask.storage import append_partition
+
+    rng = np.random.default_rng(1)
+    store = ingest(rng.random((4, 3)), tmp_path / "days.zarr", n_features=3, timestamp="2026-11-01")
+    append_partition(store.path, rng.random((4, 3)), timestamp=_dt.datetime(2026, 11, 2, tzinfo=_dt.timezone.utc))
+    path = tmp_path / "v2.sqlite"
+    _version_2(path, store.store_id)
+    args = ["budget", "migrate", "--ledger", str(path)] + (["--store", store.path] if with_store else [])
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "window release 'w' of 'ds': 2 partition key(s) -> one entry (charged" in out
+    ledger = Ledger(path)
+    assert ledger.datasets() == ["ds"]  # the partition keys are gone, their entries folded into the dataset's
+    window = ledger.entry("ds", "w")
+    assert window.status == CHARGED and window.store_id == store.store_id  # charged on a key: stays charged
+    assert window.partitions == (("t:2026-11-01", "t:2026-11-02") if with_store else ("*",))
+    assert ledger.entry("ds", "pca").partitions == ("*",)
+    budget = ledger.budget("ds")  # both releases on every day: composed
+    assert budget.spent_epsilon == pytest.approx(0.8, rel=1e-3) and ledger.id == "abc"

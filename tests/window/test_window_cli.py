@@ -193,9 +193,12 @@ def test_window_structure_and_cache_flags(ten_day_store, capsys, flags):
 
 
 def _ledger_keys(ledger_path, store, job_id):
-    from dppca_dask.ledger import Ledger
+    """``{index: entry}`` of the store's partitions the job id's entry (of any dataset key) is charged to."""
+    from dppca_dask.ledger import Ledger, partition_identities
 
-    return {e.dataset.rsplit(":", 1)[1]: e for e in Ledger(ledger_path).find(job_id)}
+    names = partition_identities(store)
+    return {str(i): e for e in Ledger(ledger_path).find(job_id) for i, name in enumerate(names)
+            if name in e.partitions}
 
 
 def test_window_tree_charges_its_nodes_and_refuses_a_lost_state(daily_store, tmp_path, capsys):

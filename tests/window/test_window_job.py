@@ -60,15 +60,17 @@ def test_nightly_job_on_two_dates(nightly):
     assert store.n_partitions == 3
     ledger = Ledger(build / "days-ledger.sqlite")
     for index, jobs in ((0, 2), (1, 2), (2, 1)):  # the 7-day window read every day so far
-        budget = ledger.budget(partition_key("web-days", store, index))
-        charged = [e for e in budget.entries if e.status == CHARGED]
+        name = partition_key("web-days", store, index)
+        charged = [e for e in ledger.budget("web-days").entries if e.status == CHARGED and name in e.partitions]
         assert len(charged) == jobs and all(e.mechanism == "sliding-window" for e in charged)
+        assert len(ledger.counted_on("web-days", name)) == jobs
     saved = json.loads((build / "window-out" / "2026-11-03" / "release.json").read_text())
     assert saved["window"]["n_partitions"] == 3 and saved["window"]["end"] == "2026-11-03T00:00:00+00:00"
     # a re-run of a completed date appends nothing and spends nothing
     assert _run(nightly, "2026-11-03").status == "already-completed"
     assert open_matrix(build / "days.zarr").n_partitions == 3
-    assert len(ledger.find("window-nightly@2026-11-03")) == 3
+    assert [e.partitions for e in ledger.find("window-nightly@2026-11-03")] == [
+        ("t:2026-11-01", "t:2026-11-02", "t:2026-11-03")]  # one entry, on the three days it read
 
 
 def test_result_missing_after_the_charge_is_refused(nightly):

@@ -450,6 +450,9 @@ def topics(
     seed: int | None = None,
     noise: Any = None,
     storage_options: Any = None,
+    ledger: Any = None,
+    dataset: str | None = None,
+    job_id: str | None = None,
 ) -> TopicResult:
     """Differentially private topics of a document-word count matrix (rows: documents, columns: words).
 
@@ -500,6 +503,8 @@ def topics(
         ``key``, ``secret``, ...); by default the environment and configuration files (``AWS_ENDPOINT_URL``,
         ``AWS_ACCESS_KEY_ID``, ...). A ``zarr.storage.FsspecStore`` is accepted as ``data`` too. Workers read the
         store themselves, with these options; they are never shown in results, logs or provenance.
+    ledger, dataset, job_id
+        Keep the release in a privacy-budget ledger, as :func:`dppca_dask.pca` does (given together).
 
     Returns
     -------
@@ -573,7 +578,12 @@ def topics(
     run = _topic_run(dim=dim, n_topics=n_topics, n_restarts=n_restarts, n_iter=n_iter, pca_iter=pca_iter,
                      alpha0=float(alpha0), noise=noise, plan=plan, rng=rng, pair_bound=float(pair_bound),
                      tensor_clip=float(tensor_clip))
-    out = run_on_source(source, client, run, persist, choice)
+    from dppca_dask.ledger import budgeted_release
+
+    with budgeted_release(ledger, dataset, job_id, store=source.store, epsilon=float(epsilon or 0.0),
+                          delta=float(delta or 0.0), events=plan.events() if plan is not None else None,
+                          mechanism="topics", neighbouring=DOCUMENT, noise=noise):  # reserved before the data is read
+        out = run_on_source(source, client, run, persist, choice)
     report = None
     if private:
         report = accounting.build_report(

@@ -14,10 +14,18 @@ A ``[cluster] address`` (or a scheduler address given to the run) is reached wit
 as an ordinary job reaches it (the same ``Security``), and checked
 (:func:`~dppca_dask.coordinator.client.check_scheduler`) before anything is appended or reserved.
 
-A re-run of a completed date prints the saved release and spends nothing; a run whose charge is recorded but
+The run is atomic as a ``pca`` job's is: the reservation (one entry of the dataset key, on every partition the
+release reads, one transaction) is made before any value is read; once the release's noise is drawn the ledger
+records it (never refunded); the result is written to ``.pending/`` and marked complete, then the reservation
+becomes a charge, then the result is moved into place. Killed at any point, a re-run finishes what was released
+(a complete pending result is charged and published, never released again), returns a reservation that released
+nothing, or refuses (exit 3) when values were released but no complete result is left.
+
+A re-run of a completed date prints the saved release and spends nothing, and is refused (exit 2) when its spec
+asks for another release (other privacy parameters or window) than the one saved; a run whose charge is recorded but
 whose result is missing is refused (running it again would be a second release). Either way the outcome names every
-partition key the job id is charged to (:func:`charged_partitions`), with the timestamp of its partition (public:
-the partition table), never anything read from the rows.
+partition the job id is charged to (:func:`charged_partitions`), with its timestamp (public: the partition table),
+never anything read from the rows.
 """
 
 from __future__ import annotations
@@ -68,22 +76,24 @@ def _stamp(seconds: float | None) -> str | None:
 
 
 def charged_partitions(ledger: Any, dataset: str, job_id: str, store: Any) -> tuple[ChargedPartition, ...]:
-    """Every partition key of ``dataset`` that ``job_id`` is charged to in ``ledger``, in partition order, with the
-    timestamp of its partition in ``store`` (the public partition table; nothing about the rows)."""
-    from dppca_dask.ledger import CHARGED
-    from dppca_dask.methods.window.budget import PARTITION_SCOPE
+    """Every partition of ``dataset`` that ``job_id`` is charged to in ``ledger``, in partition order, with its
+    index and timestamp in ``store`` (the public partition table; nothing about the rows; ``None`` for a partition
+    ``store`` does not have)."""
+    from dppca_dask.ledger import CHARGED, partition_identities
 
-    prefix = f"{dataset}/{PARTITION_SCOPE}/"
-    own = f"{prefix}{getattr(store, 'store_id', None)}:"
-    stamps = {int(p.index): p.timestamp for p in getattr(store, "partitions", ())}
+    entry = ledger.entry(dataset, job_id)
+    if entry is None or entry.status != CHARGED:
+        return ()
+    parts = getattr(store, "partitions", ())
+    names = partition_identities(store) if parts else ()
+    index_of: dict[str, int] = {}
+    for position, name in enumerate(names):
+        index_of.setdefault(name, position)
     out = []
-    for entry in ledger.find(job_id):
-        if entry.status != CHARGED or not entry.dataset.startswith(prefix):
-            continue
-        tail = entry.dataset[len(own):] if entry.dataset.startswith(own) else ""
-        index = int(tail) if tail.isdigit() else None
-        stamp = None if index is None else _stamp(stamps.get(index))
-        out.append(ChargedPartition(dataset, entry.dataset, index, stamp, entry))
+    for key in entry.partitions:
+        found = index_of.get(key)
+        stamp = None if found is None else _stamp(parts[found].timestamp)
+        out.append(ChargedPartition(dataset, key, found, stamp, entry))
     return tuple(sorted(out, key=lambda c: (c.index is None, c.index or 0, c.key)))
 
 
@@ -110,15 +120,15 @@ def summarise_partitions(partitions: Sequence[ChargedPartition]) -> dict[str, An
 def earlier_charge(ledger: Any, dataset: str, job_id: str, output: str) -> Any:
     """The charge of a completed earlier run of ``job_id`` (``None`` when there is none); a charge whose result is
     missing from ``output`` is refused (running it again would be a second release)."""
+    from dppca_dask.jobs.runner import PENDING
     from dppca_dask.ledger import CHARGED
-    from dppca_dask.methods.window.budget import PARTITION_SCOPE
 
-    prefix = f"{dataset}/{PARTITION_SCOPE}/"  # its partition keys only (another dataset key may start with "dataset/")
-    charged = [e for e in ledger.find(job_id) if e.dataset.startswith(prefix) and e.status == CHARGED]
-    if not charged:
+    charged = ledger.entry(dataset, job_id)
+    if charged is None or charged.status != CHARGED:
         return None
-    if os.path.exists(os.path.join(output, "release.json")):
-        return charged[-1]
+    if os.path.exists(os.path.join(output, "release.json")) or (
+            charged.outcome == "succeeded" and _pending_complete(os.path.join(output, PENDING), job_id)):
+        return charged
     raise BudgetExceededError(
         f"job '{job_id}' is charged to the partitions of '{dataset}' but its result is missing from "
         f"'{output}'; running it again would be a second release: restore the result, or give the run a "
@@ -160,17 +170,86 @@ def window_charges(spec: Any, date: str, plan: Any) -> Any:
     return plan_charges(plan, **{k: parameters[k] for k in names if k in parameters})
 
 
-def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = None) -> Any:
-    """Run a ``sliding-window`` job spec for ``date`` (``YYYY-MM-DD``); returns a :class:`JobOutcome`."""
-    import contextlib
+def _pending_complete(pending: str, job_id: str) -> bool:
+    """Whether ``pending`` holds a complete result of ``job_id`` (its ``COMPLETE`` marker written last)."""
+    import json
 
-    from dppca_dask.coordinator import connect
-    from dppca_dask.coordinator.client import check_scheduler
-    from dppca_dask.jobs.runner import JobOutcome, _check_schema, _security, job_lock
-    from dppca_dask.ledger import Ledger
-    from dppca_dask.methods.window.release import load_release, window
-    from dppca_dask.methods.window.selection import parse_timestamp
-    from dppca_dask.storage._files import make_directories, make_tree_private
+    from dppca_dask.jobs.runner import COMPLETE
+
+    try:
+        with open(os.path.join(pending, COMPLETE), encoding="utf-8") as fh:
+            return bool(json.load(fh).get("job_id") == job_id)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _release_spec(spec: Any) -> dict[str, Any]:
+    """What a window job's release is: its privacy parameters and its mechanism's (the window, the structure...),
+    as its job id's saved ``job.json`` records them; a re-run of a completed id with others is refused."""
+    import json
+
+    return json.loads(json.dumps({"mechanism": spec.mechanism, "epsilon": spec.epsilon, "delta": spec.delta,
+                                  "parameters": dict(spec.parameters)}, sort_keys=True, default=str))
+
+
+def _check_same_release(spec: Any, output: str, job_id: str, dataset: str) -> None:
+    """Refuse (exit 2) a run of ``job_id`` whose spec asks for another release than the one its earlier attempt
+    recorded in ``output`` (a job id stands for one release)."""
+    import json
+
+    from dppca_dask.errors import LedgerError
+    from dppca_dask.jobs.runner import JOB_FILE
+
+    path = os.path.join(output, JOB_FILE)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            saved = json.load(fh)
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as exc:
+        raise LedgerError(f"'{path}' cannot be read ({type(exc).__name__}); it records job '{job_id}': restore it, or "
+                          "give the run a new job id (--job-id or --date)") from exc
+    if saved.get("job_id") == job_id and saved.get("release") != _release_spec(spec):
+        raise LedgerError(
+            f"job id '{job_id}' already has an entry for dataset '{dataset}' with other parameters (saved in "
+            f"'{path}': {json.dumps(saved.get('release'), sort_keys=True)}); a job id stands for one release, and "
+            "its result is not this spec's: give the run a new job id (--job-id or --date)"
+        )
+
+
+class _JobLedger:
+    """The job's view of its ledger for the release: the reservation as the release makes it (with the job's kill
+    point after it), but the release's charge deferred to the job, which charges once its result is pending. A
+    release's noise, once drawn, is recorded at once (``note_first_release``): from then on the reservation is never
+    returned (invariant 6). A failure's charge goes through."""
+
+    def __init__(self, ledger: Any) -> None:
+        self._ledger = ledger
+        self.path, self.id = ledger.path, ledger.id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    def reserve(self, *args: Any, **kwargs: Any) -> Any:
+        from dppca_dask.jobs import runner
+
+        entry = self._ledger.reserve(*args, **kwargs)
+        runner._kill_point("reserved")
+        return entry
+
+    def charge(self, dataset: str, job_id: str, *, outcome: str = "succeeded") -> Any:
+        if outcome != "succeeded":
+            return self._ledger.charge(dataset, job_id, outcome=outcome)
+        return self._ledger.note_first_release(dataset, job_id)
+
+
+def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = None,
+                   allow_new_store: bool = False) -> Any:
+    """Run a ``sliding-window`` job spec for ``date`` (``YYYY-MM-DD``); returns a :class:`JobOutcome`."""
+    from dppca_dask.jobs import runner
+    from dppca_dask.jobs.runner import JobOutcome, job_lock
+    from dppca_dask.ledger import CHARGED, RESERVED, Ledger
+    from dppca_dask.methods.window.release import load_release
 
     ledger = Ledger(spec.budget.ledger)
     dataset = spec.budget.dataset
@@ -179,43 +258,106 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
     ledger.budget(dataset)  # a missing key fails before anything is read
     job_id = spec.job_id(date)
     output = spec.output_dir(date)
+    pending = os.path.join(output, runner.PENDING)
     with job_lock(ledger, dataset, job_id):
+        _check_same_release(spec, output, job_id, dataset)
+        previous = ledger.entry(dataset, job_id)
+        if previous is not None and previous.status == CHARGED and previous.outcome == "succeeded":
+            runner._finalise(output)  # a crash between the charge and the move of the result
         charged = earlier_charge(ledger, dataset, job_id, output)
         if charged is not None:
             partitions = charged_partitions(ledger, dataset, job_id, _partition_table(spec.data))
-            return JobOutcome(job_id, "already-completed", output, partitions[-1].entry if partitions else charged,
-                              load_release(output), partitions=partitions)
-        _check_schema(spec, spec.data.open())  # an inferred width is refused before anything is read
-        stamp = parse_timestamp(date, name="date")
-        security = _security(spec)  # missing TLS files, or a scheduler that cannot be used, fail before the append
-        address = spec.cluster.address if client is None and spec.cluster.address else None
-        if isinstance(client, str) and client != "local":  # a scheduler given by the caller: the same security
-            address, client = client, None
-        if address:
-            check_scheduler(address, security=security)
-        if spec.data.append is not None:
-            from dppca_dask.ingest.append import append_file
-
-            store = spec.data.open()
-            if not any(p.timestamp == stamp for p in store.partitions):
-                options = {k: v for k, v in spec.data.append.items() if k != "source"}
-                append_file(store, spec.data.append["source"].format(date=date), timestamp=date, **options)
-        parameters = dict(spec.parameters)
-        parameters.setdefault("end", date)
-        import dask.config
-
-        embedded = {f"dppca_dask.cluster.{key}": value for key, value in (
-            ("n-workers", spec.cluster.n_workers), ("memory-limit", spec.cluster.memory_limit)) if value is not None}
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(dask.config.set(embedded))  # the embedded cluster's shape, when the release starts one
-            if address:  # the scheduler, reached with the spec's TLS settings
-                client = stack.enter_context(connect(address, security=security))
-            result = window(spec.data.open(), epsilon=spec.epsilon, delta=spec.delta, ledger=ledger,
-                            dataset=dataset, job_id=job_id, client=client, executor=spec.cluster.executor,
-                            noise=noise, **parameters)
-        # Owner-only whatever the umask, like every job's output: the output directory and its missing parents
-        # 0700 (existing ones keep their mode), release.json 0600.
-        make_directories(output, private=True)
-        make_tree_private(result.save(output), private=True)
-        partitions = charged_partitions(ledger, dataset, job_id, spec.data.open())
+            return JobOutcome(job_id, "already-completed", output, charged, load_release(output),
+                              partitions=partitions)
+        if previous is not None and previous.status == RESERVED and _pending_complete(pending, job_id):
+            ledger.charge(dataset, job_id, outcome="succeeded")  # released and written: finish, never again
+            runner._kill_point("charged")
+            runner._finalise(output)
+            partitions = charged_partitions(ledger, dataset, job_id, _partition_table(spec.data))
+            return JobOutcome(job_id, "completed-from-pending", output, partitions[-1].entry, load_release(output),
+                              partitions=partitions)
+        if previous is not None and (previous.status == CHARGED or previous.first_release is not None):
+            if previous.status == RESERVED:
+                ledger.charge(dataset, job_id, outcome="failed")
+            raise BudgetExceededError(
+                f"job '{job_id}' released values and its budget stays spent (ledger '{spec.budget.ledger}', dataset "
+                f"'{dataset}'), but no complete result of it was found in '{output}': running it again would be a "
+                "second release; give the run a new job id (--job-id or --date) to spend new budget"
+            )
+        runner._kill_point("before-reservation")
+        result = _release_window(spec, date, ledger, dataset, job_id, output, client=client, noise=noise,
+                                 allow_new_store=allow_new_store)
+        partitions = charged_partitions(ledger, dataset, job_id, _partition_table(spec.data))
         return JobOutcome(job_id, "completed", output, partitions[-1].entry, result, partitions=partitions)
+
+
+def _release_window(spec: Any, date: str, ledger: Any, dataset: str, job_id: str, output: str, *, client: Any,
+                    noise: Any, allow_new_store: bool) -> Any:
+    """Check, append, reserve and release the window, write the result pending, charge, publish (see the module
+    docstring); returns the release."""
+    import contextlib
+    import json
+
+    import dask.config
+
+    from dppca_dask.coordinator import connect
+    from dppca_dask.coordinator.client import check_scheduler
+    from dppca_dask.jobs import runner
+    from dppca_dask.methods.window.release import window
+    from dppca_dask.methods.window.selection import parse_timestamp
+    from dppca_dask.storage._files import make_directories, make_tree_private
+
+    store = spec.data.open()
+    runner._check_schema(spec, store)  # an inferred width is refused before anything is read
+    runner._check_output(output)
+    stamp = parse_timestamp(date, name="date")
+    security = runner._security(spec)  # missing TLS files, or a scheduler that cannot be used, fail before the append
+    address = spec.cluster.address if client is None and spec.cluster.address else None
+    if isinstance(client, str) and client != "local":  # a scheduler given by the caller: the same security
+        address, client = client, None
+    if address:
+        check_scheduler(address, security=security)
+    # the same people's rows in another store: refused unless allowed; either way its days keep their books
+    ledger.check_store(dataset, runner.store_id(store),
+                       allow_new_store=bool(allow_new_store or spec.budget.allow_new_store))
+    if spec.data.append is not None:
+        from dppca_dask.ingest.append import append_file
+
+        if not any(p.timestamp == stamp for p in store.partitions):
+            options = {k: v for k, v in spec.data.append.items() if k != "source"}
+            append_file(store, spec.data.append["source"].format(date=date), timestamp=date, **options)
+    parameters = dict(spec.parameters)
+    parameters.setdefault("end", date)
+    make_directories(output, private=True)
+    runner._write_json(os.path.join(output, runner.JOB_FILE), {"job_id": job_id, "date": date, "dataset": dataset,
+                                                              "release": _release_spec(spec)})
+    pending = os.path.join(output, runner.PENDING)
+    if os.path.isdir(pending):  # what an attempt that released nothing left half-written
+        import shutil
+
+        shutil.rmtree(pending)
+    embedded = {f"dppca_dask.cluster.{key}": value for key, value in (
+        ("n-workers", spec.cluster.n_workers), ("memory-limit", spec.cluster.memory_limit)) if value is not None}
+    deferred = _JobLedger(ledger)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(dask.config.set(embedded))  # the embedded cluster's shape, when the release starts one
+        if address:  # the scheduler, reached with the spec's TLS settings
+            client = stack.enter_context(connect(address, security=security))
+        result = window(spec.data.open(), epsilon=spec.epsilon, delta=spec.delta, ledger=deferred,
+                        dataset=dataset, job_id=job_id, client=client, executor=spec.cluster.executor,
+                        noise=noise, **parameters)
+    try:
+        runner._kill_point("released")
+        # Owner-only whatever the umask, like every job's output: directories 0700, files 0600.
+        make_directories(pending, private=True)
+        make_tree_private(result.save(pending), private=True)
+        runner._kill_point("pending-written")
+        runner._write_json(os.path.join(pending, runner.COMPLETE), {"job_id": job_id})
+        runner._kill_point("pending-complete")
+    except BaseException:
+        ledger.charge(dataset, job_id, outcome="failed")  # released: the budget stays spent
+        raise
+    ledger.charge(dataset, job_id, outcome="succeeded")
+    runner._kill_point("charged")
+    runner._finalise(output)
+    return result

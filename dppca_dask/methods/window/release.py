@@ -528,7 +528,7 @@ def partition_budget(ledger: Any, dataset: str | None, job_id: str | None) -> di
         return None
     from dppca_dask.ledger import Ledger
 
-    book = ledger if isinstance(ledger, Ledger) else Ledger(ledger)
+    book = Ledger(ledger) if isinstance(ledger, (str, os.PathLike)) else ledger  # a ledger, or a job's view of one
     book.budget(cast(str, dataset))  # a missing key fails before anything is read
     return {"ledger": book, "dataset": dataset, "job_id": job_id}
 

@@ -75,7 +75,7 @@ def dyadic_cover(start: int, stop: int) -> list[tuple[int, int]]:
 
 def ledger_mechanism(horizon: int) -> str:
     """The mechanism name a tree's node charges carry in the ledger, ``sliding-window/binary-tree-<H>``: with the
-    store id in the partition key, it names the tree (its state directory beside the store)."""
+    store id the entry records, it names the tree (its state directory beside the store)."""
     from dppca_dask.methods.window.budget import MECHANISM
 
     return f"{MECHANISM}/binary-tree-{int(horizon)}"
@@ -228,7 +228,7 @@ def _refuse_lost_nodes(budget: dict[str, Any], store: Any, directory: str, horiz
     written to its state on the release's dataset key: the state was moved away (or left behind by a store moved
     or copied), and drawing its nodes again would release the same rows beyond the tree's report.
 
-    A node charge names the tree by its partition key (dataset, store id) and mechanism (:func:`ledger_mechanism`),
+    A node charge names the tree by its dataset key, the store id it records and its mechanism (:func:`ledger_mechanism`),
     and records its first release just before the state is written; nodes drawn by a release that failed before
     writing its state were never kept nor released (drawing them again is what the ledger already counts). Charges
     recorded before trees named themselves are recognised by their events (this tree's Gaussian multiplier, one
@@ -236,14 +236,13 @@ def _refuse_lost_nodes(budget: dict[str, Any], store: Any, directory: str, horiz
     from dp_accounting import GaussianDpEvent
 
     from dppca_dask.ledger import CHARGED, RESERVED
-    from dppca_dask.methods.window.budget import MECHANISM, partition_key
+    from dppca_dask.methods.window.budget import MECHANISM
 
     ledger, dataset = budget["ledger"], budget["dataset"]
     name = ledger_mechanism(horizon)
-    keys = [partition_key(dataset, store, i) for i in range(store.n_partitions)]
     jobs: list[str] = []
-    for entry in ledger.entries(keys):
-        if entry.status not in (RESERVED, CHARGED):
+    for entry in ledger.entries([dataset]):
+        if entry.status not in (RESERVED, CHARGED) or entry.store_id != store.store_id:
             continue
         if entry.mechanism == name:
             kept = entry.first_release is not None
