@@ -95,18 +95,18 @@ def test_options_that_do_not_apply_exit_2_before_anything_is_charged(daily_store
 
 
 def test_histogram_and_jl_parameters_pass_through(daily_store, capsys):
-    """``--eta`` and ``--regularizer`` shape the saved spectral histogram: a release at another epsilon (whose
-    default regularizer differs) is refused naming the stored value, and passing that value goes on; ``--rank-bound``
-    and ``--tau-rule`` reach the calibration."""
+    """``--eta`` shapes the saved spectral histogram (its checkpoints are kept by partition counts, which η sets): a
+    release with another η is refused naming the stored value, and passing that value goes on, at another epsilon
+    too; ``--rank-bound`` and ``--tau-rule`` reach the calibration."""
     store = daily_store(6)
     hist = ["--structure", "spectral-histogram", "--seed", "1", "--json"]
     code, out, err = run(capsys, *_window(store, *hist, "--eta", "0.3", "--regularizer", "40"))
     assert code == 0, err
     code, out, err = run(capsys, *["window", store.path, "--last", "3D", "--epsilon", "2", "--delta", "1e-6",
-                                   "--scheduler", "local", *hist, "--eta", "0.3"])
-    assert code == 2 and "regularizer=40.0" in err
+                                   "--scheduler", "local", *hist, "--eta", "0.5"])
+    assert code == 2 and "eta=0.3" in err
     code, out, err = run(capsys, *["window", store.path, "--last", "3D", "--epsilon", "2", "--delta", "1e-6",
-                                   "--scheduler", "local", *hist, "--eta", "0.3", "--regularizer", "40"])
+                                   "--scheduler", "local", *hist, "--eta", "0.3"])
     assert code == 0, err
     code, out, err = run(capsys, *_window(store, "--release", "jl", "--rank-bound", "3", "--seed", "1", "--json"))
     assert code == 0, err
