@@ -122,10 +122,11 @@ def format_lowrank(result: Any, out: str, *, requested_rank: int | None = None) 
 
 
 def run(args: argparse.Namespace) -> int:
-    from dppca_dask.cli._paths import check_store
+    from dppca_dask.cli._paths import check_result_dir, check_store
     from dppca_dask.lowrank import lowrank
 
     check_store(args.store)
+    check_result_dir(args.out, stores=(args.store,))
 
     options: dict[str, Any] = {name: getattr(args, name) for name in _OPTIONAL if getattr(args, name) is not None}
     options.update({name: True for name in _FLAGS if getattr(args, name)})

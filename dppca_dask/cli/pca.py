@@ -232,9 +232,10 @@ def _private_power_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.api import pca
-    from dppca_dask.cli._paths import check_store
+    from dppca_dask.cli._paths import check_result_dir, check_store
 
     check_store(args.store, anndata_ok=True, urls_ok=True)
+    check_result_dir(args.out, stores=(args.store,))
 
     from dppca_dask.algorithms.block_power import BLOCK_POWER
     from dppca_dask.errors import InvalidParameterError

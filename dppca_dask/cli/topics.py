@@ -76,8 +76,10 @@ def format_topics(result: Any, *, top: int = 8) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dppca_dask.cli._paths import check_result_dir
     from dppca_dask.methods.tensor.topics import topics
 
+    check_result_dir(args.out, stores=(args.store,))
     result = topics(
         args.store, n_topics=args.n_topics, epsilon=args.epsilon, delta=args.delta, alpha0=args.alpha0,
         n_restarts=args.n_restarts, n_iter=args.n_iter, pca_iter=args.pca_iter, pca_share=args.pca_share,

@@ -150,6 +150,9 @@ def _check_task_arguments(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.methods.window import tree_window, window
 
+    from dppca_dask.cli._paths import check_result_dir
+
+    check_result_dir(args.out, stores=(args.store,))  # before the store's metadata is read
     _check_tree_arguments(args)
     _check_task_arguments(args)
     if args.tree:

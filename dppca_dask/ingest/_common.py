@@ -150,6 +150,13 @@ def require_file(path: str | os.PathLike[str]) -> str:
     text = os.fspath(path)
     if not os.path.exists(text):
         raise StoreNotFoundError(f"input '{text}' does not exist; check the path")
+    import stat
+
+    mode = os.stat(text).st_mode
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero, /dev/urandom: endless, never a data file
+        raise InvalidParameterError(
+            f"input '{text}' is a device, not a file; ingest reads files and directories: give the data file"
+        )
     return os.path.abspath(text)
 
 

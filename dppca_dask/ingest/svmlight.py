@@ -229,7 +229,7 @@ def _parse_file(
     first_row = 0
     with _text.open_binary(path) as handle, options.bar(total=_text.text_size(path), desc=desc, unit="B",
                                                         unit_scale=True) as bar:
-        for chunk in _text.read_chunks(handle):
+        for chunk in _text.read_chunks(handle, path=path):
             rows = parse(chunk, path=path, first_row=first_row, zero_based=zero_based,
                          n_features=n_features, labels=labels)
             first_row += rows.n_rows

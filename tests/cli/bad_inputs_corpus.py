@@ -180,6 +180,18 @@ INGEST_CASES: list[Case] = [
     Case("parquet-id-outside-declared-universe", "8.4", lambda d: (
         _ingest("--column-ids", _text(d / "ids.txt", "1\n2\n"))(_parquet(d / "t.parquet", [1, 2, 3]), d),
         r"column id 3 of column 'col_id' in '.*t\.parquet' is not among the declared column ids")),
+    # 36.4: NUL bytes (a zeroed or pre-allocated file, a device), refused where they are read
+    _case("svm-nul-file", "36.4", lambda d: (Path(d / "z.svm").write_bytes(b"\0" * 300_000), str(d / "z.svm"))[1],
+          r"z\.svm' holds a NUL byte at line 1: it is not a text file", "--n-features", "3"),
+    _case("svm-nul-line", "36.4", lambda d: (Path(d / "l.svm").write_bytes(b"1 1:0.5\n\0\n1 2:1\n"),
+                                              str(d / "l.svm"))[1],
+          r"l\.svm' holds a NUL byte at line 2", "--n-features", "3"),
+    _case("mtx-nul-line", "36.4", lambda d: (Path(d / "a.mtx").write_bytes((MTX + "2 3 1\n").encode() + b"\0\0\n"),
+                                              str(d / "a.mtx"))[1],
+          r"a\.mtx' holds a NUL byte at line 3"),
+    Case("dev-zero", "36.4", lambda d: (["ingest", "/dev/zero", "--format", "svmlight", "--out",
+                                         str(d / "out" / "s.zarr"), "--n-features", "3"],
+                                        r"input '/dev/zero' is a device, not a file")),
     # 9.2: --overwrite replaces only a store or an empty directory
     Case("overwrite-a-file", "9.2", lambda d: (
         ["ingest", _text(d / "a.svm", "1 1:1\n"), "--out", _text(d / "out" / "notes.txt", "keep me"), "--overwrite"],

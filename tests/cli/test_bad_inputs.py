@@ -159,6 +159,50 @@ def test_a_job_whose_ingest_target_is_not_a_store_deletes_nothing(tmp_path: Path
 
 def test_the_corpus_covers_every_input_class() -> None:
     issues = {c.issue for c in INGEST_CASES + STORE_CASES + CHECK_ONLY_CASES}
-    assert issues == {"8.1", "8.4", "9.1", "9.2", "9.4", "9.9"}
+    assert issues == {"8.1", "8.4", "9.1", "9.2", "9.4", "9.9", "36.4"}
     names = [c.name for c in INGEST_CASES + STORE_CASES + CHECK_ONLY_CASES]
     assert len(names) == len(set(names))
+
+
+PRIVACY = ["--epsilon", "1", "--delta", "1e-6"]
+#: Where a command's results cannot go (issue 36 item 4): each is refused before any data is read.
+OUT_CASES = [
+    ("pca-out-is-the-store", ["pca", "{store}", *PRIVACY, "--out", "{store}"], r"is inside the input store"),
+    ("pca-out-inside-the-store", ["pca", "{store}", *PRIVACY, "--out", "{store}/X"], r"is inside the input store"),
+    ("window-out-inside-the-store", ["window", "{store}", "--last", "7D", *PRIVACY, "--out", "{store}/X"],
+     r"is inside the input store"),
+    ("topics-out-inside-the-store", ["topics", "{store}", "--n-topics", "2", *PRIVACY, "--out", "{store}/obs"],
+     r"is inside the input store"),
+    ("lowrank-out-is-the-store", ["lowrank", "{store}", "--rank", "1", *PRIVACY, "--out", "{store}"],
+     r"is inside the input store"),
+    ("pca-out-is-a-file", ["pca", "{store}", *PRIVACY, "--out", "{dir}/notes.txt"], r"notes\.txt' is an existing file"),
+    ("lowrank-out-is-a-file", ["lowrank", "{store}", "--rank", "1", *PRIVACY, "--out", "{dir}/notes.txt"],
+     r"notes\.txt' is an existing file"),
+    ("pca-out-is-another-store", ["pca", "{store}", *PRIVACY, "--out", "{dir}/other.zarr"], r"is a zarr store"),
+]
+
+
+@pytest.mark.parametrize("name,argv,pattern", OUT_CASES, ids=[c[0] for c in OUT_CASES])
+def test_out_is_checked_before_any_data_is_read(name: str, argv: list[str], pattern: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    import anndata
+
+    from dppca_dask.storage import MatrixStore, open_matrix
+
+    store = native_store(tmp_path)
+    os.makedirs(tmp_path / "o")
+    other = native_store(tmp_path / "o")
+    os.rename(other, tmp_path / "other.zarr")
+    (tmp_path / "notes.txt").write_text("keep me")
+    before = listing(tmp_path)
+
+    def no_reads(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a partition was read before --out was checked")
+
+    monkeypatch.setattr(MatrixStore, "read_partition", no_reads)
+    monkeypatch.setattr(MatrixStore, "read_partition_with_norms", no_reads)
+    code, out, err = run_cli(capsys, [a.format(store=store, dir=tmp_path) for a in argv])
+    assert_clean_error(code, out, err, pattern)
+    assert listing(tmp_path) == before
+    assert anndata.read_zarr(store).shape == open_matrix(store).shape  # the store still opens as AnnData
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
