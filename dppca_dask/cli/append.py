@@ -30,24 +30,39 @@ def register(subparsers: Any) -> None:
     values = p.add_mutually_exclusive_group()
     values.add_argument("--value-column", default="value", metavar="C", help="parquet: value column (default: value)")
     values.add_argument("--no-value-column", action="store_true", help="parquet: every triplet counts 1")
+    p.add_argument("--replace", action="store_true",
+                   help="the day is already in the store with other rows: replace them (only the newest-arrived "
+                        "day, and, with --ledger, only a day never released)")
+    p.add_argument("--ledger", default=None, help="with --replace: the ledger the store is released under")
+    p.add_argument("--dataset", default=None, help="with --replace and --ledger: the store's dataset key")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the summary line")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from dppca_dask.ingest.append import append_file
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.ingest.append import append_day
 
-    store = append_file(
-        args.store, args.src, timestamp=args.timestamp, format=args.format, zero_based=args.zero_based,
+    if (args.ledger or args.dataset) and not args.replace:
+        raise InvalidParameterError("--ledger and --dataset apply to --replace only; drop them")
+    if args.ledger and not args.dataset:
+        raise InvalidParameterError("--replace --ledger needs the store's dataset key: --dataset NAME")
+    outcome = append_day(
+        args.store, args.src, timestamp=args.timestamp, replace=args.replace, ledger=args.ledger,
+        dataset=args.dataset, format=args.format, zero_based=args.zero_based,
         row_column=args.row_column, col_column=args.col_column,
         value_column=None if args.no_value_column else args.value_column,
     )
+    store = outcome.store
     if args.json:
         from dppca_dask.cli import _json
 
-        _json.dump({"store": store.path, "timestamp": args.timestamp, "n_partitions": store.n_partitions,
-                    "generation": store.generation})
+        _json.dump({"store": store.path, "timestamp": args.timestamp, "status": outcome.status,
+                    "n_partitions": store.n_partitions, "generation": store.generation})
+    elif outcome.status == "already-present":
+        print(f"'{store.path}' already has the day {args.timestamp} with the rows of '{args.src}': nothing appended "
+              f"({store.n_partitions} partitions, generation {store.generation})")
     else:
-        print(f"appended '{args.src}' to '{store.path}' at {args.timestamp}: {store.n_partitions} partitions "
+        print(f"{outcome.status} '{args.src}' to '{store.path}' at {args.timestamp}: {store.n_partitions} partitions "
               f"(generation {store.generation})")
     return 0

@@ -152,9 +152,9 @@ def run(args: argparse.Namespace) -> int:
 
     from dppca_dask.cli._paths import check_result_dir
 
-    check_result_dir(args.out, stores=(args.store,))  # before the store's metadata is read
     _check_tree_arguments(args)
     _check_task_arguments(args)
+    check_result_dir(args.out, stores=(args.store,))  # before any data is read
     if args.tree:
         result = tree_window(
             args.store, last=args.last, epsilon=args.epsilon, delta=args.delta, horizon=args.horizon,

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from dppca_dask.errors import DppcaError
-from dppca_dask.jobs.spec import JobSpec
+from dppca_dask.jobs.spec import JobSpec, dated
 
 __all__ = ["DryRun", "dry_run_job"]
 
@@ -142,6 +142,7 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
     from dppca_dask.storage import open_matrix
 
     date = runner._check_date(date or runner.today())
+    spec = spec.on_date(date)  # dated sources ({date}) name this run's files
     if spec.kind == "window":
         return _dry_run_window(spec, date)
     job_id = spec.job_id(date)
@@ -329,7 +330,7 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
     runner._check_schema(spec, store)
     pending = None  # the index of the partition the day's file would become, before it is appended
     if spec.data.append is not None:
-        source = spec.data.append["source"].format(date=date)
+        source = dated(spec.data.append["source"], date)
         stamp = parse_timestamp(date, name="date")
         if not any(p.timestamp == stamp for p in store.partitions):
             if not os.path.exists(source):
@@ -340,6 +341,9 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
 
             check_append(store, date)  # what the append checks on the partition table, before it reads the file
             store, pending = _with_pending_day(store, stamp), len(store.partitions)
+    from dppca_dask.methods.window.job import require_day
+
+    require_day(store, date)  # as the run: a window is never released without its day
     plan = plan_window_job(spec, date, store)
     choice = _choose(plan, address, spec.cluster.executor)  # as the run (window()): the executor, then the charges
     charges = window_charges(spec, date, plan)

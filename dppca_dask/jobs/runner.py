@@ -217,7 +217,8 @@ def ingest_arguments(spec: JobSpec) -> tuple[str, str, dict[str, Any]]:
 
     assert spec.data.ingest is not None
     args = dict(spec.data.ingest)
-    source = args.pop("source")
+    args.pop("source")
+    source = spec.data.ingest_source()  # the run's day's file when the source is dated
     if not os.path.exists(source):
         raise JobSpecError(f"{spec.source}: [data.ingest] source '{source}' does not exist; fix the path, or make "
                            "the extract first")
@@ -446,6 +447,7 @@ def run_job(
     from dppca_dask.ledger import Ledger
 
     date = _check_date(date or today())
+    spec = spec.on_date(date)  # dated sources ({date}) name this run's files
     if spec.kind == "window":  # partition-scoped budget: its own runner
         from dppca_dask.methods.window.job import run_window_job
 

@@ -721,6 +721,28 @@ def append_partition(
     return reopened
 
 
+def drop_tail_partitions(path: str | os.PathLike[str], indices: Sequence[int]) -> MatrixStore:
+    """Remove the last partitions of a store (``indices``: the partition table's tail), as the first of the two
+    commits that replace a day: one metadata write under the append lock, then the arrays cut back (a crash in
+    between is cut back by the next append). The store then reads as if those partitions had never been
+    appended."""
+    store = open_matrix(path)
+    with _append_lock(store.path):
+        store = open_matrix(path)  # re-read under the lock
+        wanted = list(range(store.n_partitions - len(indices), store.n_partitions))
+        if not indices or sorted(int(i) for i in indices) != wanted or wanted[0] < 1:
+            raise InvalidParameterError(
+                f"partitions {list(indices)} of '{store.path}' are not the end of its partition table (or are all "
+                "of it); only the newest-arrived partitions can be removed"
+            )
+        kept = list(store.partitions[: wanted[0]])
+        n_rows, nnz = kept[-1].row_stop, (kept[-1].nnz_stop if store.layout == "csr" else sum(p.nnz for p in kept))
+        _commit_metadata(store, kept, n_rows, nnz)
+        arrays = _open_for_append(store)
+        _trim(open_matrix(path), arrays)
+    return open_matrix(path)
+
+
 def _checked_row_ids(store: MatrixStore, stored: zarr.Array | None, row_ids: np.ndarray | None,
                      n_new: int) -> np.ndarray | None:
     """The new rows' ids to write after the store's (None: nothing to write), or an error before anything is."""

@@ -29,7 +29,7 @@ from typing import Any
 
 from dppca_dask.errors import BudgetExceededError
 
-__all__ = ["ChargedPartition", "charged_partitions", "earlier_charge", "plan_window_charges", "run_window_job",
+__all__ = ["ChargedPartition", "charged_partitions", "earlier_charge", "plan_window_charges", "require_day", "run_window_job",
            "summarise_partitions", "window_charges"]
 
 
@@ -161,6 +161,21 @@ def window_charges(spec: Any, date: str, plan: Any) -> Any:
     return plan_charges(plan, **{k: parameters[k] for k in names if k in parameters})
 
 
+def require_day(store: Any, date: str) -> None:
+    """Refuse a window release for ``date`` when no partition of ``store`` is stamped within that day (UTC): the
+    day has not arrived, and the window would be released without it (a public check on the partition table)."""
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.methods.window.selection import parse_timestamp
+
+    start = parse_timestamp(date, name="date")
+    if not any(p.timestamp is not None and start <= p.timestamp < start + 86400.0 for p in store.partitions):
+        raise InvalidParameterError(
+            f"no partition of '{store.path}' is stamped {date}: the day has not arrived, and the window would be "
+            f"released without it; append it (`dppca-dask append {store.path} FILE --timestamp {date}`, or "
+            "[data.append] in the job) and run the job again"
+        )
+
+
 def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = None) -> Any:
     """Run a ``sliding-window`` job spec for ``date`` (``YYYY-MM-DD``); returns a :class:`JobOutcome`."""
     import contextlib
@@ -168,6 +183,7 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
     from dppca_dask.coordinator import connect
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.jobs.runner import JobOutcome, _check_schema, _security, job_lock
+    from dppca_dask.jobs.spec import dated
     from dppca_dask.ledger import Ledger
     from dppca_dask.methods.window.release import load_release, window
     from dppca_dask.methods.window.selection import parse_timestamp
@@ -201,7 +217,8 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
             store = open_matrix(spec.data.store)
             if not any(p.timestamp == stamp for p in store.partitions):
                 options = {k: v for k, v in spec.data.append.items() if k != "source"}
-                append_file(store, spec.data.append["source"].format(date=date), timestamp=date, **options)
+                append_file(store, dated(spec.data.append["source"], date), timestamp=date, **options)
+        require_day(open_matrix(spec.data.store), date)
         parameters = dict(spec.parameters)
         parameters.setdefault("end", date)
         import dask.config

@@ -250,6 +250,9 @@ def plan_histogram(plan: WindowPlan, *, last: Any, end: Any, eta: float,
     if selection.kind != "time":
         raise InvalidParameterError("structure='spectral-histogram' serves time windows (last='30D'); "
                                     "use structure='exact' for a row window")
+    from dppca_dask.methods.window.selection import require_time_order
+
+    require_time_order(store, "the spectral histogram")
     if end is not None and selection.partitions[-1] != len(store.partitions) - 1:
         raise InvalidParameterError("structure='spectral-histogram' releases the current window only (ending at "
                                     "the newest partition); drop end, or use structure='exact'")
