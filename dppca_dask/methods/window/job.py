@@ -234,7 +234,7 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
                             noise=noise, **parameters)
         # Owner-only whatever the umask, like every job's output: the output directory and its missing parents
         # 0700 (existing ones keep their mode), release.json 0600.
-        make_directories(output, private=True)
-        make_tree_private(result.save(output), private=True)
+        make_directories(output)  # owner-only unless DPPCA_DASK_FILE_MODE=umask
+        make_tree_private(result.save(output))
         partitions = charged_partitions(ledger, dataset, job_id, open_matrix(spec.data.store))
         return JobOutcome(job_id, "completed", output, partitions[-1].entry, result, partitions=partitions)
