@@ -26,10 +26,10 @@ from typing import Any, cast
 import numpy as np
 import zarr
 
-from dppca_dask.errors import InvalidInputError, InvalidParameterError
+from dppca_dask.errors import DppcaError, InvalidParameterError, StoreCorruptError
 from dppca_dask.storage import MatrixStore, append_partition, open_matrix
 
-__all__ = ["AppendOutcome", "append_day", "append_file", "check_append"]
+__all__ = ["AppendOutcome", "append_day", "append_file", "check_append", "check_store_before_append"]
 
 
 def append_file(
@@ -111,6 +111,7 @@ def append_day(
     target = store if isinstance(store, MatrixStore) else open_matrix(store)
     check_source(target, src)
     stamp = check_append(target, timestamp)
+    check_store_before_append(target)
     day_parts = [p for p in target.partitions if p.timestamp == stamp]
     if replace and not day_parts:
         raise InvalidParameterError(
@@ -333,3 +334,85 @@ def check_append(target: MatrixStore, timestamp: Any, *, now: float | None = Non
             f"`dppca-dask ingest {target.path} --out STORE`"
         )
     return stamp
+
+
+def check_store_before_append(store: MatrixStore) -> None:
+    """Refuse (:class:`~dppca_dask.errors.StoreCorruptError`, exit 2) to append to a damaged store, before anything
+    is written: every file of the store a regular file (no symbolic link, no device: a chunk linked to
+    ``/dev/zero`` would be read without end), its arrays of the stored types and long enough for the rows and
+    entries the partition table claims (a table edited to 10⁹ rows), and every partition as ``info --check``
+    verifies it (missing, truncated, NaN or out-of-range chunks). An append adds to a store that must be sound:
+    rows appended to a damaged store are lost with it. The check reads the store once."""
+    _check_files(store.path)
+    try:
+        _check_arrays(store)
+    except DppcaError:
+        raise
+    except Exception as exc:  # zarr refuses edited array metadata in its own words
+        raise StoreCorruptError(
+            f"the arrays of store '{store.path}' cannot be opened ({type(exc).__name__}); their metadata was edited "
+            "or damaged: re-ingest the store from its source",
+            source=store.path,
+        ) from exc
+    for part in store.partitions:
+        try:
+            store.verify_partition(part.index)
+        except DppcaError:
+            raise
+        except Exception as exc:  # a chunk zarr cannot decode (truncated, garbage)
+            raise StoreCorruptError(
+                f"partition {part.index} of store '{store.path}' is damaged: a chunk cannot be decoded "
+                f"({type(exc).__name__}); re-ingest the store from its source",
+                source=store.path,
+                partition=part.index,
+            ) from exc
+
+
+def _check_files(path: str) -> None:
+    import stat
+
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            full = os.path.join(root, name)
+            mode = os.lstat(full).st_mode
+            if stat.S_ISLNK(mode) or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                what = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+                raise StoreCorruptError(
+                    f"'{os.path.relpath(full, path)}' in store '{path}' is {what}; a store holds only the files "
+                    "ingest wrote: re-ingest the store from its source",
+                    source=path,
+                )
+
+
+def _check_arrays(store: MatrixStore) -> None:
+    """The arrays' types and lengths against the store's metadata (metadata only, no chunk read)."""
+    from dppca_dask.storage import _format
+
+    group = zarr.open_group(store.path, mode="r")
+    if store.layout == "csr":
+        wanted = {"X/data": (store.nnz, np.dtype(store.dtype).kind), "X/indices": (store.nnz, "i"),
+                  "X/indptr": (store.n_rows + 1, "i")}
+    else:
+        wanted = {"X": (store.n_rows, np.dtype(store.dtype).kind)}
+    norms = _format.locate(group, _format.ROW_NORMS)
+    if norms is not None:
+        wanted[norms] = (store.n_rows, "f")
+    for name, (length, kind) in wanted.items():
+        array = group.get(name)
+        if not isinstance(array, zarr.Array):
+            raise StoreCorruptError(f"store '{store.path}' has no array '{name}'; re-ingest the store from its source",
+                                    source=store.path)
+        dtype = np.dtype(array.dtype)
+        if dtype.kind != kind or (name in ("X/data", "X") and dtype != np.dtype(store.dtype)):
+            raise StoreCorruptError(
+                f"array '{name}' of store '{store.path}' holds {dtype} values, not the store's "
+                f"{store.dtype if name in ('X/data', 'X') else 'kind ' + kind}; its metadata was edited: re-ingest "
+                "the store from its source",
+                source=store.path,
+            )
+        if int(array.shape[0]) < length:
+            raise StoreCorruptError(
+                f"array '{name}' of store '{store.path}' has {int(array.shape[0])} entries but the partition table "
+                f"needs {length}; the table or the array was edited: re-ingest the store from its source",
+                source=store.path,
+            )

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
-__all__ = ["CHECK_ONLY_CASES", "INGEST_CASES", "STORE_CASES", "Case", "native_store"]
+__all__ = ["APPEND_CASES", "CHECK_ONLY_CASES", "INGEST_CASES", "STORE_CASES", "Case", "native_store"]
 
 
 @dataclass(frozen=True)
@@ -294,4 +294,60 @@ CHECK_ONLY_CASES: list[Case] = [
                 r"stored row norm of row 2 \(partition 1\) in store '.*store\.zarr' is missing"),
     _store_case("duplicate-entries-in-a-store", "8.1", _damaged(_duplicate_entries),
                 r"partition 0 of store '.*store\.zarr' is damaged: its column indices are unsorted or repeated"),
+]
+
+
+def _truncate(path: str) -> None:
+    chunk = Path(path, "X", "data", "c", "0")
+    chunk.write_bytes(chunk.read_bytes()[:40])
+
+
+def _data_type(path: str) -> None:
+    import json
+
+    meta = Path(path, "X", "data", "zarr.json")
+    doc = json.loads(meta.read_text())
+    doc["data_type"] = "int8"
+    doc["fill_value"] = 0
+    meta.write_text(json.dumps(doc))
+
+
+def _link_chunk(path: str, target: str | None = None) -> None:
+    chunk = Path(path, "X", "data", "c", "0")
+    copy = Path(path).parent / "chunk-copy"
+    copy.write_bytes(chunk.read_bytes())
+    chunk.unlink()
+    os.symlink(target or str(copy), chunk)
+
+
+def _billion_rows(path: str) -> None:
+    from dppca_dask.storage import _format
+
+    group = zarr.open_group(path, mode="r+")
+    meta = dict(group.attrs[_format.ATTR_KEY])
+    parts = [list(p) for p in meta["partitions"]]
+    parts[-1][1] = 10**9
+    meta["partitions"], meta["n_rows"] = parts, 10**9
+    group.attrs[_format.ATTR_KEY] = meta
+
+
+# Damaged stores given to `dppca-dask append` (issue 36, item 4): refused before anything is written.
+APPEND_CASES: list[Case] = [
+    _store_case("append-truncated-chunk", "36.4", _damaged(_truncate),
+                r"partition 0 of store '.*store\.zarr'.* holds 40 bytes.*damaged, re-ingest it"),
+    _store_case("append-edited-data-type", "36.4", _damaged(_data_type),
+                r"store '.*store\.zarr'.* (holds int8 values|cannot be opened)"),
+    _store_case("append-chunk-is-a-symlink", "36.4", _damaged(_link_chunk),
+                r"'X/data/c/0' in store '.*store\.zarr' is a symbolic link"),
+    _store_case("append-chunk-linked-to-dev-zero", "36.4", _damaged(lambda p: _link_chunk(p, "/dev/zero")),
+                r"'X/data/c/0' in store '.*store\.zarr' is a symbolic link"),
+    _store_case("append-table-of-a-billion-rows", "36.4", _damaged(_billion_rows),
+                r"array 'X/indptr' of store '.*store\.zarr' has 9 entries but the partition table needs 1000000001"),
+    _store_case("append-deleted-chunk", "36.4",
+                _damaged(lambda p: os.remove(os.path.join(p, "X", "data", "c", "0"))),
+                r"partition 0 of store '.*store\.zarr' is damaged: a chunk of 'data' or 'indices' is missing"),
+    _store_case("append-nan-in-chunk", "36.4", _damaged(lambda p: _edit(p, "X/data", 8, np.nan)),
+                r"partition 2 of store '.*store\.zarr' is damaged: a non-finite value"),
+    _store_case("append-index-out-of-range", "36.4", _damaged(lambda p: _edit(p, "X/indices", 9, 11)),
+                r"partition 2 of store '.*store\.zarr' is damaged: column indices outside"),
 ]

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-from bad_inputs_corpus import CHECK_ONLY_CASES, INGEST_CASES, STORE_CASES, Case, native_store
+from bad_inputs_corpus import APPEND_CASES, CHECK_ONLY_CASES, INGEST_CASES, STORE_CASES, Case, native_store
 
 from dppca_dask.cli import main
 
@@ -158,9 +158,9 @@ def test_a_job_whose_ingest_target_is_not_a_store_deletes_nothing(tmp_path: Path
 
 
 def test_the_corpus_covers_every_input_class() -> None:
-    issues = {c.issue for c in INGEST_CASES + STORE_CASES + CHECK_ONLY_CASES}
+    issues = {c.issue for c in INGEST_CASES + STORE_CASES + CHECK_ONLY_CASES + APPEND_CASES}
     assert issues == {"8.1", "8.4", "9.1", "9.2", "9.4", "9.9", "36.4"}
-    names = [c.name for c in INGEST_CASES + STORE_CASES + CHECK_ONLY_CASES]
+    names = [c.name for c in INGEST_CASES + STORE_CASES + CHECK_ONLY_CASES + APPEND_CASES]
     assert len(names) == len(set(names))
 
 
@@ -206,3 +206,15 @@ def test_out_is_checked_before_any_data_is_read(name: str, argv: list[str], patt
     assert listing(tmp_path) == before
     assert anndata.read_zarr(store).shape == open_matrix(store).shape  # the store still opens as AnnData
     assert (tmp_path / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("case", APPEND_CASES, ids=lambda c: c.name)
+def test_append_refuses_a_damaged_store_before_writing(case: Case, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    argv, pattern = case.make(tmp_path)
+    day = tmp_path / "day.svm"
+    day.write_text("1 1:0.5 3:1\n")
+    before = listing(tmp_path)
+    code, out, err = run_cli(capsys, ["append", argv[0], str(day), "--timestamp", "2026-01-02"])
+    assert_clean_error(code, out, err, pattern)
+    assert listing(tmp_path) == before  # nothing written: no rows, no temporaries, no lock file
