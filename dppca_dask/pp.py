@@ -178,8 +178,15 @@ def _open_path(anndata: Any, path: str, layer: str | None) -> tuple[Any, Any]:
 
     path = require_file(path)
     if not os.path.isdir(path):
-        adata = anndata.read_h5ad(path, backed="r")
-        return adata, anndata_dask(path, layer=layer)
+        matrix = anndata_dask(path, layer=layer)  # refuses a file that is not HDF5 (truncated, another format)
+        try:
+            adata = anndata.read_h5ad(path, backed="r")
+        except OSError as exc:  # HDF5 that h5py opens but AnnData cannot read (a damaged .h5ad)
+            from dppca_dask.errors import InvalidInputError
+
+            raise InvalidInputError(f"'{path}' cannot be read as an AnnData .h5ad file ({exc}); it is damaged or "
+                                    "truncated: write it again", source=path) from exc
+        return adata, matrix
     import zarr
 
     group = zarr.open_group(path, mode="r")

@@ -110,6 +110,11 @@ class IngestOptions:
         The declared width and size are checked first (:meth:`check_width`, :meth:`check_size`).
         """
         rpp = rows_per_partition if rows_per_partition is not None else self.rows_per_partition
+        if n_rows is not None and rpp is not None:
+            from dppca_dask.storage.writer import check_partition_count
+
+            check_partition_count(-(-int(n_rows) // max(int(rpp), 1)), rows_per_partition=rpp,
+                                  source=source.get("path", "the input"))
         self.check_width(n_cols, source=source.get("path", "the input"))
         self.check_size(n_rows=n_rows, n_cols=n_cols, nnz=nnz, layout=layout, value_bytes=np.dtype(dtype).itemsize,
                         source=source.get("path", "the input"))

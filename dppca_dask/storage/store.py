@@ -827,6 +827,11 @@ def open_matrix(path: str | os.PathLike[str], *, rows_per_partition: int | None 
 
     path = str(os.fspath(local_path(path)))  # file:// is a local path; other URLs are read through fsspec by zarr
     if not (url_exists(path) if is_url(path) else os.path.exists(path)):
+        if is_url(path):  # ingest writes to a local file system only
+            raise StoreNotFoundError(
+                f"no matrix store at '{path}'; create one locally with `dppca-dask ingest SRC --out STORE` and copy "
+                f"it there (python: fsspec.filesystem(...).put(STORE, '{path}', recursive=True))"
+            )
         raise StoreNotFoundError(f"no matrix store at '{path}'; create one with `dppca-dask ingest SRC --out {path}`")
     try:
         group = zarr.open_group(path, mode="r")

@@ -418,11 +418,28 @@ class StoreWriter:
         return rpp
 
     def _write_partition(self, block: Any) -> None:
+        check_partition_count(len(self._partitions) + 1, rows_per_partition=self.rows_per_partition,
+                              source=self.path)
         part = _write_rows(self._arrays, self.layout, block, self._n_rows, self._nnz, len(self._partitions), None)
         self._partitions.append(part)
         self._n_rows, self._nnz = part.row_stop, self._nnz + part.nnz
         if self.progress is not None:
             self.progress(self._n_rows)
+
+
+#: Partitions a store may have: each is a task of every step (scheduling costs grow with the count), and a partition
+#: table past this is a mistake (``--rows-per-partition 1``) rather than a layout.
+MAX_PARTITIONS = 10_000
+
+
+def check_partition_count(count: int, *, rows_per_partition: int | None, source: object) -> None:
+    """Refuse a store of more than :data:`MAX_PARTITIONS` partitions (before writing when the count is known)."""
+    if count > MAX_PARTITIONS:
+        given = f"rows_per_partition={rows_per_partition} " if rows_per_partition is not None else ""
+        raise InvalidParameterError(
+            f"'{source}' would have {count} partitions with {given}(at most {MAX_PARTITIONS}); raise "
+            "rows_per_partition (--rows-per-partition), or leave it unset for partitions of about 128 MB"
+        )
 
 
 def _cast(block: Any, dtype: np.dtype[Any], *, first_row: int, partition: int | None, source: object | None) -> Any:
@@ -698,6 +715,8 @@ def append_partition(
         ids = _checked_row_ids(store, arrays.get("obs_ids"), row_ids, int(checked.shape[0]))
         new_labels = _checked_labels(store, arrays.get("labels"), labels, int(checked.shape[0]))
         step = int(store.metadata.get("rows_per_partition") or max(int(checked.shape[0]), 1))
+        check_partition_count(store.n_partitions + -(-max(int(checked.shape[0]), 1) // step),
+                              rows_per_partition=step, source=store.path)
         partitions = list(store.partitions)
         n_rows, nnz = store.n_rows, store.nnz
         try:

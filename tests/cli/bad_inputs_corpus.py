@@ -192,6 +192,14 @@ INGEST_CASES: list[Case] = [
     Case("dev-zero", "36.4", lambda d: (["ingest", "/dev/zero", "--format", "svmlight", "--out",
                                          str(d / "out" / "s.zarr"), "--n-features", "3"],
                                         r"input '/dev/zero' is a device, not a file")),
+    # 36.4: messages that name the fix, limits refused before anything is written
+    _case("svm-negative-index", "36.4", lambda d: _text(d / "a.svm", "1 -3:1\n"),
+          r"negative feature index in '-3:1' at line 1"),
+    _case("svm-nan-label-stored", "36.4", lambda d: _text(d / "a.svm", "1 1:1\nnan 2:1\n"),
+          r"label 'nan' at line 2 .*a\.svm' is not finite", "--n-features", "3", "--store-labels"),
+    _case("svm-one-row-per-partition", "36.4", lambda d: _text(d / "a.svm", "1 1:1\n" * 20_001),
+          r"a\.svm' would have 20001 partitions with rows_per_partition=1 \(at most 10000\)", "--n-features", "3",
+          "--rows-per-partition", "1"),
     # 9.2: --overwrite replaces only a store or an empty directory
     Case("overwrite-a-file", "9.2", lambda d: (
         ["ingest", _text(d / "a.svm", "1 1:1\n"), "--out", _text(d / "out" / "notes.txt", "keep me"), "--overwrite"],
