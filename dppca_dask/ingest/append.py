@@ -108,6 +108,17 @@ def append_day(
         As :func:`append_file`; the store itself given as the file; a day already there with other rows and no
         ``replace``; a replacement of a day that is not the newest-arrived, or that was released.
     """
+    from dppca_dask.ingest import terminate_cleanly
+
+    with terminate_cleanly():  # SIGTERM in the write phase too: the rows cut back, the day's temporary removed
+        return _append_day(store, src, timestamp=timestamp, replace=replace, ledger=ledger, dataset=dataset,
+                           format=format, zero_based=zero_based, row_column=row_column, col_column=col_column,
+                           value_column=value_column)
+
+
+def _append_day(store: Any, src: Any, *, timestamp: Any, replace: bool, ledger: Any, dataset: str | None,
+                format: str | None, zero_based: bool, row_column: str, col_column: str,
+                value_column: str | None) -> AppendOutcome:
     target = store if isinstance(store, MatrixStore) else open_matrix(store)
     check_source(target, src)
     stamp = check_append(target, timestamp)

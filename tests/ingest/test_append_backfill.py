@@ -164,3 +164,54 @@ def test_stale_day_temporaries_are_removed_by_the_next_append(store: str, tmp_pa
     assert run(capsys, "append", store, _day(tmp_path, 7), "--timestamp", "2026-11-07")[0] == 0
     assert not stale.exists()
     assert not [p for p in tmp_path.iterdir() if ".append-" in p.name]
+
+
+def test_sigterm_while_writing_rows_leaves_the_store_as_it_was(store: str, tmp_path: Path, monkeypatch) -> None:
+    import signal
+
+    import anndata
+
+    from dppca_dask.ingest.append import append_day
+    from dppca_dask.storage import writer
+
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("SIGTERM is handled by the test runner here")
+    before = open_matrix(store)
+    real = writer._write_rows
+
+    def terminated(*args, **kwargs):
+        part = real(*args, **kwargs)  # the rows are written, the commit not yet made
+        os.kill(os.getpid(), signal.SIGTERM)
+        return part
+
+    monkeypatch.setattr(writer, "_write_rows", terminated)
+    with pytest.raises(SystemExit) as stopped:
+        append_day(store, _day(tmp_path, 7), timestamp="2026-11-07")
+    assert stopped.value.code == 143
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored
+    after = open_matrix(store)
+    assert (after.n_rows, after.n_partitions, after.generation) == (before.n_rows, before.n_partitions,
+                                                                   before.generation)
+    assert zarr.open_group(store, mode="r")["X/indptr"].shape == (before.n_rows + 1,)  # cut back to the commit
+    assert anndata.read_zarr(store).shape == (before.n_rows, N_FEATURES)
+    assert not [p for p in tmp_path.iterdir() if ".append-" in p.name]
+
+
+def test_an_overwrite_killed_between_its_renames_is_finished_by_the_next_run(tmp_path: Path, capsys) -> None:
+    from dppca_dask.storage._files import recover_interrupted_overwrite
+
+    path = str(tmp_path / "s.zarr")
+    assert run(capsys, "ingest", _day(tmp_path, 5), "--out", path, "--n-features", str(N_FEATURES))[0] == 0
+    rows = open_matrix(path).n_rows
+    aside = tmp_path / ".s.zarr.partial-0123abcd.old"
+    os.replace(path, aside)  # killed after the first rename: nothing at the path
+    assert recover_interrupted_overwrite(path) == [str(aside)]
+    assert open_matrix(path).n_rows == rows and not aside.exists()  # the old store is back
+    assert run(capsys, "ingest", _day(tmp_path, 5), "--out", str(tmp_path / "copy.zarr"), "--n-features",
+               str(N_FEATURES))[0] == 0
+    os.replace(tmp_path / "copy.zarr", aside)  # killed after both renames, before the old one was removed
+    code, _, err = run(capsys, "ingest", _day(tmp_path, 6, rows=5), "--out", path, "--n-features", str(N_FEATURES),
+                       "--overwrite")
+    assert code == 0, err
+    assert open_matrix(path).n_rows == 5 and not aside.exists()
+    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
