@@ -163,6 +163,14 @@ class InferredSchemaWarning(UserWarning):
     """The input's shape was read off the data, so releasing it (every output's length does) is not covered."""
 
 
+class SearchSpendsBudgetWarning(UserWarning):
+    """A fit inside a model search (``GridSearchCV``, ``cross_validate``): each fit is a release that spends its
+    budget, so a search of N fits spends N budgets on the same people."""
+
+
+__all__ += ["SearchSpendsBudgetWarning"]
+
+
 __all__ += ["ClusterLostError", "TaskFailedError"]
 
 

@@ -227,6 +227,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         from dppca_dask.api import pca
 
         data = self._check_fit_input(X)
+        _warn_inside_search(self)
         if client is None:
             client = _default_client()
         result = pca(
@@ -378,6 +379,24 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         """``fit(X)`` then ``transform(X)``; for a store or a dask array the projection is lazy."""
         return self.fit(X, y, client=client, noise=noise, on_release=on_release, resume=resume).transform(X)
 
+    def score(self, X: Any, y: Any = None) -> float:
+        """Minus the mean squared reconstruction error of the rows of ``X`` (in memory) by the components: higher
+        is better, as scikit-learn's scorers expect (``GridSearchCV`` uses it without a ``scoring``). Computed on
+        ``X`` by the caller, not released: score on held-out data."""
+        check_is_fitted(self)
+        try:
+            checked = validate_data(self, X, accept_sparse=("csr", "csc", "coo"), dtype=[np.float64, np.float32],
+                                    reset=False)
+        except InvalidInputError:
+            raise
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        dense = checked.toarray() if sp.issparse(checked) else np.asarray(checked, dtype=np.float64)
+        mean = getattr(self, "mean_", None)
+        centred = dense if mean is None else dense - mean
+        residual = centred - (centred @ self.components_.T) @ self.components_
+        return -float(np.mean(np.sum(residual**2, axis=1)))
+
     def inverse_transform(self, X: Any) -> np.ndarray:
         """Map projected rows back to feature space: ``X @ components_`` (plus ``mean_`` when released)."""
         check_is_fitted(self)
@@ -391,6 +410,31 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         out = np.asarray(checked @ self.components_, dtype=np.float64)
         mean = getattr(self, "mean_", None)
         return out if mean is None else out + mean
+
+
+def _inside_search() -> bool:
+    """Whether this call runs under scikit-learn's fit-and-score of a model search or cross-validation."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "_fit_and_score" and "sklearn" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+def _warn_inside_search(model: Any) -> None:
+    """Warn, once per fit, that a fit inside a search is a release that spends its budget (a search of N fits and a
+    refit spends N + 1 budgets; sklearn's own warning filter may show it once per search)."""
+    if _inside_search():
+        import warnings
+
+        from dppca_dask.errors import SearchSpendsBudgetWarning
+
+        warnings.warn(SearchSpendsBudgetWarning(
+            f"{type(model).__name__}.fit inside a model search is a private release: each fit spends "
+            f"epsilon={model.epsilon:g}, delta={model.delta:g} of the data's budget, so a search spends one budget "
+            "per fit (and one for the refit); choose the parameters on public or held-out data instead"),
+            stacklevel=3)
 
 
 def _default_client() -> Any:
