@@ -21,8 +21,8 @@ before the window that the saved histogram may cover, with the run's checks of t
 the saved structure (read, not changed).
 
 When the run would first append the day's file, the dry run checks that it exists and what the append checks on
-the partition table (a dppca_dask store, days in time order), then plans the window on the partition table as the
-append leaves it: one more partition, stamped with the date, under the store's id (so its ledger key is known:
+the partition table (a dppca_dask store, a timestamp that is a real day; days come in any order), then plans the
+window on the partition table as the append leaves it: one more partition, stamped with the date, under the store's id (so its ledger key is known:
 ``<dataset>/partition/<store id>:<index>``), and tries the reservations on the window's keys, the day's included.
 Left to the run: the file's contents (format, width, values, labels: the append reads it; the dry run does not),
 and, if the file holds more rows than the store's rows per partition, the further partitions the append makes
