@@ -230,6 +230,8 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         _warn_inside_search(self)
         if client is None:
             client = _default_client()
+        if self._mechanism() == "exact" and (self.center is True or self.center == "exact"):
+            return self._fit_exact_centred(data, client)
         result = pca(
             data,
             epsilon=self.epsilon,
@@ -272,6 +274,36 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
             value = getattr(result, name, None)
             if value is not None:
                 setattr(self, f"{name}_", np.asarray(value, dtype=np.float64))
+        return self
+
+    def _fit_exact_centred(self, data: Any, client: Any) -> DPPCA:
+        """The non-private baseline that matches scikit-learn's ``PCA``: the exact mean subtracted, no clipping,
+        the exact top eigenvectors of the centred Gram, and scikit-learn's explained variance (``/(n − 1)``) and
+        ratios. In-memory data only (the centred matrix is dense)."""
+        from dppca_dask.api import pca
+
+        if not (isinstance(data, np.ndarray) or sp.issparse(data)):
+            raise InvalidParameterError(
+                "mechanism='exact' with center=True centres the data in memory (the non-private baseline that "
+                f"matches scikit-learn's PCA); got {type(data).__name__}: load the rows into an array, or use "
+                "center=False")
+        dense = data.toarray() if sp.issparse(data) else np.asarray(data, dtype=np.float64)
+        mean = dense.mean(axis=0)
+        centred = dense - mean
+        result = pca(centred, epsilon=self.epsilon, delta=self.delta, n_components=self.n_components,
+                     mechanism="exact", row_norm_bound=float("inf"), client=client, max_dense_dim=self.max_dense_dim,
+                     progress=self.progress, executor=self.executor, center=False)
+        n = max(centred.shape[0] - 1, 1)
+        eigenvalues = np.asarray(result.extras["eigenvalues"], dtype=np.float64)
+        total = float(np.sum(centred**2)) / n
+        self.result_ = result
+        self.components_ = np.asarray(result.components)
+        self.n_components_ = int(self.components_.shape[0])
+        self.privacy_report_ = self.privacy_ = result.privacy
+        self.mean_ = mean
+        self.explained_variance_ = eigenvalues / n
+        self.explained_variance_ratio_ = self.explained_variance_ / total if total > 0 else np.zeros_like(eigenvalues)
+        self.singular_values_ = np.sqrt(np.maximum(eigenvalues, 0.0))
         return self
 
     def _check_fit_input(self, X: Any) -> Any:

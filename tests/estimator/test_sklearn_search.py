@@ -45,3 +45,22 @@ def test_score_is_minus_the_reconstruction_error(in_process) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", SearchSpendsBudgetWarning)  # a fit outside a search does not warn
         DPPCA(1, epsilon=1.0, delta=1e-6, mechanism="analyze-gauss").fit(X)
+
+
+def test_exact_centred_reproduces_sklearns_pca(in_process) -> None:
+    """``DPPCA(mechanism="exact", center=True)``: the non-private baseline that matches ``sklearn.decomposition.PCA``
+    (components up to sign, mean, explained variance and its ratio, singular values, the projection)."""
+    from sklearn.decomposition import PCA
+
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((120, 6)) * np.array([4.0, 2.5, 1.5, 1.0, 0.5, 0.2]) + 3.0
+    reference = PCA(3, svd_solver="full").fit(X)
+    with pytest.warns(Warning):
+        model = DPPCA(3, epsilon=1.0, delta=1e-6, mechanism="exact", center=True).fit(X)
+    signs = np.sign(np.sum(model.components_ * reference.components_, axis=1))
+    np.testing.assert_allclose(model.components_ * signs[:, None], reference.components_, atol=1e-9)
+    np.testing.assert_allclose(model.mean_, reference.mean_, atol=1e-12)
+    np.testing.assert_allclose(model.explained_variance_, reference.explained_variance_, rtol=1e-9)
+    np.testing.assert_allclose(model.explained_variance_ratio_, reference.explained_variance_ratio_, rtol=1e-9)
+    np.testing.assert_allclose(model.singular_values_, reference.singular_values_, rtol=1e-9)
+    np.testing.assert_allclose(model.transform(X) * signs, reference.transform(X), atol=1e-8)
