@@ -173,7 +173,12 @@ class ClippingWarning(UserWarning):
     (the released fraction is ``result.extras["clipped_fraction"]``; see the clipping guide)."""
 
 
-__all__ += ["ClippingWarning", "ClusterLostError", "TaskFailedError"]
+class SearchSpendsBudgetWarning(UserWarning):
+    """A fit inside a model search (``GridSearchCV``, ``cross_validate``): each fit is a release that spends its
+    budget, so a search of N fits spends N budgets on the same people."""
+
+
+__all__ += ["ClippingWarning", "ClusterLostError", "SearchSpendsBudgetWarning", "TaskFailedError"]
 
 
 class ClusterLostError(DppcaError, ConnectionError):

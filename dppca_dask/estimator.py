@@ -267,8 +267,11 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
 
             X = open_matrix(X, storage_options=storage_options)  # a store URL with its options: the handle
         data = self._check_fit_input(X)
+        _warn_inside_search(self)
         if client is None:
             client = _default_client()
+        if self._mechanism() == "exact" and (self.center is True or self.center == "exact"):
+            return self._fit_exact_centred(data, client)
         result = pca(
             data,
             epsilon=self.epsilon,
@@ -321,6 +324,36 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
                 setattr(self, f"{name}_", np.asarray(value, dtype=np.float64))
         if "clipped_fraction" in result.extras:
             self.clipped_fraction_ = float(result.extras["clipped_fraction"])
+        return self
+
+    def _fit_exact_centred(self, data: Any, client: Any) -> DPPCA:
+        """The non-private baseline that matches scikit-learn's ``PCA``: the exact mean subtracted, no clipping,
+        the exact top eigenvectors of the centred Gram, and scikit-learn's explained variance (``/(n − 1)``) and
+        ratios. In-memory data only (the centred matrix is dense)."""
+        from dppca_dask.api import pca
+
+        if not (isinstance(data, np.ndarray) or sp.issparse(data)):
+            raise InvalidParameterError(
+                "mechanism='exact' with center=True centres the data in memory (the non-private baseline that "
+                f"matches scikit-learn's PCA); got {type(data).__name__}: load the rows into an array, or use "
+                "center=False")
+        dense = data.toarray() if sp.issparse(data) else np.asarray(data, dtype=np.float64)
+        mean = dense.mean(axis=0)
+        centred = dense - mean
+        result = pca(centred, epsilon=self.epsilon, delta=self.delta, n_components=self.n_components,
+                     mechanism="exact", row_norm_bound=float("inf"), client=client, max_dense_dim=self.max_dense_dim,
+                     progress=self.progress, executor=self.executor, center=False)
+        n = max(centred.shape[0] - 1, 1)
+        eigenvalues = np.asarray(result.extras["eigenvalues"], dtype=np.float64)
+        total = float(np.sum(centred**2)) / n
+        self.result_ = result
+        self.components_ = np.asarray(result.components)
+        self.n_components_ = int(self.components_.shape[0])
+        self.privacy_report_ = self.privacy_ = result.privacy
+        self.mean_ = mean
+        self.explained_variance_ = eigenvalues / n
+        self.explained_variance_ratio_ = self.explained_variance_ / total if total > 0 else np.zeros_like(eigenvalues)
+        self.singular_values_ = np.sqrt(np.maximum(eigenvalues, 0.0))
         return self
 
     def _check_fit_input(self, X: Any) -> Any:
@@ -428,6 +461,24 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         """``fit(X)`` then ``transform(X)``; for a store or a dask array the projection is lazy."""
         return self.fit(X, y, client=client, noise=noise, on_release=on_release, resume=resume).transform(X)
 
+    def score(self, X: Any, y: Any = None) -> float:
+        """Minus the mean squared reconstruction error of the rows of ``X`` (in memory) by the components: higher
+        is better, as scikit-learn's scorers expect (``GridSearchCV`` uses it without a ``scoring``). Computed on
+        ``X`` by the caller, not released: score on held-out data."""
+        check_is_fitted(self)
+        try:
+            checked = validate_data(self, X, accept_sparse=("csr", "csc", "coo"), dtype=[np.float64, np.float32],
+                                    reset=False)
+        except InvalidInputError:
+            raise
+        except ValueError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        dense = checked.toarray() if sp.issparse(checked) else np.asarray(checked, dtype=np.float64)
+        mean = getattr(self, "mean_", None)
+        centred = dense if mean is None else dense - mean
+        residual = centred - (centred @ self.components_.T) @ self.components_
+        return -float(np.mean(np.sum(residual**2, axis=1)))
+
     def inverse_transform(self, X: Any) -> np.ndarray:
         """Map projected rows back to feature space: ``X @ components_`` (plus ``mean_`` when released)."""
         check_is_fitted(self)
@@ -441,6 +492,31 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         out = np.asarray(checked @ self.components_, dtype=np.float64)
         mean = getattr(self, "mean_", None)
         return out if mean is None else out + mean
+
+
+def _inside_search() -> bool:
+    """Whether this call runs under scikit-learn's fit-and-score of a model search or cross-validation."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == "_fit_and_score" and "sklearn" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+def _warn_inside_search(model: Any) -> None:
+    """Warn, once per fit, that a fit inside a search is a release that spends its budget (a search of N fits and a
+    refit spends N + 1 budgets; sklearn's own warning filter may show it once per search)."""
+    if _inside_search():
+        import warnings
+
+        from dppca_dask.errors import SearchSpendsBudgetWarning
+
+        warnings.warn(SearchSpendsBudgetWarning(
+            f"{type(model).__name__}.fit inside a model search is a private release: each fit spends "
+            f"epsilon={model.epsilon:g}, delta={model.delta:g} of the data's budget, so a search spends one budget "
+            "per fit (and one for the refit); choose the parameters on public or held-out data instead"),
+            stacklevel=3)
 
 
 def _default_client() -> Any:

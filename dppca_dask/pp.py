@@ -21,6 +21,10 @@ from dppca_dask.errors import InvalidParameterError
 
 __all__ = ["pca"]
 
+#: scanpy's default mask: ``var["highly_variable"]`` when present.
+HVG = "highly_variable"
+_DEFAULT_MASK: Any = object()
+
 
 def pca(
     adata: Any,
@@ -42,6 +46,9 @@ def pca(
     ledger: Any = None,
     dataset: str | None = None,
     job_id: str | None = None,
+    n_comps: int | None = None,
+    mask_var: Any = _DEFAULT_MASK,
+    use_highly_variable: bool | None = None,
 ) -> Any:
     """Differentially private PCA of an AnnData object, stored where ``scanpy.pp.pca`` stores its results.
 
@@ -65,6 +72,14 @@ def pca(
         Return a filled copy instead of filling ``adata`` in place (in-memory ``AnnData`` only).
     mechanism, n_iter, row_norm_bound, seed, client, progress
         As in :func:`dppca_dask.pca`; :class:`~dppca_dask.estimator.DPPCA` gives every other parameter.
+    n_comps
+        scanpy's name for ``n_components`` (give one of them).
+    mask_var, use_highly_variable
+        As scanpy: the columns (genes) to analyse: a boolean mask, or the name of a boolean ``var`` column; by
+        default ``var["highly_variable"]`` when it exists (``use_highly_variable=False`` or ``mask_var=None``: every
+        column). ``varm["PCs"]`` has zeros for the columns left out. The mask is public input: a mask computed from
+        these rows (``sc.pp.highly_variable_genes`` on the same cells) is a choice the release's guarantee does not
+        cover, and ``uns[...]["privacy"]["caveats"]`` says so.
     zero_center
         scanpy's name: ``True`` centres by a private mean of the clipped rows (released from a public share of the
         budget), ``False`` does not centre; ``None`` (default) centres for the mechanisms that can (adaptive power
@@ -126,6 +141,13 @@ def pca(
                                             f"'{adata.filename}': use copy=False (results are kept in memory)")
             adata = adata.copy()
         data = _matrix(adata, layer)
+    n_components = _n_comps(n_components, n_comps)
+    mask, mask_name = _mask(adata, mask_var, use_highly_variable)
+    if mask is not None:
+        if not hasattr(data, "ndim"):
+            raise InvalidParameterError("mask_var needs the matrix as an array (an in-memory or backed AnnData); "
+                                        "this path opens a store: pass mask_var=None, or open it with anndata first")
+        data = data[:, np.flatnonzero(mask)]
     if zero_center is not None and not isinstance(zero_center, (bool, np.bool_)):
         raise InvalidParameterError(f"zero_center must be True, False or None; got {zero_center!r}")
     center = None if zero_center is None else ("private" if zero_center else False)
@@ -136,16 +158,66 @@ def pca(
     caveats: tuple[str, ...] = ()
     if read_from_file and model.privacy_report_.private:
         caveats = _file_shape_caveat()
+    if mask is not None and model.privacy_report_.private:
+        caveats += (f"the columns analysed (mask_var={mask_name!r}) are taken as public input; a mask computed from "
+                    "these rows (highly variable genes of the same cells) is not covered by this guarantee",)
     projected = model.transform(data)
     if hasattr(projected, "compute"):  # a store or a dask array: computed here, one pass over the rows
         projected = projected.compute()
     obsm_key, varm_key, uns_key = (key_added, key_added, key_added) if key_added else ("X_pca", "PCs", "pca")
     adata.obsm[obsm_key] = np.asarray(projected, dtype=np.float64)
-    adata.varm[varm_key] = np.ascontiguousarray(model.components_.T)
+    loadings = np.ascontiguousarray(model.components_.T)
+    if mask is not None:  # scanpy's layout: a row per variable, zeros for those left out
+        full = np.zeros((mask.size, loadings.shape[1]), dtype=np.float64)
+        full[mask] = loadings
+        loadings = full
+    adata.varm[varm_key] = loadings
     adata.uns[uns_key] = _uns_entry(model, layer=layer, key_added=key_added, caveats=caveats)
+    if mask is not None:
+        adata.uns[uns_key]["params"].update({"mask_var": mask_name, "use_highly_variable": mask_name == HVG})
     if opened or copy:
         return adata
     return None
+
+
+def _n_comps(n_components: Any, n_comps: Any) -> Any:
+    """``n_components``, or scanpy's ``n_comps`` (the same number when both are given)."""
+    if n_comps is None:
+        return n_components
+    if n_components not in (1, n_comps):
+        raise InvalidParameterError(f"n_components={n_components!r} and n_comps={n_comps!r} differ; give one of them")
+    return n_comps
+
+
+def _mask(adata: Any, mask_var: Any, use_highly_variable: bool | None) -> tuple[np.ndarray | None, str | None]:
+    """The boolean mask of the columns to analyse and its name (``None``: every column), as scanpy chooses it."""
+    if use_highly_variable is not None and mask_var is not _DEFAULT_MASK:
+        raise InvalidParameterError("give mask_var or use_highly_variable, not both (use_highly_variable=True is "
+                                    "mask_var='highly_variable')")
+    if use_highly_variable is not None:
+        if not isinstance(use_highly_variable, (bool, np.bool_)):
+            raise InvalidParameterError(f"use_highly_variable must be True or False; got {use_highly_variable!r}")
+        mask_var = HVG if use_highly_variable else None
+        if use_highly_variable and HVG not in adata.var:
+            raise InvalidParameterError("use_highly_variable=True but var has no 'highly_variable' column; run "
+                                        "sc.pp.highly_variable_genes first, or drop use_highly_variable")
+    if mask_var is _DEFAULT_MASK:
+        mask_var = HVG if HVG in adata.var else None
+    if mask_var is None:
+        return None, None
+    if isinstance(mask_var, str):
+        if mask_var not in adata.var:
+            raise InvalidParameterError(f"mask_var={mask_var!r} is not a column of var; give a boolean var column "
+                                        "or a boolean array")
+        values, name = np.asarray(adata.var[mask_var]), mask_var
+    else:
+        values, name = np.asarray(mask_var), "array"
+    if values.dtype != bool or values.shape != (adata.n_vars,):
+        raise InvalidParameterError(f"mask_var must be booleans, one per variable ({adata.n_vars}); got "
+                                    f"{values.dtype} of shape {values.shape}")
+    if not values.any():
+        raise InvalidParameterError("mask_var selects no variable; select at least one")
+    return values, name
 
 
 def _is_dask(data: Any) -> bool:
@@ -212,8 +284,15 @@ def _open_path(anndata: Any, path: str, layer: str | None, storage_options: Any 
         raise InvalidParameterError(f"storage_options apply to a store URL (s3://...); '{path}' is a local path")
     path = require_file(path)
     if not os.path.isdir(path):
-        adata = anndata.read_h5ad(path, backed="r")
-        return adata, anndata_dask(path, layer=layer)
+        matrix = anndata_dask(path, layer=layer)  # refuses a file that is not HDF5 (truncated, another format)
+        try:
+            adata = anndata.read_h5ad(path, backed="r")
+        except OSError as exc:  # HDF5 that h5py opens but AnnData cannot read (a damaged .h5ad)
+            from dppca_dask.errors import InvalidInputError
+
+            raise InvalidInputError(f"'{path}' cannot be read as an AnnData .h5ad file ({exc}); it is damaged or "
+                                    "truncated: write it again", source=path) from exc
+        return adata, matrix
     import zarr
 
     group = zarr.open_group(path, mode="r")

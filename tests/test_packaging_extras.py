@@ -63,3 +63,12 @@ def test_pyproject_floors_equal_the_lowest_constraints() -> None:
     for name, floor in floors.items():
         pinned = pins[name].split(".")
         assert pinned[: len(floor.split("."))] == floor.split("."), (name, floor, pins[name])
+
+
+def test_the_dashboard_extra_installs_bokeh() -> None:
+    """distributed's dashboard needs bokeh, which no other extra installs (``pip install dppca_dask[dashboard]``)."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(r.startswith("bokeh>=3.1") for r in extras["dashboard"])

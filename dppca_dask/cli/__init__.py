@@ -37,6 +37,9 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="no log output: only errors and warnings (a run that is not private, a caveat of the "
                              "privacy guarantee) on standard error")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="log lines on standard error as text (default) or one JSON object per line (time, "
+                             "level, logger, message) for a log collector")
     parser.add_argument(
         "--debug", action="store_true",
         help="print the traceback of an error (it may show values of the data: not for private runs)",
@@ -60,11 +63,18 @@ def build_parser(command: str | None = "") -> argparse.ArgumentParser:
 
 
 def _command_of(argv: Sequence[str]) -> str | None:
-    """The subcommand named in ``argv`` (the first word that is not an option: the top-level options take no
-    value), or ``None``."""
+    """The subcommand named in ``argv`` (the first word that is not an option or the value of ``--log-format``,
+    the one top-level option that takes one), or ``None``."""
+    skip = False
     for word in argv:
+        if skip:
+            skip = False
+            continue
         if word == "--":
             return None
+        if word == "--log-format":
+            skip = True
+            continue
         if not word.startswith("-"):
             return word
     return None
@@ -82,9 +92,28 @@ def __getattr__(name: str) -> object:
 _LIBRARY_LOGGERS = ("distributed", "dask", "tornado", "asyncio", "bokeh")
 
 
-def _configure_logging(verbose: int, quiet: bool, debug: bool = False) -> None:
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per log line: ``time`` (UTC, ISO 8601), ``level``, ``logger``, ``message``; with
+    ``--debug`` an exception's traceback under ``traceback``. The message is the same text a text log shows."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import datetime as _dt
+        import json
+
+        out = {"time": _dt.datetime.fromtimestamp(record.created, tz=_dt.timezone.utc).isoformat(
+                   timespec="milliseconds"),
+               "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            out["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def _configure_logging(verbose: int, quiet: bool, debug: bool = False, log_format: str = "text") -> None:
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+    if log_format == "json":
+        for handler in logging.root.handlers:
+            handler.setFormatter(JsonLogFormatter())
     library_level = logging.CRITICAL + 1 if quiet else (logging.DEBUG if verbose >= 3 else logging.WARNING)
     _configure_library_logging(library_level, debug)
     # distributed is imported only when a run needs a cluster (an in-process run does not): it sets up its own
@@ -142,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))
-    _configure_logging(args.verbose, args.quiet, debug)
+    _configure_logging(args.verbose, args.quiet, debug, args.log_format)
     import traceback
     import warnings
 

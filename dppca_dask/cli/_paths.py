@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from typing import Any
 
 from dppca_dask.errors import InvalidParameterError
 
-__all__ = ["add_storage_option", "check_input", "check_output", "check_store", "storage_options", "url_scheme"]
+__all__ = ["add_storage_option", "check_input", "check_output", "check_result_dir", "check_store", "inside",
+           "storage_options", "url_scheme"]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
@@ -94,3 +96,42 @@ def check_output(path: str, options: Any = None) -> None:
         from dppca_dask._urls import filesystem
 
         filesystem(path, options)
+
+
+def inside(path: str, container: str) -> bool:
+    """Whether ``path`` is ``container`` or lies under it (real paths: a symbolic link to it counts)."""
+    if url_scheme(path) not in (None, "file") or url_scheme(container) not in (None, "file"):
+        return path.rstrip("/") == container.rstrip("/") or path.startswith(container.rstrip("/") + "/")
+    here, there = os.path.realpath(_local(path)), os.path.realpath(_local(container))
+    return here == there or here.startswith(there.rstrip(os.sep) + os.sep)
+
+
+def _local(path: str) -> str:
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
+def check_result_dir(out: str | None, *, stores: tuple[str, ...] = ()) -> None:
+    """Refuse, before any data is read, an ``--out`` directory that a command's results cannot go to: inside (or
+    at) one of its input ``stores`` (the results would damage the store they were computed from), an existing
+    file, or a zarr group (a store: writing ``result.json`` and arrays into it corrupts it). A directory the
+    results go into otherwise keeps whatever else it holds."""
+    if out is None:
+        return
+    for store in stores:
+        if inside(out, store):
+            raise InvalidParameterError(
+                f"--out '{out}' is inside the input store '{store}'; the results would be written into the store "
+                "they were computed from (and damage it): give a directory outside it"
+            )
+    if url_scheme(out) not in (None, "file"):
+        return
+    local = _local(out)
+    if os.path.lexists(local) and not os.path.isdir(local):
+        raise InvalidParameterError(
+            f"--out '{out}' is an existing file; results are written into a directory: give a directory path "
+            "(a new one, or one of earlier results)"
+        )
+    if os.path.isfile(os.path.join(local, "zarr.json")) or os.path.isfile(os.path.join(local, ".zgroup")):
+        raise InvalidParameterError(
+            f"--out '{out}' is a zarr store; results are written into a directory of their own: give another path"
+        )

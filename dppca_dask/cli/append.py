@@ -30,6 +30,11 @@ def register(subparsers: Any) -> None:
     values = p.add_mutually_exclusive_group()
     values.add_argument("--value-column", default="value", metavar="C", help="parquet: value column (default: value)")
     values.add_argument("--no-value-column", action="store_true", help="parquet: every triplet counts 1")
+    p.add_argument("--replace", action="store_true",
+                   help="the day is already in the store with other rows: replace them (only the newest-arrived "
+                        "day, and, with --ledger, only a day never released)")
+    p.add_argument("--ledger", default=None, help="with --replace: the ledger the store is released under")
+    p.add_argument("--dataset", default=None, help="with --replace and --ledger: the store's dataset key")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the summary line")
     from dppca_dask.cli._paths import add_storage_option
 
@@ -39,22 +44,31 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.cli._paths import check_store, storage_options
-    from dppca_dask.ingest.append import append_file
-    from dppca_dask.storage import open_matrix
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.ingest.append import append_day
 
+    if (args.ledger or args.dataset) and not args.replace:
+        raise InvalidParameterError("--ledger and --dataset apply to --replace only; drop them")
+    if args.ledger and not args.dataset:
+        raise InvalidParameterError("--replace --ledger needs the store's dataset key: --dataset NAME")
     options = storage_options(args)
     check_store(args.store, options=options)
-    store = append_file(
-        open_matrix(args.store, storage_options=options), args.src, timestamp=args.timestamp, format=args.format, zero_based=args.zero_based,
+    outcome = append_day(
+        args.store, args.src, timestamp=args.timestamp, replace=args.replace, ledger=args.ledger,
+        dataset=args.dataset, format=args.format, zero_based=args.zero_based, storage_options=options,
         row_column=args.row_column, col_column=args.col_column,
         value_column=None if args.no_value_column else args.value_column,
     )
+    store = outcome.store
     if args.json:
         from dppca_dask.cli import _json
 
-        _json.dump({"store": store.path, "timestamp": args.timestamp, "n_partitions": store.n_partitions,
-                    "generation": store.generation})
+        _json.dump({"store": store.path, "timestamp": args.timestamp, "status": outcome.status,
+                    "n_partitions": store.n_partitions, "generation": store.generation})
+    elif outcome.status == "already-present":
+        print(f"'{store.path}' already has the day {args.timestamp} with the rows of '{args.src}': nothing appended "
+              f"({store.n_partitions} partitions, generation {store.generation})")
     else:
-        print(f"appended '{args.src}' to '{store.path}' at {args.timestamp}: {store.n_partitions} partitions "
+        print(f"{outcome.status} '{args.src}' to '{store.path}' at {args.timestamp}: {store.n_partitions} partitions "
               f"(generation {store.generation})")
     return 0

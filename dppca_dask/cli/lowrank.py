@@ -127,11 +127,12 @@ def format_lowrank(result: Any, out: str, *, requested_rank: int | None = None) 
 
 
 def run(args: argparse.Namespace) -> int:
-    from dppca_dask.cli._paths import check_store, storage_options
+    from dppca_dask.cli._paths import check_result_dir, check_store, storage_options
     from dppca_dask.lowrank import lowrank
 
     storage = storage_options(args)
     check_store(args.store, options=storage)
+    check_result_dir(args.out, stores=(args.store,))
 
     options: dict[str, Any] = {name: getattr(args, name) for name in _OPTIONAL if getattr(args, name) is not None}
     options.update({name: True for name in _FLAGS if getattr(args, name)})

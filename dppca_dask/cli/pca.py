@@ -239,10 +239,11 @@ def _private_power_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.api import pca
-    from dppca_dask.cli._paths import check_store, storage_options
+    from dppca_dask.cli._paths import check_result_dir, check_store, storage_options
 
     options = storage_options(args)
     check_store(args.store, anndata_ok=True, options=options)
+    check_result_dir(args.out, stores=(args.store,))
 
     from dppca_dask.algorithms.block_power import BLOCK_POWER
     from dppca_dask.errors import InvalidParameterError

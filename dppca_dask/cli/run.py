@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from typing import Any
 
@@ -51,6 +52,70 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run the job; with ``--json`` exactly one JSON object on standard output whatever the outcome (the exit code
+    in it). A reader that goes away early (``| head -1``) does not change the exit code: the job's work is done by
+    the time anything is printed."""
+    import sys
+
+    try:
+        code = _run(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+    except BaseException as exc:
+        if args.json and not isinstance(exc, (SystemExit, GeneratorExit)):
+            with contextlib.suppress(BrokenPipeError):
+                _json_failure(args, exc)
+        raise
+
+
+def _silence_stdout() -> None:
+    """Point standard output at the null device (its reader went away): the interpreter's final flush then has
+    nowhere to fail."""
+    import os
+    import sys
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """The exit code the command line ends with for ``exc`` (as :func:`dppca_dask.cli.main` decides it)."""
+    from dppca_dask.errors import DppcaError
+
+    if isinstance(exc, DppcaError):
+        return int(exc.exit_code)
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    from dppca_dask.coordinator.client import is_cluster_loss
+
+    return 5 if is_cluster_loss(exc) else 1
+
+
+#: The ``status`` of a failed run's JSON object, by exit code.
+FAILURE_STATUS = {2: "invalid", 3: "refused", 4: "mechanism-failed", 5: "cluster-lost", 130: "interrupted"}
+
+
+def _json_failure(args: argparse.Namespace, exc: BaseException) -> None:
+    """The one JSON object of a run that did not complete: its status, exit code and the error line (the message
+    standard error also shows; an unexpected error only by its class and place, never its message)."""
+    from dppca_dask.cli import _json, _unexpected
+    from dppca_dask.errors import DppcaError
+
+    code = exit_code_of(exc)
+    message = str(exc) if isinstance(exc, DppcaError) else _unexpected(exc)
+    if code == 5:
+        from dppca_dask.coordinator.client import cluster_lost_error
+
+        message = str(cluster_lost_error(exc, "during the run"))
+    _json.dump({"job": args.job, "job_id": getattr(args, "resolved_job_id", None), "date": args.date,
+                "status": FAILURE_STATUS.get(code, "error"), "exit_code": code, "error": message,
+                "error_type": type(exc).__name__})
+
+
+def _run(args: argparse.Namespace) -> int:
     from dppca_dask.jobs import load_job, run_job
 
     overrides = list(args.overrides)
@@ -61,13 +126,17 @@ def run(args: argparse.Namespace) -> int:
     if args.executor is not None:
         overrides.append(f"cluster.executor={json.dumps(args.executor)}")
     spec = load_job(args.job, overrides=overrides)
+    with contextlib.suppress(Exception):  # for the JSON object of a run that fails (a bad date fails later)
+        from dppca_dask.jobs.runner import today
+
+        args.resolved_job_id = spec.job_id(args.date or today())
     if args.dry_run:
         return _dry_run(spec, args)
     outcome = run_job(spec, date=args.date, allow_new_store=args.allow_new_store)
     if args.json:
         from dppca_dask.cli import _json
 
-        _json.dump(outcome.to_dict())
+        _json.dump({**outcome.to_dict(), "exit_code": 0})
         return 0
     result = outcome.result
     report = result.privacy
@@ -124,7 +193,7 @@ def _dry_run(spec: Any, args: argparse.Namespace) -> int:
     if args.json:
         from dppca_dask.cli import _json
 
-        _json.dump(checked.to_dict())
+        _json.dump({**checked.to_dict(), "exit_code": 0})
         return 0
     print(f"job {checked.job_id}: dry run: {checked.status.replace('-', ' ')}; nothing was reserved or released")
     print(f"mechanism: {checked.mechanism} (epsilon={checked.epsilon:g}, delta={checked.delta:g}"

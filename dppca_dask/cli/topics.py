@@ -96,12 +96,13 @@ def format_topics(result: Any, *, top: int = 8, labels: list[str] | None = None)
 
 
 def run(args: argparse.Namespace) -> int:
-    from dppca_dask.cli._paths import check_store, storage_options
+    from dppca_dask.cli._paths import check_result_dir, check_store, storage_options
     from dppca_dask.cli.pca import feature_labels
     from dppca_dask.methods.tensor.topics import topics
 
     options = storage_options(args)
     check_store(args.store, options=options)
+    check_result_dir(args.out, stores=(args.store,))
     result = topics(
         args.store, n_topics=args.n_topics, epsilon=args.epsilon, delta=args.delta, alpha0=args.alpha0,
         n_restarts=args.n_restarts, n_iter=args.n_iter, pca_iter=args.pca_iter, pca_share=args.pca_share,

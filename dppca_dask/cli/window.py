@@ -302,11 +302,12 @@ def _warn_unreliable(out: dict[str, Any]) -> None:
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.methods.window import tree_window, window
 
-    from dppca_dask.cli._paths import check_store, storage_options
+    from dppca_dask.cli._paths import check_result_dir, check_store, storage_options
     from dppca_dask.storage import open_matrix
 
     _check_tree_arguments(args)
     directions = _check_task_arguments(args)
+    check_result_dir(args.out, stores=(args.store,))  # before any data is read
     options = storage_options(args)
     check_store(args.store, options=options)
     store = open_matrix(args.store, storage_options=options) if options else args.store

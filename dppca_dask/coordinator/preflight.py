@@ -24,7 +24,7 @@ from dppca_dask.coordinator.sources import PartitionData, PartitionSource, as_so
 from dppca_dask.errors import InvalidInputError, InvalidParameterError
 from dppca_dask.storage.validate import check_csr_arrays
 
-__all__ = ["check_partition", "preflight"]
+__all__ = ["check_partition", "check_width_fits", "preflight"]
 
 
 def check_partition(item: Any) -> None:
@@ -72,6 +72,32 @@ def _in_range(block: Any) -> bool:
     return True
 
 
+#: Vectors of the matrix's width an analysis holds at once (iterates, partial products, their sums: as ingest's
+#: limit counts them), at 8 bytes each.
+VECTORS_PER_ANALYSIS = 8
+
+
+def check_width_fits(n_cols: int, *, where: object, memory: int | None = None) -> None:
+    """Refuse, before anything is read, a width whose working vectors do not fit in this machine's memory (a store
+    whose width was edited to 10^12: the first step failed on a worker with an out-of-memory error). The width is
+    public (declared), so the check is too."""
+    import os
+
+    if memory is None:
+        try:
+            memory = int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):  # pragma: no cover - a platform without sysconf
+            return
+    needed = VECTORS_PER_ANALYSIS * 8 * int(n_cols)
+    if memory and needed > memory:
+        raise InvalidInputError(
+            f"{where} has {n_cols} columns: an analysis needs about {needed / 2**30:.1f} GiB of working memory, more "
+            f"than this machine's {memory / 2**30:.1f} GiB; check the store's width (re-ingest it if its metadata "
+            "was edited), or run where the memory is",
+            source=str(where),
+        )
+
+
 def preflight(source: Any, executor_or_coordinator: Any = None) -> int:
     """Read and check every partition of ``source``; raise the first problem found, before anything is released.
 
@@ -102,6 +128,8 @@ def preflight(source: Any, executor_or_coordinator: Any = None) -> int:
 
     if not isinstance(source, PartitionSource):
         source = as_source(source)
+    check_width_fits(int(source.n_cols), where=f"store '{source.store.path}'" if source.store is not None
+                     else "the input")
     target = executor_or_coordinator
     n = source.n_partitions
     if target is None or (isinstance(target, str) and target == "local"):

@@ -110,6 +110,11 @@ class IngestOptions:
         The declared width and size are checked first (:meth:`check_width`, :meth:`check_size`).
         """
         rpp = rows_per_partition if rows_per_partition is not None else self.rows_per_partition
+        if n_rows is not None and rpp is not None:
+            from dppca_dask.storage.writer import check_partition_count
+
+            check_partition_count(-(-int(n_rows) // max(int(rpp), 1)), rows_per_partition=rpp,
+                                  source=source.get("path", "the input"))
         self.check_width(n_cols, source=source.get("path", "the input"))
         self.check_size(n_rows=n_rows, n_cols=n_cols, nnz=nnz, layout=layout, value_bytes=np.dtype(dtype).itemsize,
                         source=source.get("path", "the input"))
@@ -150,6 +155,13 @@ def require_file(path: str | os.PathLike[str]) -> str:
     text = os.fspath(path)
     if not os.path.exists(text):
         raise StoreNotFoundError(f"input '{text}' does not exist; check the path")
+    import stat
+
+    mode = os.stat(text).st_mode
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero, /dev/urandom: endless, never a data file
+        raise InvalidParameterError(
+            f"input '{text}' is a device, not a file; ingest reads files and directories: give the data file"
+        )
     return os.path.abspath(text)
 
 

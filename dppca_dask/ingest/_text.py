@@ -70,8 +70,13 @@ class TextChunk:
     """Number of lines in ``data``."""
 
 
-def read_chunks(handle: IO[bytes], *, first_line: int = 1, chunk_bytes: int | None = None) -> Iterator[TextChunk]:
-    """Yield the rest of ``handle`` in chunks of complete lines (a missing final newline is added)."""
+def read_chunks(handle: IO[bytes], *, first_line: int = 1, chunk_bytes: int | None = None,
+                path: str = "the input") -> Iterator[TextChunk]:
+    """Yield the rest of ``handle`` in chunks of complete lines (a missing final newline is added).
+
+    A NUL byte is refused where it is read (:class:`~dppca_dask.errors.InvalidInputError` naming ``path`` and the
+    line): no text format holds one, and a file of NUL bytes (a pre-allocated or zeroed file, ``/dev/zero``) would
+    otherwise read as empty lines, or as one endless line."""
     chunk_bytes = chunk_bytes or CHUNK_BYTES
     carry = b""
     line = first_line
@@ -79,6 +84,14 @@ def read_chunks(handle: IO[bytes], *, first_line: int = 1, chunk_bytes: int | No
         block = handle.read(chunk_bytes)
         if not block:
             break
+        nul = block.find(b"\0")
+        if nul >= 0:
+            at = line + carry.count(b"\n") + block.count(b"\n", 0, nul)
+            raise InvalidInputError(
+                f"'{path}' holds a NUL byte at line {at}: it is not a text file (LIBSVM and Matrix Market files are "
+                "text); check that it is the file meant, not a zeroed, truncated or binary one",
+                source=path,
+            )
         if carry:
             block = carry + block
         cut = block.rfind(b"\n")

@@ -235,7 +235,7 @@ def _ingest_coordinate(handle: IO[bytes], header: MatrixMarketHeader, path: str,
                              dtype=dtype)
         seen = 0
         with options.bar(total=_text.text_size(path), desc="read", unit="B", unit_scale=True) as bar:
-            for chunk in _text.read_chunks(handle, first_line=header.data_line):
+            for chunk in _text.read_chunks(handle, first_line=header.data_line, path=path):
                 table, lines = _text.parse_rows(chunk, fields=fields, path=path, comment=b"%", what=what)
                 if seen + lines.size > header.nnz:
                     raise InvalidInputError(

@@ -106,6 +106,7 @@ def ingest_svmlight(
     """
     path = require_file(path)
     check_positive("n_features", n_features)
+    _check_partition_bound(path, options.rows_per_partition)
     parse = _chunk_parser(path, parser)
     start = time.perf_counter()
     n_rows: int | None = None
@@ -140,6 +141,22 @@ def ingest_svmlight(
     log.info("ingested %s: %d x %d, %d entries, %d partitions in %.1f s", path, store.n_rows, store.n_cols,
              store.nnz, store.n_partitions, time.perf_counter() - start)
     return store
+
+
+def _check_partition_bound(path: str, rows_per_partition: int | None) -> None:
+    """With an explicit ``rows_per_partition``, refuse before writing a file whose lines would make more partitions
+    than a store may have. Lines are counted only when the file's size allows that many (a row takes at least two
+    bytes): one fast read, never for an ordinary ingest."""
+    from dppca_dask.storage.writer import MAX_PARTITIONS, check_partition_count
+
+    size = _text.text_size(path)
+    if rows_per_partition is None or size is None or size // 2 <= MAX_PARTITIONS * rows_per_partition:
+        return
+    lines = 0
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(16 * 2**20), b""):
+            lines += block.count(b"\n")
+    check_partition_count(-(-lines // rows_per_partition), rows_per_partition=rows_per_partition, source=path)
 
 
 def _small_file_partition_rows(path: str, options: IngestOptions, n_rows: int | None) -> int | None:
@@ -229,7 +246,7 @@ def _parse_file(
     first_row = 0
     with _text.open_binary(path) as handle, options.bar(total=_text.text_size(path), desc=desc, unit="B",
                                                         unit_scale=True) as bar:
-        for chunk in _text.read_chunks(handle):
+        for chunk in _text.read_chunks(handle, path=path):
             rows = parse(chunk, path=path, first_row=first_row, zero_based=zero_based,
                          n_features=n_features, labels=labels)
             first_row += rows.n_rows
@@ -286,6 +303,11 @@ def _parse_chunk(
             t = next(int(t) for t in np.flatnonzero(is_label) if not _text.is_number(tok.text(int(t))))
             raise fail(t, f"label {tok.text(t)!r} at {where(t)} is not a number; multi-label files cannot store "
                           "their labels: ingest without store_labels (--store-labels)")
+        bad_labels = ~np.isfinite(label_values)
+        if bad_labels.any():
+            t = int(np.flatnonzero(is_label)[int(np.flatnonzero(bad_labels)[0])])
+            raise fail(t, f"label {tok.text(t)!r} at {where(t)} is not finite; a stored label (a regression "
+                          "target) must be a number: fix the label, or ingest without --store-labels")
 
     pairs = tok.buf.copy()
     pairs[label_bytes] = _SPACE
@@ -316,7 +338,7 @@ def _parse_chunk(
     bad = index < 0
     if bad.any():
         t = first(bad)
-        if zero_based:
+        if zero_based or raw_index[int(np.flatnonzero(bad)[0])] < 0:
             raise fail(t, f"negative feature index in {tok.text(t)!r} at {where(t)}; indices must be >= 0")
         raise fail(t, f"feature index 0 in {tok.text(t)!r} at {where(t)}; LIBSVM indices start at 1: pass "
                       "zero_based=True (--zero-based) for a file with 0-based indices")

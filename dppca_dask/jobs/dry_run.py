@@ -21,8 +21,8 @@ before the window that the saved histogram may cover, with the run's checks of t
 the saved structure (read, not changed).
 
 When the run would first append the day's file, the dry run checks that it exists and what the append checks on
-the partition table (a dppca_dask store, days in time order), then plans the window on the partition table as the
-append leaves it: one more partition, stamped with the date, under the store's id (so its ledger key is known:
+the partition table (a dppca_dask store, a timestamp that is a real day; days come in any order), then plans the
+window on the partition table as the append leaves it: one more partition, stamped with the date, under the store's id (so its ledger key is known:
 ``<dataset>/partition/<store id>:<index>``), and tries the reservations on the window's keys, the day's included.
 Left to the run: the file's contents (format, width, values, labels: the append reads it; the dry run does not),
 and, if the file holds more rows than the store's rows per partition, the further partitions the append makes
@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from dppca_dask.errors import DppcaError
-from dppca_dask.jobs.spec import JobSpec
+from dppca_dask.jobs.spec import JobSpec, dated
 
 __all__ = ["DryRun", "dry_run_job"]
 
@@ -138,6 +138,7 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
     from dppca_dask.ledger import CHARGED, RESERVED, Ledger, partition_identities
 
     date = runner._check_date(date or runner.today())
+    spec = spec.on_date(date)  # dated sources ({date}) name this run's files
     if spec.kind == "window":
         return _dry_run_window(spec, date)
     job_id = spec.job_id(date)
@@ -326,7 +327,7 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
     runner._check_schema(spec, store)
     pending = None  # the index of the partition the day's file would become, before it is appended
     if spec.data.append is not None:
-        source = spec.data.append["source"].format(date=date)
+        source = dated(spec.data.append["source"], date)
         stamp = parse_timestamp(date, name="date")
         if not any(p.timestamp == stamp for p in store.partitions):
             if not os.path.exists(source):
@@ -337,6 +338,9 @@ def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
 
             check_append(store, date)  # what the append checks on the partition table, before it reads the file
             store, pending = _with_pending_day(store, stamp), len(store.partitions)
+    from dppca_dask.methods.window.job import require_day
+
+    require_day(store, date)  # as the run: a window is never released without its day
     plan = plan_window_job(spec, date, store)
     choice = _choose(plan, address, spec.cluster.executor)  # as the run (window()): the executor, then the charges
     charges = window_charges(spec, date, plan)

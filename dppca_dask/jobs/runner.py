@@ -124,10 +124,16 @@ def _check_date(date: str) -> str:
 
 
 def _write_json(path: str, obj: Any) -> None:
+    """Write ``obj`` to ``path`` atomically: owner-only (0600), or following the umask with
+    ``DPPCA_DASK_FILE_MODE=umask``."""
+    from dppca_dask.storage._files import private_files
+
+    private = private_files()
     tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE if private else 0o666)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        os.fchmod(handle.fileno(), FILE_MODE)
+        if private:
+            os.fchmod(handle.fileno(), FILE_MODE)
         json.dump(obj, handle, indent=2, sort_keys=True)
         handle.write("\n")
         handle.flush()
@@ -141,17 +147,19 @@ def _read_json(path: str) -> Any:
 
 
 def _owner_only(path: str) -> None:
-    """chmod a tree written by a library call that follows the umask: files 0600, directories 0700."""
+    """chmod a tree written by a library call that follows the umask: files 0600, directories 0700 (left as the
+    umask made them with ``DPPCA_DASK_FILE_MODE=umask``)."""
     from dppca_dask.storage._files import make_tree_private
 
-    make_tree_private(path, private=True)
+    make_tree_private(path)
 
 
 def _makedirs(path: str) -> None:
-    """Make ``path`` and its missing parents owner-only (existing directories keep their mode)."""
+    """Make ``path`` and its missing parents owner-only (existing directories keep their mode; with
+    ``DPPCA_DASK_FILE_MODE=umask`` they follow the umask)."""
     from dppca_dask.storage._files import make_directories
 
-    make_directories(path, private=True)
+    make_directories(path)
 
 
 # ------------------------------------------------------------------------------------------------ checks
@@ -226,7 +234,8 @@ def ingest_arguments(spec: JobSpec) -> tuple[str, str, dict[str, Any]]:
 
     assert spec.data.ingest is not None
     args = dict(spec.data.ingest)
-    source = args.pop("source")
+    args.pop("source")
+    source = spec.data.ingest_source()  # the run's day's file when the source is dated
     if not os.path.exists(source):
         raise JobSpecError(f"{spec.source}: [data.ingest] source '{source}' does not exist; fix the path, or make "
                            "the extract first")
@@ -455,15 +464,19 @@ def run_job(
     from dppca_dask.ledger import Ledger
 
     date = _check_date(date or today())
+    from dppca_dask.jobs.outputs import publish_release
+
+    spec = spec.on_date(date)  # dated sources ({date}) name this run's files
     if spec.kind == "window":  # partition-scoped budget: its own runner
         from dppca_dask.methods.window.job import run_window_job
 
-        return run_window_job(spec, date=date, client=client, noise=noise,
-                              allow_new_store=allow_new_store or spec.budget.allow_new_store)
+        return publish_release(spec, date, run_window_job(spec, date=date, client=client, noise=noise,
+                                                          allow_new_store=allow_new_store or spec.budget.allow_new_store))
     ledger = Ledger(spec.budget.ledger)
     with job_lock(ledger, spec.budget.dataset, spec.job_id(date)):
-        return _run_job(spec, ledger, date=date, client=client, noise=noise, progress=progress,
-                        allow_new_store=allow_new_store or spec.budget.allow_new_store)
+        outcome = _run_job(spec, ledger, date=date, client=client, noise=noise, progress=progress,
+                           allow_new_store=allow_new_store or spec.budget.allow_new_store)
+    return publish_release(spec, date, outcome)  # the table of releases and the latest pointer (outputs.py)
 
 
 @contextlib.contextmanager

@@ -61,6 +61,7 @@ or ``layer`` in ``[mechanism]`` is refused with the table it belongs in.
 
 from __future__ import annotations
 
+import datetime as _dt
 import inspect
 import math
 import os
@@ -129,12 +130,32 @@ _TABLES = {
 _REQUIRED = ("job", "data", "mechanism", "privacy", "budget", "output")
 
 
+def dated(template: str, date: str | None) -> str:
+    """A source path template with the run's date filled in: ``{date}`` is ``2026-11-05``, and a format after a
+    colon is ``strftime``'s (``{date:%Y/%m/%d}`` is ``2026/11/05``, ``{date:%Y%m%d}`` is ``20261105``). Without a
+    date (a spec not yet bound to a run) the template itself."""
+    if date is None:
+        return template
+    return template.format(date=_dt.date.fromisoformat(date))
+
+
+def _check_dated(source: str, table: str, template: str) -> None:
+    try:
+        dated(template, "2026-01-31")
+    except (KeyError, IndexError, ValueError, AttributeError) as exc:
+        raise JobSpecError(
+            f"{_where(source, table, 'source')}: only {{date}} (or {{date:FORMAT}}, a strftime format such as "
+            f"{{date:%Y/%m/%d}}) may appear in braces; got {template!r} ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
 @dataclass(frozen=True)
 class DataSpec:
     store: str
     """Absolute path of the store the job reads."""
     ingest: Mapping[str, Any] | None = None
-    """Arguments of :func:`dppca_dask.ingest.ingest` (``source`` absolute) to refresh the store first."""
+    """Arguments of :func:`dppca_dask.ingest.ingest` (``source`` absolute; it may hold ``{date}``, see
+    :func:`dated`) to refresh the store first."""
     n_features: int | None = None
     """``[data] n_features``: the public width declared in the spec (see :attr:`declared_width`)."""
     append: Mapping[str, Any] | None = None
@@ -144,11 +165,19 @@ class DataSpec:
     """``[data.storage_options]``: fsspec options of a store given by its URL (``endpoint_url``, ...); never shown
     (:meth:`JobSpec.to_dict` names the keys only). ``None``: the environment (``AWS_ENDPOINT_URL``, ...)."""
 
+    date: str | None = None
+    """The run's date once the spec is bound to a run (:meth:`JobSpec.on_date`): dated sources are read for it."""
+
     def open(self) -> Any:
         """The store (:func:`~dppca_dask.storage.open_matrix`, with the spec's storage options)."""
         from dppca_dask.storage import open_matrix
 
         return open_matrix(self.store, storage_options=self.storage_options)
+
+    def ingest_source(self) -> str:
+        """``[data.ingest] source`` with the run's date filled in (:func:`dated`)."""
+        assert self.ingest is not None
+        return dated(str(self.ingest["source"]), self.date)
 
     @property
     def declared_width(self) -> int | None:
@@ -213,6 +242,12 @@ class JobSpec:
     def job_id(self, date: str) -> str:
         """The ledger's key of this job's run on ``date`` (one release per job id and date)."""
         return f"{self.id}@{date}"
+
+    def on_date(self, date: str) -> JobSpec:
+        """This spec bound to a run on ``date`` (``YYYY-MM-DD``): its dated sources name that day's files."""
+        import dataclasses
+
+        return dataclasses.replace(self, data=dataclasses.replace(self.data, date=date))
 
     def output_dir(self, date: str) -> str:
         return self.output.format(name=self.name, id=self.id, date=date)
@@ -461,6 +496,7 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
                                f"{', '.join(sorted(_INGEST_KEYS))}")
         ingest = dict(raw)
         ingest["source"] = _path(base, _string(source, "data.ingest", "source", raw.get("source")))
+        _check_dated(source, "data.ingest", ingest["source"])
         if "layer" in ingest:
             _check_layer(source, ingest)
 
@@ -475,6 +511,7 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
                                f"{', '.join(sorted(_APPEND_KEYS))}")
         append = dict(raw_append)
         append["source"] = _path(base, _string(source, "data.append", "source", raw_append.get("source")))
+        _check_dated(source, "data.append", append["source"])
 
     storage_options = data.get("storage_options")
     if storage_options is not None and not isinstance(storage_options, dict):

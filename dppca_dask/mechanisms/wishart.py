@@ -53,6 +53,10 @@ def _check_budget(epsilon: float, delta: float) -> tuple[float, float]:
     return epsilon, delta
 
 
+#: Degrees of freedom beyond which a Wishart release is refused: 2^53, the last integer a float64 holds exactly.
+MAX_TAU = float(2**53)
+
+
 def _support_floor(dim: int, epsilon: float, delta: float, start: int) -> int:
     """The least integer τ ≥ ``start`` (and ≥ d + 1) at which adding or removing one unit row ``u`` is
     (ε, δ)-indistinguishable for ``Wis_d(τ, I)`` noise, from the exact privacy loss of that worst case.
@@ -102,6 +106,13 @@ def wishart_tau(dim: int, *, epsilon: float, delta: float, rule: str = "thm11") 
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
         raise InvalidParameterError(f"dim must be a positive integer; got {dim!r}")
     epsilon, delta = _check_budget(epsilon, delta)
+    largest = dim + 28.0 * math.log(4.0 / delta) / epsilon**2  # the largest of the rules' τ
+    if not largest < MAX_TAU:
+        raise InvalidParameterError(
+            f"epsilon={epsilon!r} is too small for a Wishart release: its noise would need about {largest:.3g} "
+            f"degrees of freedom (more than 2^53, where they can no longer be counted exactly); raise epsilon, or "
+            "use the Gaussian release (release='gaussian', --release gaussian)"
+        )
     if rule == "thm11":
         printed = dim + 28.0 * math.log(4.0 / delta) / epsilon**2
         floor = _support_floor(dim, epsilon, delta, math.ceil(printed))  # ⌈τ⌉ is drawn

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dppca_dask.storage._format import FORMAT_VERSION
 from dppca_dask.storage.store import MatrixStore, Partition, open_matrix, row_norms_of
 from dppca_dask.storage.validate import validate_csr_block, validate_dense_block
-from dppca_dask.storage.writer import StoreWriter, append_partition, write_matrix
+from dppca_dask.storage.writer import StoreWriter, append_partition, drop_tail_partitions, write_matrix
 
 __all__ = [
     "FORMAT_VERSION",
@@ -16,6 +16,7 @@ __all__ = [
     "Partition",
     "StoreWriter",
     "append_partition",
+    "drop_tail_partitions",
     "open_matrix",
     "row_norms_of",
     "validate_csr_block",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import shutil
 import socket
@@ -28,6 +29,8 @@ from collections.abc import Iterator
 
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.storage import _format
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "FILE_MODE_ENV",
@@ -41,6 +44,7 @@ __all__ = [
     "private_files",
     "private_replacement",
     "private_writes",
+    "recover_interrupted_overwrite",
     "remove_stale_temporaries",
     "remove_tree",
 ]
@@ -258,8 +262,39 @@ def _owner_gone(path: str) -> bool:
     return False
 
 
+def recover_interrupted_overwrite(out: str) -> list[str]:
+    """Finish an overwrite of ``out`` that was killed between its two renames (old store to ``.NAME.partial-*.old``,
+    new store into place): with nothing at ``out``, the old store is renamed back (the overwrite did not happen);
+    with a store at ``out``, the old one is removed (it did). A ``.old`` whose new store is still being written by a
+    live process is left alone. Returns what was restored or removed."""
+    parent, name = os.path.split(os.path.abspath(out))
+    try:
+        entries = sorted(os.listdir(parent or "."))
+    except OSError:
+        return []
+    done: list[str] = []
+    for entry in entries:
+        if not (entry.startswith(f".{name}.partial-") and entry.endswith(".old")):
+            continue
+        old = os.path.join(parent, entry)
+        new = old[: -len(".old")]
+        if os.path.isdir(new) and not _owner_gone(new) and os.path.exists(os.path.join(new, OWNER_FILE)):
+            continue  # its ingest still runs
+        if not is_store(old):
+            continue
+        if not os.path.lexists(out):
+            os.replace(old, out)
+            log.warning("store %s: restored the store an interrupted overwrite had moved aside", out)
+        else:
+            remove_tree(old)
+        done.append(old)
+    return done
+
+
 def remove_stale_temporaries(out: str) -> list[str]:
-    """Remove the temporaries of earlier ingests to ``out`` whose process no longer runs; return their paths."""
+    """Remove the temporaries of earlier ingests to ``out`` whose process no longer runs; return their paths. An
+    overwrite interrupted between its renames is finished first (:func:`recover_interrupted_overwrite`)."""
+    recover_interrupted_overwrite(out)
     parent, name = os.path.split(os.path.abspath(out))
     prefix = f".{name}"
     removed: list[str] = []

@@ -1050,6 +1050,10 @@ def _open_native(path: str, group: zarr.Group, meta: Any) -> MatrixStore:
     return store
 
 
+#: POSIX seconds of 9999-12-31: a partition timestamp beyond it (or NaN) is damage, not a day.
+_LAST_STAMP = 253402214400.0
+
+
 def _check_table(store: MatrixStore) -> None:
     row = nnz = 0
     for p in store.partitions:
@@ -1057,6 +1061,14 @@ def _check_table(store: MatrixStore) -> None:
             raise StoreCorruptError(
                 f"the partition table of store '{store.path}' is inconsistent at partition {p.index}; "
                 "re-ingest the store from its source",
+                source=store.path,
+                partition=p.index,
+            )
+        if p.timestamp is not None and not (math.isfinite(p.timestamp) and abs(p.timestamp) < _LAST_STAMP):
+            raise StoreCorruptError(
+                f"the partition table of store '{store.path}' is damaged at partition {p.index}: its timestamp "
+                f"{p.timestamp!r} is not a time (NaN, infinite or beyond the year 9999); re-ingest the store from "
+                "its source",
                 source=store.path,
                 partition=p.index,
             )

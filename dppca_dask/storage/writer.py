@@ -419,11 +419,28 @@ class StoreWriter:
         return rpp
 
     def _write_partition(self, block: Any) -> None:
+        check_partition_count(len(self._partitions) + 1, rows_per_partition=self.rows_per_partition,
+                              source=self.path)
         part = _write_rows(self._arrays, self.layout, block, self._n_rows, self._nnz, len(self._partitions), None)
         self._partitions.append(part)
         self._n_rows, self._nnz = part.row_stop, self._nnz + part.nnz
         if self.progress is not None:
             self.progress(self._n_rows)
+
+
+#: Partitions a store may have: each is a task of every step (scheduling costs grow with the count), and a partition
+#: table past this is a mistake (``--rows-per-partition 1``) rather than a layout.
+MAX_PARTITIONS = 10_000
+
+
+def check_partition_count(count: int, *, rows_per_partition: int | None, source: object) -> None:
+    """Refuse a store of more than :data:`MAX_PARTITIONS` partitions (before writing when the count is known)."""
+    if count > MAX_PARTITIONS:
+        given = f"rows_per_partition={rows_per_partition} " if rows_per_partition is not None else ""
+        raise InvalidParameterError(
+            f"'{source}' would have {count} partitions with {given}(at most {MAX_PARTITIONS}); raise "
+            "rows_per_partition (--rows-per-partition), or leave it unset for partitions of about 128 MB"
+        )
 
 
 def _cast(block: Any, dtype: np.dtype[Any], *, first_row: int, partition: int | None, source: object | None) -> Any:
@@ -709,6 +726,8 @@ def append_partition(
         ids = _checked_row_ids(store, arrays.get("obs_ids"), row_ids, int(checked.shape[0]))
         new_labels = _checked_labels(store, arrays.get("labels"), labels, int(checked.shape[0]))
         step = int(store.metadata.get("rows_per_partition") or max(int(checked.shape[0]), 1))
+        check_partition_count(store.n_partitions + -(-max(int(checked.shape[0]), 1) // step),
+                              rows_per_partition=step, source=store.path)
         partitions = list(store.partitions)
         n_rows, nnz = store.n_rows, store.nnz
         try:
@@ -730,6 +749,28 @@ def append_partition(
     if reopened.n_rows != n_rows:
         raise StoreCorruptError(f"append to '{store.path}' did not commit", source=store.path)
     return reopened
+
+
+def drop_tail_partitions(path: str | os.PathLike[str], indices: Sequence[int]) -> MatrixStore:
+    """Remove the last partitions of a store (``indices``: the partition table's tail), as the first of the two
+    commits that replace a day: one metadata write under the append lock, then the arrays cut back (a crash in
+    between is cut back by the next append). The store then reads as if those partitions had never been
+    appended."""
+    store = open_matrix(path)
+    with _append_lock(store.path):
+        store = open_matrix(path)  # re-read under the lock
+        wanted = list(range(store.n_partitions - len(indices), store.n_partitions))
+        if not indices or sorted(int(i) for i in indices) != wanted or wanted[0] < 1:
+            raise InvalidParameterError(
+                f"partitions {list(indices)} of '{store.path}' are not the end of its partition table (or are all "
+                "of it); only the newest-arrived partitions can be removed"
+            )
+        kept = list(store.partitions[: wanted[0]])
+        n_rows, nnz = kept[-1].row_stop, (kept[-1].nnz_stop if store.layout == "csr" else sum(p.nnz for p in kept))
+        _commit_metadata(store, kept, n_rows, nnz)
+        arrays = _open_for_append(store)
+        _trim(open_matrix(path), arrays)
+    return open_matrix(path)
 
 
 def _checked_row_ids(store: MatrixStore, stored: zarr.Array | None, row_ids: np.ndarray | None,

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
-__all__ = ["CHECK_ONLY_CASES", "INGEST_CASES", "STORE_CASES", "Case", "native_store"]
+__all__ = ["APPEND_CASES", "CHECK_ONLY_CASES", "INGEST_CASES", "STORE_CASES", "Case", "native_store"]
 
 
 @dataclass(frozen=True)
@@ -180,6 +180,26 @@ INGEST_CASES: list[Case] = [
     Case("parquet-id-outside-declared-universe", "8.4", lambda d: (
         _ingest("--column-ids", _text(d / "ids.txt", "1\n2\n"))(_parquet(d / "t.parquet", [1, 2, 3]), d),
         r"column id 3 of column 'col_id' in '.*t\.parquet' is not among the declared column ids")),
+    # 36.4: NUL bytes (a zeroed or pre-allocated file, a device), refused where they are read
+    _case("svm-nul-file", "36.4", lambda d: (Path(d / "z.svm").write_bytes(b"\0" * 300_000), str(d / "z.svm"))[1],
+          r"z\.svm' holds a NUL byte at line 1: it is not a text file", "--n-features", "3"),
+    _case("svm-nul-line", "36.4", lambda d: (Path(d / "l.svm").write_bytes(b"1 1:0.5\n\0\n1 2:1\n"),
+                                              str(d / "l.svm"))[1],
+          r"l\.svm' holds a NUL byte at line 2", "--n-features", "3"),
+    _case("mtx-nul-line", "36.4", lambda d: (Path(d / "a.mtx").write_bytes((MTX + "2 3 1\n").encode() + b"\0\0\n"),
+                                              str(d / "a.mtx"))[1],
+          r"a\.mtx' holds a NUL byte at line 3"),
+    Case("dev-zero", "36.4", lambda d: (["ingest", "/dev/zero", "--format", "svmlight", "--out",
+                                         str(d / "out" / "s.zarr"), "--n-features", "3"],
+                                        r"input '/dev/zero' is a device, not a file")),
+    # 36.4: messages that name the fix, limits refused before anything is written
+    _case("svm-negative-index", "36.4", lambda d: _text(d / "a.svm", "1 -3:1\n"),
+          r"negative feature index in '-3:1' at line 1"),
+    _case("svm-nan-label-stored", "36.4", lambda d: _text(d / "a.svm", "1 1:1\nnan 2:1\n"),
+          r"label 'nan' at line 2 .*a\.svm' is not finite", "--n-features", "3", "--store-labels"),
+    _case("svm-one-row-per-partition", "36.4", lambda d: _text(d / "a.svm", "1 1:1\n" * 20_001),
+          r"a\.svm' would have 20001 partitions with rows_per_partition=1 \(at most 10000\)", "--n-features", "3",
+          "--rows-per-partition", "1"),
     # 9.2: --overwrite replaces only a store or an empty directory
     Case("overwrite-a-file", "9.2", lambda d: (
         ["ingest", _text(d / "a.svm", "1 1:1\n"), "--out", _text(d / "out" / "notes.txt", "keep me"), "--overwrite"],
@@ -282,4 +302,60 @@ CHECK_ONLY_CASES: list[Case] = [
                 r"stored row norm of row 2 \(partition 1\) in store '.*store\.zarr' is missing"),
     _store_case("duplicate-entries-in-a-store", "8.1", _damaged(_duplicate_entries),
                 r"partition 0 of store '.*store\.zarr' is damaged: its column indices are unsorted or repeated"),
+]
+
+
+def _truncate(path: str) -> None:
+    chunk = Path(path, "X", "data", "c", "0")
+    chunk.write_bytes(chunk.read_bytes()[:40])
+
+
+def _data_type(path: str) -> None:
+    import json
+
+    meta = Path(path, "X", "data", "zarr.json")
+    doc = json.loads(meta.read_text())
+    doc["data_type"] = "int8"
+    doc["fill_value"] = 0
+    meta.write_text(json.dumps(doc))
+
+
+def _link_chunk(path: str, target: str | None = None) -> None:
+    chunk = Path(path, "X", "data", "c", "0")
+    copy = Path(path).parent / "chunk-copy"
+    copy.write_bytes(chunk.read_bytes())
+    chunk.unlink()
+    os.symlink(target or str(copy), chunk)
+
+
+def _billion_rows(path: str) -> None:
+    from dppca_dask.storage import _format
+
+    group = zarr.open_group(path, mode="r+")
+    meta = dict(group.attrs[_format.ATTR_KEY])
+    parts = [list(p) for p in meta["partitions"]]
+    parts[-1][1] = 10**9
+    meta["partitions"], meta["n_rows"] = parts, 10**9
+    group.attrs[_format.ATTR_KEY] = meta
+
+
+# Damaged stores given to `dppca-dask append` (issue 36, item 4): refused before anything is written.
+APPEND_CASES: list[Case] = [
+    _store_case("append-truncated-chunk", "36.4", _damaged(_truncate),
+                r"partition 0 of store '.*store\.zarr'.* holds 40 bytes.*damaged, re-ingest it"),
+    _store_case("append-edited-data-type", "36.4", _damaged(_data_type),
+                r"store '.*store\.zarr'.* (holds int8 values|cannot be opened)"),
+    _store_case("append-chunk-is-a-symlink", "36.4", _damaged(_link_chunk),
+                r"'X/data/c/0' in store '.*store\.zarr' is a symbolic link"),
+    _store_case("append-chunk-linked-to-dev-zero", "36.4", _damaged(lambda p: _link_chunk(p, "/dev/zero")),
+                r"'X/data/c/0' in store '.*store\.zarr' is a symbolic link"),
+    _store_case("append-table-of-a-billion-rows", "36.4", _damaged(_billion_rows),
+                r"array 'X/indptr' of store '.*store\.zarr' has 9 entries but the partition table needs 1000000001"),
+    _store_case("append-deleted-chunk", "36.4",
+                _damaged(lambda p: os.remove(os.path.join(p, "X", "data", "c", "0"))),
+                r"partition 0 of store '.*store\.zarr' is damaged: a chunk of 'data' or 'indices' is missing"),
+    _store_case("append-nan-in-chunk", "36.4", _damaged(lambda p: _edit(p, "X/data", 8, np.nan)),
+                r"partition 2 of store '.*store\.zarr' is damaged: a non-finite value"),
+    _store_case("append-index-out-of-range", "36.4", _damaged(lambda p: _edit(p, "X/indices", 9, 11)),
+                r"partition 2 of store '.*store\.zarr' is damaged: column indices outside"),
 ]

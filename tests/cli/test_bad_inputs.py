@@ -13,7 +13,8 @@ import re
 from pathlib import Path
 
 import pytest
-from bad_inputs_corpus import CHECK_ONLY_CASES, INGEST_CASES, STORE_CASES, Case, native_store
+import zarr
+from bad_inputs_corpus import APPEND_CASES, CHECK_ONLY_CASES, INGEST_CASES, STORE_CASES, Case, native_store
 
 from dppca_dask.cli import main
 
@@ -158,7 +159,128 @@ def test_a_job_whose_ingest_target_is_not_a_store_deletes_nothing(tmp_path: Path
 
 
 def test_the_corpus_covers_every_input_class() -> None:
-    issues = {c.issue for c in INGEST_CASES + STORE_CASES + CHECK_ONLY_CASES}
-    assert issues == {"8.1", "8.4", "9.1", "9.2", "9.4", "9.9"}
-    names = [c.name for c in INGEST_CASES + STORE_CASES + CHECK_ONLY_CASES]
+    issues = {c.issue for c in INGEST_CASES + STORE_CASES + CHECK_ONLY_CASES + APPEND_CASES}
+    assert issues == {"8.1", "8.4", "9.1", "9.2", "9.4", "9.9", "36.4"}
+    names = [c.name for c in INGEST_CASES + STORE_CASES + CHECK_ONLY_CASES + APPEND_CASES]
     assert len(names) == len(set(names))
+
+
+PRIVACY = ["--epsilon", "1", "--delta", "1e-6"]
+#: Where a command's results cannot go (issue 36 item 4): each is refused before any data is read.
+OUT_CASES = [
+    ("pca-out-is-the-store", ["pca", "{store}", *PRIVACY, "--out", "{store}"], r"is inside the input store"),
+    ("pca-out-inside-the-store", ["pca", "{store}", *PRIVACY, "--out", "{store}/X"], r"is inside the input store"),
+    ("window-out-inside-the-store", ["window", "{store}", "--last", "7D", *PRIVACY, "--out", "{store}/X"],
+     r"is inside the input store"),
+    ("topics-out-inside-the-store", ["topics", "{store}", "--n-topics", "2", *PRIVACY, "--out", "{store}/obs"],
+     r"is inside the input store"),
+    ("lowrank-out-is-the-store", ["lowrank", "{store}", "--rank", "1", *PRIVACY, "--out", "{store}"],
+     r"is inside the input store"),
+    ("pca-out-is-a-file", ["pca", "{store}", *PRIVACY, "--out", "{dir}/notes.txt"], r"notes\.txt' is an existing file"),
+    ("lowrank-out-is-a-file", ["lowrank", "{store}", "--rank", "1", *PRIVACY, "--out", "{dir}/notes.txt"],
+     r"notes\.txt' is an existing file"),
+    ("pca-out-is-another-store", ["pca", "{store}", *PRIVACY, "--out", "{dir}/other.zarr"], r"is a zarr store"),
+]
+
+
+@pytest.mark.parametrize("name,argv,pattern", OUT_CASES, ids=[c[0] for c in OUT_CASES])
+def test_out_is_checked_before_any_data_is_read(name: str, argv: list[str], pattern: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str], monkeypatch) -> None:
+    import anndata
+
+    from dppca_dask.storage import MatrixStore, open_matrix
+
+    store = native_store(tmp_path)
+    os.makedirs(tmp_path / "o")
+    other = native_store(tmp_path / "o")
+    os.rename(other, tmp_path / "other.zarr")
+    (tmp_path / "notes.txt").write_text("keep me")
+    before = listing(tmp_path)
+
+    def no_reads(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a partition was read before --out was checked")
+
+    monkeypatch.setattr(MatrixStore, "read_partition", no_reads)
+    monkeypatch.setattr(MatrixStore, "read_partition_with_norms", no_reads)
+    code, out, err = run_cli(capsys, [a.format(store=store, dir=tmp_path) for a in argv])
+    assert_clean_error(code, out, err, pattern)
+    assert listing(tmp_path) == before
+    assert anndata.read_zarr(store).shape == open_matrix(store).shape  # the store still opens as AnnData
+    assert (tmp_path / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("case", APPEND_CASES, ids=lambda c: c.name)
+def test_append_refuses_a_damaged_store_before_writing(case: Case, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    argv, pattern = case.make(tmp_path)
+    day = tmp_path / "day.svm"
+    day.write_text("1 1:0.5 3:1\n")
+    before = listing(tmp_path)
+    code, out, err = run_cli(capsys, ["append", argv[0], str(day), "--timestamp", "2026-01-02"])
+    assert_clean_error(code, out, err, pattern)
+    assert listing(tmp_path) == before  # nothing written: no rows, no temporaries, no lock file
+
+
+def _stamped(d: Path) -> str:
+    from dppca_dask.storage.writer import stamp_partitions
+
+    return stamp_partitions(native_store(d), 1_767_225_600.0).path  # 2026-01-01
+
+
+def _wide(d: Path) -> str:
+    from dppca_dask.storage import _format
+
+    path = native_store(d)
+    group = zarr.open_group(path, mode="r+")
+    group.attrs[_format.ATTR_KEY] = {**dict(group.attrs[_format.ATTR_KEY]), "n_cols": 10**12}
+    return path
+
+
+#: Commands that failed with exit 1 ("unexpected"), hung or ran out of memory in the hostile-input run (issue 36,
+#: item 4): each is refused with exit 2, one line naming the fix, before anything is read or written.
+COMMAND_CASES = [
+    ("window-wishart-tiny-epsilon", _stamped, ["window", "{store}", "--last", "7D", "--release", "wishart",
+                                               "--epsilon", "1e-9", "--delta", "1e-6", "--scheduler", "local"],
+     r"epsilon=1e-09 is too small for a Wishart release.*--release gaussian"),
+    ("pca-width-edited-to-1e12", _wide, ["pca", "{store}", "--epsilon", "1", "--delta", "1e-6", "--executor", "local"],
+     r"has 1000000000000 columns: an analysis needs about .* GiB of working memory"),
+    ("pca-missing-memory-url", None, ["pca", "memory://nothing", "--epsilon", "1", "--delta", "1e-6"],
+     r"create one locally with `dppca-dask ingest SRC --out STORE` and copy it there"),
+    ("topics-a-billion-restarts", native_store, ["topics", "{store}", "--n-topics", "2", "--epsilon", "1", "--delta",
+                                                 "1e-6", "--n-restarts", "1000000000", "--executor", "local"],
+     r"n_restarts must be <= 1000; got 1000000000"),
+    ("topics-a-billion-iterations", native_store, ["topics", "{store}", "--n-topics", "2", "--epsilon", "1",
+                                                   "--delta", "1e-6", "--n-iter", "1000000000", "--executor",
+                                                   "local"], r"n_iter must be <= 1000"),
+    ("topics-a-billion-pca-iterations", native_store, ["topics", "{store}", "--n-topics", "2", "--epsilon", "1",
+                                                       "--delta", "1e-6", "--pca-iter", "1000000000", "--executor",
+                                                       "local"], r"pca_iter must be <= 1000"),
+]
+
+
+@pytest.mark.parametrize("name,make,argv,pattern", COMMAND_CASES, ids=[c[0] for c in COMMAND_CASES])
+def test_hostile_commands_exit_2_naming_the_fix(name: str, make, argv: list[str], pattern: str, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    store = make(tmp_path) if make is not None else ""
+    before = listing(tmp_path)
+    code, out, err = run_cli(capsys, [a.format(store=store) for a in argv])
+    assert_clean_error(code, out, err, pattern)
+    assert listing(tmp_path) == before
+
+
+def test_python_entry_points_refuse_what_they_cannot_read(tmp_path: Path) -> None:
+    import numpy as np
+
+    from dppca_dask import pp
+    from dppca_dask.errors import InvalidInputError, InvalidParameterError
+    from dppca_dask.methods.window import window
+
+    with pytest.raises(InvalidParameterError, match="store must be the path of a dppca_dask store.*got a ndarray"):
+        window(np.ones((3, 3)), last="7D", epsilon=1.0, delta=1e-6)
+    import anndata
+
+    anndata.AnnData(np.ones((4, 3), dtype=np.float32)).write_h5ad(tmp_path / "a.h5ad")
+    data = (tmp_path / "a.h5ad").read_bytes()
+    (tmp_path / "a.h5ad").write_bytes(data[: len(data) // 2])  # truncated
+    with pytest.raises(InvalidInputError, match=r"a\.h5ad"):
+        pp.pca(str(tmp_path / "a.h5ad"), epsilon=1.0, delta=1e-6)

@@ -185,7 +185,9 @@ def test_window_job_output_and_its_parent_are_owner_only(tmp_path: Path) -> None
                  "--total-epsilon", "3", "--total-delta", "1e-5"]) == 0
     outcome = run_job(load_job(tmp_path / "jobs" / "window-nightly.toml"), date="2026-11-02", client="local")
     assert outcome.status == "completed"
-    assert os.listdir(build / "window-out") == ["2026-11-02"]
+    # the dated output, the table of releases (and its lock) and the pointer to the latest release
+    assert sorted(os.listdir(build / "window-out")) == [".releases.parquet.lock", "2026-11-02", "latest",
+                                                        "releases.parquet"]
     assert not_owner_only(build / "window-out") == {}
     assert not_owner_only(build / "days.zarr") == {}  # ingest, then the job's append
 

@@ -267,3 +267,33 @@ def test_pp_pca_centres_privately_by_default_as_scanpy(matrix: sp.csr_array, in_
     assert not np.allclose(adata.obsm["X_pca"], uncentred, atol=1e-6)
     with pytest.raises(InvalidParameterError, match="zero_center must be True, False or None"):
         pp.pca(adata, 2, epsilon=1.0, delta=1e-6, zero_center="yes")
+
+
+def test_pp_pca_takes_scanpys_names_and_honours_the_hvg_mask(matrix: sp.csr_array, in_process) -> None:
+    """scanpy's ``n_comps``, ``mask_var``, ``use_highly_variable``: a ``highly_variable`` column is used by default
+    (as scanpy does), the loadings of the columns left out are zero, and a private release says the mask is taken
+    as public."""
+    adata = named(matrix)
+    hvg = np.zeros(9, dtype=bool)
+    hvg[[0, 2, 3, 5, 8]] = True
+    adata.var["highly_variable"] = hvg
+    with pytest.warns(NotPrivateWarning):
+        pp.pca(adata, n_comps=2, epsilon=1.0, delta=1e-6, mechanism="exact")
+    pcs = adata.varm["PCs"]
+    assert pcs.shape == (9, 2) and not pcs[~hvg].any()
+    dense = matrix.toarray()
+    np.testing.assert_allclose(adata.obsm["X_pca"], dense[:, hvg] @ pcs[hvg], atol=1e-12)
+    params = adata.uns["pca"]["params"]
+    assert params["n_comps"] == 2 and params["mask_var"] == "highly_variable" and params["use_highly_variable"]
+    with pytest.warns(NotPrivateWarning):
+        pp.pca(adata, n_comps=2, epsilon=1.0, delta=1e-6, mechanism="exact", use_highly_variable=False)
+    assert adata.varm["PCs"][~hvg].any() and adata.uns["pca"]["params"]["mask_var"] == "None"
+    pp.pca(adata, n_comps=1, epsilon=1.0, delta=1e-6, mechanism="analyze-gauss", mask_var=~hvg)
+    assert not adata.varm["PCs"][hvg].any() and adata.uns["pca"]["params"]["mask_var"] == "array"
+    assert any("mask_var" in str(c) for c in adata.uns["pca"]["privacy"]["caveats"])
+    for kwargs, message in (({"n_comps": 2, "n_components": 3}, "differ"),
+                            ({"mask_var": "nope"}, "not a column of var"),
+                            ({"mask_var": np.ones(3, dtype=bool)}, "one per variable"),
+                            ({"mask_var": None, "use_highly_variable": True}, "not both")):
+        with pytest.raises(InvalidParameterError, match=message):
+            pp.pca(adata, epsilon=1.0, delta=1e-6, **kwargs)

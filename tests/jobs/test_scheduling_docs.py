@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import ast
 import re
 import shlex
 
@@ -38,13 +37,9 @@ def test_crontab_line_is_valid_and_its_command_parses() -> None:
     assert args.command == "run" and (JOBS / "warehouse-nightly.toml").name in args.job
 
 
-def test_airflow_example_is_python_and_passes_the_logical_date() -> None:
-    (block,) = _blocks("python")
-    tree = ast.parse(block)
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "BashOperator"]
-    assert len(calls) == 1
-    command = next(k.value for k in calls[0].keywords if k.arg == "bash_command")
-    text = "".join(part.value for part in ast.walk(command) if isinstance(part, ast.Constant))
-    assert "--date {{ ds }}" in text
-    args = build_parser().parse_args(_run_arguments(text.split("&&", 1)[1].replace("{{ ds }}", "2026-01-01")))
-    assert args.command == "run" and args.date == "2026-01-01"
+def test_airflow_example_is_named_and_its_command_parses() -> None:
+    assert "`airflow_dag.py`" in README and (JOBS / "airflow_dag.py").exists()
+    command = re.search(r"`(dppca-dask --log-format json run SPEC --date \{\{ ds \}\} --json)`", README)
+    assert command is not None
+    args = build_parser().parse_args(shlex.split(command.group(1).replace("{{ ds }}", "2026-01-01"))[1:])
+    assert args.command == "run" and args.date == "2026-01-01" and args.json and args.log_format == "json"

@@ -220,17 +220,35 @@ def test_a_not_yet_appended_days_dry_run_is_refused_on_the_windows_budget(tmp_pa
     assert str(raised.value) in err and partition_key("ds", open_matrix(store), 2) in str(raised.value)
 
 
-def test_a_day_older_than_the_newest_partition_is_refused_as_the_append_refuses_it(tmp_path: Path,
-                                                                                   write_spec: Any,
-                                                                                   capsys: Any) -> None:
-    """The append's checks on the partition table (days in time order) are the dry run's too."""
+def test_a_day_older_than_the_newest_partition_is_appended_late_and_windowed_by_its_time(
+        tmp_path: Path, write_spec: Any, capsys: Any) -> None:
+    """A backfill: the day's file arrives after a later day. The dry run plans the window with the late day (by
+    its timestamp, not its position), and the run appends it and releases the window the dry run listed."""
     store = daily_store(tmp_path / "days.zarr")
     _day(store, 5, seed=7)  # a day after the date the job runs for
     doc = _append_doc(tmp_path, store, "win", 0.1)
-    code, _, err = _dry_run(write_spec(doc), "2026-11-04", doc["budget"]["ledger"], capsys)
-    with pytest.raises(InvalidParameterError) as raised:
-        run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04")
-    assert code == 2 and "append days in time order" in str(raised.value) and str(raised.value) in err
+    code, report, err = _dry_run(write_spec(doc), "2026-11-04", doc["budget"]["ledger"], capsys)
+    assert code == 0, err
+    outcome = run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-11-04")
+    assert outcome.status == "completed"
+    m = open_matrix(store)
+    assert m.n_partitions == 5 and m.partitions[4].timestamp < m.partitions[3].timestamp
+    assert tuple(outcome.result.window.partitions) == (2, 4)  # (11-02, 11-04]: days 3 and the late 4
+
+
+def test_a_window_job_for_a_day_that_has_not_arrived_is_refused(tmp_path: Path, write_spec: Any,
+                                                                capsys: Any) -> None:
+    """Without [data.append], a window job for a date whose day is not in the store exits 2 (dry run and run)
+    rather than releasing the window without it; nothing is reserved."""
+    store = daily_store(tmp_path / "days.zarr")
+    doc = _window_doc(tmp_path, store, "win", 0.1)
+    path = write_spec(doc)
+    code, _, err = _dry_run(path, "2026-11-05", doc["budget"]["ledger"], capsys)
+    assert code == 2 and "is stamped 2026-11-05: the day has not arrived" in err
+    assert main(["run", str(path), "--date", "2026-11-05", "--json"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["exit_code"] == 2 and "has not arrived" in out["error"]
+    assert not [e for e in Ledger(doc["budget"]["ledger"]).find("win@2026-11-05")]
 
 
 def test_a_not_yet_appended_days_spectral_dry_run_tries_the_keys_its_run_charges(tmp_path: Path, write_spec: Any,

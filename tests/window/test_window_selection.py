@@ -126,16 +126,18 @@ def test_ingest_timestamp_stamps_every_partition(tmp_path):
     assert not (tmp_path / "t").exists()  # refused before anything was written
 
 
-def test_timestamps_out_of_row_order_are_refused(tmp_path):
-    """A partition stamped before its predecessor (the storage layer's ``append_partition`` takes any time) made a
-    row window with ``end`` skip the later-stamped partition in the middle: "the last 2 rows" held one row."""
+def test_days_appended_out_of_order_are_windowed_by_their_timestamps(tmp_path):
+    """A day appended late (a backfill): a time window holds the partitions its times fall in, wherever they are in
+    the table, and a row window counts its last rows in time order (it used to skip the later-stamped partition in
+    the middle: "the last 2 rows" held one row; then such stores were refused)."""
     store = ingest(np.eye(3)[:1], tmp_path / "s", n_features=3, timestamp="2026-11-01")
     store = append_partition(store.path, np.eye(3)[1:2], timestamp=day(5))
     store = append_partition(store.path, np.eye(3)[2:3], timestamp=day(3))
-    for kwargs in ({"last_rows": 2, "end": "2026-11-04"}, {"last": "2D"}):
-        with pytest.raises(InvalidParameterError, match="stamped in row order"):
-            select_window(store, **kwargs)
-    assert select_window(store, last_rows=2).row_ranges == ((1, 1), None, None)  # no time involved
+    rows = select_window(store, last_rows=2, end="2026-11-04")
+    assert (rows.partitions, rows.row_ranges) == ((0, 2), (None, None))
+    assert select_window(store, last="2D").partitions == (1,)
+    assert select_window(store, last="3D").partitions == (1, 2)
+    assert select_window(store, last_rows=2).row_ranges == ((1, 1), None, None)  # 11-03 and 11-05: partitions 2, 1
 
 
 def test_times_beyond_the_calendar_are_refused_or_printed(tmp_path):

@@ -235,11 +235,29 @@ def check_corpus(data: Any) -> None:
             raise _count_error(part.index, row)
 
 
+#: Upper limits of the iteration counts (each step is one pass over the data, and its noise share shrinks with the
+#: count): far above what a release needs, low enough that a typo (10^9) is refused rather than run for days.
+MAX_RESTARTS, MAX_TENSOR_ITER, MAX_PCA_ITER = 1000, 1000, 1000
+#: Upper limit of the tensor power method's noisy queries, n_topics × n_restarts × (n_iter + 1).
+MAX_TENSOR_QUERIES = 100_000
+
+
 def _check_params(n_topics: Any, n_restarts: Any, n_iter: Any, pca_iter: Any, pca_share: Any, alpha0: Any,
                   dim: int) -> None:
     check_counts(n_topics, n_restarts, n_iter, dim)
     if isinstance(pca_iter, bool) or not isinstance(pca_iter, (int, np.integer)) or pca_iter < 1:
         raise InvalidParameterError(f"pca_iter must be an integer >= 1; got {pca_iter!r}")
+    for name, value, high, default in (("n_restarts", n_restarts, MAX_RESTARTS, DEFAULT_RESTARTS),
+                                       ("n_iter", n_iter, MAX_TENSOR_ITER, DEFAULT_TENSOR_ITER),
+                                       ("pca_iter", pca_iter, MAX_PCA_ITER, DEFAULT_PCA_ITER)):
+        if value > high:
+            raise InvalidParameterError(f"{name} must be <= {high}; got {value!r}; the default is {default}")
+    queries = int(n_topics) * int(n_restarts) * (int(n_iter) + 1)
+    if queries > MAX_TENSOR_QUERIES:
+        raise InvalidParameterError(
+            f"n_topics × n_restarts × (n_iter + 1) must be <= {MAX_TENSOR_QUERIES} (noisy tensor queries, each a pass "
+            f"over the data); got {n_topics} × {n_restarts} × {int(n_iter) + 1} = {queries}: lower n_restarts or n_iter"
+        )
     if not (isinstance(pca_share, (int, float)) and 0 < float(pca_share) < 1):
         raise InvalidParameterError(f"pca_share must be in (0, 1); got {pca_share!r}; e.g. 0.5")
     if not (isinstance(alpha0, (int, float)) and math.isfinite(alpha0) and alpha0 >= 0):

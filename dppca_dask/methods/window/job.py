@@ -37,7 +37,7 @@ from typing import Any
 
 from dppca_dask.errors import BudgetExceededError
 
-__all__ = ["ChargedPartition", "charged_partitions", "earlier_charge", "plan_window_charges", "run_window_job",
+__all__ = ["ChargedPartition", "charged_partitions", "earlier_charge", "plan_window_charges", "require_day", "run_window_job",
            "summarise_partitions", "window_charges"]
 
 
@@ -168,6 +168,21 @@ def window_charges(spec: Any, date: str, plan: Any) -> Any:
     parameters.setdefault("end", date)
     names = ("structure", "last", "end", "eta", "regularizer", "cache")
     return plan_charges(plan, **{k: parameters[k] for k in names if k in parameters})
+
+
+def require_day(store: Any, date: str) -> None:
+    """Refuse a window release for ``date`` when no partition of ``store`` is stamped within that day (UTC): the
+    day has not arrived, and the window would be released without it (a public check on the partition table)."""
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.methods.window.selection import parse_timestamp
+
+    start = parse_timestamp(date, name="date")
+    if not any(p.timestamp is not None and start <= p.timestamp < start + 86400.0 for p in store.partitions):
+        raise InvalidParameterError(
+            f"no partition of '{store.path}' is stamped {date}: the day has not arrived, and the window would be "
+            f"released without it; append it (`dppca-dask append {store.path} FILE --timestamp {date}`, or "
+            "[data.append] in the job) and run the job again"
+        )
 
 
 def _pending_complete(pending: str, job_id: str) -> bool:
@@ -305,6 +320,7 @@ def _release_window(spec: Any, date: str, ledger: Any, dataset: str, job_id: str
     from dppca_dask.jobs import runner
     from dppca_dask.methods.window.release import window
     from dppca_dask.methods.window.selection import parse_timestamp
+    from dppca_dask.jobs.spec import dated
     from dppca_dask.storage._files import make_directories, make_tree_private
 
     store = spec.data.open()
@@ -325,10 +341,12 @@ def _release_window(spec: Any, date: str, ledger: Any, dataset: str, job_id: str
 
         if not any(p.timestamp == stamp for p in store.partitions):
             options = {k: v for k, v in spec.data.append.items() if k != "source"}
-            append_file(store, spec.data.append["source"].format(date=date), timestamp=date, **options)
+            append_file(store, dated(spec.data.append["source"], date), timestamp=date, **options)
+            store = spec.data.open()
+    require_day(store, date)  # the day not arrived: refused (exit 2) rather than released without it
     parameters = dict(spec.parameters)
     parameters.setdefault("end", date)
-    make_directories(output, private=True)
+    make_directories(output)  # owner-only unless DPPCA_DASK_FILE_MODE=umask
     runner._write_json(os.path.join(output, runner.JOB_FILE), {"job_id": job_id, "date": date, "dataset": dataset,
                                                               "release": _release_spec(spec)})
     pending = os.path.join(output, runner.PENDING)
@@ -349,8 +367,8 @@ def _release_window(spec: Any, date: str, ledger: Any, dataset: str, job_id: str
     try:
         runner._kill_point("released")
         # Owner-only whatever the umask, like every job's output: directories 0700, files 0600.
-        make_directories(pending, private=True)
-        make_tree_private(result.save(pending), private=True)
+        make_directories(pending)
+        make_tree_private(result.save(pending))
         runner._kill_point("pending-written")
         runner._write_json(os.path.join(pending, runner.COMPLETE), {"job_id": job_id})
         runner._kill_point("pending-complete")

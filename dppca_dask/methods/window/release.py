@@ -109,6 +109,12 @@ def plan_window(
     to that sensitivity (``√2·c²`` on the upper triangle); the Wishart and JL releases run at
     ``(ε/2, δ/(1 + e^{ε/2}))`` so that group privacy of two steps gives (ε, δ).
     """
+    if not isinstance(store, (MatrixStore, str, os.PathLike)):
+        raise InvalidParameterError(
+            f"store must be the path of a dppca_dask store with stamped partitions; got a {type(store).__name__}: "
+            "ingest the rows first, e.g. dppca_dask.ingest(X, 'days.zarr', n_features=D, timestamp='2026-11-01'), "
+            "and add days with dppca_dask.ingest.append.append_file"
+        )
     if not isinstance(store, MatrixStore):
         store = open_matrix(store)
     from dppca_dask.methods._params import MAX_EPSILON, ROW_NORM_BOUND_RANGE
@@ -273,6 +279,9 @@ def plan_histogram(plan: WindowPlan, *, last: Any, end: Any, eta: float,
     if selection.kind != "time":
         raise InvalidParameterError("structure='spectral-histogram' serves time windows (last='30D'); "
                                     "use structure='exact' for a row window")
+    from dppca_dask.methods.window.selection import require_time_order
+
+    require_time_order(store, "the spectral histogram")
     if end is not None and selection.partitions[-1] != len(store.partitions) - 1:
         raise InvalidParameterError("structure='spectral-histogram' releases the current window only (ending at "
                                     "the newest partition); drop end, or use structure='exact'")

@@ -25,7 +25,7 @@ from typing import Any, cast
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.storage import MatrixStore
 
-__all__ = ["WindowSelection", "parse_duration", "parse_timestamp", "select_window"]
+__all__ = ["WindowSelection", "parse_duration", "parse_timestamp", "require_time_order", "select_window"]
 
 _UNITS = {"D": 86400.0, "H": 3600.0, "W": 7 * 86400.0}
 #: POSIX seconds of the first and last days a ``datetime`` holds (a window's bounds are printed as dates).
@@ -145,7 +145,7 @@ def select_window(
     ------
     InvalidParameterError
         Neither of ``last`` and ``last_rows``; a malformed duration or date; a time window (or ``end``) on
-        a store with partitions that have no timestamp or whose timestamps decrease; a window that ends before the
+        a store with partitions that have no timestamp; a window that ends before the
         first partition; an empty time window.
     """
     if last is None and last_rows is None:
@@ -166,14 +166,6 @@ def select_window(
     if not parts:
         raise InvalidParameterError(f"'{store.path}' has no partitions; nothing to release")
     stamps = [cast(float, p.timestamp) for p in parts]  # every partition is stamped when a time window is asked
-    if last is not None or end_s is not None:
-        late = next((i for i in range(1, len(parts)) if stamps[i] < stamps[i - 1]), None)
-        if late is not None:  # the window would skip the partitions stamped later than their successors
-            raise InvalidParameterError(
-                f"partition {parts[late].index} of '{store.path}' is stamped {_iso(stamps[late])}, before partition "
-                f"{parts[late - 1].index} ({_iso(stamps[late - 1])}); a window by time needs partitions stamped in "
-                "row order: re-ingest the days in time order (`dppca-dask append` refuses an earlier day)"
-            )
     if end_s is not None:
         first = min(stamps)
         if end_s < first:
@@ -213,11 +205,39 @@ def select_window(
     else:
         upto = [parts[i] for i in horizon]
         start_text = f"last {w} rows after {_iso(cast(float, end_s) - parse_duration(last))}"
-    start = max(upto[-1].row_stop - w, upto[0].row_start)
-    ranges = []
-    for p in upto:
-        lo = min(max(start - p.row_start, 0), p.n_rows)
-        ranges.append(None if lo == 0 else (lo, p.n_rows))
+    ranges = dict(_last_rows(upto, w, stamped=all(p.timestamp is not None for p in upto)))
     end_text = _iso(end_s) if end_s is not None else "end of store"
-    return WindowSelection("rows", start_text, end_text, tuple(p.index for p in upto), tuple(ranges),
-                           last_rows=w)
+    return WindowSelection("rows", start_text, end_text, tuple(p.index for p in upto),
+                           tuple(ranges[p.index] for p in upto), last_rows=w)
+
+
+def _last_rows(upto: list[Any], w: int, *, stamped: bool) -> list[tuple[int, tuple[int, int] | None]]:
+    """For each partition of ``upto``, the local row range of the last ``w`` rows in time order (the partitions
+    sorted by timestamp, then by position: a day appended late counts where its time puts it), ``None`` for the
+    whole partition. Without timestamps the order is the partitions' own."""
+    order = sorted(upto, key=lambda p: (p.timestamp, p.index)) if stamped else list(upto)
+    total = sum(p.n_rows for p in order)
+    start, seen, out = max(total - w, 0), 0, []
+    for p in order:
+        lo = min(max(start - seen, 0), p.n_rows)
+        out.append((p.index, None if lo == 0 else (lo, p.n_rows)))
+        seen += p.n_rows
+    return out
+
+
+def require_time_order(store: MatrixStore, what: str) -> None:
+    """Refuse a store whose partitions are not stamped in the order they arrived (a day appended late, a backfill)
+    for ``what``, a structure that is built incrementally as partitions arrive (the spectral histogram, the binary
+    tree): it would fold the late day in as the newest. Windows recomputed from their partitions
+    (``structure="exact"``) take days in any order."""
+    parts = store.partitions
+    stamps = [p.timestamp for p in parts]
+    late = next((i for i in range(1, len(parts)) if stamps[i] is not None and stamps[i - 1] is not None
+                 and cast(float, stamps[i]) < cast(float, stamps[i - 1])), None)
+    if late is not None:
+        raise InvalidParameterError(
+            f"partition {late} of '{store.path}' is stamped {_iso(cast(float, stamps[late]))}, before partition "
+            f"{late - 1} ({_iso(cast(float, stamps[late - 1]))}): a day was appended late, and {what} is built in "
+            "the order partitions arrive; use structure='exact' (--structure exact), which takes days in any order, "
+            "or re-ingest the days in time order"
+        )

@@ -163,6 +163,9 @@ def tree_window(
             "release the window without the tree (dppca-dask window without --tree)")
     plan = plan_window(store, last=last, epsilon=epsilon, delta=delta, row_norm_bound=row_norm_bound)
     store = plan.store
+    from dppca_dask.methods.window.selection import require_time_order
+
+    require_time_order(store, "the binary tree")
     choice = _choose(plan, client, executor)
     check_seed(seed, noise)
     if not isinstance(new_tree, (bool, np.bool_)):

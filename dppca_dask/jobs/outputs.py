@@ -1,0 +1,148 @@
+"""Job outputs a warehouse can consume: a table of releases and a pointer to the latest one.
+
+Beside a job's dated output directories (the part of ``[output] path`` before its first ``{date}``: for
+``out/{name}/{date}`` the directory ``out/NAME/``) a completed run keeps
+
+- ``releases.parquet``: one row per release (job, job id, date, mechanism, ε, δ, neighbouring relation, the
+  release's diagnostics as JSON text when it has them, its explained-variance ratios when it released them, where
+  its components are, the output directory). A re-run of a date replaces that date's row; the table is rewritten
+  to a temporary file and renamed over the old one, under a lock, so a reader sees the old table or the new one;
+- ``latest``: a symbolic link to the newest date's output directory (by date, not by run order: a backfilled day
+  does not move it back), replaced atomically (a new link renamed over the old one).
+
+Every value in them is public or released: the parameters of the spec, the privacy report, released values.
+Files follow ``DPPCA_DASK_FILE_MODE`` (owner-only by default, the umask with ``umask``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import uuid
+from typing import Any
+
+__all__ = ["COMPONENT_FILES", "LATEST", "RELEASES", "publish_release", "release_row", "releases_root"]
+
+log = logging.getLogger(__name__)
+
+#: The table of releases, and the pointer to the latest output directory, in :func:`releases_root`.
+RELEASES, LATEST = "releases.parquet", "latest"
+#: Where a result's released arrays are, by kind, first found wins.
+COMPONENT_FILES = ("components.zarr", "factors.zarr", "release.json", "topics.npy")
+
+_COLUMNS = ("job", "job_id", "date", "status", "mechanism", "epsilon", "delta", "relation", "private",
+            "diagnostics", "variance_ratios", "components", "output", "recorded_at")
+
+
+def releases_root(spec: Any, date: str) -> str:
+    """The directory the table and the pointer live in: ``[output] path`` up to the directory before its first
+    ``{date}`` placeholder (the parent of the run's output directory when the path has none)."""
+    template = str(spec.output)
+    at = template.find("{date")
+    if at < 0:
+        return os.path.dirname(os.path.abspath(spec.output_dir(date)))
+    prefix = template[:at]
+    prefix = prefix[: prefix.rfind(os.sep) + 1] if os.sep in prefix else ""
+    return os.path.abspath(prefix.format(name=spec.name, id=spec.id) or ".")
+
+
+def release_row(spec: Any, date: str, outcome: Any) -> dict[str, Any]:
+    """The table row of one completed run (public and released values only)."""
+    result = outcome.result
+    report = getattr(result, "privacy", None)
+    diagnostics = getattr(result, "diagnostics", None)
+    ratios = getattr(result, "explained_variance_ratio", None)
+    output = os.path.abspath(outcome.output)
+    components = next((os.path.join(output, name) for name in COMPONENT_FILES
+                       if os.path.exists(os.path.join(output, name))), None)
+    return {
+        "job": spec.name, "job_id": outcome.job_id, "date": date, "status": outcome.status,
+        "mechanism": getattr(result, "mechanism", spec.mechanism),
+        "epsilon": None if report is None else float(report.epsilon),
+        "delta": None if report is None else float(report.delta),
+        "relation": None if report is None else str(report.neighbouring),
+        "private": bool(getattr(result, "private", True)),
+        "diagnostics": None if diagnostics is None else json.dumps(_plain(diagnostics), sort_keys=True),
+        "variance_ratios": None if ratios is None else [float(v) for v in list(ratios)],
+        "components": components, "output": output,
+        "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "to_dict"):
+        return _plain(value.to_dict())
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    return value
+
+
+def publish_release(spec: Any, date: str, outcome: Any) -> Any:
+    """Record a completed run in its job's table of releases and point ``latest`` at the newest date; returns
+    ``outcome``. A run that did not complete changes neither."""
+    if outcome.result is None or not str(outcome.status).endswith("completed") and \
+            outcome.status != "completed-from-pending":
+        return outcome
+    root = releases_root(spec, date)
+    os.makedirs(root, exist_ok=True)
+    from filelock import FileLock
+
+    from dppca_dask.storage._files import FILE_MODE, private_files
+
+    lock = os.path.join(root, f".{RELEASES}.lock")
+    with FileLock(lock, mode=FILE_MODE) if private_files() else FileLock(lock):
+        rows = _write_table(root, release_row(spec, date, outcome))
+        newest = max(rows, key=lambda r: (r["date"], r["recorded_at"]))
+        _point_latest(root, str(newest["output"]))
+    return outcome
+
+
+def _write_table(root: str, row: dict[str, Any]) -> list[dict[str, Any]]:
+    """Replace (or add) ``row``'s job id in the table and write it atomically; returns every row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dppca_dask.storage._files import make_tree_private
+
+    path = os.path.join(root, RELEASES)
+    rows: list[dict[str, Any]] = []
+    if os.path.exists(path):
+        rows = [r for r in pq.read_table(path).to_pylist() if r.get("job_id") != row["job_id"]]
+    rows.append(row)
+    rows.sort(key=lambda r: (str(r["date"]), str(r["job_id"])))
+    schema = pa.schema([
+        ("job", pa.string()), ("job_id", pa.string()), ("date", pa.string()), ("status", pa.string()),
+        ("mechanism", pa.string()), ("epsilon", pa.float64()), ("delta", pa.float64()), ("relation", pa.string()),
+        ("private", pa.bool_()), ("diagnostics", pa.string()), ("variance_ratios", pa.list_(pa.float64())),
+        ("components", pa.string()), ("output", pa.string()), ("recorded_at", pa.string()),
+    ])
+    table = pa.Table.from_pylist([{c: r.get(c) for c in _COLUMNS} for r in rows], schema=schema)
+    tmp = os.path.join(root, f".{RELEASES}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        pq.write_table(table, tmp)
+        make_tree_private(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return rows
+
+
+def _point_latest(root: str, output: str) -> None:
+    """Point ``root/latest`` at ``output`` (relative when inside ``root``): a new link renamed over the old one."""
+    link = os.path.join(root, LATEST)
+    target = os.path.relpath(output, root) if os.path.commonpath([root, output]) == root else output
+    if os.path.islink(link) and os.readlink(link) == target:
+        return
+    if os.path.lexists(link) and not os.path.islink(link):
+        log.warning("%s is not a symbolic link: left alone (the latest release is %s)", link, output)
+        return
+    tmp = os.path.join(root, f".{LATEST}.{uuid.uuid4().hex[:8]}")
+    os.symlink(target, tmp)
+    os.replace(tmp, link)

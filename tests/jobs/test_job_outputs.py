@@ -1,0 +1,59 @@
+"""Consumable job outputs: ``releases.parquet`` (one row per release) and the ``latest`` pointer beside the dated
+output directories; job outputs follow ``DPPCA_DASK_FILE_MODE=umask``."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from jobs_helpers import base_doc, daily_store
+
+from dppca_dask.jobs import parse_job, run_job
+from dppca_dask.jobs.outputs import releases_root
+
+
+@pytest.fixture
+def doc(tmp_path: Path, write_spec) -> dict:
+    store = daily_store(tmp_path / "days.zarr")
+    doc = base_doc(tmp_path, store, n_iter=2)
+    doc["privacy"]["epsilon"] = 0.3
+    doc["cluster"] = {"executor": "local"}
+    write_spec(doc)
+    return doc
+
+
+def test_the_table_has_one_row_per_release_and_latest_follows_the_newest_date(doc: dict, tmp_path: Path) -> None:
+    spec = parse_job(doc, source="job.toml", base_dir=str(tmp_path))
+    root = tmp_path / "out" / "test-job"
+    assert releases_root(spec, "2026-01-02") == str(root)
+    run_job(spec, date="2026-01-02")
+    run_job(spec, date="2026-01-01")  # a backfilled date: latest stays on the newest
+    run_job(spec, date="2026-01-02")  # already completed: its row is replaced, not added
+    rows = pq.read_table(root / "releases.parquet").to_pylist()
+    assert [r["date"] for r in rows] == ["2026-01-01", "2026-01-02"]
+    first, second = rows
+    assert second["job_id"] == "test-job@2026-01-02" and second["status"] == "already-completed"
+    assert 0.299 < first["epsilon"] <= 0.3 and 0 < first["delta"] <= 1e-7  # the report's figures
+    assert first["relation"] and first["mechanism"] == "adaptive-power" and first["private"] is True
+    assert first["components"] == str(root / "2026-01-01" / "components.zarr")
+    assert os.path.isdir(first["components"])
+    assert os.readlink(root / "latest") == "2026-01-02"
+    assert (root / "latest" / "result.json").exists()
+    assert not [p for p in root.iterdir() if p.name.endswith(".tmp") or p.name.startswith(".latest.")]
+    assert stat.S_IMODE((root / "releases.parquet").stat().st_mode) == 0o600  # owner-only by default
+
+
+def test_job_outputs_follow_the_umask_when_asked(doc: dict, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("DPPCA_DASK_FILE_MODE", "umask")
+    old = os.umask(0o022)
+    try:
+        run_job(parse_job(doc, source="job.toml", base_dir=str(tmp_path)), date="2026-01-01")
+    finally:
+        os.umask(old)
+    out = tmp_path / "out" / "test-job" / "2026-01-01"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    for path in (out / "result.json", out / "job.json", tmp_path / "out" / "test-job" / "releases.parquet"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
