@@ -101,9 +101,9 @@ KILLED = 77
 #: A process that imports the package once and then, for each request (one JSON line on its standard input: the
 #: kill point, the CLI's arguments, files for the run's standard output and error), forks a new process that runs
 #: the CLI with the job runner's (and the binary tree's) kill point exiting that process at once (``os._exit``: no
-#: cleanup, no ``finally``, as a killed process). It answers each request with two lines: the new process's pid, then its exit code. Each
-#: killed run is a process of its own, as a fresh interpreter would be, without importing Dask, zarr and the
-#: package again (about 2.5 s of every run on 2 cores).
+#: cleanup, no ``finally``, as a killed process). It answers each request with two lines: the new process's pid,
+#: then its exit code. Each killed run is a process of its own, as a fresh interpreter would be, without importing
+#: Dask, zarr and the package again (about 2.5 s of every run on 2 cores).
 KILL_SERVER = """
 import json, os, sys
 

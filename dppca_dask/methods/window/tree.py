@@ -240,10 +240,11 @@ def _refuse_lost_nodes(budget: dict[str, Any], store: Any, directory: str, horiz
     written to its state on the release's dataset key: the state was moved away (or left behind by a store moved
     or copied), and drawing its nodes again would release the same rows beyond the tree's report.
 
-    A node charge names the tree by its dataset key, the store id it records and its mechanism (:func:`ledger_mechanism`),
-    records its first release as soon as its nodes are drawn, and is charged as succeeded only once they are written
-    (pending) to the state; nodes drawn by a release that failed or was killed before writing them were never kept
-    nor released (drawing them again, under another job id, is what the ledger already counts). Charges
+    A node charge names the tree by its dataset key, the store id it records and its mechanism
+    (:func:`ledger_mechanism`), records its first release as soon as its nodes are drawn, and is charged as
+    succeeded only once they are written (pending) to the state; nodes drawn by a release that failed or was killed
+    before writing them were never kept nor released (drawing them again, under another job id, is what the ledger
+    already counts). Charges
     recorded before trees named themselves are recognised by their events (this tree's Gaussian multiplier, one
     per node) on a charge of a release that succeeded. The decision reads the ledger only (public)."""
     from dp_accounting import GaussianDpEvent
