@@ -100,10 +100,10 @@ def declare_schema(store: str | Path, value: str | None = "declared") -> None:
 KILLED = 77
 #: A process that imports the package once and then, for each request (one JSON line on its standard input: the
 #: kill point, the CLI's arguments, files for the run's standard output and error), forks a new process that runs
-#: the CLI with the job runner's kill point exiting that process at once (``os._exit``: no cleanup, no ``finally``,
-#: as a killed process). It answers each request with two lines: the new process's pid, then its exit code. Each
-#: killed run is a process of its own, as a fresh interpreter would be, without importing Dask, zarr and the
-#: package again (about 2.5 s of every run on 2 cores).
+#: the CLI with the job runner's (and the binary tree's) kill point exiting that process at once (``os._exit``: no
+#: cleanup, no ``finally``, as a killed process). It answers each request with two lines: the new process's pid,
+#: then its exit code. Each killed run is a process of its own, as a fresh interpreter would be, without importing
+#: Dask, zarr and the package again (about 2.5 s of every run on 2 cores).
 KILL_SERVER = """
 import json, os, sys
 
@@ -114,6 +114,7 @@ from dppca_dask.jobs import runner
 import dask.array, distributed, filelock, scipy.sparse, zarr  # noqa: E401,F401
 import dppca_dask.api, dppca_dask.cli.run, dppca_dask.coordinator.client, dppca_dask.jobs.plan  # noqa: E401,F401
 import dppca_dask.ledger, dppca_dask.lowrank  # noqa: E401,F401
+from dppca_dask.methods.window import tree  # the binary tree's release steps have kill points of their own
 
 
 def run(point, argv, stdout, stderr):
@@ -122,6 +123,7 @@ def run(point, argv, stdout, stderr):
             os._exit({killed})
 
     runner._kill_point = kill
+    tree._kill_point = kill
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     for fd, path in ((1, stdout), (2, stderr)):
         os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)

@@ -406,3 +406,25 @@ def test_a_released_value_of_a_product_that_overflowed_is_refused_before_its_noi
         run.send(RowSlices({0: np.full((d, 1), np.inf)}, np.full(d, -np.inf)))
     assert not any(key.endswith("/value") for key in noise.released_keys)
     assert len(noise.records) == n_iter  # the Gaussian rounds only
+
+
+def test_private_power_worst_case_neighbour_moves_by_its_sensitivity(client: Any, seed: int, tmp_path: Path) -> None:
+    """The worst case of a power round (C = N: sensitivity b): a diagonal entry changes by b where the iterate is a
+    basis vector. B = λ·e_i e_iᵀ (λ = 1e7) plus a small incoherent PSD part, far above the noise (‖g‖ ≈ σ·sqrt(N)
+    ≈ 130): the iterate turns to e_i, so ``B·x`` moves by b·|x_i| ≈ b, and the released value ‖B·v‖ by ≈ b too.
+
+    Rounds 3 on (and the value) start from an iterate within ~1e-4 of e_i whatever the start was, so their ratio is
+    >= 1 − 1e-6 (measured 1 − 4e-8): a mechanism that passed a sensitivity even 1e-6 below the truth fails here.
+    The first round's ratio is |x_i| of the random start; the second's is near 1 unless that start was nearly
+    orthogonal to e_i (|x_i| < 1.3e-5, probability < 1e-4), so it is only reported. False-failure rate < 1e-6 (the
+    third round misses only if both earlier iterates are nearly orthogonal to e_i)."""
+    matrix, i, _ = _psd()
+    matrix[i, i] += 1e7
+    neighbour = matrix.copy()
+    neighbour[i, i] -= 1.0  # B·x moves by exactly |x_i| (symmetrisation leaves a diagonal entry whole)
+    records: list[Any] = []
+    ratios = _pair(matrix, neighbour, seed, client, tmp_path, rank=1, epsilon=1.0, delta=1e-6,
+                   mechanism="private-power", symmetric=True, n_iter=6, keep=records)
+    assert len(ratios) == len(records) >= 4
+    assert all(r.sensitivity == pytest.approx(1.0, rel=1e-12) for r in records)  # C = N: b·sqrt(C/N) = b
+    assert min(ratios[2:]) >= 1 - 1e-6, ratios

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 
@@ -49,8 +50,11 @@ def test_tree_noise_off_and_refusals(daily_store):
         tree_window(store, last="3D", epsilon=1, delta=1e-6, horizon=0, client="local")
     with pytest.raises(InvalidParameterError, match="more partitions than the tree's horizon"):
         tree_window(store, last="3D", epsilon=1, delta=1e-6, horizon=2, client="local")
-    with pytest.raises(InvalidParameterError, match="another store or budget"):
+    with pytest.raises(InvalidParameterError, match=r"was built with epsilon=1\.0 .*passes epsilon=2: use its "
+                                                    r"parameters \(epsilon=1\.0, --epsilon 1\.0\)"):
         tree_window(store, last="3D", epsilon=2, delta=1e-6, horizon=4, client="local")
+    with pytest.raises(InvalidParameterError, match=r"was built with delta=1e-06 .*passes delta=1e-07"):
+        tree_window(store, last="3D", epsilon=1, delta=1e-7, horizon=4, client="local")
 
 
 # ------------------------------------------------------------------------------------ partition-scoped budget
@@ -244,19 +248,18 @@ def test_a_job_id_reused_by_a_window_release_is_refused_before_its_noise(daily_s
 
 def test_nodes_drawn_before_the_state_write_fails_stay_charged_and_a_rerun_charges_its_own(daily_store, tmp_path,
                                                                                           monkeypatch):
-    """The state write failing after the nodes were drawn: nothing is released and the nodes stay charged. Their
-    first release was recorded just before the write (the ledger cannot tell a failed write from a state moved away
-    later), so the next release is refused as for a lost state; ``new_tree=True`` (under a new job id; the same id is
-    refused) draws them again and is charged again: on every partition the ledger counts every node drawn that holds
-    it, kept or not."""
-    from dppca_dask.errors import LedgerError
+    """The pending state's write failing after the nodes were drawn: nothing is released and the nodes stay charged
+    (their draw was recorded at once, the charge's outcome is ``failed``). The same job id is refused (exit 3: a
+    second draw of its release); another job id draws them again, unrefused (no state ever held them: the ledger
+    tells a failed write, charged as failed, from a state moved away, charged as succeeded) and is charged again:
+    on every partition the ledger counts every node drawn that holds it, kept or not."""
+    from dppca_dask.errors import BudgetExceededError
     from dppca_dask.methods.window import gram
 
     store = daily_store(4)
     ledger = _ledger(tmp_path)
     noise = AuditingNoiseSource(1)
-    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly",
-            "noise": noise}
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly"}
 
     def full_disk(path, write):
         raise OSError(28, "No space left on device", path)
@@ -264,17 +267,16 @@ def test_nodes_drawn_before_the_state_write_fails_stay_charged_and_a_rerun_charg
     with monkeypatch.context() as patched:
         patched.setattr(gram, "write_private_file", full_disk)
         with pytest.raises(OSError, match="No space left"):
-            tree_window(store, last="2D", job_id="night-1", **args)  # node (1,1): partitions 2 and 3
+            tree_window(store, last="2D", job_id="night-1", noise=noise, **args)  # node (1,1): partitions 2 and 3
     assert [r.release for r in noise.records] == ["tree/1/1"]
+    entry = ledger.entry("nightly", "night-1")
+    assert entry.status == "charged" and entry.outcome == "failed" and entry.first_release is not None
     assert all(len(_charged(ledger, store, i)) == 1 for i in (2, 3))
-    refused = "records nodes of this store's tree .*jobs 'night-1'.*failed writing it"
-    with pytest.raises(InvalidParameterError, match=refused):
-        tree_window(store, last="2D", job_id="night-2", **args)
-    with pytest.raises(LedgerError, match="already charged"):
-        tree_window(store, last="2D", job_id="night-1", new_tree=True, **args)
-    assert len(noise.records) == 1 and ledger.find("night-2") == []
     again = AuditingNoiseSource(2)
-    tree_window(store, last="2D", job_id="night-2", new_tree=True, **{**args, "noise": again})  # drawn again
+    with pytest.raises(BudgetExceededError, match="job 'night-1' drew nodes .* second release"):
+        tree_window(store, last="2D", job_id="night-1", noise=again, **args)
+    assert again.records == []
+    tree_window(store, last="2D", job_id="night-2", noise=again, **args)  # drawn again, charged again
     drawn = noise.records + again.records
     assert [r.release for r in drawn] == ["tree/1/1", "tree/1/1"]
     for index in (2, 3):  # partitions 0 and 1 were never charged (their keys do not exist)
@@ -568,3 +570,47 @@ def test_a_tree_saved_with_the_earlier_level_count_keeps_its_calibration(daily_s
     again = tree_window(store, last="2D", epsilon=1, delta=1e-6, horizon=3, client="local", noise=ZeroNoiseSource())
     assert again.calibration["levels"] == 3  # its nodes' noise: the later ones drawn alike
     assert again.calibration["noise_multiplier"] == old.calibration["noise_multiplier"]
+
+
+class _Killed(BaseException):
+    """Stands for the process being killed at a kill point (raised past every ``except Exception``)."""
+
+
+def test_a_release_left_pending_is_finished_by_the_next_release_of_the_tree(daily_store, tmp_path, monkeypatch):
+    """A release stopped after writing its pending state (before its charge): the next release from the tree, under
+    another job id, charges it (succeeded), publishes its nodes as written and goes on: the pending node is not
+    drawn again and each node is charged once."""
+    from dppca_dask.methods.window import tree as tree_module
+    from dppca_dask.methods.window.tree import PENDING_FILE, _state_path
+
+    store = daily_store(4)
+    ledger = _ledger(tmp_path)
+    args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly"}
+
+    def kill(name):
+        if name == "pending-complete":
+            raise _Killed(name)
+
+    noise = AuditingNoiseSource(1)
+    with monkeypatch.context() as patched:
+        patched.setattr(tree_module, "_kill_point", kill)
+        with pytest.raises(_Killed):
+            tree_window(store, last="2D", job_id="night-1", noise=noise, **args)  # node (1,1)
+    directory = _state_path(store.path, 4, False)
+    with open(os.path.join(directory, PENDING_FILE)) as fh:
+        pending = json.load(fh)
+    assert pending["release"] == {"job_id": "night-1", "dataset": "nightly"}
+    assert ledger.entry("nightly", "night-1").status == "reserved"
+    assert not os.path.exists(os.path.join(directory, "nodes.json"))
+    again = AuditingNoiseSource(2)
+    tree_window(store, last="1D", job_id="night-2", noise=again, **args)  # node (0,3): new
+    assert [r.release for r in again.records] == ["tree/0/3"]
+    first = ledger.entry("nightly", "night-1")
+    assert first.status == "charged" and first.outcome == "succeeded"
+    with open(os.path.join(directory, "nodes.json")) as fh:
+        kept = json.load(fh)["nodes"]
+    assert kept["1/1"] == pending["nodes"]["1/1"] and set(kept) == {"1/1", "0/3"}
+    assert not os.path.exists(os.path.join(directory, PENDING_FILE))
+    assert len(_charged(ledger, store, 2)) == 1 and len(_charged(ledger, store, 3)) == 2
+    result = tree_window(store, last="2D", job_id="night-1", noise=again, **args)  # its own re-run: nothing drawn
+    assert len(again.records) == 1 and np.allclose(result.released, np.asarray(pending["nodes"]["1/1"]))

@@ -240,6 +240,41 @@ def test_window_tree_charges_its_nodes_and_refuses_a_lost_state(daily_store, tmp
     assert sorted(_ledger_keys(ledger, store, "night-3")) == ["2", "3"]
 
 
+def test_window_tree_built_with_other_parameters_names_them(daily_store, capsys):
+    """A saved tree is refused (exit 2) for a release with another epsilon, delta or store, naming the parameter and
+    the value it was built with (a state written before trees recorded epsilon and delta names its multiplier)."""
+    from dppca_dask.methods.window.tree import _state_path
+
+    store = daily_store(4)
+    tree = ["window", store.path, "--tree", "--horizon", "4", "--last", "2D", "--scheduler", "local", "--seed", "1"]
+    code, out, err = run(capsys, *tree, "--epsilon", "1", "--delta", "1e-6")
+    assert code == 0, err
+    state = os.path.join(_state_path(store.path, 4, False), "nodes.json")
+    with open(state) as fh:
+        before = fh.read()
+    for change, named in ((("--epsilon", "2", "--delta", "1e-6"), "built with epsilon=1.0 "),
+                          (("--epsilon", "1", "--delta", "1e-7"), "built with delta=1e-06 ")):
+        code, out, err = run(capsys, *tree, *change)
+        assert code == 2 and out == "" and named in err, err
+        name, value = named.split()[-1].split("=")
+        assert f"use its parameters ({name}={value}, --{name} {value})" in err
+    with open(state) as fh:
+        assert fh.read() == before  # nothing drawn, nothing kept
+    saved = json.loads(before)
+    multiplier = saved["multiplier"]
+    for key in ("epsilon", "delta"):  # as trees saved their state before they recorded them
+        del saved[key]
+    with open(state, "w") as fh:
+        json.dump(saved, fh)
+    code, out, err = run(capsys, *tree, "--epsilon", "2", "--delta", "1e-6")
+    assert code == 2 and f"was built with noise_multiplier={multiplier!r}" in err, err
+    saved["store_id"] = "another-store"
+    with open(state, "w") as fh:
+        json.dump(saved, fh)
+    code, out, err = run(capsys, *tree, "--epsilon", "1", "--delta", "1e-6")
+    assert code == 2 and "was built for store id 'another-store'" in err and repr(store.store_id) in err, err
+
+
 def test_window_charges_its_partitions_with_ledger_options(daily_store, tmp_path, capsys):
     store = daily_store(4)
     ledger = str(tmp_path / "ledger.sqlite")

@@ -13,7 +13,9 @@ the releases of the tree together are the composition of L Gaussian mechanisms o
 The state records whether its nodes were drawn by a private source: a private release refuses a tree holding
 nodes drawn with a seed (their noise is known to whoever knows the seed), and a seeded run refuses to add nodes to
 a private tree. One release at a time: the tree is locked (a ``.lock`` file beside its directory) from reading its
-state to writing it, so that no node is drawn twice.
+state to writing it, so that no node is drawn twice. A budgeted release writes its new nodes pending before it is
+charged, and publishes them after (:func:`tree_window`): a crash at any step is finished, or refused with the
+budget spent, never drawn again.
 
 Experimental: the spec calls App. D underspecified; this is the standard tree mechanism (Dwork et al. 2010), not
 the paper's. Event-level: a person with rows in many partitions is covered only by group privacy.
@@ -148,6 +150,13 @@ def tree_window(
     rows beyond the tree's report. Restore the state, or pass ``new_tree=True`` to start a new tree deliberately
     (the rows' privacy is then the composition of both trees' reports; with a budget, the new nodes are charged).
     ``new_tree=True`` is refused when the tree's state is found.
+
+    A budgeted release is atomic: the missing nodes' charges are reserved, the nodes drawn and the draw recorded in
+    the ledger at once (never returned from then on), the state with them written pending (:data:`PENDING_FILE`),
+    the reservation charged, then the state published. A release that stopped after writing its pending state is
+    finished by the next release from the tree (charged if it was not, published; nothing drawn again); a job id
+    that drew nodes and wrote none of them is refused (:class:`~dppca_dask.errors.BudgetExceededError`, its budget
+    spent): running it again would draw its release a second time.
     """
     from dppca_dask.methods.window.release import _choose, check_seed, partition_budget, plan_window
 
@@ -231,9 +240,11 @@ def _refuse_lost_nodes(budget: dict[str, Any], store: Any, directory: str, horiz
     written to its state on the release's dataset key: the state was moved away (or left behind by a store moved
     or copied), and drawing its nodes again would release the same rows beyond the tree's report.
 
-    A node charge names the tree by its dataset key, the store id it records and its mechanism (:func:`ledger_mechanism`),
-    and records its first release just before the state is written; nodes drawn by a release that failed before
-    writing its state were never kept nor released (drawing them again is what the ledger already counts). Charges
+    A node charge names the tree by its dataset key, the store id it records and its mechanism
+    (:func:`ledger_mechanism`), records its first release as soon as its nodes are drawn, and is charged as
+    succeeded only once they are written (pending) to the state; nodes drawn by a release that failed or was killed
+    before writing them were never kept nor released (drawing them again, under another job id, is what the ledger
+    already counts). Charges
     recorded before trees named themselves are recognised by their events (this tree's Gaussian multiplier, one
     per node) on a charge of a release that succeeded. The decision reads the ledger only (public)."""
     from dp_accounting import GaussianDpEvent
@@ -247,8 +258,8 @@ def _refuse_lost_nodes(budget: dict[str, Any], store: Any, directory: str, horiz
     for entry in ledger.entries([dataset]):
         if entry.status not in (RESERVED, CHARGED) or entry.store_id != store.store_id:
             continue
-        if entry.mechanism == name:
-            kept = entry.first_release is not None
+        if entry.mechanism == name:  # written to a (pending) state before it was charged as succeeded
+            kept = entry.first_release is not None and entry.status == CHARGED and entry.outcome == "succeeded"
         else:
             kept = (entry.mechanism == MECHANISM and entry.status == CHARGED and entry.outcome == "succeeded"
                     and bool(entry.events) and all(isinstance(e, GaussianDpEvent) and e.noise_multiplier == multiplier
@@ -267,63 +278,93 @@ def _refuse_lost_nodes(budget: dict[str, Any], store: Any, directory: str, horiz
         )
 
 
-def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: float, delta: float, horizon: int,
-                  levels: int, multiplier: float, noise: NoiseSource | None, seed: int | None,
-                  budget: dict[str, Any] | None = None, *, older: str | None = None,
-                  new_tree: bool = False) -> Any:
-    import dataclasses
+#: The tree's pending state, beside its ``nodes.json``: the state with the nodes a release drew and (``release``) the
+#: job they are charged to, written at once (a temporary moved into place) before the charge, and moved over
+#: ``nodes.json`` after it.
+PENDING_FILE = "pending.json"
 
-    from dp_accounting import GaussianDpEvent
 
-    from dppca_dask.methods.window.gram import (
-        PartitionGrams,
-        check_private_directory,
-        partitions_source,
-        write_private_file,
-    )
-    from dppca_dask.methods.window.release import WindowRelease, _execute
+def _kill_point(name: str) -> None:
+    """A named step of a tree release where a crash leaves a distinct state: ``before-reservation``, ``reserved``,
+    ``released`` (nodes drawn and recorded in the ledger), ``pending-complete``, ``charged``, ``published``
+    (fault-injection tests replace this function, as they replace the job runner's, to kill the process there)."""
 
-    store = plan.store
-    c = plan.row_norm_bound
-    nodes: dict[str, list[list[float]]] = {}
-    dataset = None if budget is None else budget["dataset"]
-    ledger_path = None if budget is None else budget["ledger"].path
-    ledger_id = None if budget is None else budget["ledger"].id
-    charged_to = dataset  # a new tree is charged to the release's key (or to none), in the release's ledger
-    charged_in = ledger_id
-    # Its nodes are released values, but a directory others can write would let them swap the nodes every later
-    # release sums: refused (a link, another user's, not owner-only) before anything is read.
-    check_private_directory(directory)
-    state_file = os.path.join(directory, "nodes.json")
-    if os.path.exists(state_file):
-        if new_tree:
-            raise InvalidParameterError(f"new_tree=True (--new-tree) starts a tree where none is found, and "
-                                        f"'{directory}' holds this store's tree: drop new_tree to go on with it")
-        try:
-            with open(state_file) as fh:
-                saved = json.load(fh)
-        except (OSError, ValueError):
-            raise StoreCorruptError(f"the tree state in '{directory}' cannot be read; it holds released values: "
-                                    "restore it (a new tree would spend a new budget)", source=directory) from None
-        if saved.get("store_id") != store.store_id or saved.get("multiplier") != multiplier:
-            raise InvalidParameterError(f"the tree in '{directory}' was built for another store or budget; use its "
-                                        "parameters")
-        kept_bound = saved.get("row_norm_bound")  # states written before trees recorded it do not say
-        if saved.get("nodes") and kept_bound is not None and kept_bound != c:
+
+def _read_state_file(path: str, directory: str) -> dict[str, Any]:
+    """A tree state file (``nodes.json`` or :data:`PENDING_FILE`), which holds released values: unreadable, it is
+    refused (a new tree would spend a new budget)."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("nodes", {}), dict):
+        raise StoreCorruptError(f"the tree state in '{directory}' ({os.path.basename(path)}) cannot be read; it holds "
+                                "released values: restore it (a new tree would spend a new budget)", source=directory)
+    return data
+
+
+def _check_saved(saved: dict[str, Any], directory: str, store: Any, epsilon: float, delta: float, levels: int,
+                 multiplier: float, c: float) -> None:
+    """Refuse a saved tree built for another store or budget, naming the parameter and the value it was built with
+    (nodes drawn with another noise scale, or of another store's rows, cannot be summed into this release)."""
+    if saved.get("store_id") != store.store_id:
+        raise InvalidParameterError(
+            f"the tree in '{directory}' was built for store id {saved.get('store_id')!r}, and '{store.path}' has "
+            f"store id {store.store_id!r} (ingested again or replaced): its nodes hold another store's rows; run on "
+            "that store, or move the directory away to start a tree for this one"
+        )
+    for name, given in (("epsilon", epsilon), ("delta", delta)):
+        kept = saved.get(name)  # states written before trees recorded them say only their multiplier
+        if kept is not None and float(kept) != float(given):
             raise InvalidParameterError(
-                f"the tree in '{directory}' clips rows to row_norm_bound={kept_bound!r} and a window sums its "
-                f"nodes; this release passes row_norm_bound={c!r}: use the tree's bound"
+                f"the tree in '{directory}' was built with {name}={kept!r} (its nodes' noise is calibrated to it "
+                f"over the horizon), and this release passes {name}={given!r}: use its parameters ({name}={kept!r}, "
+                f"--{name} {kept!r})"
             )
-        nodes = saved["nodes"]
-        drawn_privately = saved.get("private") is True  # a state that does not say so is not private
-        charged_to = saved.get("budget") if nodes else dataset  # a state that does not say so had no budget
-        charged_in = saved.get("ledger") if nodes else ledger_id  # a budgeted state that does not say: unknown
+    if saved.get("multiplier") != multiplier:
+        raise InvalidParameterError(
+            f"the tree in '{directory}' was built with noise_multiplier={saved.get('multiplier')!r} (calibrated from "
+            f"its epsilon and delta over {levels} levels; its state, written before trees recorded them, names "
+            f"neither), and this release's epsilon={epsilon!r}, delta={delta!r} give noise_multiplier={multiplier!r}: "
+            "use the epsilon and delta the tree was built with"
+        )
+    kept_bound = saved.get("row_norm_bound")  # states written before trees recorded it do not say
+    if saved.get("nodes") and kept_bound is not None and kept_bound != c:
+        raise InvalidParameterError(
+            f"the tree in '{directory}' clips rows to row_norm_bound={kept_bound!r} and a window sums its "
+            f"nodes; this release passes row_norm_bound={c!r}: use the tree's bound"
+        )
+
+
+def _load_tree(directory: str, store: Any, *, epsilon: float, delta: float, levels: int, multiplier: float,
+               c: float, horizon: int, budget: dict[str, Any] | None, older: str | None,
+               new_tree: bool) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The tree's state checked against this release — its pending state when a release stopped before publishing
+    it — and that pending record; ``(None, None)`` when there is no tree yet (after refusing to start one over a
+    lost tree, see :func:`tree_window`)."""
+    pending_file, state_file = os.path.join(directory, PENDING_FILE), os.path.join(directory, "nodes.json")
+    pending = _read_state_file(pending_file, directory) if os.path.exists(pending_file) else None
+    if pending is not None:
+        saved: dict[str, Any] | None = pending
     else:
-        drawn_privately = True  # no node yet
+        saved = _read_state_file(state_file, directory) if os.path.exists(state_file) else None
+    if saved is None:
         if not new_tree:
             _refuse_a_lost_tree(store, directory, older)
             if budget is not None:
                 _refuse_lost_nodes(budget, store, directory, horizon, multiplier)
+        return None, None
+    if new_tree:
+        raise InvalidParameterError(f"new_tree=True (--new-tree) starts a tree where none is found, and "
+                                    f"'{directory}' holds this store's tree: drop new_tree to go on with it")
+    _check_saved(saved, directory, store, epsilon, delta, levels, multiplier, c)
+    return saved, pending
+
+
+def _check_charged_key(directory: str, charged_to: Any, charged_in: Any, budget: dict[str, Any] | None) -> None:
+    """Refuse a release whose budget is not the one the tree's nodes are charged to (its dataset key, its ledger)."""
+    dataset = None if budget is None else budget["dataset"]
     if charged_to != dataset:
         if charged_to is None:
             raise InvalidParameterError(f"the tree in '{directory}' was drawn without a partition-scoped budget: its "
@@ -331,17 +372,155 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
                                         "start a new tree (another horizon or store) to charge it")
         raise InvalidParameterError(f"the tree in '{directory}' is charged to dataset '{charged_to}': pass that "
                                     "ledger with dataset and job_id")
-    if dataset is not None and charged_in != ledger_id:
+    if budget is not None and charged_in != budget["ledger"].id:
         # A key of the same name in another ledger holds none of the tree's earlier nodes: no ledger would compose
         # every node drawn that holds a partition.
         raise InvalidParameterError(
             f"the tree in '{directory}' is charged to dataset '{dataset}' in ledger '{charged_in}' (its id); this "
-            f"release passes ledger '{ledger_id}' ({ledger_path}): pass the tree's ledger"
+            f"release passes ledger '{budget['ledger'].id}' ({budget['ledger'].path}): pass the tree's ledger"
             if charged_in else
             f"the tree in '{directory}' is charged to dataset '{dataset}', but its state does not name the ledger "
             "(written before trees recorded it), so this ledger may not hold its earlier nodes: start a new tree "
             "(another horizon or store)"
         )
+
+
+def _finish_pending(directory: str, pending: dict[str, Any], budget: dict[str, Any] | None) -> None:
+    """Finish the release a crash left pending: its nodes were drawn and written, so it is charged (when its charge
+    is not recorded yet) and its state published; nothing is drawn again. The checks before (the pending state's
+    dataset key and ledger are this release's) make ``budget`` the one it is charged to."""
+    from dppca_dask.errors import LedgerError
+    from dppca_dask.ledger import CHARGED, RESERVED
+
+    last: dict[str, Any] = pending["release"] if isinstance(pending.get("release"), dict) else {}
+    job_id, dataset = last.get("job_id"), last.get("dataset")
+    if job_id is not None and budget is not None:
+        ledger = budget["ledger"]
+        entry = ledger.entry(dataset, job_id)
+        if entry is None or entry.status not in (RESERVED, CHARGED) or entry.first_release is None:
+            raise LedgerError(
+                f"the tree in '{directory}' holds a pending release of job '{job_id}' (its nodes drawn and written), "
+                f"but ledger '{ledger.path}' records no drawn reservation of it on dataset '{dataset}': restore the "
+                f"ledger the tree is charged to, or move '{os.path.join(directory, PENDING_FILE)}' away"
+            )
+        if entry.status == RESERVED:
+            ledger.charge(dataset, job_id, outcome="succeeded")
+            _kill_point("charged")
+    os.replace(os.path.join(directory, PENDING_FILE), os.path.join(directory, "nodes.json"))
+    _kill_point("published")
+
+
+def _refuse_an_unfinished_job(budget: dict[str, Any], directory: str) -> None:
+    """Refuse (exit 3) a release under a job id that drew nodes and wrote none of them (killed or failed between
+    the draw and its pending state): its budget stays spent (a reservation still open is charged as failed), and
+    running it again would draw the same release's nodes a second time."""
+    from dppca_dask.errors import BudgetExceededError
+    from dppca_dask.ledger import CHARGED, RESERVED
+
+    ledger, dataset, job_id = budget["ledger"], budget["dataset"], budget["job_id"]
+    entry = ledger.entry(dataset, job_id)
+    if entry is None or entry.first_release is None or not (
+            entry.status == RESERVED or (entry.status == CHARGED and entry.outcome == "failed")):
+        return
+    if entry.status == RESERVED:
+        ledger.charge(dataset, job_id, outcome="failed")
+    raise BudgetExceededError(
+        f"job '{job_id}' drew nodes of the tree in '{directory}' and its budget stays spent (ledger '{ledger.path}', "
+        f"dataset '{dataset}'), but it stopped before writing them: running it again would be a second release; "
+        "give the release a new job id to spend new budget"
+    )
+
+
+def _draw_nodes(plan: Any, missing: list[tuple[int, int]], needed: tuple[int, ...], multiplier: float,
+                noise: NoiseSource, budget: dict[str, Any] | None, charges: dict[int, Any], horizon: int,
+                nodes: dict[str, Any], reservations: list[Any]) -> Any:
+    """The release's run (a generator for the executor): reserve the nodes' charges, read the partitions they hold,
+    draw each missing node once and record the draw in the ledger at once (never returned from then on)."""
+    from dppca_dask.methods.window.gram import PartitionGrams
+
+    reservation = None
+    if budget is not None and charges:
+        from dppca_dask.methods.window.budget import reserve_each
+
+        _kill_point("before-reservation")
+        reservation = reserve_each(budget["ledger"], budget["dataset"], budget["job_id"], store=plan.store,
+                                   charges=charges, mechanism=ledger_mechanism(horizon))
+        reservations.append(reservation)
+        _kill_point("reserved")
+    keys = [f"tree/{lv}/{k}" for lv, k in missing]
+    c = plan.row_norm_bound
+    try:
+        grams = (yield PartitionGrams(row_norm_bound=c, partitions=needed)) if needed else {}
+        for (lv, k), key in zip(missing, keys):
+            exact = sum(grams[p] for p in range(k << lv, (k + 1) << lv))
+            noisy, _ = symmetric_gaussian_mechanism(exact, row_norm_bound=c, noise_multiplier=multiplier,
+                                                    noise=noise, release=key)
+            nodes[f"{lv}/{k}"] = noisy.tolist()
+        if reservation is not None and keys:
+            reservation.note_release()  # drawn: recorded at once, the reservation is never returned (invariant 6)
+    except BaseException:
+        if reservation is not None:
+            reservation.close_failed(drawn=bool(noise.released_keys & set(keys)))
+        raise
+    return None
+
+
+def _keep_nodes(directory: str, state: dict[str, Any], budget: dict[str, Any] | None,
+                reservation: Any) -> None:
+    """Write the state with the new nodes pending (at once), charge the release, then publish the state. A failure
+    before the pending state is complete charges the drawn nodes as failed (the budget stays spent); one after
+    leaves the pending state, which the next release from the tree finishes (:func:`_finish_pending`)."""
+    from dppca_dask.methods.window.gram import check_private_directory, write_private_file
+
+    release = {"job_id": None, "dataset": None}
+    if reservation is not None and budget is not None:
+        release = {"job_id": budget["job_id"], "dataset": budget["dataset"]}
+    pending = {**state, "release": release}  # the release that drew the newest nodes, charged for them
+    try:
+        check_private_directory(directory, create=True)
+        write_private_file(os.path.join(directory, PENDING_FILE), lambda fh: fh.write(json.dumps(pending).encode()))
+    except BaseException:
+        if reservation is not None:
+            reservation.charge(outcome="failed")
+        raise
+    _kill_point("pending-complete")
+    if reservation is not None:
+        reservation.charge()
+        _kill_point("charged")
+    os.replace(os.path.join(directory, PENDING_FILE), os.path.join(directory, "nodes.json"))
+    _kill_point("published")
+
+
+def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: float, delta: float, horizon: int,
+                  levels: int, multiplier: float, noise: NoiseSource | None, seed: int | None,
+                  budget: dict[str, Any] | None = None, *, older: str | None = None,
+                  new_tree: bool = False) -> Any:
+    """Release the window from the tree in ``directory`` (locked by the caller): finish a release left pending,
+    draw the window's missing nodes (reserved before, recorded in the ledger when drawn), write them pending,
+    charge, publish the state, and sum the window's nodes."""
+    from dppca_dask.methods.window.gram import check_private_directory, partitions_source
+    from dppca_dask.methods.window.release import _execute
+
+    store = plan.store
+    c = plan.row_norm_bound
+    dataset = None if budget is None else budget["dataset"]
+    ledger_id = None if budget is None else budget["ledger"].id
+    # Its nodes are released values, but a directory others can write would let them swap the nodes every later
+    # release sums: refused (a link, another user's, not owner-only) before anything is read.
+    check_private_directory(directory)
+    saved, pending = _load_tree(directory, store, epsilon=epsilon, delta=delta, levels=levels,
+                                multiplier=multiplier, c=c, horizon=horizon, budget=budget, older=older,
+                                new_tree=new_tree)
+    saved = saved or {}
+    nodes: dict[str, list[list[float]]] = dict(saved.get("nodes") or {})
+    drawn_privately = saved.get("private") is True if saved else True  # a state that does not say is not private
+    charged_to = saved.get("budget") if nodes else dataset  # a state that does not say so had no budget
+    charged_in = saved.get("ledger") if nodes else ledger_id  # a budgeted state that does not say: unknown
+    _check_charged_key(directory, charged_to, charged_in, budget)
+    if pending is not None:
+        _finish_pending(directory, pending, budget)
+    if budget is not None:
+        _refuse_an_unfinished_job(budget, directory)
     start, stop = plan.selection.partitions[0], plan.selection.partitions[-1]
     cover = dyadic_cover(start, stop)
     missing = [node for node in cover if f"{node[0]}/{node[1]}" not in nodes]
@@ -358,57 +537,44 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
     if not noise.private and drawn_privately and nodes and missing:
         raise InvalidParameterError(f"the tree in '{directory}' was drawn privately; a seeded run would add nodes "
                                     "with known noise to it: run without a seed, or on another store")
-
-    charges = node_charges(missing, multiplier, delta)
     reservations: list[Any] = []
-
-    def run() -> Any:
-        reservation = None
-        if budget is not None and charges:
-            from dppca_dask.methods.window.budget import reserve_each
-
-            reservation = reserve_each(budget["ledger"], budget["dataset"], budget["job_id"], store=store,
-                                       charges=charges, mechanism=ledger_mechanism(horizon))
-            reservations.append(reservation)
-        keys = [f"tree/{lv}/{k}" for lv, k in missing]
-        try:
-            grams = (yield PartitionGrams(row_norm_bound=c, partitions=needed)) if needed else {}
-            for (lv, k), key in zip(missing, keys):
-                exact = sum(grams[p] for p in range(k << lv, (k + 1) << lv))
-                noisy, _ = symmetric_gaussian_mechanism(exact, row_norm_bound=c, noise_multiplier=multiplier,
-                                                        noise=noise, release=key)
-                nodes[f"{lv}/{k}"] = noisy.tolist()
-        except BaseException:
-            if reservation is not None:
-                reservation.close_failed(drawn=bool(noise.released_keys & set(keys)))
-            raise
-        if reservation is not None:
-            reservation.charge()
-        return None
-
+    algorithm = _draw_nodes(plan, missing, needed, multiplier, noise, budget, node_charges(missing, multiplier, delta),
+                            horizon, nodes, reservations)
     source = partitions_source(store, needed, {"kind": "store", "fingerprint": store.fingerprint})
-    algorithm = run()
     try:
         _execute(source, client, None, algorithm, choice)
     except BaseException:
         algorithm.close()  # a failure before the noise (a lost cluster, a bad chunk) returns the reservation
         raise
-    check_private_directory(directory, create=True)
-    for reservation in reservations:  # the new nodes are about to be kept: a state lost later is noticed
-        reservation.note_release()
-    state = {"store_id": store.store_id, "multiplier": multiplier, "levels": levels, "row_norm_bound": c,
-             "private": bool(drawn_privately and (noise.private or not missing)), "budget": charged_to,
-             "ledger": charged_in, "nodes": nodes}
-    write_private_file(state_file, lambda fh: fh.write(json.dumps(state).encode()))
-    released = cast(np.ndarray, sum(np.asarray(nodes[f"{lv}/{k}"]) for lv, k in cover))  # cover is never empty
+    if missing:
+        _kill_point("released")
+        state = {"store_id": store.store_id, "epsilon": float(epsilon), "delta": float(delta),
+                 "multiplier": multiplier, "levels": levels, "row_norm_bound": c,
+                 "private": bool(drawn_privately and noise.private), "budget": charged_to, "ledger": charged_in,
+                 "nodes": nodes}
+        _keep_nodes(directory, state, budget, reservations[0] if reservations else None)
+    return _tree_result(plan, source, choice, nodes, cover, epsilon, delta, horizon, levels, multiplier, noise)
 
+
+def _tree_result(plan: Any, source: Any, choice: Any, nodes: dict[str, Any], cover: list[tuple[int, int]],
+                 epsilon: float, delta: float, horizon: int, levels: int, multiplier: float,
+                 noise: NoiseSource) -> Any:
+    """The window's release: the sum of its cover's nodes (released values), with the tree's privacy report."""
+    import dataclasses
+
+    from dp_accounting import GaussianDpEvent
+
+    from dppca_dask.coordinator.sources import schema_caveats
+    from dppca_dask.methods.window.release import WindowRelease
+
+    store = plan.store
+    released = cast(np.ndarray, sum(np.asarray(nodes[f"{lv}/{k}"]) for lv, k in cover))  # cover is never empty
     report = build_report([GaussianDpEvent(multiplier)] * levels, target_epsilon=epsilon, target_delta=delta,
                           neighbouring=ADD_REMOVE_ROW, private=bool(noise.private))
-    from dppca_dask.coordinator.sources import schema_caveats
-
     report = dataclasses.replace(report, caveats=schema_caveats(source) + (TREE_CAVEAT,))
     calibration = {"release": "gaussian", "structure": "binary-tree", "noise_multiplier": multiplier,
-                   "levels": levels, "horizon": int(horizon), "nodes": len(cover), "row_norm_bound": c}
+                   "levels": levels, "horizon": int(horizon), "nodes": len(cover),
+                   "row_norm_bound": plan.row_norm_bound}
     provenance = {"mechanism": "sliding-window", "structure": "binary-tree",
                   "input": {"fingerprint": store.fingerprint, "schema": store.schema}, "executor": choice.executor,
                   "seeded": not noise.private}
