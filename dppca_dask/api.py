@@ -20,15 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask import __version__
+from dppca_dask._version import __version__
 from dppca_dask._urls import url_scheme
 from dppca_dask.algorithms.analyze_gauss import DEFAULT_MAX_DENSE_DIM
-from dppca_dask.algorithms.block_power import (
-    BLOCK_POWER,
-    centring_options,
-    plan_with_centring,
-    result_fields,
-)
+from dppca_dask.algorithms.block_power import BLOCK_POWER, centring_options, result_fields
+from dppca_dask.algorithms.centring_plan import plan_with_centring
 from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source, run_algorithm
 from dppca_dask.coordinator.sources import PartitionSource, schema_caveats
 from dppca_dask.errors import InvalidParameterError, NotPrivateWarning

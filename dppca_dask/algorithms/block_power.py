@@ -935,7 +935,7 @@ def block_constants(params: Any, *, center: str | np.ndarray | None, explained_v
                     norm_grid: Any, clipped_fraction: bool | None = None) -> tuple[CentredReleases, Any, Any]:
     """The releases of a block run before the joint scale: the side releases calibrated to their shares, the
     parameters of the iterations and their constants calibrated to the rest (:func:`plan_block_power`)."""
-    from dppca_dask.methods.adaptive_power import adaptive_constants
+    from dppca_dask.methods.adaptive_plan import adaptive_constants
 
     shared = plan_centred_releases(params, center=center, auto_bound=auto_bound, quantile=quantile,
                                    quantile_share=quantile_share, mean_share=mean_share,
@@ -994,7 +994,7 @@ def plan_block_power(
     ``auto_bound``; false for runs whose caller released it).
     """
     from dppca_dask.methods._registry import MechanismPlan
-    from dppca_dask.methods.adaptive_power import _plan_adaptive_power
+    from dppca_dask.methods.adaptive_plan import _plan_adaptive_power
 
     shared, power_params, constants = block_constants(
         params, center=center, explained_variance=explained_variance, mean_share=mean_share,
@@ -1156,23 +1156,6 @@ def centring_options(mechanism: str, center: Any, row_norm_bound: Any) -> tuple[
             f"mechanism={mechanism!r}"
         )
     return options, (1.0 if auto else row_norm_bound)
-
-
-def plan_with_centring(params: Any, n_cols: int, options: CentringOptions) -> Any:
-    """The plan of a ``pca`` run with centring or an automatic bound: the block run for adaptive power (any k), the
-    centred Analyze Gauss run for Analyze Gauss; both release the explained variance."""
-    if isinstance(options.center, np.ndarray) and options.center.shape != (n_cols,):
-        raise InvalidParameterError(
-            f"a given center must have one entry per column ({n_cols}); got shape {options.center.shape}")
-    if params.mechanism == "analyze-gauss":
-        from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
-
-        return plan_centred_gauss(params, n_cols, center=options.center, auto_bound=options.auto_bound)
-    if params.mechanism == "auto":
-        from dppca_dask.algorithms.auto_choice import plan_auto
-
-        return plan_auto(params, n_cols, center=options.center, auto_bound=options.auto_bound)
-    return plan_block_power(params, n_cols, center=options.center, auto_bound=options.auto_bound)
 
 
 def result_fields(output: Any) -> dict[str, Any]:
