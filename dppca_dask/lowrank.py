@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask import __version__
+from dppca_dask._version import __version__
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.methods import mechanism_names
 from dppca_dask.results import LowRankResult, load_lowrank  # their home is the shared result module
