@@ -559,7 +559,7 @@ def topics(
     (True, True)
     """
     from dppca_dask import accounting
-    from dppca_dask.api import _executor_choice
+    from dppca_dask._execution import executor_choice as _executor_choice
     from dppca_dask.coordinator import as_source
     from dppca_dask.mechanisms import NoiseSource
     from dppca_dask.methods.tensor.power import run_on_source
