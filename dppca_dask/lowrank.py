@@ -201,7 +201,6 @@ def lowrank(
             "give either seed or noise, not both; a seeded NoiseSource is NoiseSource.from_seed"
         )
     epsilon, delta, rank = parameters["epsilon"], parameters["delta"], parameters["rank"]
-    symmetric = parameters.get("symmetric", False)
 
     if not isinstance(timings, (bool, np.bool_)):
         raise InvalidParameterError(f"timings must be True or False; got {timings!r}")
@@ -235,30 +234,11 @@ def lowrank(
     finished = time.perf_counter()
 
     events = list(output.events)
-    extras: dict[str, Any] = {"n_passes": output.n_passes}
-    if mechanism != "private-power":
-        left, right = output.left, output.right
-    if mechanism == "private-low-rank":
-        extras.update(alphas=output.alphas, projection_sensitivity=output.projection_sensitivity,
-                      width=output.calibration.width)
-    elif mechanism == "randomized-response":
-        extras.update(sigma=output.sigma)
-    else:
-        cal_pp = output.calibration
-        calibration_info = cal_pp.to_dict()
-        extras.update(values=output.values, coherence=list(output.coherence), failed_rungs=list(output.failed_rungs),
-                      dimension=output.dimension, n_releases=output.n_releases)
+    output, left, right, extras = _factors(mechanism, output, parameters)
+    if mechanism == "private-power":
+        calibration_info = output.calibration.to_dict()
         if calibration == "paper":
-            paper_figure = cal_pp.paper_figure()
-        if symmetric:
-            output, order = _feasible_values(output, signed=bool(parameters["signed_values"]))
-            extras.update(values=output.values, coherence=[extras["coherence"][i] for i in order],
-                          failed_rungs=[extras["failed_rungs"][i] for i in order])
-            left = output.components.T
-            right = output.values[:, None] * output.components
-        else:
-            left = output.left[:, None]
-            right = output.values[:, None] * output.components
+            paper_figure = output.calibration.paper_figure()
     report = build_report(events, target_epsilon=epsilon, target_delta=delta, neighbouring=neighbouring,
                           private=bool(noise.private), paper_figure=paper_figure)
     if mechanism != "private-power" and parameters["row_change_bound"] == parameters["row_norm_bound"]:
@@ -287,6 +267,27 @@ def lowrank(
     left, right = flip_factor_signs(left, right)  # deterministic signs, as svd_flip (post-processing)
     return LowRankResult(left=left, right=right, mechanism=mechanism, privacy=report, provenance=provenance,
                          timings=timing_values, extras=extras, diagnostics=getattr(output, "diagnostics", None))
+
+
+def _factors(mechanism: str, output: Any, parameters: Mapping[str, Any]) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """The released factors of a run's output and its mechanism's extras (post-processing of released values):
+    (output, left, right, extras); private power's values of a symmetric matrix projected onto their feasible set."""
+    extras: dict[str, Any] = {"n_passes": output.n_passes}
+    if mechanism == "private-low-rank":
+        extras.update(alphas=output.alphas, projection_sensitivity=output.projection_sensitivity,
+                      width=output.calibration.width)
+        return output, output.left, output.right, extras
+    if mechanism == "randomized-response":
+        extras.update(sigma=output.sigma)
+        return output, output.left, output.right, extras
+    extras.update(values=output.values, coherence=list(output.coherence), failed_rungs=list(output.failed_rungs),
+                  dimension=output.dimension, n_releases=output.n_releases)
+    if parameters.get("symmetric", False):
+        output, order = _feasible_values(output, signed=bool(parameters["signed_values"]))
+        extras.update(values=output.values, coherence=[extras["coherence"][i] for i in order],
+                      failed_rungs=[extras["failed_rungs"][i] for i in order])
+        return output, output.components.T, output.values[:, None] * output.components, extras
+    return output, output.left[:, None], output.values[:, None] * output.components, extras
 
 
 def _feasible_values(output: Any, *, signed: bool) -> tuple[Any, list[int]]:
