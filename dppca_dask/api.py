@@ -373,27 +373,7 @@ def pca(
 
     iteration_times: list[float] = []
     bar = _progress(plan.total_steps, params.mechanism, progress)
-    last = [time.perf_counter()]
-
-    def released(state: Any, events: tuple[Any, ...]) -> None:
-        if on_release is not None:
-            on_release(state, events)  # checkpoint first: what is logged below must be on disk
-        if getattr(state, "stage", "iteration") != "iteration":  # a block run's quantile, mean or variance
-            return
-        if getattr(state, "pending_index", None) is not None:  # an AboveThreshold step; its Gaussian step follows
-            log.debug("released the threshold step of iteration %d/%d", len(iteration_times) + 1, plan.total_steps)
-            return
-        now = time.perf_counter()
-        iteration_times.append(now - last[0])
-        last[0] = now
-        theta = state.thresholds[-1][-1] if state.thresholds and state.thresholds[-1] else None
-        # public numbers only (iteration counters, the released θ); no durations: they depend on the data
-        log.info("released iteration %d/%d (theta=%s)", len(iteration_times), plan.total_steps,
-                 f"{theta:.4g}" if theta is not None else "-")
-        bar.update(1)
-        if theta is not None:
-            bar.set_postfix_str(f"theta={theta:.3g}")
-
+    released = _on_release(plan.total_steps, on_release, bar, iteration_times)
     from dppca_dask.ledger import budgeted_release
 
     with budgeted_release(ledger, dataset, job_id, store=source.store, epsilon=epsilon, delta=delta,
@@ -409,17 +389,7 @@ def pca(
     if caveats:
         report = dataclasses.replace(report, caveats=caveats)
     thresholds = getattr(output, "thresholds", None)
-    extras: dict[str, Any] = {}
-    if centring.auto_bound:
-        extras["row_norm_bound"] = float(output.row_norm_bound)  # released by the private quantile
-    if getattr(output, "clipped_fraction", None) is not None:  # released: a noisy count over a noisy count
-        extras["clipped_fraction"] = float(output.clipped_fraction)
-        _warn_clipping(float(output.clipped_fraction), float(params.row_norm_bound))
-    if getattr(output, "decision", None) is not None:
-        extras["auto"] = dict(output.decision)  # released values and public constants only
-    if params.mechanism == "exact":
-        extras["eigenvalues"] = np.asarray(output.eigenvalues).tolist()
-        extras["passes"] = output.n_passes
+    extras = _extras(output, params, auto_bound=centring.auto_bound)
     provenance = {
         "mechanism": params.mechanism,
         "private": report.private,
@@ -456,6 +426,50 @@ def pca(
     )
 
 
+def _on_release(total_steps: int, on_release: Any, bar: Any, iteration_times: list[float]) -> Callable[..., None]:
+    """The run's ``on_release``: the caller's callback first (a checkpoint), then a log line and the progress bar
+    for each released iteration (public numbers only), its wall-clock time appended to ``iteration_times``."""
+    last = [time.perf_counter()]
+
+    def released(state: Any, events: tuple[Any, ...]) -> None:
+        if on_release is not None:
+            on_release(state, events)  # checkpoint first: what is logged below must be on disk
+        if getattr(state, "stage", "iteration") != "iteration":  # a block run's quantile, mean or variance
+            return
+        if getattr(state, "pending_index", None) is not None:  # an AboveThreshold step; its Gaussian step follows
+            log.debug("released the threshold step of iteration %d/%d", len(iteration_times) + 1, total_steps)
+            return
+        now = time.perf_counter()
+        iteration_times.append(now - last[0])
+        last[0] = now
+        theta = state.thresholds[-1][-1] if state.thresholds and state.thresholds[-1] else None
+        # public numbers only (iteration counters, the released θ); no durations: they depend on the data
+        log.info("released iteration %d/%d (theta=%s)", len(iteration_times), total_steps,
+                 f"{theta:.4g}" if theta is not None else "-")
+        bar.update(1)
+        if theta is not None:
+            bar.set_postfix_str(f"theta={theta:.3g}")
+
+    return released
+
+
+def _extras(output: Any, params: PCAParameters, *, auto_bound: bool) -> dict[str, Any]:
+    """A result's ``extras``: the released bound, clipped fraction and auto decision, the exact run's eigenvalues
+    (warns when the released clipped fraction is large)."""
+    extras: dict[str, Any] = {}
+    if auto_bound:
+        extras["row_norm_bound"] = float(output.row_norm_bound)  # released by the private quantile
+    if getattr(output, "clipped_fraction", None) is not None:  # released: a noisy count over a noisy count
+        extras["clipped_fraction"] = float(output.clipped_fraction)
+        _warn_clipping(float(output.clipped_fraction), float(params.row_norm_bound))
+    if getattr(output, "decision", None) is not None:
+        extras["auto"] = dict(output.decision)  # released values and public constants only
+    if params.mechanism == "exact":
+        extras["eigenvalues"] = np.asarray(output.eigenvalues).tolist()
+        extras["passes"] = output.n_passes
+    return extras
+
+
 def _warn_clipping(fraction: float, bound: float) -> None:
     """A :class:`~dppca_dask.errors.ClippingWarning` when the released clipped fraction is above
     :data:`~dppca_dask.algorithms.block_power.CLIPPED_FRACTION_WARNING` (a function of released values only)."""
@@ -469,7 +483,7 @@ def _warn_clipping(fraction: float, bound: float) -> None:
             "row_norm_bound='auto' (a private 90th percentile of the row norms) or a bound near the typical row norm "
             "(noise grows with its square), and after StandardScaler bound each value first, e.g. "
             "numpy.clip(X, -3, 3) (see the clipping guide)",
-            ClippingWarning, stacklevel=3)
+            ClippingWarning, stacklevel=4)  # pca -> _extras -> here: the caller of pca
 
 
 def _diagnostics(output: Any, mechanism: str) -> Any:
