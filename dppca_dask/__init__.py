@@ -14,7 +14,7 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from dppca_dask._version import __version__
 
 #: Public name -> the module that defines it (imported when the name is first used).
 _LAZY: dict[str, str] = {

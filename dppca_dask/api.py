@@ -20,17 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask import __version__
-from dppca_dask._urls import url_scheme
+from dppca_dask._version import __version__
 from dppca_dask.algorithms.analyze_gauss import DEFAULT_MAX_DENSE_DIM
-from dppca_dask.algorithms.block_power import (
-    BLOCK_POWER,
-    centring_options,
-    plan_with_centring,
-    result_fields,
-)
-from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source, run_algorithm
-from dppca_dask.coordinator.sources import PartitionSource, schema_caveats
+from dppca_dask.algorithms.block_power import BLOCK_POWER, centring_options, result_fields
+from dppca_dask.algorithms.centring_plan import plan_with_centring
+from dppca_dask._execution import execute as _execute
+from dppca_dask._execution import executor_choice as _executor_choice
+from dppca_dask._execution import noise_source as _noise_source
+from dppca_dask._execution import versions as _versions
+from dppca_dask.coordinator import as_source
+from dppca_dask.coordinator.sources import schema_caveats
 from dppca_dask.errors import InvalidParameterError, NotPrivateWarning
 from dppca_dask.methods import MechanismPlan, get_mechanism, mechanism_names
 from dppca_dask.methods._params import (  # noqa: F401 (re-exported: the public constants of pca)
@@ -65,15 +64,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-def _noise_source(seed: int | None) -> Any:
-    from dppca_dask.mechanisms import NoiseSource
-
-    if seed is None:
-        return NoiseSource.from_entropy()
-    return NoiseSource.from_seed(seed)
-
 
 
 def register_mechanism(name: str, planner: Callable[[PCAParameters, int], MechanismPlan], *,
@@ -383,27 +373,7 @@ def pca(
 
     iteration_times: list[float] = []
     bar = _progress(plan.total_steps, params.mechanism, progress)
-    last = [time.perf_counter()]
-
-    def released(state: Any, events: tuple[Any, ...]) -> None:
-        if on_release is not None:
-            on_release(state, events)  # checkpoint first: what is logged below must be on disk
-        if getattr(state, "stage", "iteration") != "iteration":  # a block run's quantile, mean or variance
-            return
-        if getattr(state, "pending_index", None) is not None:  # an AboveThreshold step; its Gaussian step follows
-            log.debug("released the threshold step of iteration %d/%d", len(iteration_times) + 1, plan.total_steps)
-            return
-        now = time.perf_counter()
-        iteration_times.append(now - last[0])
-        last[0] = now
-        theta = state.thresholds[-1][-1] if state.thresholds and state.thresholds[-1] else None
-        # public numbers only (iteration counters, the released θ); no durations: they depend on the data
-        log.info("released iteration %d/%d (theta=%s)", len(iteration_times), plan.total_steps,
-                 f"{theta:.4g}" if theta is not None else "-")
-        bar.update(1)
-        if theta is not None:
-            bar.set_postfix_str(f"theta={theta:.3g}")
-
+    released = _on_release(plan.total_steps, on_release, bar, iteration_times)
     from dppca_dask.ledger import budgeted_release
 
     with budgeted_release(ledger, dataset, job_id, store=source.store, epsilon=epsilon, delta=delta,
@@ -419,17 +389,7 @@ def pca(
     if caveats:
         report = dataclasses.replace(report, caveats=caveats)
     thresholds = getattr(output, "thresholds", None)
-    extras: dict[str, Any] = {}
-    if centring.auto_bound:
-        extras["row_norm_bound"] = float(output.row_norm_bound)  # released by the private quantile
-    if getattr(output, "clipped_fraction", None) is not None:  # released: a noisy count over a noisy count
-        extras["clipped_fraction"] = float(output.clipped_fraction)
-        _warn_clipping(float(output.clipped_fraction), float(params.row_norm_bound))
-    if getattr(output, "decision", None) is not None:
-        extras["auto"] = dict(output.decision)  # released values and public constants only
-    if params.mechanism == "exact":
-        extras["eigenvalues"] = np.asarray(output.eigenvalues).tolist()
-        extras["passes"] = output.n_passes
+    extras = _extras(output, params, auto_bound=centring.auto_bound)
     provenance = {
         "mechanism": params.mechanism,
         "private": report.private,
@@ -466,6 +426,50 @@ def pca(
     )
 
 
+def _on_release(total_steps: int, on_release: Any, bar: Any, iteration_times: list[float]) -> Callable[..., None]:
+    """The run's ``on_release``: the caller's callback first (a checkpoint), then a log line and the progress bar
+    for each released iteration (public numbers only), its wall-clock time appended to ``iteration_times``."""
+    last = [time.perf_counter()]
+
+    def released(state: Any, events: tuple[Any, ...]) -> None:
+        if on_release is not None:
+            on_release(state, events)  # checkpoint first: what is logged below must be on disk
+        if getattr(state, "stage", "iteration") != "iteration":  # a block run's quantile, mean or variance
+            return
+        if getattr(state, "pending_index", None) is not None:  # an AboveThreshold step; its Gaussian step follows
+            log.debug("released the threshold step of iteration %d/%d", len(iteration_times) + 1, total_steps)
+            return
+        now = time.perf_counter()
+        iteration_times.append(now - last[0])
+        last[0] = now
+        theta = state.thresholds[-1][-1] if state.thresholds and state.thresholds[-1] else None
+        # public numbers only (iteration counters, the released θ); no durations: they depend on the data
+        log.info("released iteration %d/%d (theta=%s)", len(iteration_times), total_steps,
+                 f"{theta:.4g}" if theta is not None else "-")
+        bar.update(1)
+        if theta is not None:
+            bar.set_postfix_str(f"theta={theta:.3g}")
+
+    return released
+
+
+def _extras(output: Any, params: PCAParameters, *, auto_bound: bool) -> dict[str, Any]:
+    """A result's ``extras``: the released bound, clipped fraction and auto decision, the exact run's eigenvalues
+    (warns when the released clipped fraction is large)."""
+    extras: dict[str, Any] = {}
+    if auto_bound:
+        extras["row_norm_bound"] = float(output.row_norm_bound)  # released by the private quantile
+    if getattr(output, "clipped_fraction", None) is not None:  # released: a noisy count over a noisy count
+        extras["clipped_fraction"] = float(output.clipped_fraction)
+        _warn_clipping(float(output.clipped_fraction), float(params.row_norm_bound))
+    if getattr(output, "decision", None) is not None:
+        extras["auto"] = dict(output.decision)  # released values and public constants only
+    if params.mechanism == "exact":
+        extras["eigenvalues"] = np.asarray(output.eigenvalues).tolist()
+        extras["passes"] = output.n_passes
+    return extras
+
+
 def _warn_clipping(fraction: float, bound: float) -> None:
     """A :class:`~dppca_dask.errors.ClippingWarning` when the released clipped fraction is above
     :data:`~dppca_dask.algorithms.block_power.CLIPPED_FRACTION_WARNING` (a function of released values only)."""
@@ -479,7 +483,7 @@ def _warn_clipping(fraction: float, bound: float) -> None:
             "row_norm_bound='auto' (a private 90th percentile of the row norms) or a bound near the typical row norm "
             "(noise grows with its square), and after StandardScaler bound each value first, e.g. "
             "numpy.clip(X, -3, 3) (see the clipping guide)",
-            ClippingWarning, stacklevel=3)
+            ClippingWarning, stacklevel=4)  # pca -> _extras -> here: the caller of pca
 
 
 def _diagnostics(output: Any, mechanism: str) -> Any:
@@ -537,48 +541,6 @@ def _file_shape_caveat() -> tuple[str, ...]:
     return (INFERRED_SCHEMA_CAVEAT,)
 
 
-def _executor_choice(source: PartitionSource, client: Any, executor: str) -> Any:
-    """Where the run executes, from public values only: the declared width, the partition count, the
-    configuration and what the caller gave (:func:`~dppca_dask.coordinator.client.choose_executor`)."""
-    from dppca_dask.coordinator.client import ExecutorChoice, choose_executor
-
-    if isinstance(client, str) and client == "local":  # the reference executor, kernels called directly
-        if executor == "cluster":
-            raise InvalidParameterError("client='local' runs in this process; it cannot use executor='cluster'")
-        return ExecutorChoice("in-process", "client='local' was given")
-    # A store's partitions were fixed at ingest and are public; the blocks of other inputs (an AnnData file's
-    # blocks, and the partitions of an AnnData store opened directly, are sized by its stored entries) are not, so
-    # only the width counts for them.
-    ingested = source.store is not None and source.store.format_version is not None
-    public_partitions = source.n_partitions if ingested else None
-    choice = choose_executor(client, executor, n_cols=source.n_cols, n_partitions=public_partitions)
-    location = str(getattr(source.store, "path", "") or "") if source.store is not None else ""
-    if choice.executor == "cluster" and url_scheme(location) == "memory":
-        raise InvalidParameterError(
-            f"'{location}' is a memory:// store: it lives in this process, and a cluster's workers (other processes) "
-            f"cannot read it (the run would go to the cluster: {choice.reason}); run in this process "
-            "(executor='local', --executor local), or write the store where the workers can read it"
-        )
-    return choice
-
-
-def _execute(source: PartitionSource, client: Any, persist: bool | None, run: Any, choice: Any = None) -> Any:
-    """Run on ``choice``'s executor (``None``: on Dask, as the other entry points that call this do)."""
-    from dppca_dask.coordinator.client import ExecutorChoice, executor_client
-
-    if choice is None:
-        choice = ExecutorChoice("cluster", "the caller runs on Dask")
-
-    if isinstance(client, str) and client == "local":
-        local = LocalExecutor(source)
-        try:
-            return run_algorithm(local, run)
-        finally:
-            local.close()
-    with executor_client(choice, client) as tasks, Coordinator(tasks, source, persist=persist) as coordinator:
-        return run_algorithm(coordinator, run)
-
-
 def _report(params: PCAParameters, plan: MechanismPlan, events: tuple[Any, ...], noise: Any) -> Any:
     from dppca_dask import accounting
 
@@ -603,31 +565,7 @@ def _report(params: PCAParameters, plan: MechanismPlan, events: tuple[Any, ...],
     )
 
 
-def _versions() -> dict[str, str]:
-    """Installed versions, read from the packages' metadata (importing distributed only for its version would
-    cost an in-process run most of its start-up)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    def installed(name: str) -> str:
-        try:
-            return version(name)
-        except PackageNotFoundError:  # pragma: no cover - always installed
-            return "unknown"
-
-    return {"dask": installed("dask"), "distributed": installed("distributed"), "zarr": installed("zarr"),
-            "numpy": np.__version__, "dp-accounting": installed("dp-accounting")}
-
-
 def _progress(total: int, mechanism: str, enabled: bool | None) -> Any:
     from dppca_dask._progress import progress_bar
 
     return progress_bar(total=total, desc=mechanism, unit="iter", enabled=enabled)
-
-
-def __getattr__(name: str) -> Any:
-    # The estimator lives in dppca_dask.estimator (it needs scikit-learn, an optional dependency).
-    if name == "DPPCA":
-        from dppca_dask.estimator import DPPCA
-
-        return DPPCA
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,48 +21,35 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import math
 import time
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from dppca_dask import __version__
+from dppca_dask._version import __version__
 from dppca_dask.errors import InvalidParameterError
-from dppca_dask.methods import mechanism_names
+from dppca_dask.methods.hardt_roth.plan import (  # noqa: F401  (re-exported: their home before the move)
+    _PLAN_DEFAULTS,
+    MAX_BOUND,
+    MAX_EPSILON,
+    MAX_N_ITER,
+    MAX_RANK,
+    MIN_DELTA,
+    LowRankPlan,
+    _bounded,
+    _integer,
+    _plan_shape,
+    _positive,
+    _validate,
+    plan_lowrank,
+    validate_lowrank,
+)
 from dppca_dask.results import LowRankResult, load_lowrank  # their home is the shared result module
 from dppca_dask.signs import flip_factor_signs
 
 __all__ = ["LowRankPlan", "LowRankResult", "load_lowrank", "lowrank", "plan_lowrank", "validate_lowrank"]
-
-# ------------------------------------------------------------------------------------------------ validation
-def _positive(name: str, value: Any, *, allow_inf: bool = False) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        raise InvalidParameterError(f"{name} must be a number; got {value!r}") from None
-    if math.isnan(out) or out <= 0 or (math.isinf(out) and not allow_inf):
-        raise InvalidParameterError(f"{name} must be {'> 0' if allow_inf else 'finite and > 0'}; got {out}")
-    return out
-
-
-def _integer(name: str, value: Any, minimum: int, *, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise InvalidParameterError(f"{name} must be an integer >= {minimum}; got {value!r}")
-    if maximum is not None and value > maximum:
-        raise InvalidParameterError(f"{name} must be an integer <= {maximum}; got {value!r}")
-    return int(value)
-
-
-_SPECIFIC: dict[str, tuple[str, ...]] = {
-    "private-low-rank": ("oversampling", "projection", "prune_alpha", "left_factor", "truncate"),
-    "randomized-response": ("max_dense_bytes",),
-    "private-power": ("entry_bound", "coherence", "c_doubling", "n_iter", "symmetric", "signed_values"),
-}
-_ROW_PARAMETERS = ("row_norm_bound", "row_change_bound")
 
 
 def lowrank(
@@ -190,7 +177,10 @@ def lowrank(
     'one row changes by a vector of L2 norm at most 1'
     """
     from dppca_dask.accounting import build_report
-    from dppca_dask.api import _execute, _executor_choice, _noise_source, _versions
+    from dppca_dask._execution import execute as _execute
+    from dppca_dask._execution import executor_choice as _executor_choice
+    from dppca_dask._execution import noise_source as _noise_source
+    from dppca_dask._execution import versions as _versions
     from dppca_dask.coordinator import as_source
     from dppca_dask.coordinator.sources import schema_caveats
 
@@ -211,7 +201,6 @@ def lowrank(
             "give either seed or noise, not both; a seeded NoiseSource is NoiseSource.from_seed"
         )
     epsilon, delta, rank = parameters["epsilon"], parameters["delta"], parameters["rank"]
-    symmetric = parameters.get("symmetric", False)
 
     if not isinstance(timings, (bool, np.bool_)):
         raise InvalidParameterError(f"timings must be True or False; got {timings!r}")
@@ -245,30 +234,11 @@ def lowrank(
     finished = time.perf_counter()
 
     events = list(output.events)
-    extras: dict[str, Any] = {"n_passes": output.n_passes}
-    if mechanism != "private-power":
-        left, right = output.left, output.right
-    if mechanism == "private-low-rank":
-        extras.update(alphas=output.alphas, projection_sensitivity=output.projection_sensitivity,
-                      width=output.calibration.width)
-    elif mechanism == "randomized-response":
-        extras.update(sigma=output.sigma)
-    else:
-        cal_pp = output.calibration
-        calibration_info = cal_pp.to_dict()
-        extras.update(values=output.values, coherence=list(output.coherence), failed_rungs=list(output.failed_rungs),
-                      dimension=output.dimension, n_releases=output.n_releases)
+    output, left, right, extras = _factors(mechanism, output, parameters)
+    if mechanism == "private-power":
+        calibration_info = output.calibration.to_dict()
         if calibration == "paper":
-            paper_figure = cal_pp.paper_figure()
-        if symmetric:
-            output, order = _feasible_values(output, signed=bool(parameters["signed_values"]))
-            extras.update(values=output.values, coherence=[extras["coherence"][i] for i in order],
-                          failed_rungs=[extras["failed_rungs"][i] for i in order])
-            left = output.components.T
-            right = output.values[:, None] * output.components
-        else:
-            left = output.left[:, None]
-            right = output.values[:, None] * output.components
+            paper_figure = output.calibration.paper_figure()
     report = build_report(events, target_epsilon=epsilon, target_delta=delta, neighbouring=neighbouring,
                           private=bool(noise.private), paper_figure=paper_figure)
     if mechanism != "private-power" and parameters["row_change_bound"] == parameters["row_norm_bound"]:
@@ -299,12 +269,25 @@ def lowrank(
                          timings=timing_values, extras=extras, diagnostics=getattr(output, "diagnostics", None))
 
 
-#: Bounds on public parameters (issue: absurd values must fail before anything is read, not deep in calibration).
-MAX_EPSILON = 100.0
-MIN_DELTA = 1e-30
-MAX_RANK = 100_000
-MAX_N_ITER = 10_000
-MAX_BOUND = 1e100
+def _factors(mechanism: str, output: Any, parameters: Mapping[str, Any]) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """The released factors of a run's output and its mechanism's extras (post-processing of released values):
+    (output, left, right, extras); private power's values of a symmetric matrix projected onto their feasible set."""
+    extras: dict[str, Any] = {"n_passes": output.n_passes}
+    if mechanism == "private-low-rank":
+        extras.update(alphas=output.alphas, projection_sensitivity=output.projection_sensitivity,
+                      width=output.calibration.width)
+        return output, output.left, output.right, extras
+    if mechanism == "randomized-response":
+        extras.update(sigma=output.sigma)
+        return output, output.left, output.right, extras
+    extras.update(values=output.values, coherence=list(output.coherence), failed_rungs=list(output.failed_rungs),
+                  dimension=output.dimension, n_releases=output.n_releases)
+    if parameters.get("symmetric", False):
+        output, order = _feasible_values(output, signed=bool(parameters["signed_values"]))
+        extras.update(values=output.values, coherence=[extras["coherence"][i] for i in order],
+                      failed_rungs=[extras["failed_rungs"][i] for i in order])
+        return output, output.components.T, output.values[:, None] * output.components, extras
+    return output, output.left[:, None], output.values[:, None] * output.components, extras
 
 
 def _feasible_values(output: Any, *, signed: bool) -> tuple[Any, list[int]]:
@@ -324,203 +307,6 @@ def _feasible_values(output: Any, *, signed: bool) -> tuple[Any, list[int]]:
 
         diag = diagnostics([diag.noise_to_signal[i] for i in order], threshold=diag.threshold, rule=diag.rule)
     return dataclasses.replace(output, components=components[order], values=values[order], diagnostics=diag), order
-
-
-def _bounded(name: str, value: Any, *, allow_inf: bool = False) -> float:
-    out = _positive(name, value, allow_inf=allow_inf)
-    if math.isfinite(out) and not 1.0 / MAX_BOUND <= out <= MAX_BOUND:
-        raise InvalidParameterError(
-            f"{name} must be in [{1.0 / MAX_BOUND:g}, {MAX_BOUND:g}] (noise scales are proportional to it); got "
-            f"{out:g}; rescale the data instead"
-        )
-    return out
-
-
-def _validate(
-    *, rank: Any, epsilon: Any, delta: Any, mechanism: str, oversampling: Any, calibration: str, projection: str,
-    prune_alpha: Any, left_factor: str, truncate: bool, row_norm_bound: Any, row_change_bound: Any,
-    max_dense_bytes: Any, entry_bound: Any, coherence: Any, c_doubling: bool, n_iter: Any, symmetric: bool,
-    signed_values: bool,
-) -> tuple[dict[str, Any], str]:
-    """Every public parameter of :func:`lowrank` checked, without the data: (parameters, neighbouring relation)."""
-    from dppca_dask.accounting.hardt_roth import entry_relation, row_change_relation
-    from dppca_dask.algorithms.private_power import DEFAULT_PRIVATE_POWER_N_ITER
-    from dppca_dask.algorithms.randomized_response import DEFAULT_MAX_DENSE_BYTES
-
-    if mechanism not in mechanism_names("lowrank"):
-        raise InvalidParameterError(
-            f"mechanism must be one of {', '.join(mechanism_names('lowrank'))}; got {mechanism!r}"
-        )
-    for name, flag in (("truncate", truncate), ("c_doubling", c_doubling), ("symmetric", symmetric),
-                       ("signed_values", signed_values)):
-        if not isinstance(flag, (bool, np.bool_)):  # bool("False") is True: never coerce a flag
-            raise InvalidParameterError(f"{name} must be True or False; got {flag!r}")
-    given = {
-        "oversampling": oversampling != 2, "projection": projection != "paper", "prune_alpha": prune_alpha != 1.0,
-        "left_factor": left_factor != "orthonormal", "truncate": bool(truncate),
-        "max_dense_bytes": max_dense_bytes is not None, "entry_bound": entry_bound != 1.0,
-        "coherence": coherence is not None, "c_doubling": bool(c_doubling), "n_iter": n_iter is not None,
-        "symmetric": bool(symmetric), "signed_values": bool(signed_values), "row_norm_bound": row_norm_bound != 1.0,
-        "row_change_bound": row_change_bound is not None,
-    }
-    allowed = set(_SPECIFIC[mechanism]) | (set(_ROW_PARAMETERS) if mechanism != "private-power" else set())
-    wrong = [name for name, is_set in given.items() if is_set and name not in allowed]
-    if wrong:
-        raise InvalidParameterError(f"{', '.join(wrong)} do not apply to mechanism={mechanism!r}")
-    epsilon = _positive("epsilon", epsilon)
-    if epsilon > MAX_EPSILON:
-        raise InvalidParameterError(
-            f"epsilon must be <= {MAX_EPSILON:g} (a larger epsilon protects nothing); got {epsilon:g}"
-        )
-    try:
-        delta = float(delta)
-    except (TypeError, ValueError):
-        raise InvalidParameterError(f"delta must be a number; got {delta!r}") from None
-    if not MIN_DELTA <= delta < 1.0:
-        raise InvalidParameterError(
-            f"delta must be in [{MIN_DELTA:g}, 1); got {delta}; pass e.g. delta=1e-6 (or below 1/n_rows)"
-        )
-    rank = _integer("rank", rank, 1, maximum=MAX_RANK)
-    if calibration not in ("standard", "paper"):
-        raise InvalidParameterError(f"calibration must be 'standard' or 'paper'; got {calibration!r}")
-    parameters: dict[str, Any] = {"mechanism": mechanism, "epsilon": epsilon, "delta": delta, "rank": rank,
-                                  "calibration": calibration}
-    if mechanism == "private-power":
-        entry_bound = _bounded("entry_bound", entry_bound)
-        if coherence is not None:
-            coherence = _bounded("coherence", coherence)
-            if coherence < 1.0:
-                raise InvalidParameterError(
-                    f"coherence must be >= 1 (the coherence of any matrix is >= 1); got {coherence}"
-                )
-        iters = DEFAULT_PRIVATE_POWER_N_ITER if n_iter is None else _integer("n_iter", n_iter, 1, maximum=MAX_N_ITER)
-        if rank > 1 and not symmetric:
-            raise InvalidParameterError(
-                f"mechanism='private-power' with rank={rank} needs symmetric=True (a symmetric PSD store); use "
-                "mechanism='private-low-rank' for an asymmetric store"
-            )
-        parameters.update(entry_bound=entry_bound, coherence=coherence, c_doubling=bool(c_doubling),
-                          n_iter=iters, symmetric=bool(symmetric), signed_values=bool(signed_values))
-        neighbouring = entry_relation(entry_bound)
-    else:
-        clip = _bounded("row_norm_bound", row_norm_bound, allow_inf=True)
-        if row_change_bound is None:
-            if math.isinf(clip):
-                raise InvalidParameterError(
-                    "row_norm_bound=inf leaves rows unbounded; give row_change_bound (the L2 change of one row the "
-                    "guarantee covers) or a finite row_norm_bound"
-                )
-            change = clip
-        else:
-            change = _bounded("row_change_bound", row_change_bound)
-        parameters.update(row_norm_bound=clip, row_change_bound=change)
-        neighbouring = row_change_relation(change)
-        if mechanism == "private-low-rank":
-            oversampling = _integer("oversampling", oversampling, 0, maximum=MAX_RANK)
-            prune_alpha = _positive("prune_alpha", prune_alpha)
-            if left_factor not in ("orthonormal", "pruned"):
-                raise InvalidParameterError(f"left_factor must be 'orthonormal' or 'pruned'; got {left_factor!r}")
-            if projection not in ("paper", "tight"):
-                raise InvalidParameterError(f"projection must be 'paper' or 'tight'; got {projection!r}")
-            parameters.update(oversampling=oversampling, projection=projection, prune_alpha=prune_alpha,
-                              left_factor=left_factor, truncate=bool(truncate))
-        else:
-            limit = DEFAULT_MAX_DENSE_BYTES if max_dense_bytes is None else _integer("max_dense_bytes",
-                                                                                     max_dense_bytes, 1)
-            parameters.update(max_dense_bytes=limit)
-    return parameters, neighbouring
-
-
-@dataclass(frozen=True)
-class LowRankPlan:
-    """What a complete :func:`lowrank` run on a store of a given (public) shape releases, known before the run."""
-
-    mechanism: str
-    neighbouring: str
-    """The relation the guarantee is stated for."""
-    events: tuple[Any, ...]
-    """The DpEvents a complete run emits (the same accounting as the run's report): a ledger reserves these."""
-    parameters: Mapping[str, Any]
-    calibration: Mapping[str, Any]
-    """Public calibrated constants."""
-
-
-def _plan_shape(p: Mapping[str, Any], neighbouring: str, n_rows: int, n_cols: int) -> LowRankPlan:
-    from dp_accounting import dp_event
-
-    from dppca_dask.accounting.hardt_roth import calibrate_private_low_rank, rr_sigma
-    from dppca_dask.algorithms.private_power import planned_private_power
-    from dppca_dask.algorithms.randomized_response import dense_bytes_needed
-
-    mechanism, epsilon, delta, rank, calibration = p["mechanism"], p["epsilon"], p["delta"], p["rank"], p["calibration"]
-    if mechanism == "private-low-rank":
-        width = rank + p["oversampling"]
-        if width > min(n_rows, n_cols):
-            raise InvalidParameterError(
-                f"rank + oversampling = {width} must be <= min(n_rows, n_cols) = {min(n_rows, n_cols)}; lower them"
-            )
-        cal = calibrate_private_low_rank(epsilon=epsilon, delta=delta, rank=rank, oversampling=p["oversampling"],
-                                         calibration=calibration, projection=p["projection"])
-        calibration_info = cal.to_dict()
-        events = list(cal.events())
-    elif mechanism == "randomized-response":
-        if rank > min(n_rows, n_cols):
-            raise InvalidParameterError(f"rank must be <= min(n_rows, n_cols) = {min(n_rows, n_cols)}; got {rank}")
-        need = dense_bytes_needed(n_rows, n_cols)
-        if need > p["max_dense_bytes"]:
-            raise InvalidParameterError(
-                f"randomized-response densifies the {n_rows}x{n_cols} matrix at the coordinator and would need about "
-                f"{need / 2**30:.2f} GiB ({need} bytes), more than max_dense_bytes={p['max_dense_bytes']}; "
-                "use mechanism='private-low-rank', or raise max_dense_bytes if the coordinator has the memory"
-            )
-        sigma = rr_sigma(epsilon, delta, calibration=calibration)
-        calibration_info = {"sigma": sigma, "calibration": calibration}
-        events = [dp_event.GaussianDpEvent(sigma)]
-    else:
-        if rank > n_cols:
-            raise InvalidParameterError(f"rank must be <= the number of columns ({n_cols}); got {rank}")
-        pp = planned_private_power(
-            n_rows=n_rows, n_cols=n_cols, epsilon=epsilon, delta=delta, n_iter=p["n_iter"], n_components=rank,
-            symmetric=p["symmetric"], coherence=p["coherence"], c_doubling=p["c_doubling"], calibration=calibration,
-            release_values=True,
-        )
-        calibration_info = pp.to_dict()
-        events = list(pp.events())
-    return LowRankPlan(mechanism=mechanism, neighbouring=neighbouring, events=tuple(events), parameters=dict(p),
-                       calibration=calibration_info)
-
-
-#: Defaults of :func:`lowrank`'s public parameters (for planning without running).
-_PLAN_DEFAULTS: dict[str, Any] = {
-    "mechanism": "private-low-rank", "oversampling": 2, "calibration": "standard", "projection": "paper",
-    "prune_alpha": 1.0, "left_factor": "orthonormal", "truncate": False, "row_norm_bound": 1.0,
-    "row_change_bound": None, "max_dense_bytes": None, "entry_bound": 1.0, "coherence": None,
-    "c_doubling": False, "n_iter": None, "symmetric": False, "signed_values": False,
-}
-
-
-def validate_lowrank(*, rank: Any, epsilon: Any, delta: Any, **parameters: Any) -> dict[str, Any]:
-    """Every public parameter of :func:`lowrank` checked with its defaults, without the data (the same errors)."""
-    unknown = sorted(set(parameters) - set(_PLAN_DEFAULTS))
-    if unknown:
-        raise InvalidParameterError(f"unknown lowrank parameters: {', '.join(unknown)}")
-    return _validate(rank=rank, epsilon=epsilon, delta=delta, **{**_PLAN_DEFAULTS, **parameters})[0]
-
-
-def plan_lowrank(
-    n_rows: int, n_cols: int, *, rank: int, epsilon: float, delta: float, **parameters: Any
-) -> LowRankPlan:
-    """Plan a :func:`lowrank` run on an n_rows×n_cols store from public parameters only (nothing is read).
-
-    Validates every parameter exactly as :func:`lowrank` does (the same errors) and returns the relation and the
-    DpEvents a complete run emits, under either calibration; the job runner reserves these before the run.
-    ``parameters`` are :func:`lowrank`'s keyword arguments (``mechanism``, ``oversampling``, ...).
-    """
-    unknown = sorted(set(parameters) - set(_PLAN_DEFAULTS))
-    if unknown:
-        raise InvalidParameterError(f"unknown lowrank parameters: {', '.join(unknown)}")
-    params, neighbouring = _validate(rank=rank, epsilon=epsilon, delta=delta, **{**_PLAN_DEFAULTS, **parameters})
-    return _plan_shape(params, neighbouring, _integer("n_rows", n_rows, 1), _integer("n_cols", n_cols, 1))
 
 
 def _make_run(mechanism: str, p: Mapping[str, Any], n_cols: int, noise: Any) -> Any:

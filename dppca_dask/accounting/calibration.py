@@ -456,6 +456,35 @@ def _search(
     return _solve(fine, epsilon, _bracket(fine, epsilon, m_coarse, 1.003), _RTOL)
 
 
+def _check_adaptive_parameters(*, epsilon: float, delta: float, n_iter: int, n_components: int, accountant: str,
+                               failure_delta_share: float, svt_share: float, epsilon_svt: float | None) -> None:
+    """:func:`calibrate_adaptive_power`'s parameters checked (:class:`InvalidParameterError` for the first wrong)."""
+    _check_target(epsilon, delta)
+    if delta < MIN_PLD_DELTA:
+        raise InvalidParameterError(
+            f"delta must be >= {MIN_PLD_DELTA:g} for adaptive power iteration (the PLD accountant is not accurate "
+            f"below); got {delta:g}"
+        )
+    _check_count("n_iter", n_iter)
+    _check_count("n_components", n_components)
+    if n_iter * n_components > MAX_RELEASES:
+        raise InvalidParameterError(
+            f"n_iter × n_components must be <= {MAX_RELEASES}; got {n_iter} × {n_components} = "
+            f"{n_iter * n_components}; use fewer iterations (a few suffice: the default is 5)"
+        )
+    if accountant not in ("pld", "rdp"):
+        raise InvalidParameterError(f"accountant must be 'pld' or 'rdp'; got {accountant!r}")
+    if not (0.0 <= failure_delta_share < 1.0):
+        raise InvalidParameterError(f"failure_delta_share must be in [0, 1); got {failure_delta_share}; e.g. 0.01")
+    if epsilon_svt is None:
+        if not (0.0 < svt_share < 1.0):
+            raise InvalidParameterError(
+                f"svt_share must be in (0, 1); got {svt_share}; or pass epsilon_svt explicitly"
+            )
+    elif not (math.isfinite(epsilon_svt) and 0 < epsilon_svt <= 700):
+        raise InvalidParameterError(f"epsilon_svt must be in (0, 700]; got {epsilon_svt}")
+
+
 def calibrate_adaptive_power(
     *,
     epsilon: float,
@@ -533,30 +562,9 @@ def calibrate_adaptive_power(
     >>> round(cal.noise_multiplier, 2)  # doctest: +SKIP
     15.26
     """
-    _check_target(epsilon, delta)
-    if delta < MIN_PLD_DELTA:
-        raise InvalidParameterError(
-            f"delta must be >= {MIN_PLD_DELTA:g} for adaptive power iteration (the PLD accountant is not accurate "
-            f"below); got {delta:g}"
-        )
-    _check_count("n_iter", n_iter)
-    _check_count("n_components", n_components)
-    if n_iter * n_components > MAX_RELEASES:
-        raise InvalidParameterError(
-            f"n_iter × n_components must be <= {MAX_RELEASES}; got {n_iter} × {n_components} = "
-            f"{n_iter * n_components}; use fewer iterations (a few suffice: the default is 5)"
-        )
-    if accountant not in ("pld", "rdp"):
-        raise InvalidParameterError(f"accountant must be 'pld' or 'rdp'; got {accountant!r}")
-    if not (0.0 <= failure_delta_share < 1.0):
-        raise InvalidParameterError(f"failure_delta_share must be in [0, 1); got {failure_delta_share}; e.g. 0.01")
-    if epsilon_svt is None:
-        if not (0.0 < svt_share < 1.0):
-            raise InvalidParameterError(
-                f"svt_share must be in (0, 1); got {svt_share}; or pass epsilon_svt explicitly"
-            )
-    elif not (math.isfinite(epsilon_svt) and 0 < epsilon_svt <= 700):
-        raise InvalidParameterError(f"epsilon_svt must be in (0, 700]; got {epsilon_svt}")
+    _check_adaptive_parameters(epsilon=epsilon, delta=delta, n_iter=n_iter, n_components=n_components,
+                               accountant=accountant, failure_delta_share=failure_delta_share, svt_share=svt_share,
+                               epsilon_svt=epsilon_svt)
 
     count = n_iter * n_components
     rho_total = zcdp_rho_for(epsilon, delta=delta)

@@ -197,6 +197,47 @@ def _unit(x: np.ndarray) -> np.ndarray:
     return scaled / float(np.linalg.norm(scaled))
 
 
+def _resumed(resume: AdaptivePowerState | None, *, n_iter: int, n_points: int, svt_step: Any, gauss_step: Any
+             ) -> tuple[list[Any], tuple[np.ndarray, ...], list[list[float]], tuple[float, ...], int, int,
+                        np.ndarray | None, int | None]:
+    """Where a run starts: from scratch, or from the released state of an interrupted run. Returns (the events
+    already emitted, components, thresholds, norms, first component, first iteration, current iterate, the index
+    an AboveThreshold step released just before the interruption)."""
+    events: list[Any] = []
+    if resume is None:
+        return events, (), [], (), 0, 0, None, None
+    pending = resume.pending_index
+    if pending is not None and not 0 <= pending < n_points:
+        raise InvalidParameterError(
+            f"resume.pending_index must be a grid index in [0, {n_points}); got {pending}; "
+            "resume with the state the interrupted run wrote"
+        )
+    done = resume.component * n_iter + resume.iteration
+    events.extend([svt_step, gauss_step] * done)
+    if pending is not None:
+        events.append(svt_step)  # released before the interruption; reused, never drawn again
+    return (events, tuple(resume.components), [list(t) for t in resume.thresholds], tuple(resume.norms),
+            resume.component, resume.iteration, resume.x, pending)
+
+
+def threshold_index(aggregate: Any, *, n_points: int, cutoff: float, epsilon_svt: float, noise: NoiseSource,
+                     release: str, svt_form: str, rho_scale: float, nu_scale: float) -> int:
+    """The AboveThreshold step on the filtered-row counts of one iteration (Alg. 1 line 4): the released grid
+    index of θ (0 when no answer: θ = c², nothing filtered)."""
+    filtered_counts = np.cumsum(aggregate.histogram[:n_points])  # F_0 <= F_1 <= ... <= F_J
+    svt = above_threshold(
+        filtered_counts[::-1],  # search from the smallest θ (j = J) upward, Alg. 1 line 4
+        cutoff=cutoff,
+        epsilon=epsilon_svt,
+        noise=noise,
+        release=release,
+        form=svt_form,
+        threshold_scale=rho_scale,
+        query_scale=nu_scale,
+    )
+    return 0 if svt.index is None else n_points - 1 - svt.index
+
+
 def adaptive_power_run(
     *,
     n_cols: int,
@@ -297,28 +338,8 @@ def adaptive_power_run(
     svt_step = EpsilonDeltaDpEvent(float(epsilon_svt), svt_step_delta(epsilon_svt, pass_delta, n_releases))
     gauss_step = GaussianDpEvent(noise_multiplier)
 
-    events: list[Any] = []
-    components: tuple[np.ndarray, ...] = ()
-    thresholds: list[list[float]] = []
-    norms: tuple[float, ...] = ()
-    first_component, first_iteration = 0, 0
-    x: np.ndarray | None = None
-    pending: int | None = None
-    if resume is not None:
-        components = tuple(resume.components)
-        thresholds = [list(t) for t in resume.thresholds]
-        norms = tuple(resume.norms)
-        first_component, first_iteration, x = resume.component, resume.iteration, resume.x
-        pending = resume.pending_index
-        if pending is not None and not 0 <= pending < n_points:
-            raise InvalidParameterError(
-                f"resume.pending_index must be a grid index in [0, {n_points}); got {pending}; "
-                "resume with the state the interrupted run wrote"
-            )
-        done = resume.component * n_iter + resume.iteration
-        events.extend([svt_step, gauss_step] * done)
-        if pending is not None:
-            events.append(svt_step)  # released before the interruption; reused below, never drawn again
+    events, components, thresholds, norms, first_component, first_iteration, x, pending = _resumed(
+        resume, n_iter=n_iter, n_points=n_points, svt_step=svt_step, gauss_step=gauss_step)
 
     def emit(state: AdaptivePowerState) -> None:
         if on_release is not None:
@@ -340,18 +361,9 @@ def adaptive_power_run(
             if pending is not None:
                 index, pending = pending, None  # the released answer of the interrupted run
             else:
-                filtered_counts = np.cumsum(aggregate.histogram[:n_points])  # F_0 <= F_1 <= ... <= F_J
-                svt = above_threshold(
-                    filtered_counts[::-1],  # search from the smallest θ (j = J) upward, Alg. 1 line 4
-                    cutoff=cutoff,
-                    epsilon=epsilon_svt,
-                    noise=noise,
-                    release=release_key(k, t, "svt"),
-                    form=svt_form,
-                    threshold_scale=rho_scale,
-                    query_scale=nu_scale,
-                )
-                index = 0 if svt.index is None else n_points - 1 - svt.index  # no answer: θ = c², nothing filtered
+                index = threshold_index(aggregate, n_points=n_points, cutoff=cutoff, epsilon_svt=epsilon_svt,
+                                         noise=noise, release=release_key(k, t, "svt"), svt_form=svt_form,
+                                         rho_scale=rho_scale, nu_scale=nu_scale)
                 events.append(svt_step)
                 emit(AdaptivePowerState(component=k, iteration=t, x=x, components=components,
                                         thresholds=tuple(tuple(v) for v in thresholds), pending_index=index))

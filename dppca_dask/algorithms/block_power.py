@@ -47,13 +47,13 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask.algorithms.adaptive_power import DEFAULT_PASS_DELTA, pass_row_budget
+from dppca_dask.algorithms.adaptive_power import DEFAULT_PASS_DELTA, pass_row_budget, threshold_index
 from dppca_dask.algorithms.requests import AlgorithmRun
 from dppca_dask.diagnostics import block_noise_to_signal, diagnostics, mean_noise_to_signal, top_singular_values
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.kernels import block as B
-from dppca_dask.mechanisms import NoiseSource, above_threshold, gaussian_mechanism, svt_scales
+from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism, svt_scales
 from dppca_dask.mechanisms.centred import ExplainedVariance, private_mean, private_variances
 from dppca_dask.storage.validate import safe_norm
 
@@ -456,6 +456,163 @@ def _clipped_once(reused: float | None, row_norm_bound: float, clipped_multiplie
     return (yield from release_clipped_fraction(row_norm_bound, clipped_multiplier=clipped_multiplier, noise=noise))
 
 
+def _check_block_parameters(
+    *, n_cols: int, n_iter: int, n_components: int, oversample: int, center: str | np.ndarray | None,
+    mean_multiplier: float | None, row_norm_bound: float | AutoBound, grid: ThresholdGrid,
+) -> tuple[int, np.ndarray | None, AutoBound | None, float, ThresholdGrid, float]:
+    """:func:`block_power_run`'s public parameters checked: returns (the block's width, the given mean, the
+    automatic bound, the bound c (the largest candidate while an automatic one is not released yet), the threshold
+    grid for it, the centred rows' bound c + r)."""
+    if isinstance(n_iter, bool) or not isinstance(n_iter, (int, np.integer)) or n_iter < 1:
+        raise InvalidParameterError(f"n_iter must be an integer >= 1; got {n_iter!r}")
+    if not 1 <= n_components <= n_cols:
+        raise InvalidParameterError(f"n_components must be in [1, {n_cols}]; got {n_components}")
+    if isinstance(oversample, bool) or not isinstance(oversample, (int, np.integer)) or oversample < 0:
+        raise InvalidParameterError(f"oversample must be an integer >= 0; got {oversample!r}")
+    width = min(n_cols, n_components + int(oversample))
+    mean = check_center(center, n_cols, mean_multiplier)
+    auto = row_norm_bound if isinstance(row_norm_bound, AutoBound) else None
+    if auto is not None:
+        row_norm_bound = float(auto.grid.values[-1])  # validated below as the largest candidate; replaced by the release
+        grid = ThresholdGrid.for_bound(centred_bound(row_norm_bound, center), per_octave=grid.per_octave,
+                                       octaves=(grid.n_points - 1) // grid.per_octave)
+    assert not isinstance(row_norm_bound, AutoBound)
+    bound = centred_bound(row_norm_bound, center)
+    if grid.top < bound * bound * (1.0 - 1e-12):
+        raise InvalidParameterError(
+            f"the grid's top {grid.top:g} is below (c + r)² = {bound * bound:g} for the centred rows' bound "
+            f"(c = {row_norm_bound:g}, r = {bound - row_norm_bound:g}); build the grid with "
+            "ThresholdGrid.for_bound(centred_bound(c, center))"
+        )
+    return width, mean, auto, row_norm_bound, grid, bound
+
+
+def _resumed_block(resume: BlockPowerState | None, *, n_iter: int, n_cols: int, width: int
+                   ) -> tuple[int, int | None, np.ndarray | None, np.ndarray | None, list[float]]:
+    """Where a block run starts: from scratch, or from the released state of an interrupted run (checked against
+    this run). Returns (the first iteration, the index an AboveThreshold step released just before the
+    interruption, the iterate, the last Gaussian release, the released thresholds)."""
+    if resume is None:
+        return 0, None, None, None, []
+    first, pending, x, noisy = resume.iteration, resume.pending_index, resume.x, resume.released
+    if not 0 <= first <= n_iter or (x is None and (first > 0 or pending is not None)):
+        raise InvalidParameterError(
+            f"resume.iteration must be in [0, {n_iter}] with a released iterate; got {first}; resume with the "
+            "state the interrupted run wrote"
+        )
+    if x is not None and x.shape != (n_cols, width):
+        raise InvalidParameterError(
+            f"resume.x must have shape ({n_cols}, {width}) for this run; got {x.shape}; resume with the same "
+            "parameters as the interrupted run"
+        )
+    if first > 0 and (noisy is None or noisy.shape != (n_cols, width)):
+        raise InvalidParameterError(
+            "resume.released must hold the last Gaussian release of the interrupted run; resume with the state "
+            "it wrote"
+        )
+    thresholds = list(resume.thresholds[0]) if resume.thresholds else []
+    if len(thresholds) != first:
+        raise InvalidParameterError(
+            f"resume.thresholds must hold one released threshold per released iteration ({first}); got "
+            f"{len(thresholds)}"
+        )
+    return first, pending, x, noisy, thresholds
+
+
+def _block_start(start: np.ndarray | None, noise: NoiseSource, *, shape: tuple[int, int], release: str) -> np.ndarray:
+    """The first iterate: the given start, or a Gaussian block drawn from ``noise`` (pure noise), orthonormalised."""
+    if start is None:
+        with noise.release(release, data_independent=True):  # the start is pure noise
+            start = noise.gaussian(1.0, size=shape)
+    return _orthonormal(np.asarray(start, dtype=np.float64).reshape(shape))
+
+
+def _block_noise_to_signal(noisy: np.ndarray, thresholds: list[float], *, n_components: int,
+                           noise_multiplier: float, mean_multiplier: float | None, row_norm_bound: float,
+                           mean_count: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """The diagnostics' noise-to-signal ratios of the components and the released sizes λ̂_j (from released values
+    only): the last release's noise (std m·θ_T) against the block, and the private mean's artefact when the rows
+    were centred on a released mean (``mean_multiplier``)."""
+    noise_to_signal = (block_noise_to_signal(noisy, sigma=noise_multiplier * thresholds[-1],
+                                             n_components=n_components)
+                       if thresholds else np.ones(n_components))  # noise of the last release: std m·θ_T
+    signal = top_singular_values(noisy, n_components)  # released sizes λ̂_j, for the mean's artefact
+    if mean_multiplier is not None:
+        noise_to_signal = np.maximum(noise_to_signal, mean_noise_to_signal(
+            signal, row_norm_bound=row_norm_bound, mean_multiplier=mean_multiplier, mean_count=mean_count,
+            dim=noisy.shape[0]))
+    return noise_to_signal, signal
+
+
+def _svt_setup(epsilon_svt: float, *, svt_form: str, cutoff: float, n_points: int, n_iter: int, pass_delta: float,
+               top_m: int | None) -> tuple[float, float, int, Any]:
+    """The block run's AboveThreshold steps: (threshold scale, query scale, rows returned per partition, the
+    event of each step with the pass it may cause)."""
+    from dppca_dask.accounting import svt_step_delta
+    from dppca_dask.accounting.events import EpsilonDeltaDpEvent
+
+    rho_scale, nu_scale = svt_scales(epsilon_svt, form=svt_form)
+    budget = pass_row_budget(cutoff=cutoff, threshold_scale=rho_scale, query_scale=nu_scale, n_queries=n_points,
+                             n_releases=n_iter, pass_delta=pass_delta)
+    top_m = budget if top_m is None else max(int(top_m), budget)
+    svt_step = EpsilonDeltaDpEvent(float(epsilon_svt), svt_step_delta(epsilon_svt, pass_delta, n_iter))
+    return rho_scale, nu_scale, top_m, svt_step
+
+
+def _resumed_events(first: int, pending: int | None, *, svt_step: Any, noise_multiplier: float) -> list[Any]:
+    """The events of the iterations an interrupted run released (and of its AboveThreshold step released just
+    before the interruption, whose index is reused, never drawn again)."""
+    from dp_accounting import GaussianDpEvent
+
+    events: list[Any] = [svt_step, GaussianDpEvent(noise_multiplier)] * first if first else []
+    if pending is not None:
+        events.append(svt_step)
+    return events
+
+
+def _row_norm_bound_once(auto: AutoBound, resume: BlockPowerState | None, noise: NoiseSource
+                         ) -> Generator[Any, Any, tuple[float, Any, bool]]:
+    """The automatic bound c: released now, or the one an interrupted run released. Returns (c, its event,
+    whether it was released before)."""
+    from dppca_dask.accounting.events import EpsilonDeltaDpEvent
+
+    if resume is not None and resume.row_norm_bound is not None:  # released before the interruption
+        return float(resume.row_norm_bound), EpsilonDeltaDpEvent(float(auto.epsilon), 0.0), True
+    row_norm_bound, quantile_event = yield from release_row_norm_bound(auto, noise)
+    return row_norm_bound, quantile_event, False
+
+
+def _private_mean_once(resume: BlockPowerState | None, row_norm_bound: float, *, n_cols: int, mean_multiplier: float,
+                       noise: NoiseSource) -> Generator[Any, Any, tuple[np.ndarray, Any, Any, bool]]:
+    """The private mean: released now, or the one an interrupted run released. Returns (mean, its count, its
+    event, whether it was released before)."""
+    if resume is not None and resume.mean is not None:  # released before the interruption
+        mean = np.asarray(resume.mean, dtype=np.float64)
+        if mean.shape != (n_cols,):
+            raise InvalidParameterError(f"resume.mean must have length {n_cols}; got shape {mean.shape}")
+        from dp_accounting import GaussianDpEvent
+
+        return mean, resume.mean_count, GaussianDpEvent(mean_multiplier), True
+    mean, mean_count, mean_event = yield from release_private_mean(
+        row_norm_bound, mean_multiplier=mean_multiplier, noise=noise)
+    return mean, mean_count, mean_event, False
+
+
+def _explained_variance_once(resume: BlockPowerState | None, components: np.ndarray, row_norm_bound: float,
+                             mean: np.ndarray | None, *, centred_row_bound: float, variance_multiplier: float,
+                             noise: NoiseSource) -> Generator[Any, Any, tuple[Any, Any, bool]]:
+    """The explained variance: released now, or the one an interrupted run released. Returns (variance, its
+    event, whether it was released before)."""
+    if resume is not None and resume.variance is not None:  # released before the interruption
+        from dp_accounting import GaussianDpEvent
+
+        return resume.variance, GaussianDpEvent(variance_multiplier), True
+    variance, variance_event = yield from release_explained_variance(
+        components, row_norm_bound, mean, centred_row_bound=centred_row_bound,
+        variance_multiplier=variance_multiplier, noise=noise)
+    return variance, variance_event, False
+
+
 def block_power_run(
     *,
     n_cols: int,
@@ -525,68 +682,18 @@ def block_power_run(
     (sensitivity θ: see the module docstring), then the variance's ``GaussianDpEvent(variance_multiplier)``. The
     passes, task names and log lines depend on the data only through released values and the δ_pass event.
     """
-    from dppca_dask.accounting import svt_step_delta
-    from dppca_dask.accounting.events import EpsilonDeltaDpEvent
-
-    if isinstance(n_iter, bool) or not isinstance(n_iter, (int, np.integer)) or n_iter < 1:
-        raise InvalidParameterError(f"n_iter must be an integer >= 1; got {n_iter!r}")
-    if not 1 <= n_components <= n_cols:
-        raise InvalidParameterError(f"n_components must be in [1, {n_cols}]; got {n_components}")
-    if isinstance(oversample, bool) or not isinstance(oversample, (int, np.integer)) or oversample < 0:
-        raise InvalidParameterError(f"oversample must be an integer >= 0; got {oversample!r}")
-    width = min(n_cols, n_components + int(oversample))
-    mean = check_center(center, n_cols, mean_multiplier)
-    auto = row_norm_bound if isinstance(row_norm_bound, AutoBound) else None
-    if auto is not None:
-        row_norm_bound = float(auto.grid.values[-1])  # validated below as the largest candidate; replaced by the release
-        grid = ThresholdGrid.for_bound(centred_bound(row_norm_bound, center), per_octave=grid.per_octave,
-                                       octaves=(grid.n_points - 1) // grid.per_octave)
-    assert not isinstance(row_norm_bound, AutoBound)
-    bound = centred_bound(row_norm_bound, center)
-    if grid.top < bound * bound * (1.0 - 1e-12):
-        raise InvalidParameterError(
-            f"the grid's top {grid.top:g} is below (c + r)² = {bound * bound:g} for the centred rows' bound "
-            f"(c = {row_norm_bound:g}, r = {bound - row_norm_bound:g}); build the grid with "
-            "ThresholdGrid.for_bound(centred_bound(c, center))"
-        )
-    rho_scale, nu_scale = svt_scales(epsilon_svt, form=svt_form)
+    width, mean, auto, row_norm_bound, grid, bound = _check_block_parameters(
+        n_cols=n_cols, n_iter=n_iter, n_components=n_components, oversample=oversample, center=center,
+        mean_multiplier=mean_multiplier, row_norm_bound=row_norm_bound, grid=grid)
     n_points = grid.n_points
-    budget = pass_row_budget(cutoff=cutoff, threshold_scale=rho_scale, query_scale=nu_scale, n_queries=n_points,
-                             n_releases=n_iter, pass_delta=pass_delta)
-    top_m = budget if top_m is None else max(int(top_m), budget)
-    svt_step = EpsilonDeltaDpEvent(float(epsilon_svt), svt_step_delta(epsilon_svt, pass_delta, n_iter))
+    rho_scale, nu_scale, top_m, svt_step = _svt_setup(epsilon_svt, svt_form=svt_form, cutoff=cutoff, n_points=n_points,
+                                                      n_iter=n_iter, pass_delta=pass_delta, top_m=top_m)
     events: list[Any] = []
-    thresholds: list[float] = []
     mean_count: float | None = None
     clipped: float | None = None  # the released clipped fraction
     variance: ExplainedVariance | None = None
     released: float | None = None  # the released bound (row_norm_bound="auto")
-    x: np.ndarray | None = None
-    noisy: np.ndarray | None = None
-    first, pending = 0, None
-    if resume is not None:
-        first, pending, x, noisy = resume.iteration, resume.pending_index, resume.x, resume.released
-        if not 0 <= first <= n_iter or (x is None and (first > 0 or pending is not None)):
-            raise InvalidParameterError(
-                f"resume.iteration must be in [0, {n_iter}] with a released iterate; got {first}; resume with the "
-                "state the interrupted run wrote"
-            )
-        if x is not None and x.shape != (n_cols, width):
-            raise InvalidParameterError(
-                f"resume.x must have shape ({n_cols}, {width}) for this run; got {x.shape}; resume with the same "
-                "parameters as the interrupted run"
-            )
-        if first > 0 and (noisy is None or noisy.shape != (n_cols, width)):
-            raise InvalidParameterError(
-                "resume.released must hold the last Gaussian release of the interrupted run; resume with the state "
-                "it wrote"
-            )
-        thresholds = list(resume.thresholds[0]) if resume.thresholds else []
-        if len(thresholds) != first:
-            raise InvalidParameterError(
-                f"resume.thresholds must hold one released threshold per released iteration ({first}); got "
-                f"{len(thresholds)}"
-            )
+    first, pending, x, noisy, thresholds = _resumed_block(resume, n_iter=n_iter, n_cols=n_cols, width=width)
 
     def emit(stage: str, iteration: int, pending_index: int | None = None) -> None:
         if on_release is not None:
@@ -596,13 +703,10 @@ def block_power_run(
                 mean_count=mean_count, variance=variance, clipped_fraction=clipped), tuple(events))
 
     if auto is not None:
-        if resume is not None and resume.row_norm_bound is not None:  # released before the interruption
-            row_norm_bound = released = float(resume.row_norm_bound)
-            events.append(EpsilonDeltaDpEvent(float(auto.epsilon), 0.0))
-        else:
-            row_norm_bound, quantile_event = yield from release_row_norm_bound(auto, noise)
-            released = float(row_norm_bound)
-            events.append(quantile_event)
+        row_norm_bound, quantile_event, earlier = yield from _row_norm_bound_once(auto, resume, noise)
+        released = float(row_norm_bound)
+        events.append(quantile_event)
+        if not earlier:
             emit("row-norm-bound", 0)
         bound = centred_bound(row_norm_bound, center)
         grid = ThresholdGrid.for_bound(bound, per_octave=grid.per_octave, octaves=(grid.n_points - 1) // grid.per_octave)
@@ -619,43 +723,24 @@ def block_power_run(
             emit("clipped-fraction", 0)
     if isinstance(center, str):
         assert mean_multiplier is not None
-        if resume is not None and resume.mean is not None:  # released before the interruption
-            mean, mean_count = np.asarray(resume.mean, dtype=np.float64), resume.mean_count
-            if mean.shape != (n_cols,):
-                raise InvalidParameterError(f"resume.mean must have length {n_cols}; got shape {mean.shape}")
-            from dp_accounting import GaussianDpEvent
-
-            events.append(GaussianDpEvent(mean_multiplier))
-        else:
-            mean, mean_count, mean_event = yield from release_private_mean(
-                row_norm_bound, mean_multiplier=mean_multiplier, noise=noise)
-            events.append(mean_event)
+        mean, mean_count, mean_event, earlier = yield from _private_mean_once(
+            resume, row_norm_bound, n_cols=n_cols, mean_multiplier=mean_multiplier, noise=noise)
+        events.append(mean_event)
+        if not earlier:
             emit("mean", 0)
-    if x is None and start is not None:
-        x = _orthonormal(np.asarray(start, dtype=np.float64).reshape(n_cols, width))
     if x is None:
-        with noise.release(release_prefix + "block/init", data_independent=True):  # the start is pure noise
-            start = noise.gaussian(1.0, size=(n_cols, width))
-        x = _orthonormal(np.asarray(start, dtype=np.float64).reshape(n_cols, width))
+        x = _block_start(start, noise, shape=(n_cols, width), release=release_prefix + "block/init")
     if noisy is None:
         noisy = x
-    if first:
-        from dp_accounting import GaussianDpEvent
-
-        events.extend([svt_step, GaussianDpEvent(noise_multiplier)] * first)  # released before the interruption
-    if pending is not None:
-        events.append(svt_step)  # released before the interruption; its index is reused, never drawn again
+    events.extend(_resumed_events(first, pending, svt_step=svt_step, noise_multiplier=noise_multiplier))
     for t in range(first, n_iter):
         aggregate = yield BlockPowerStep(x=x, row_norm_bound=row_norm_bound, grid=grid, top_m=top_m, mean=mean)
         if pending is not None:
             index, pending = pending, None
         else:
-            filtered_counts = np.cumsum(aggregate.histogram[:n_points])
-            svt = above_threshold(filtered_counts[::-1], cutoff=cutoff, epsilon=epsilon_svt, noise=noise,
-                                  release=release_prefix + block_release_key(t, "svt"), form=svt_form,
-                                  threshold_scale=rho_scale,
-                                  query_scale=nu_scale)
-            index = 0 if svt.index is None else n_points - 1 - svt.index  # no answer: θ = c², nothing filtered
+            index = threshold_index(aggregate, n_points=n_points, cutoff=cutoff, epsilon_svt=epsilon_svt, noise=noise,
+                                    release=release_prefix + block_release_key(t, "svt"), svt_form=svt_form,
+                                    rho_scale=rho_scale, nu_scale=nu_scale)
             events.append(svt_step)
             emit("iteration", t, index)
         theta = float(grid.thetas[index])
@@ -674,25 +759,16 @@ def block_power_run(
         emit("iteration", t + 1)
     basis = ordered_basis(noisy)
     components = basis[:n_components]
-    noise_to_signal = (block_noise_to_signal(noisy, sigma=noise_multiplier * thresholds[-1],
-                                             n_components=n_components)
-                       if thresholds else np.ones(n_components))  # noise of the last release: std m·θ_T
-    signal = top_singular_values(noisy, n_components)  # released sizes λ̂_j, for the mean's artefact
-    if isinstance(center, str) and mean_multiplier is not None:
-        noise_to_signal = np.maximum(noise_to_signal, mean_noise_to_signal(
-            signal, row_norm_bound=row_norm_bound, mean_multiplier=mean_multiplier, mean_count=mean_count,
-            dim=n_cols))
+    noise_to_signal, signal = _block_noise_to_signal(
+        noisy, thresholds, n_components=n_components, noise_multiplier=noise_multiplier,
+        mean_multiplier=mean_multiplier if isinstance(center, str) else None, row_norm_bound=row_norm_bound,
+        mean_count=mean_count)
     if variance_multiplier is not None:
-        if resume is not None and resume.variance is not None:  # released before the interruption
-            from dp_accounting import GaussianDpEvent
-
-            variance = resume.variance
-            events.append(GaussianDpEvent(variance_multiplier))
-        else:
-            variance, variance_event = yield from release_explained_variance(
-                components, row_norm_bound, mean, centred_row_bound=bound, variance_multiplier=variance_multiplier,
-                noise=noise)
-            events.append(variance_event)
+        variance, variance_event, earlier = yield from _explained_variance_once(
+            resume, components, row_norm_bound, mean, centred_row_bound=bound,
+            variance_multiplier=variance_multiplier, noise=noise)
+        events.append(variance_event)
+        if not earlier:
             emit("explained-variance", n_iter)
         components, variance, order = sort_by_variance(components, variance)
         noise_to_signal, signal = noise_to_signal[order], signal[order]
@@ -935,7 +1011,7 @@ def block_constants(params: Any, *, center: str | np.ndarray | None, explained_v
                     norm_grid: Any, clipped_fraction: bool | None = None) -> tuple[CentredReleases, Any, Any]:
     """The releases of a block run before the joint scale: the side releases calibrated to their shares, the
     parameters of the iterations and their constants calibrated to the rest (:func:`plan_block_power`)."""
-    from dppca_dask.methods.adaptive_power import adaptive_constants
+    from dppca_dask.methods.adaptive_plan import adaptive_constants
 
     shared = plan_centred_releases(params, center=center, auto_bound=auto_bound, quantile=quantile,
                                    quantile_share=quantile_share, mean_share=mean_share,
@@ -994,7 +1070,7 @@ def plan_block_power(
     ``auto_bound``; false for runs whose caller released it).
     """
     from dppca_dask.methods._registry import MechanismPlan
-    from dppca_dask.methods.adaptive_power import _plan_adaptive_power
+    from dppca_dask.methods.adaptive_plan import _plan_adaptive_power
 
     shared, power_params, constants = block_constants(
         params, center=center, explained_variance=explained_variance, mean_share=mean_share,
@@ -1156,23 +1232,6 @@ def centring_options(mechanism: str, center: Any, row_norm_bound: Any) -> tuple[
             f"mechanism={mechanism!r}"
         )
     return options, (1.0 if auto else row_norm_bound)
-
-
-def plan_with_centring(params: Any, n_cols: int, options: CentringOptions) -> Any:
-    """The plan of a ``pca`` run with centring or an automatic bound: the block run for adaptive power (any k), the
-    centred Analyze Gauss run for Analyze Gauss; both release the explained variance."""
-    if isinstance(options.center, np.ndarray) and options.center.shape != (n_cols,):
-        raise InvalidParameterError(
-            f"a given center must have one entry per column ({n_cols}); got shape {options.center.shape}")
-    if params.mechanism == "analyze-gauss":
-        from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
-
-        return plan_centred_gauss(params, n_cols, center=options.center, auto_bound=options.auto_bound)
-    if params.mechanism == "auto":
-        from dppca_dask.algorithms.auto_choice import plan_auto
-
-        return plan_auto(params, n_cols, center=options.center, auto_bound=options.auto_bound)
-    return plan_block_power(params, n_cols, center=options.center, auto_bound=options.auto_bound)
 
 
 def result_fields(output: Any) -> dict[str, Any]:

@@ -64,6 +64,30 @@ class PrivateLowRankOutput:
     against its noise's public scale (the largest per-entry std), one figure per requested component (rank r)."""
 
 
+def _check_parameters(*, n_cols: int, rank: int, oversampling: int, row_norm_bound: float | None,
+                      row_change_bound: float, prune_alpha: float, left_factor: str) -> int:
+    """:func:`private_low_rank_run`'s public parameters checked; returns the sketch width k = r + p."""
+    for name, value in (("rank", rank), ("n_cols", n_cols)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise InvalidParameterError(f"{name} must be an integer >= 1; got {value!r}")
+    if isinstance(oversampling, bool) or not isinstance(oversampling, (int, np.integer)) or oversampling < 0:
+        raise InvalidParameterError(f"oversampling must be an integer >= 0; got {oversampling!r}")
+    width = int(rank) + int(oversampling)
+    if width > n_cols:
+        raise InvalidParameterError(
+            f"rank + oversampling must be <= the number of columns ({n_cols}); got {rank} + {oversampling}"
+        )
+    if not (math.isfinite(row_change_bound) and row_change_bound > 0):
+        raise InvalidParameterError(f"row_change_bound must be finite and > 0; got {row_change_bound}")
+    if row_norm_bound is not None and not row_norm_bound > 0:  # NaN too; inf: not clipped
+        raise InvalidParameterError(f"row_norm_bound must be > 0 (None or inf: not clipped); got {row_norm_bound}")
+    if not (prune_alpha > 0):
+        raise InvalidParameterError(f"prune_alpha must be > 0; got {prune_alpha}")
+    if left_factor not in ("orthonormal", "pruned"):
+        raise InvalidParameterError(f"left_factor must be 'orthonormal' or 'pruned'; got {left_factor!r}")
+    return width
+
+
 def private_low_rank_run(
     *,
     n_cols: int,
@@ -121,24 +145,8 @@ def private_low_rank_run(
     Ω is drawn from the noise source, sent to the workers for ``A'Ω`` and discarded; it never appears in a
     result. Implements Fig. 4 (lines 1–3) with Fig. 2 and Fig. 3.
     """
-    for name, value in (("rank", rank), ("n_cols", n_cols)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise InvalidParameterError(f"{name} must be an integer >= 1; got {value!r}")
-    if isinstance(oversampling, bool) or not isinstance(oversampling, (int, np.integer)) or oversampling < 0:
-        raise InvalidParameterError(f"oversampling must be an integer >= 0; got {oversampling!r}")
-    width = int(rank) + int(oversampling)
-    if width > n_cols:
-        raise InvalidParameterError(
-            f"rank + oversampling must be <= the number of columns ({n_cols}); got {rank} + {oversampling}"
-        )
-    if not (math.isfinite(row_change_bound) and row_change_bound > 0):
-        raise InvalidParameterError(f"row_change_bound must be finite and > 0; got {row_change_bound}")
-    if row_norm_bound is not None and not row_norm_bound > 0:  # NaN too; inf: not clipped
-        raise InvalidParameterError(f"row_norm_bound must be > 0 (None or inf: not clipped); got {row_norm_bound}")
-    if not (prune_alpha > 0):
-        raise InvalidParameterError(f"prune_alpha must be > 0; got {prune_alpha}")
-    if left_factor not in ("orthonormal", "pruned"):
-        raise InvalidParameterError(f"left_factor must be 'orthonormal' or 'pruned'; got {left_factor!r}")
+    width = _check_parameters(n_cols=n_cols, rank=rank, oversampling=oversampling, row_norm_bound=row_norm_bound,
+                              row_change_bound=row_change_bound, prune_alpha=prune_alpha, left_factor=left_factor)
     cal = calibrate_private_low_rank(
         epsilon=epsilon, delta=delta, rank=int(rank), oversampling=int(oversampling), calibration=calibration,
         projection=projection,

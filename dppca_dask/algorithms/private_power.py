@@ -143,6 +143,92 @@ def _unit_or_zero(x: np.ndarray) -> np.ndarray:
     return x / norm if norm > 0 else x
 
 
+def _check_run_parameters(*, n_iter: int, n_components: int, n_cols: int, symmetric: bool, entry_bound: float,
+                          coherence: float | None) -> None:
+    """:func:`private_power_run`'s public parameters checked (:class:`InvalidParameterError` for the first wrong)."""
+    for name, given in (("n_iter", n_iter), ("n_components", n_components), ("n_cols", n_cols)):
+        if isinstance(given, bool) or not isinstance(given, (int, np.integer)) or given < 1:
+            raise InvalidParameterError(f"{name} must be an integer >= 1; got {given!r}")
+    if not symmetric and n_components > 1:
+        raise InvalidParameterError(
+            f"n_components={n_components} needs symmetric=True: on an asymmetric store private power iteration "
+            "runs on the embedding [[0, A], [A^T, 0]], whose eigenvalues come in +/- pairs, and the paper's "
+            "deflation is defined only for positive semidefinite input (rank 1 only); store a PSD matrix "
+            "(e.g. A^T A) and pass symmetric=True, or use mechanism='private-low-rank'"
+        )
+    if not (math.isfinite(entry_bound) and entry_bound > 0):
+        raise InvalidParameterError(f"entry_bound must be finite and > 0; got {entry_bound}")
+    if coherence is not None and not (math.isfinite(coherence) and coherence >= 1.0):
+        raise InvalidParameterError(f"coherence must be finite and >= 1 (mu >= 1 always); got {coherence}")
+
+
+def _public_shape(n_cols: int, symmetric: bool) -> Any:
+    """The input's public shape, read before any release (rows per partition, no values): yields one request,
+    returns (the row offsets of the partitions, n_rows, the dimension N the iterates live in)."""
+    counts: RowSlices = yield RowCounts()
+    offsets = row_offsets(counts)
+    n_rows = int(offsets[-1])
+    if n_rows < 1:
+        raise InvalidInputError("the store has no rows; nothing to analyse")
+    if symmetric:
+        if n_rows != n_cols:
+            raise InvalidInputError(
+                f"symmetric=True needs a square store; got {n_rows} rows x {n_cols} columns; pass symmetric=False "
+                "to use the embedding [[0, A], [A^T, 0]] of an asymmetric matrix"
+            )
+        return offsets, n_rows, n_cols
+    return offsets, n_rows, n_rows + n_cols
+
+
+def _component_rounds(
+    i: int, *, ladder: Any, dimension: int, n_iter: int, entry_bound: float, factor: float, cal: Any, noise: Any,
+    c_doubling: bool, product: Callable[[np.ndarray], Any], as_vector: Callable[[Any], np.ndarray],
+    vectors: list[np.ndarray], values: list[float], events: list[Any], on_release: Any,
+) -> Any:
+    """Component ``i``'s noisy power rounds on each rung of the coherence ladder until one passes every check (Fig.
+    2, line 3): yields requests, appends the released events to ``events``; returns (the final unit iterate, the
+    releases emitted, the last release's noise-to-signal ratio, the rung's C, the rung's index)."""
+    emitted = 0
+    last_ratio = 1.0
+    for j, c_bound in enumerate(ladder):
+        x = _unit(secret_gaussian(noise, dimension, release=f"private-power/component-{i}/rung-{j}/start"))
+        limit = c_bound / dimension
+        std_scale = entry_bound * math.sqrt(limit)
+        failed_round: int | None = None
+        for t in range(1, n_iter + 1):
+            if c_bound < dimension and float(np.max(x * x)) > limit:  # Fig. 2, line 3(a)
+                failed_round = t
+                break
+            aggregate = yield product(x)
+            exact = _deflate(as_vector(aggregate), x, vectors, values)  # B_{i-1} x_{t-1}
+            del aggregate
+            noisy, event = gaussian_mechanism(  # Fig. 2, lines 3(b)-(c)
+                exact,
+                l2_sensitivity=factor * std_scale,
+                noise_multiplier=cal.noise_multiplier,
+                noise=noise,
+                release=f"private-power/component-{i}/rung-{j}/iter-{t}",
+            )
+            del exact
+            events.append(event)
+            emitted += 1
+            last_ratio = float(vector_noise_to_signal(  # released values only (post-processing)
+                [safe_norm(noisy)], sigma=cal.noise_multiplier * factor * std_scale, dim=dimension)[0])
+            x = _unit(noisy)  # Fig. 2, line 3(d)
+            if on_release is not None:
+                on_release(PrivatePowerState(i, j, t, c_bound), tuple(events))
+        if failed_round is None:
+            return x, emitted, last_ratio, c_bound, j
+        if not c_doubling:
+            raise MechanismFailedError(
+                f"private power iteration failed its coherence check before round {failed_round} of "
+                f"component {i}: an iterate has a squared coordinate above C/N for C={c_bound:g}, "
+                f"N={dimension}; the input is more coherent than C allows; raise coherence, or pass "
+                "c_doubling=True to search C privately"
+            )
+    raise AssertionError("the last rung is C = N, where the check cannot fail")
+
+
 def private_power_run(
     *,
     n_cols: int,
@@ -216,38 +302,12 @@ def private_power_run(
     vector ``x₀`` is data-independent Gaussian, normalised (spec §5). The accountant composes the events; σ and the
     split come from :func:`~dppca_dask.accounting.hardt_roth.calibrate_private_power`.
     """
-    for name, given in (("n_iter", n_iter), ("n_components", n_components), ("n_cols", n_cols)):
-        if isinstance(given, bool) or not isinstance(given, (int, np.integer)) or given < 1:
-            raise InvalidParameterError(f"{name} must be an integer >= 1; got {given!r}")
-    if not symmetric and n_components > 1:
-        raise InvalidParameterError(
-            f"n_components={n_components} needs symmetric=True: on an asymmetric store private power iteration "
-            "runs on the embedding [[0, A], [A^T, 0]], whose eigenvalues come in +/- pairs, and the paper's "
-            "deflation is defined only for positive semidefinite input (rank 1 only); store a PSD matrix "
-            "(e.g. A^T A) and pass symmetric=True, or use mechanism='private-low-rank'"
-        )
-    if not (math.isfinite(entry_bound) and entry_bound > 0):
-        raise InvalidParameterError(f"entry_bound must be finite and > 0; got {entry_bound}")
-    if coherence is not None and not (math.isfinite(coherence) and coherence >= 1.0):
-        raise InvalidParameterError(f"coherence must be finite and >= 1 (mu >= 1 always); got {coherence}")
+    _check_run_parameters(n_iter=n_iter, n_components=n_components, n_cols=n_cols, symmetric=symmetric,
+                          entry_bound=entry_bound, coherence=coherence)
 
     # -- the public structure of the input, before any release --------------------------------------------
-    passes = 0
-    counts: RowSlices = yield RowCounts()  # the public shape: rows per partition, no values read
-    passes += 1
-    offsets = row_offsets(counts)
-    n_rows = int(offsets[-1])
-    if n_rows < 1:
-        raise InvalidInputError("the store has no rows; nothing to analyse")
-    if symmetric:
-        if n_rows != n_cols:
-            raise InvalidInputError(
-                f"symmetric=True needs a square store; got {n_rows} rows x {n_cols} columns; pass symmetric=False "
-                "to use the embedding [[0, A], [A^T, 0]] of an asymmetric matrix"
-            )
-        dimension = n_cols
-    else:
-        dimension = n_rows + n_cols
+    offsets, n_rows, dimension = yield from _public_shape(n_cols, symmetric)
+    passes = 1
 
     ladder, cal = _ladder_and_calibration(
         dimension, epsilon=epsilon, delta=delta, n_iter=int(n_iter), n_components=int(n_components),
@@ -278,52 +338,15 @@ def private_power_run(
     released = 0
     x = np.zeros(dimension)
     noise_to_signal: list[float] = []
-    last_ratio = 1.0
     for i in range(n_components):
-        emitted = 0
-        success = False
-        for j, c_bound in enumerate(ladder):
-            x = _unit(secret_gaussian(noise, dimension, release=f"private-power/component-{i}/rung-{j}/start"))
-            limit = c_bound / dimension
-            std_scale = entry_bound * math.sqrt(limit)
-            failed_round: int | None = None
-            for t in range(1, n_iter + 1):
-                if c_bound < dimension and float(np.max(x * x)) > limit:  # Fig. 2, line 3(a)
-                    failed_round = t
-                    break
-                aggregate = yield product(x)
-                passes += 1
-                exact = _deflate(as_vector(aggregate), x, vectors, values)  # B_{i-1} x_{t-1}
-                del aggregate
-                noisy, event = gaussian_mechanism(  # Fig. 2, lines 3(b)-(c)
-                    exact,
-                    l2_sensitivity=factor * std_scale,
-                    noise_multiplier=cal.noise_multiplier,
-                    noise=noise,
-                    release=f"private-power/component-{i}/rung-{j}/iter-{t}",
-                )
-                del exact
-                events.append(event)
-                emitted += 1
-                released += 1
-                last_ratio = float(vector_noise_to_signal(  # released values only (post-processing)
-                    [safe_norm(noisy)], sigma=cal.noise_multiplier * factor * std_scale, dim=dimension)[0])
-                x = _unit(noisy)  # Fig. 2, line 3(d)
-                if on_release is not None:
-                    on_release(PrivatePowerState(i, j, t, c_bound), tuple(events))
-            if failed_round is None:
-                success = True
-                used.append(c_bound)
-                failed.append(j)
-                break
-            if not c_doubling:
-                raise MechanismFailedError(
-                    f"private power iteration failed its coherence check before round {failed_round} of "
-                    f"component {i}: an iterate has a squared coordinate above C/N for C={c_bound:g}, "
-                    f"N={dimension}; the input is more coherent than C allows; raise coherence, or pass "
-                    "c_doubling=True to search C privately"
-                )
-        assert success  # the last rung is C = N, where the check cannot fail
+        x, emitted, last_ratio, c_bound, j = yield from _component_rounds(
+            i, ladder=ladder, dimension=dimension, n_iter=n_iter, entry_bound=entry_bound, factor=factor, cal=cal,
+            noise=noise, c_doubling=c_doubling, product=product, as_vector=as_vector, vectors=vectors,
+            values=values, events=events, on_release=on_release)
+        passes += emitted
+        released += emitted
+        used.append(c_bound)
+        failed.append(j)
         noise_to_signal.append(last_ratio)
         reserved = cal.n_runs * cal.n_iter - emitted
         if reserved:

@@ -14,7 +14,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from dppca_dask import __version__
+from dppca_dask._version import __version__
 from dppca_dask.errors import DppcaError
 
 __all__ = ["main", "build_parser"]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dppca_dask.coordinator.client import connect
-from dppca_dask.coordinator.driver import Coordinator, LocalExecutor, StepPlan, register_request, run_algorithm
+from dppca_dask.coordinator.driver import Coordinator, LocalExecutor, StepPlan, register_request
 from dppca_dask.coordinator.preflight import preflight
+from dppca_dask.coordinator.run import run_algorithm
 from dppca_dask.coordinator.sources import PartitionData, PartitionSource, as_source
 
 

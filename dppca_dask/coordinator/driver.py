@@ -26,7 +26,6 @@ import dask
 import numpy as np
 
 from dppca_dask.algorithms.requests import (
-    AlgorithmRun,
     FilteredSum,
     GramMatrix,
     GramTimes,
@@ -39,8 +38,7 @@ from dppca_dask.coordinator.sources import PartitionData, PartitionSource, scatt
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels import power as K
 
-__all__ = ["Coordinator", "LocalExecutor", "StepPlan", "execute_request_locally", "load_partition", "register_request",
-           "run_algorithm"]
+__all__ = ["Coordinator", "LocalExecutor", "StepPlan", "execute_request_locally", "load_partition", "register_request"]
 
 log = logging.getLogger(__name__)
 
@@ -393,21 +391,3 @@ def _direct_gathers(client: Any) -> bool | None:
     from distributed import LocalCluster
 
     return True if isinstance(cluster, LocalCluster) else None
-
-
-def run_algorithm(executor: Coordinator | LocalExecutor, run: AlgorithmRun[Any]) -> Any:
-    """Drive an algorithm generator to completion: send each request's aggregate back until it returns.
-
-    Every partition is checked first (:func:`~dppca_dask.coordinator.preflight.preflight`), before the generator
-    starts and so before its first noise draw: bad input fails with nothing released.
-    """
-    from dppca_dask.coordinator.preflight import preflight
-
-    preflight(executor.source, executor)
-    try:
-        request = next(run)
-        while True:
-            aggregate = executor.execute(request)
-            request = run.send(aggregate)
-    except StopIteration as stop:
-        return stop.value

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from dppca_dask.coordinator.driver import Coordinator, LocalExecutor
 from dppca_dask.coordinator.guard import guarded, unwrap
 from dppca_dask.coordinator.sources import PartitionData, PartitionSource, as_source
 from dppca_dask.errors import InvalidInputError, InvalidParameterError
@@ -124,8 +125,6 @@ def preflight(source: Any, executor_or_coordinator: Any = None) -> int:
     InvalidInputError
         Invalid data (NaN, infinite values, overflowing row norms, bad indices), naming the partition and row.
     """
-    from dppca_dask.coordinator.driver import Coordinator, LocalExecutor
-
     if not isinstance(source, PartitionSource):
         source = as_source(source)
     check_width_fits(int(source.n_cols), where=f"store '{source.store.path}'" if source.store is not None

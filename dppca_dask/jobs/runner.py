@@ -524,10 +524,8 @@ def job_lock(ledger: Any, dataset: str, job_id: str) -> Iterator[None]:
 
 def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, progress: bool | None,
              allow_new_store: bool) -> JobOutcome:
-    from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.ledger import CHARGED, RESERVED, partition_identities
-    from dppca_dask.mechanisms import NoiseSource, default_sampler
-    from dppca_dask.methods import get_mechanism
+    from dppca_dask.mechanisms import NoiseSource
 
     job_id = spec.job_id(date)
     output = spec.output_dir(date)
@@ -536,72 +534,15 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
 
     # -- an earlier attempt of this job id ------------------------------------------------------------------
     previous = ledger.entry(dataset, job_id)
-    if previous is not None and previous.status == CHARGED and previous.outcome == "succeeded":
-        _finalise(output)  # a crash between the charge and the move of the result
-        if not os.path.exists(os.path.join(output, "result.json")):
-            raise LedgerError(
-                f"job '{job_id}' is charged to '{dataset}' as succeeded but its result is missing from "
-                f"'{output}'; it is not released again: restore the output, or give the run a new job id"
-            )
-        if (previous.mechanism != spec.mechanism or not math.isclose(previous.epsilon, spec.epsilon, rel_tol=1e-12)
-                or not math.isclose(previous.delta, spec.delta, rel_tol=1e-12)):
-            # (as the ledger refuses a reservation under this id: the saved result is not what this spec asks for)
-            raise LedgerError(
-                f"job id '{job_id}' already has an entry for dataset '{dataset}' with other parameters "
-                f"({previous.mechanism}, epsilon={previous.epsilon:g}, delta={previous.delta:g}); a job id stands "
-                "for one release, and its result is not this spec's: give the run a new job id (--job-id or --date)"
-            )
-        log.info("job %s already completed; nothing to do", job_id)
-        return JobOutcome(job_id, "already-completed", output, previous, _load_result(spec, output))
-    if _published(output, job_id):
-        raise LedgerError(
-            f"the output '{output}' already holds a result of job '{job_id}', which ledger '{redact(spec.budget.ledger)}' "
-            f"does not record as charged to '{dataset}' (a replaced or restored ledger?); it is not released again: "
-            "restore the ledger, or give the run a new job id (--job-id or --date)"
-        )
-    if previous is not None and previous.status == RESERVED and _pending_complete(output, job_id):
-        # A crash after the result was complete in .pending but before the charge: finish it, do not recompute.
-        entry = ledger.charge(dataset, job_id, outcome="succeeded")
-        _kill_point("charged")
-        _finalise(output)
-        log.info("job %s: finished the complete result of an interrupted attempt; charged to %s", job_id, dataset)
-        return JobOutcome(job_id, "completed-from-pending", output, entry, _load_result(spec, output))
+    done = _earlier_attempt(spec, ledger, previous, job_id=job_id, output=output)
+    if done is not None:
+        return done
     resuming = previous is not None and previous.status in (RESERVED, CHARGED)
 
     # -- 1. data, public parameters and paths (nothing reserved yet) -------------------------------------
-    _check_output(output)
-    if spec.data.ingest is not None and not resuming:
-        _refresh_store(spec)
-    store = spec.data.open()
-    _check_schema(spec, store)
-    neighbouring, events = _plan(spec, store)
-    security = _security(spec)
-    resume = None
-    if resuming:
-        load_state = _state_loader(spec)
-        if load_state is not None:
-            resume = _checkpoint(output, job_id, store.fingerprint, load_state)
-        if resume is None and (previous.status == CHARGED or previous.first_release is not None):
-            if previous.status == RESERVED:  # released something (a checkpoint, a result being written): spent
-                ledger.charge(dataset, job_id, outcome="failed")
-            raise BudgetExceededError(
-                f"job '{job_id}' released values or failed after reading its data, and its budget stays spent "
-                f"(ledger '{redact(spec.budget.ledger)}', dataset '{dataset}'); no checkpoint or complete result of it was "
-                f"found in '{output}' to resume from, so running it again would be a second release: restore the "
-                "checkpoint, or give the run a new job id (--job-id or --date) to spend new budget"
-            )
-    ledger.check_store(dataset, _job_store_id(spec, store), allow_new_store=allow_new_store)
-    if client is None and spec.cluster.address:  # a scheduler that cannot be used fails before reserving
-        check_scheduler(spec.cluster.address, security=security)
-    job_executor(spec, store, client)  # so does an executor that cannot be used (local with a client given)
-    if noise is None:
-        default_sampler()  # a bad noise-sampler setting fails before reserving
-
-    # Every partition read and checked before the reservation: bad input reserves nothing (invariant 7).
-    from dppca_dask.coordinator.preflight import preflight
-
-    preflight(store, client if hasattr(client, "submit") else None)
-    _check_content(spec, store)
+    store, neighbouring, events, security, resume = _prepare(
+        spec, ledger, previous, job_id=job_id, output=output, resuming=resuming, client=client, noise=noise,
+        allow_new_store=allow_new_store)
 
     # -- 2. reserve -------------------------------------------------------------------------------------------
     entry = ledger.reserve(
@@ -675,6 +616,91 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     status = "resumed-and-completed" if resume is not None else "completed"
     resumed_from = None if resume is None else resume.released_iterations(_n_iter(spec))
     return JobOutcome(job_id, status, output, entry, result, resumed_from)
+
+
+def _earlier_attempt(spec: JobSpec, ledger: Any, previous: Any, *, job_id: str, output: str) -> JobOutcome | None:
+    """The outcome of an earlier attempt of this job id that needs no new run (completed, or complete in
+    ``.pending`` and charged now); None when the job runs. Refuses what would be a second release."""
+    from dppca_dask.ledger import CHARGED, RESERVED
+
+    dataset = spec.budget.dataset
+    if previous is not None and previous.status == CHARGED and previous.outcome == "succeeded":
+        _finalise(output)  # a crash between the charge and the move of the result
+        if not os.path.exists(os.path.join(output, "result.json")):
+            raise LedgerError(
+                f"job '{job_id}' is charged to '{dataset}' as succeeded but its result is missing from "
+                f"'{output}'; it is not released again: restore the output, or give the run a new job id"
+            )
+        if (previous.mechanism != spec.mechanism or not math.isclose(previous.epsilon, spec.epsilon, rel_tol=1e-12)
+                or not math.isclose(previous.delta, spec.delta, rel_tol=1e-12)):
+            # (as the ledger refuses a reservation under this id: the saved result is not what this spec asks for)
+            raise LedgerError(
+                f"job id '{job_id}' already has an entry for dataset '{dataset}' with other parameters "
+                f"({previous.mechanism}, epsilon={previous.epsilon:g}, delta={previous.delta:g}); a job id stands "
+                "for one release, and its result is not this spec's: give the run a new job id (--job-id or --date)"
+            )
+        log.info("job %s already completed; nothing to do", job_id)
+        return JobOutcome(job_id, "already-completed", output, previous, _load_result(spec, output))
+    if _published(output, job_id):
+        raise LedgerError(
+            f"the output '{output}' already holds a result of job '{job_id}', which ledger '{redact(spec.budget.ledger)}' "
+            f"does not record as charged to '{dataset}' (a replaced or restored ledger?); it is not released again: "
+            "restore the ledger, or give the run a new job id (--job-id or --date)"
+        )
+    if previous is not None and previous.status == RESERVED and _pending_complete(output, job_id):
+        # A crash after the result was complete in .pending but before the charge: finish it, do not recompute.
+        entry = ledger.charge(dataset, job_id, outcome="succeeded")
+        _kill_point("charged")
+        _finalise(output)
+        log.info("job %s: finished the complete result of an interrupted attempt; charged to %s", job_id, dataset)
+        return JobOutcome(job_id, "completed-from-pending", output, entry, _load_result(spec, output))
+    return None
+
+
+def _prepare(spec: JobSpec, ledger: Any, previous: Any, *, job_id: str, output: str, resuming: bool, client: Any,
+             noise: Any, allow_new_store: bool) -> tuple[Any, str, tuple[Any, ...], Any, Any]:
+    """Everything checked before the reservation: the output path, the store (refreshed by its ingest), its schema
+    and every partition's content, the plan, the cluster's security and scheduler, the executor, the noise sampler
+    and what an interrupted attempt left to resume from. Returns (store, neighbouring, events, security, resume)."""
+    from dppca_dask.coordinator.client import check_scheduler
+    from dppca_dask.ledger import CHARGED, RESERVED
+    from dppca_dask.mechanisms import default_sampler
+
+    dataset = spec.budget.dataset
+    _check_output(output)
+    if spec.data.ingest is not None and not resuming:
+        _refresh_store(spec)
+    store = spec.data.open()
+    _check_schema(spec, store)
+    neighbouring, events = _plan(spec, store)
+    security = _security(spec)
+    resume = None
+    if resuming:
+        load_state = _state_loader(spec)
+        if load_state is not None:
+            resume = _checkpoint(output, job_id, store.fingerprint, load_state)
+        if resume is None and (previous.status == CHARGED or previous.first_release is not None):
+            if previous.status == RESERVED:  # released something (a checkpoint, a result being written): spent
+                ledger.charge(dataset, job_id, outcome="failed")
+            raise BudgetExceededError(
+                f"job '{job_id}' released values or failed after reading its data, and its budget stays spent "
+                f"(ledger '{redact(spec.budget.ledger)}', dataset '{dataset}'); no checkpoint or complete result of it was "
+                f"found in '{output}' to resume from, so running it again would be a second release: restore the "
+                "checkpoint, or give the run a new job id (--job-id or --date) to spend new budget"
+            )
+    ledger.check_store(dataset, _job_store_id(spec, store), allow_new_store=allow_new_store)
+    if client is None and spec.cluster.address:  # a scheduler that cannot be used fails before reserving
+        check_scheduler(spec.cluster.address, security=security)
+    job_executor(spec, store, client)  # so does an executor that cannot be used (local with a client given)
+    if noise is None:
+        default_sampler()  # a bad noise-sampler setting fails before reserving
+
+    # Every partition read and checked before the reservation: bad input reserves nothing (invariant 7).
+    from dppca_dask.coordinator.preflight import preflight
+
+    preflight(store, client if hasattr(client, "submit") else None)
+    _check_content(spec, store)
+    return store, neighbouring, events, security, resume
 
 
 def _state_loader(spec: JobSpec) -> Any:

@@ -455,6 +455,43 @@ def _mechanism_parameters(kind: str) -> set[str]:
 def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str | None = None) -> JobSpec:
     """Validate a parsed TOML document; relative paths are taken relative to ``base_dir`` (default: cwd)."""
     base = os.path.abspath(base_dir or os.getcwd())
+    _check_tables(source, obj)
+    name, job_id = _parse_job_table(source, obj["job"])
+    store, ingest, append, storage_options, n_features = _parse_data(source, base, obj["data"])
+    mechanism, mech = _parse_mechanism(source, obj, ingest=ingest, append=append, n_features=n_features)
+    epsilon, delta = _parse_privacy(source, obj["privacy"])
+    budget_spec = _parse_budget(source, base, obj["budget"], epsilon=epsilon, delta=delta)
+
+    output = obj["output"]
+    if "path" not in output:
+        raise JobSpecError(f"{_where(source, 'output', 'path')} is required")
+    out = _path(base, _string(source, "output", "path", output["path"]))
+    from dppca_dask._urls import is_url
+
+    if is_url(out):
+        raise JobSpecError(f"{_where(source, 'output', 'path')}: job outputs (result.json, components) are written to "
+                           f"a local or mounted directory, owner-only; got the URL {output['path']!r}: give a "
+                           "directory (the store itself may be in object storage: [data] store = \"s3://...\")")
+    try:
+        out.format(name="n", id="i", date="d")
+    except (KeyError, IndexError, ValueError) as exc:
+        raise JobSpecError(f"{_where(source, 'output', 'path')}: only {{name}}, {{id}} and {{date}} may appear in "
+                           f"braces; got {output['path']!r}") from exc
+
+    cluster = _parse_cluster(source, base, obj.get("cluster", {}))
+
+    return JobSpec(
+        name=name, id=job_id, source=source, data=DataSpec(store=store, ingest=ingest, n_features=n_features,
+                                                               append=append, storage_options=storage_options),
+        mechanism=mechanism,
+        parameters=mech, epsilon=epsilon, delta=delta,
+        budget=budget_spec,
+        output=out, cluster=cluster,
+    )
+
+
+def _check_tables(source: str, obj: Mapping[str, Any]) -> None:
+    """The document's tables and each table's keys are known, and the required tables are there."""
     unknown = sorted(set(obj) - set(_TABLES))
     if unknown:
         raise JobSpecError(f"{source}: unknown table(s) {', '.join(f'[{t}]' for t in unknown)}; "
@@ -475,15 +512,21 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
                 raise JobSpecError(f"{_where(source, table)}: unknown key(s) {', '.join(extra)}; "
                                    f"valid keys: {', '.join(sorted(keys))}")
 
-    job = obj["job"]
+
+def _parse_job_table(source: str, job: Mapping[str, Any]) -> tuple[str, str]:
+    """``[job]``: (name, id)."""
     name = _string(source, "job", "name", job.get("name"))
     job_id = _string(source, "job", "id", job.get("id", name))
     for key, value in (("name", name), ("id", job_id)):
         if not _NAME.match(value):
             raise JobSpecError(f"{_where(source, 'job', key)} must be letters, digits, '.', '_' or '-' (at most 128, "
                                f"starting with a letter or digit); got {value!r}")
+    return name, job_id
 
-    data = obj["data"]
+
+def _parse_data(source: str, base: str, data: Mapping[str, Any]) -> tuple[str, dict[str, Any] | None,
+                                                                       dict[str, Any] | None, Any, Any]:
+    """``[data]``: (store, ingest, append, storage_options, n_features)."""
     store = _path(base, _string(source, "data", "store", data.get("store")))
     ingest = None
     if "ingest" in data:
@@ -524,7 +567,12 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
         raise JobSpecError(f"{_where(source, 'data', 'n_features')} must be an integer >= 1; got {n_features!r}")
     if ingest is not None:
         _check_ingest_schema(source, base, ingest, n_features)
+    return store, ingest, append, storage_options, n_features
 
+
+def _parse_mechanism(source: str, obj: Mapping[str, Any], *, ingest: dict[str, Any] | None,
+                     append: dict[str, Any] | None, n_features: Any) -> tuple[str, dict[str, Any]]:
+    """``[mechanism]``: (name, parameters), checked against the job's kind and its ``[data]``."""
     mech = dict(obj["mechanism"])
     mechanism = _string(source, "mechanism", "name", mech.pop("name", None))
     runnable = PCA_JOB_MECHANISMS + LOWRANK_JOB_MECHANISMS + WINDOW_JOB_MECHANISMS + TOPICS_JOB_MECHANISMS
@@ -561,8 +609,11 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
         _check_topics(source, mech, declared if isinstance(declared, int) else None)
     if kind == "pca" and "rank" not in mech:
         _check_center(source, mechanism, mech)
+    return mechanism, mech
 
-    privacy = obj["privacy"]
+
+def _parse_privacy(source: str, privacy: Mapping[str, Any]) -> tuple[float, float]:
+    """``[privacy]``: (epsilon, delta)."""
     for key in ("epsilon", "delta"):
         if key not in privacy:
             raise JobSpecError(f"{_where(source, 'privacy', key)} is required")
@@ -570,8 +621,11 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
     delta = _number(source, "privacy", "delta", privacy["delta"])
     if delta >= 1:
         raise JobSpecError(f"{_where(source, 'privacy', 'delta')} must be in (0, 1); got {delta}")
+    return epsilon, delta
 
-    budget = obj["budget"]
+
+def _parse_budget(source: str, base: str, budget: Mapping[str, Any], *, epsilon: float, delta: float) -> BudgetSpec:
+    """``[budget]``, checked against the job's (epsilon, delta)."""
     for key in ("ledger", "dataset"):
         if key not in budget:
             raise JobSpecError(f"{_where(source, 'budget', key)} is required")
@@ -598,24 +652,12 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
     ledger = _string(source, "budget", "ledger", budget["ledger"])
     if not ledger.startswith(("postgresql://", "postgres://")):  # a PostgreSQL ledger's URL is taken as it is
         ledger = _path(base, ledger)
+    return BudgetSpec(ledger=ledger, dataset=dataset, total_epsilon=total_epsilon, total_delta=total_delta,
+                      allow_new_store=allow_new_store)
 
-    output = obj["output"]
-    if "path" not in output:
-        raise JobSpecError(f"{_where(source, 'output', 'path')} is required")
-    out = _path(base, _string(source, "output", "path", output["path"]))
-    from dppca_dask._urls import is_url
 
-    if is_url(out):
-        raise JobSpecError(f"{_where(source, 'output', 'path')}: job outputs (result.json, components) are written to "
-                           f"a local or mounted directory, owner-only; got the URL {output['path']!r}: give a "
-                           "directory (the store itself may be in object storage: [data] store = \"s3://...\")")
-    try:
-        out.format(name="n", id="i", date="d")
-    except (KeyError, IndexError, ValueError) as exc:
-        raise JobSpecError(f"{_where(source, 'output', 'path')}: only {{name}}, {{id}} and {{date}} may appear in "
-                           f"braces; got {output['path']!r}") from exc
-
-    cluster_raw = obj.get("cluster", {})
+def _parse_cluster(source: str, base: str, cluster_raw: Mapping[str, Any]) -> ClusterSpec:
+    """``[cluster]``."""
     address = _string(source, "cluster", "address", cluster_raw.get("address", ""), empty=True)
     executor = _executor(source, cluster_raw, address)
     n_workers = cluster_raw.get("n_workers")
@@ -641,17 +683,7 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
         raise JobSpecError(f"{_where(source, 'cluster')}: n_workers and memory_limit shape the embedded cluster, and "
                            "executor = \"local\" runs in this process without one; drop them, or use executor = "
                            "\"cluster\" or \"auto\"")
-    cluster = ClusterSpec(address=address, executor=executor, n_workers=n_workers, memory_limit=memory_limit, **tls)
-
-    return JobSpec(
-        name=name, id=job_id, source=source, data=DataSpec(store=store, ingest=ingest, n_features=n_features,
-                                                               append=append, storage_options=storage_options),
-        mechanism=mechanism,
-        parameters=mech, epsilon=epsilon, delta=delta,
-        budget=BudgetSpec(ledger=ledger, dataset=dataset, total_epsilon=total_epsilon, total_delta=total_delta,
-                          allow_new_store=allow_new_store),
-        output=out, cluster=cluster,
-    )
+    return ClusterSpec(address=address, executor=executor, n_workers=n_workers, memory_limit=memory_limit, **tls)
 
 
 def _set(doc: dict[str, Any], assignment: str) -> None:

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from dppca_dask.errors import InvalidParameterError, MissingExtraError
-from dppca_dask.mechanisms.noise import shape_of
+from dppca_dask.mechanisms.shapes import shape_of
 
 __all__ = [
     "LATTICE_BITS",

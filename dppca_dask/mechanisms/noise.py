@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from dppca_dask.errors import InvalidParameterError, ReleaseError, NotPrivateWarning
+from dppca_dask.mechanisms.shapes import Shape, shape_of
 
 __all__ = [
     "DEFAULT_SAMPLER",
@@ -53,19 +54,8 @@ __all__ = [
     "default_sampler",
 ]
 
-#: ``size`` argument of the samplers: None for one float, an int or a tuple for an array.
-Shape = int | tuple[int, ...] | None
-
 _ENTROPY_BITS = 256
 
-
-def shape_of(size: Shape) -> tuple[int, ...]:
-    """The array shape a sampler's ``size`` argument asks for (``()`` for one float)."""
-    if size is None:
-        return ()
-    if isinstance(size, (int, np.integer)):
-        return (int(size),)
-    return tuple(int(s) for s in size)
 
 #: The samplers a source can use (see the module docstring).
 SAMPLERS = ("hardened", "float")

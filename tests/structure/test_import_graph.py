@@ -129,3 +129,99 @@ def test_every_module_imports_in_a_fresh_interpreter_in_random_order(seed: int) 
     env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     done = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, f"importing in the order {names} failed:\n{done.stderr[-3000:]}"
+
+
+def _all_imports(module: str, path: Path, known: set[str]) -> set[str]:
+    """dppca_dask modules ``module`` imports anywhere: at module level, inside functions, inside ``if TYPE_CHECKING``.
+
+    ``from dppca_dask.x import name`` counts as an import of ``dppca_dask.x.name`` when that is a module, else of
+    ``dppca_dask.x``; a package's ``__init__`` is the package module. Loading a module's parent packages on the way is
+    not counted (every module's package loads before it). Lazy imports of optional third-party packages are outside
+    the graph by construction: only dppca_dask modules are nodes."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, path.name == "__init__.py", node)
+            for alias in node.names:
+                if f"{base}.{alias.name}" in known:
+                    out.add(f"{base}.{alias.name}")
+                elif base in known:
+                    out.add(base)
+    out.discard(module)
+    return out
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's strongly connected components of more than one node (Tarjan's algorithm, iterative), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work: list[tuple[str, list[str]]] = []
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work.append((root, sorted(graph[root])))
+        while work:
+            node, todo = work[-1]
+            if todo:
+                nxt = todo.pop()
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, sorted(graph.get(nxt, ()))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def test_strongly_connected_finds_every_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"a", "c"}, "c": {"d"}, "d": {"c"}, "e": {"a"}}
+    assert _strongly_connected(graph) == [["a", "b"], ["c", "d"]]
+    assert _strongly_connected({"a": {"b"}, "b": set()}) == []
+
+
+#: Cycles allowed for now, each with the reason; the lead removes an entry after merging the branch it waits for.
+_ALLOWED_CYCLES: dict[frozenset[str], str] = {
+    # methods/window/job.py is being edited on another branch. The window job uses the runner's steps (the pending
+    # and COMPLETE files, the job lock, the output and schema checks, the kill points the fault-injection tests
+    # replace on the runner module) and the runner starts the window job. The fix: those steps into a jobs module
+    # below both, the kill points looked up there, and the runner starting the window job through the registry.
+    frozenset({"dppca_dask.jobs.runner", "dppca_dask.methods.window.job"}): "window job <-> job runner",
+}
+
+
+def test_no_import_cycle_counting_imports_inside_functions() -> None:
+    modules = _modules()
+    known = set(modules)
+    graph = {m: _all_imports(m, p, known) for m, p in modules.items()}
+    cycles = [c for c in _strongly_connected(graph) if frozenset(c) not in _ALLOWED_CYCLES]
+    report = [
+        " <-> ".join(component)
+        + "\n    "
+        + "\n    ".join(f"{m} imports {', '.join(sorted(graph[m] & set(component)))}" for m in component)
+        for component in cycles
+    ]
+    assert not cycles, "import cycles among dppca_dask modules (imports inside functions count):\n" + "\n".join(report)

@@ -254,7 +254,7 @@ def run_on_source(source: Any, client: Any, run: Generator[Any, Any, Any], persi
                   choice: Any = None) -> Any:
     """Drive ``run`` over ``source`` (one pass per request): in this process (``client="local"``, or ``choice``
     from :func:`dppca_dask.pca`'s executor choice saying so) or on Dask."""
-    from dppca_dask.api import _execute
+    from dppca_dask._execution import execute as _execute
 
     return _execute(source, client, persist, run, choice)
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import os
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -271,28 +271,14 @@ def _orthonormal(z: np.ndarray) -> np.ndarray:
     return q * np.where(np.diag(r) < 0, -1.0, 1.0)
 
 
-def _topic_run(
-    *, dim: int, n_topics: int, n_restarts: int, n_iter: int, pca_iter: int, alpha0: float,
-    noise: Any, plan: TopicsCalibration | None, rng: np.random.Generator, pair_bound: float = 1.0,
-    tensor_clip: float = 1.0,
-) -> Generator[Any, Any, dict[str, Any]]:
-    """The algorithm: yields requests, returns the released topics (``noise=None``: exact method of moments)."""
-    from dppca_dask.mechanisms import gaussian_mechanism
+def _whitening(
+    release: Callable[[str, np.ndarray, float, float], np.ndarray], *, dim: int, n_topics: int, pca_iter: int,
+    alpha0: float, noise: Any, plan: TopicsCalibration | None, rng: np.random.Generator, pair_bound: float,
+) -> Generator[Any, Any, tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]]:
+    """The topic run's private whitening (its first moment when α₀ > 0, then subspace iteration on S2 minus the α₀
+    correction, applied to released values): yields requests, returns (scale, mean1, whiten, unwhiten, the
+    released eigenvalues, the eigenvalue release's noise scale)."""
     from dppca_dask.mechanisms.secret import secret_gaussian
-
-    events: list[Any] = []
-    bad = yield CountCheck()  # word counts must be whole and >= 0: fail before any release
-    for partition in sorted(bad):
-        if bad[partition] >= 0:
-            raise _count_error(partition, bad[partition])
-
-    def release(key: str, value: np.ndarray, sensitivity: float, multiplier: float) -> np.ndarray:
-        if noise is None:
-            return value
-        noisy, event = gaussian_mechanism(value, l2_sensitivity=sensitivity, noise_multiplier=multiplier,
-                                          noise=noise, release=key)
-        events.append(event)
-        return np.asarray(noisy)
 
     m_a = plan.whitening_multiplier if plan is not None else 1.0
     clip = pair_bound if noise is not None else None  # the exact method of moments clips nothing
@@ -304,7 +290,6 @@ def _topic_run(
         first = release("topics/first-moment", (yield FirstMoment()), math.sqrt(2.0), m_a)
         scale = max(float(first[-1]), 1.0)
         mean1 = np.maximum(first[:-1], 0.0) / scale
-    # Private whitening: subspace iteration on S2 (minus the α₀ correction, applied to released values).
     start = secret_gaussian(noise, (dim, n_topics), release="topics/whitening-start") if noise is not None \
         else rng.standard_normal((dim, n_topics))
     y = _orthonormal(start)
@@ -327,9 +312,55 @@ def _topic_run(
     basis = y @ q
     whiten = basis / np.sqrt(sigma)  # d × k
     unwhiten = basis * np.sqrt(sigma)
+    return scale, mean1, whiten, unwhiten, released_sigma, noise_scale
+
+
+def _released_topics(found: Any, *, scale: float, unwhiten: np.ndarray, alpha0: float
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The topics and their weights from the tensor power run's released pairs (post-processing): (eigenvalues,
+    eigenvectors, topics on the simplex, weights)."""
+    lam = np.array(found.eigenvalues, dtype=np.float64) / scale
+    vecs = np.array(found.components, dtype=np.float64)  # K × k
+    sign = np.where(lam < 0, -1.0, 1.0)
+    lam, vecs = lam * sign, vecs * sign[:, None]
+    # μ_h = λ_h B v_h · (α₀ + 2)/2: M3's weights are 2α_h/((α₀+2)(α₀+1)α₀) against M2's α_h/((α₀+1)α₀) (1 for α₀ = 0)
+    raw = (lam[:, None] * (alpha0 + 2.0) / 2.0 * (unwhiten @ vecs.T).T)
+    topics_ = np.stack([project_simplex(row) for row in raw])
+    positive = np.maximum(lam, 1e-300)
+    weights = 1.0 / positive**2
+    weights /= weights.sum()
+    return lam, vecs, topics_, weights
+
+
+def _topic_run(
+    *, dim: int, n_topics: int, n_restarts: int, n_iter: int, pca_iter: int, alpha0: float,
+    noise: Any, plan: TopicsCalibration | None, rng: np.random.Generator, pair_bound: float = 1.0,
+    tensor_clip: float = 1.0,
+) -> Generator[Any, Any, dict[str, Any]]:
+    """The algorithm: yields requests, returns the released topics (``noise=None``: exact method of moments)."""
+    from dppca_dask.mechanisms import gaussian_mechanism
+
+    events: list[Any] = []
+    bad = yield CountCheck()  # word counts must be whole and >= 0: fail before any release
+    for partition in sorted(bad):
+        if bad[partition] >= 0:
+            raise _count_error(partition, bad[partition])
+
+    def release(key: str, value: np.ndarray, sensitivity: float, multiplier: float) -> np.ndarray:
+        if noise is None:
+            return value
+        noisy, event = gaussian_mechanism(value, l2_sensitivity=sensitivity, noise_multiplier=multiplier,
+                                          noise=noise, release=key)
+        events.append(event)
+        return np.asarray(noisy)
+
+    scale, mean1, whiten, unwhiten, released_sigma, noise_scale = yield from _whitening(
+        release, dim=dim, n_topics=n_topics, pca_iter=pca_iter, alpha0=alpha0, noise=noise, plan=plan, rng=rng,
+        pair_bound=pair_bound)
     row_norms = np.linalg.norm(whiten, axis=1)
     max_row = float(row_norms.max())
     wm1 = whiten.T @ mean1
+    a = alpha0 / (alpha0 + 1.0)
     b = alpha0 / (alpha0 + 2.0)
     c = 2.0 * a * b  # 2α₀²/((α₀+1)(α₀+2)), without overflowing α₀² for a large α₀
 
@@ -397,16 +428,7 @@ def _topic_run(
                                  n_restarts=n_restarts, n_iter=n_iter, start=lambda i: np.zeros(0),
                                  releaser=releaser)
     events.extend(releaser.events)
-    lam = np.array(found.eigenvalues, dtype=np.float64) / scale
-    vecs = np.array(found.components, dtype=np.float64)  # K × k
-    sign = np.where(lam < 0, -1.0, 1.0)
-    lam, vecs = lam * sign, vecs * sign[:, None]
-    # μ_h = λ_h B v_h · (α₀ + 2)/2: M3's weights are 2α_h/((α₀+2)(α₀+1)α₀) against M2's α_h/((α₀+1)α₀) (1 for α₀ = 0)
-    raw = (lam[:, None] * (alpha0 + 2.0) / 2.0 * (unwhiten @ vecs.T).T)
-    topics_ = np.stack([project_simplex(row) for row in raw])
-    positive = np.maximum(lam, 1e-300)
-    weights = 1.0 / positive**2
-    weights /= weights.sum()
+    lam, vecs, topics_, weights = _released_topics(found, scale=scale, unwhiten=unwhiten, alpha0=alpha0)
     # what the diagnostics need, all released values or public functions of them
     scalar_std = (plan.tensor_multiplier * scalar_sensitivity(vecs.T) / scale if plan is not None and noise is not None
                   else np.zeros(lam.shape))
@@ -559,7 +581,7 @@ def topics(
     (True, True)
     """
     from dppca_dask import accounting
-    from dppca_dask.api import _executor_choice
+    from dppca_dask._execution import executor_choice as _executor_choice
     from dppca_dask.coordinator import as_source
     from dppca_dask.mechanisms import NoiseSource
     from dppca_dask.methods.tensor.power import run_on_source

@@ -1,0 +1,32 @@
+"""The plan of a ``pca`` run with centring or an automatic row-norm bound, whichever family runs it.
+
+Above the block run (:mod:`dppca_dask.algorithms.block_power`), the centred Analyze Gauss run
+(:mod:`dppca_dask.algorithms.centred_gauss`) and the accounted choice between them
+(:mod:`dppca_dask.algorithms.auto_choice`), which all build on the block run's releases.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dppca_dask.algorithms.auto_choice import plan_auto
+from dppca_dask.algorithms.block_power import CentringOptions, plan_block_power
+from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
+from dppca_dask.errors import InvalidParameterError
+
+__all__ = ["plan_with_centring"]
+
+
+def plan_with_centring(params: Any, n_cols: int, options: CentringOptions) -> Any:
+    """The plan of a ``pca`` run with centring or an automatic bound: the block run for adaptive power (any k), the
+    centred Analyze Gauss run for Analyze Gauss; both release the explained variance."""
+    if isinstance(options.center, np.ndarray) and options.center.shape != (n_cols,):
+        raise InvalidParameterError(
+            f"a given center must have one entry per column ({n_cols}); got shape {options.center.shape}")
+    if params.mechanism == "analyze-gauss":
+        return plan_centred_gauss(params, n_cols, center=options.center, auto_bound=options.auto_bound)
+    if params.mechanism == "auto":
+        return plan_auto(params, n_cols, center=options.center, auto_bound=options.auto_bound)
+    return plan_block_power(params, n_cols, center=options.center, auto_bound=options.auto_bound)

@@ -1,0 +1,31 @@
+"""Driving an algorithm generator on an executor, every partition checked first.
+
+Above both :mod:`dppca_dask.coordinator.driver` (the executors) and :mod:`dppca_dask.coordinator.preflight` (the
+checks, which run on those executors), so neither imports the other back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dppca_dask.algorithms.requests import AlgorithmRun
+from dppca_dask.coordinator.driver import Coordinator, LocalExecutor
+from dppca_dask.coordinator.preflight import preflight
+
+__all__ = ["run_algorithm"]
+
+
+def run_algorithm(executor: Coordinator | LocalExecutor, run: AlgorithmRun[Any]) -> Any:
+    """Drive an algorithm generator to completion: send each request's aggregate back until it returns.
+
+    Every partition is checked first (:func:`~dppca_dask.coordinator.preflight.preflight`), before the generator
+    starts and so before its first noise draw: bad input fails with nothing released.
+    """
+    preflight(executor.source, executor)
+    try:
+        request = next(run)
+        while True:
+            aggregate = executor.execute(request)
+            request = run.send(aggregate)
+    except StopIteration as stop:
+        return stop.value
