@@ -268,7 +268,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
             X = open_matrix(X, storage_options=storage_options)  # a store URL with its options: the handle
         data = self._check_fit_input(X)
         _warn_inside_search(self)
-        if client is None:
+        if client is None and self.executor != "local":  # "local" runs in this process, whatever client is active
             client = _default_client()
         if self._mechanism() == "exact" and (self.center is True or self.center == "exact"):
             return self._fit_exact_centred(data, client)

@@ -961,6 +961,11 @@ def open_matrix(path: str | os.PathLike[str] | Any, *, rows_per_partition: int |
         raise InvalidParameterError(
             f"storage_options apply to URLs (s3://, gs://, ...); '{path}' is a local path: drop them")
     if not (url_exists(path, options) if is_url(path) else os.path.exists(path)):
+        if path.startswith("memory://"):  # in-memory file systems live in one process: no command reaches it
+            raise StoreNotFoundError(
+                f"no matrix store at '{path}'; a memory:// store lives only in the Python process that wrote it "
+                "(dppca_dask.ingest(..., 'memory://...') there): from the command line give a path or an object "
+                "storage URL, e.g. `dppca-dask ingest SRC --out STORE`")
         raise StoreNotFoundError(f"no matrix store at '{path}'; create one with `dppca-dask ingest SRC --out {path}`")
     try:
         group = open_group(path, options, mode="r")

@@ -245,7 +245,7 @@ COMMAND_CASES = [
     ("pca-width-edited-to-1e12", _wide, ["pca", "{store}", "--epsilon", "1", "--delta", "1e-6", "--executor", "local"],
      r"has 1000000000000 columns: an analysis needs about .* GiB of working memory"),
     ("pca-missing-memory-url", None, ["pca", "memory://nothing", "--epsilon", "1", "--delta", "1e-6"],
-     r"create one locally with `dppca-dask ingest SRC --out STORE` and copy it there"),
+     r"a memory:// store lives only in the Python process that wrote it .* `dppca-dask ingest SRC --out STORE`"),
     ("topics-a-billion-restarts", native_store, ["topics", "{store}", "--n-topics", "2", "--epsilon", "1", "--delta",
                                                  "1e-6", "--n-restarts", "1000000000", "--executor", "local"],
      r"n_restarts must be <= 1000; got 1000000000"),

@@ -603,8 +603,10 @@ def test_tls_cluster_with_and_without_its_client_settings(
     with_env = subprocess.run([sys.executable, "-m", "dppca_dask", *argv, "--scheduler", loopback_tls_cluster.address],
                               capture_output=True, text=True, timeout=120, env=loopback_tls_cluster.client_env())
     assert with_env.returncode == 0, with_env.stderr[-3000:]
-    # nothing on stderr but the warning that the default bound clips most of this store's rows (a released value)
-    assert [line for line in with_env.stderr.splitlines() if "row_norm_bound=1 clipped about" not in line] == []
+    # nothing on stderr but the warnings computed from released values: the default bound clips most of this store's
+    # rows, and the small store's release may be dominated by its noise
+    assert [line for line in with_env.stderr.splitlines()
+            if "row_norm_bound=1 clipped about" not in line and "dominated by its privacy noise" not in line] == []
     # The same address without the certificates, and the TLS port addressed as tcp://.
     code, _, err = run(capsys, *argv, "--scheduler", loopback_tls_cluster.address)
     assert code == 2 and "uses TLS but no client certificate is configured" in assert_one_line(err)

@@ -99,8 +99,8 @@ def test_a_store_is_never_written_to_a_url(tmp_path: Path, monkeypatch: pytest.M
     relative path); they refuse it as ingest does, and a ``file://`` URL is the local path it names."""
     monkeypatch.chdir(tmp_path)
     matrix = sp.random(20, 4, density=0.5, format="csr", random_state=np.random.RandomState(1))
-    with pytest.raises(InvalidParameterError, match=r"out 'memory://t/s.zarr' is a memory:// URL; stores are written "
-                                                    r"to a local or mounted file system"):
+    with pytest.raises(InvalidParameterError, match=r"out 'memory://t/s.zarr' is a memory:// URL; this writer "
+                                                    r"builds a store on a local or mounted file system"):
         write_matrix("memory://t/s.zarr", matrix)
     assert os.listdir(tmp_path) == []
     store = write_matrix((tmp_path / "f.zarr").as_uri(), matrix)

@@ -86,6 +86,18 @@ def _positive(name: str, value: Any) -> float:
     return out
 
 
+def check_store_argument(store: Any) -> None:
+    """Refuse, naming the fix, a ``store`` that is no store: a window is released from stamped partitions."""
+    from zarr.storage import FsspecStore
+
+    if not isinstance(store, (MatrixStore, str, os.PathLike, FsspecStore)):
+        raise InvalidParameterError(
+            f"store must be the path of a dppca_dask store with stamped partitions; got a {type(store).__name__}: "
+            "ingest the rows first, e.g. dppca_dask.ingest(X, 'days.zarr', n_features=D, timestamp='2026-11-01'), "
+            "and add days with dppca_dask.ingest.append.append_file"
+        )
+
+
 def plan_window(
     store: Any,
     *,
@@ -109,12 +121,7 @@ def plan_window(
     to that sensitivity (``√2·c²`` on the upper triangle); the Wishart and JL releases run at
     ``(ε/2, δ/(1 + e^{ε/2}))`` so that group privacy of two steps gives (ε, δ).
     """
-    if not isinstance(store, (MatrixStore, str, os.PathLike)):
-        raise InvalidParameterError(
-            f"store must be the path of a dppca_dask store with stamped partitions; got a {type(store).__name__}: "
-            "ingest the rows first, e.g. dppca_dask.ingest(X, 'days.zarr', n_features=D, timestamp='2026-11-01'), "
-            "and add days with dppca_dask.ingest.append.append_file"
-        )
+    check_store_argument(store)
     if not isinstance(store, MatrixStore):
         store = open_matrix(store)
     from dppca_dask.methods._params import MAX_EPSILON, ROW_NORM_BOUND_RANGE
@@ -928,6 +935,7 @@ def window(
     ((6, 6), (2, 6))
     >>> tmp.cleanup()
     """
+    check_store_argument(store)
     if not isinstance(store, MatrixStore):
         store = open_matrix(store, storage_options=storage_options)
     check_state_location(store, structure=structure, cache=cache)
