@@ -116,15 +116,6 @@ def test_flow_on_a_local_cluster_with_storage_options(s3, rng, local_client, mon
     _flow(s3.url("flow.zarr"), rng, client=local_client, storage_options=s3.options())
 
 
-def test_window_state_beside_a_bucket_store_is_refused(s3, rng):
-    from dppca_dask.methods.window import window
-
-    url = s3.url("w.zarr")
-    ingest(_counts(rng, 100), url, n_features=12, timestamp="2026-11-01")
-    with pytest.raises(InvalidParameterError, match="object storage; run it on a local or mounted copy"):
-        window(url, last="1D", epsilon=1.0, delta=1e-6, cache=True, seed=1)
-
-
 def test_estimator_and_scanpy_style_pca_on_a_bucket_store(s3, rng, monkeypatch):
     pytest.importorskip("sklearn")
     anndata = pytest.importorskip("anndata")

@@ -51,11 +51,12 @@ def _legacy_levels(horizon: int) -> int:
     return math.ceil(math.log2(horizon)) + 1
 
 
-def _saved_levels(directory: str, horizon: int) -> int:
+def _saved_levels(directory: str, horizon: int, options: Any = None) -> int:
     """The level count of the tree saved in ``directory`` (legacy or current), or the current one."""
+    from dppca_dask.methods.window.gram import join_state, read_state
+
     try:
-        with open(os.path.join(directory, "nodes.json")) as fh:
-            saved = json.load(fh).get("levels")
+        saved = json.loads(read_state(join_state(directory, "nodes.json"), options)).get("levels")
     except (OSError, ValueError, AttributeError):
         saved = None
     return _legacy_levels(horizon) if saved == _legacy_levels(horizon) else tree_levels(horizon)
@@ -100,14 +101,20 @@ def node_charges(nodes: list[tuple[int, int]], multiplier: float,
 
 def _state_path(store_path: str, horizon: int, labels: bool) -> str:
     """The tree's state directory beside the store, named from the store's real path (links resolved): every path
-    to one store (a link, ``..``) finds its one tree, whose nodes are drawn once."""
-    parent, base = os.path.split(os.path.realpath(store_path))
-    return os.path.join(parent, f".{base}.window-tree-{horizon}-{'labels' if labels else 'features'}")
+    to one store (a link, ``..``) finds its one tree, whose nodes are drawn once; for a store in object storage,
+    a prefix beside it in its bucket."""
+    from dppca_dask.methods.window.gram import beside_store
+
+    return beside_store(store_path, f"window-tree-{horizon}-{'labels' if labels else 'features'}")
 
 
 def _older_state_path(store_path: str, horizon: int, labels: bool) -> str:
     """Where releases before trees were named from the real path kept a tree reached by ``store_path`` (the path
-    as given, links not resolved)."""
+    as given, links not resolved); a store in object storage has no links: its one place."""
+    from dppca_dask._urls import is_url
+
+    if is_url(store_path):
+        return _state_path(store_path, horizon, labels)
     parent, base = os.path.split(os.path.abspath(store_path))
     return os.path.join(parent, f".{base}.window-tree-{horizon}-{'labels' if labels else 'features'}")
 
@@ -128,6 +135,7 @@ def tree_window(
     dataset: str | None = None,
     job_id: str | None = None,
     new_tree: bool = False,
+    storage_options: Any = None,
 ) -> Any:
     """Release the current time window (``last``, ending at the newest partition) from the binary tree.
 
@@ -148,19 +156,19 @@ def tree_window(
     rows beyond the tree's report. Restore the state, or pass ``new_tree=True`` to start a new tree deliberately
     (the rows' privacy is then the composition of both trees' reports; with a budget, the new nodes are charged).
     ``new_tree=True`` is refused when the tree's state is found.
+
+    A store in object storage (its URL, with ``storage_options`` as for :func:`~dppca_dask.methods.window.window`)
+    keeps its tree beside it in its bucket (``s3://bucket/.x.zarr.window-tree-…/nodes.json``, written whole by one
+    PUT), locked by an object created with a conditional PUT (``….lock``).
     """
     from dppca_dask.methods.window.release import _choose, check_seed, partition_budget, plan_window
 
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
         raise InvalidParameterError(f"horizon must be a positive integer (partitions); got {horizon!r}")
-    from dppca_dask._urls import is_url
+    if storage_options is not None and not hasattr(store, "storage_options"):
+        from dppca_dask.storage import open_matrix
 
-    location = store.path if hasattr(store, "path") else store
-    if is_url(location):
-        raise InvalidParameterError(
-            f"the tree's state (noisy nodes and exact partial sums) is kept in owner-only files beside the store, "
-            f"and '{location}' is in object storage; run the tree on a local or mounted copy of the store, or "
-            "release the window without the tree (dppca-dask window without --tree)")
+        store = open_matrix(store, storage_options=storage_options)
     plan = plan_window(store, last=last, epsilon=epsilon, delta=delta, row_norm_bound=row_norm_bound)
     store = plan.store
     from dppca_dask.methods.window.selection import require_time_order
@@ -181,10 +189,11 @@ def tree_window(
         raise InvalidParameterError(f"the store has more partitions than the tree's horizon={horizon}; the tree "
                                     "is spent: start a new one with a larger horizon (and a new budget)")
     directory = _state_path(store.path, int(horizon), False)
-    levels = _saved_levels(directory, int(horizon))  # a tree saved with the earlier count keeps its calibration
+    # a tree saved with the earlier count keeps its calibration
+    levels = _saved_levels(directory, int(horizon), store.storage_options)
     multiplier = calibrate_gaussian(epsilon=epsilon, delta=delta, count=levels)
     older = _older_state_path(store.path, int(horizon), False)
-    lock = _lock(directory)
+    lock = _lock(directory, store.storage_options)
     try:
         return _tree_release(plan, choice, client, directory, epsilon, delta, int(horizon), levels, multiplier,
                              noise, seed, budget, older=older, new_tree=bool(new_tree))
@@ -192,10 +201,34 @@ def tree_window(
         lock.release()
 
 
-def _lock(directory: str) -> Any:
-    """The tree's exclusive lock (a file beside its directory) from reading its state to writing it: two releases
-    at once would each draw a missing node and release it with its own noise (one node, two releases)."""
+class _ObjectLock:
+    """The tree's lock in object storage: an object beside its state, created by a conditional PUT."""
+
+    def __init__(self, url: str, options: Any) -> None:
+        self.url, self.options = url, options
+
+    def release(self) -> None:
+        from dppca_dask.storage._remote import remove_object
+
+        remove_object(self.url, self.options)
+
+
+def _lock(directory: str, options: Any = None) -> Any:
+    """The tree's exclusive lock (a file beside its directory; in object storage, an object created by a
+    conditional PUT) from reading its state to writing it: two releases at once would each draw a missing node and
+    release it with its own noise (one node, two releases)."""
     from filelock import FileLock, Timeout
+
+    from dppca_dask._urls import is_url
+
+    if is_url(directory):
+        from dppca_dask.storage._remote import try_lock_object
+
+        if not try_lock_object(directory + ".lock", options):
+            raise InvalidParameterError(f"another release from the tree in '{directory}' is running (its lock "
+                                        f"object '{directory}.lock' exists); wait for it to end, or, if none "
+                                        "runs (one was killed on another machine), delete that object")
+        return _ObjectLock(directory + ".lock", options)
 
     lock = FileLock(directory + ".lock", timeout=0, mode=0o600)
     try:
@@ -278,7 +311,10 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
     from dppca_dask.methods.window.gram import (
         PartitionGrams,
         check_private_directory,
+        join_state,
         partitions_source,
+        read_state,
+        state_exists,
         write_private_file,
     )
     from dppca_dask.methods.window.release import WindowRelease, _execute
@@ -294,14 +330,14 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
     # Its nodes are released values, but a directory others can write would let them swap the nodes every later
     # release sums: refused (a link, another user's, not owner-only) before anything is read.
     check_private_directory(directory)
-    state_file = os.path.join(directory, "nodes.json")
-    if os.path.exists(state_file):
+    options = store.storage_options
+    state_file = join_state(directory, "nodes.json")
+    if state_exists(state_file, options):
         if new_tree:
             raise InvalidParameterError(f"new_tree=True (--new-tree) starts a tree where none is found, and "
                                         f"'{directory}' holds this store's tree: drop new_tree to go on with it")
         try:
-            with open(state_file) as fh:
-                saved = json.load(fh)
+            saved = json.loads(read_state(state_file, options))
         except (OSError, ValueError):
             raise StoreCorruptError(f"the tree state in '{directory}' cannot be read; it holds released values: "
                                     "restore it (a new tree would spend a new budget)", source=directory) from None
@@ -399,7 +435,7 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
     state = {"store_id": store.store_id, "multiplier": multiplier, "levels": levels, "row_norm_bound": c,
              "private": bool(drawn_privately and (noise.private or not missing)), "budget": charged_to,
              "ledger": charged_in, "nodes": nodes}
-    write_private_file(state_file, lambda fh: fh.write(json.dumps(state).encode()))
+    write_private_file(state_file, lambda fh: fh.write(json.dumps(state).encode()), options)
     released = cast(np.ndarray, sum(np.asarray(nodes[f"{lv}/{k}"]) for lv, k in cover))  # cover is never empty
 
     report = build_report([GaussianDpEvent(multiplier)] * levels, target_epsilon=epsilon, target_delta=delta,
