@@ -10,8 +10,13 @@ appended to and locked, where a local store uses directories, renames and file l
 - **Creating.** Object stores have no rename. A new store is written as a local store first (every check and
   temporary of a local ingest), then uploaded with its root metadata (``zarr.json``, which holds the partition table:
   the commit point) last (:func:`upload_store`): before that one PUT a reader finds no store, after it the whole one.
-  Replacing a store (``overwrite``) deletes the old root metadata first, so a reader finds the old store, no store,
-  or the new one; never a mixture of the two.
+  Replacing a store (``overwrite``) deletes the old root metadata first, then the old objects, then uploads the
+  new store, root metadata last: a reader opening the store finds the old store, no store, or the new one. A reader
+  that opened the old store and reads a partition while it is replaced could get chunks of both; so every
+  partition read from object storage ends by asking whether the root metadata still names the store that was
+  opened (:func:`root_holds`: a HEAD, and a GET only when the root changed): if it does, the root had not been
+  deleted when the read ended, hence no chunk had been replaced before (S3's reads are strongly consistent), and
+  the partition is the old store's; if it does not, the read is refused as damaged (run again).
 - **State beside a store.** A window's Gram cache, spectral histogram and tree keep their state beside a store in
   object storage as objects of the same bucket (``.NAME.window-*/...``), read and written with the store's storage
   options (the same access as the data): each object is written whole by one PUT (:func:`write_object`), and a
@@ -35,7 +40,7 @@ from dppca_dask._urls import filesystem, is_url, probe_bucket, storage_error
 from dppca_dask.errors import InvalidParameterError, StoreNotFoundError
 
 __all__ = ["LOCK_TIMEOUT", "check_bucket", "lock_url", "object_exists", "open_group", "options_key",
-           "read_object", "remote_lock", "remove_object", "remove_remote_store", "scratch_store_path",
+           "read_object", "remote_lock", "remove_object", "remove_remote_store", "root_holds", "scratch_store_path",
            "try_lock_object", "upload_store", "write_object", "zarr_location"]
 
 #: Seconds an append waits for another append's lock object before giving up.
@@ -282,3 +287,35 @@ def try_lock_object(url: str, storage_options: Mapping[str, Any] | None) -> bool
         except Exception as exc:
             raise _translated(exc, url) from None
     return False
+
+
+#: ``(URL, store id)`` → root metadata versions (ETags) seen to name that store, per process.
+_ROOT_TAGS: dict[tuple[str, str], set[str]] = {}
+
+
+def root_holds(url: str, storage_options: Mapping[str, Any] | None, store_id: str) -> bool:
+    """Whether the root metadata of the store at ``url`` exists now and names ``store_id`` (a HEAD; the object is
+    read only when its version was not seen before, after an append or a replacement)."""
+    fs, inner = filesystem(url, storage_options)
+    root = f"{inner.rstrip('/')}/{ROOT}"
+    try:
+        fs.invalidate_cache(inner.rstrip("/"))  # asked of the server, not of a listing cache
+        info = fs.info(root)
+        tag = str(info.get("ETag") or info.get("etag") or "")
+        seen = _ROOT_TAGS.setdefault((_key(url), store_id), set())
+        if tag and tag in seen:
+            return True
+        meta = json.loads(fs.cat_file(root))
+    except FileNotFoundError:
+        return False
+    except ValueError:
+        return False  # a root being written is not ours to trust
+    except Exception as exc:
+        raise _translated(exc, url) from None
+    held = ((meta.get("attributes") or {}).get("dppca_dask") or {}).get("store_id") if isinstance(meta, dict) else None
+    if held != store_id:
+        return False
+    if tag:
+        seen.add(tag)
+    return True
+

@@ -284,13 +284,15 @@ class MatrixStore:
         identities); read errors become StoreCorruptError."""
         try:
             if self.layout == "csr":
-                return self._read_csr(part, dtype, squares, read)
-            block = self._read_dense(part)
-            return block if dtype is None else block.astype(dtype, copy=False)
-        except (StoreCorruptError, InvalidInputError):
-            raise
-        except Exception as exc:  # zarr/codec errors on damaged chunks
-            from dppca_dask._urls import storage_error
+                block = self._read_csr(part, dtype, squares, read)
+            else:
+                block = self._read_dense(part)
+                block = block if dtype is None else block.astype(dtype, copy=False)
+        except Exception as exc:
+            self._check_not_replaced(part)  # a read during a replacement is said to be one, not damage
+            if isinstance(exc, (StoreCorruptError, InvalidInputError)):
+                raise
+            from dppca_dask._urls import storage_error  # zarr/codec errors on damaged chunks
 
             reached = storage_error(exc, self.path)  # an unreachable object store, lost credentials: not damage
             if reached is not exc:
@@ -301,6 +303,8 @@ class MatrixStore:
                 source=self.path,
                 partition=part.index,
             ) from exc
+        self._check_not_replaced(part)
+        return block
 
     def verify_partition(self, index: int) -> None:
         """Check every chunk of partition ``index`` (``dppca-dask info --check``); raise on the first problem.
@@ -442,6 +446,22 @@ class MatrixStore:
                 f"partition index must be in [0, {len(self.partitions)}); got {index}"
             )
         return self.partitions[index]
+
+    def _check_not_replaced(self, part: Partition) -> None:
+        """For a store in object storage: refuse a partition read while the store was replaced (``ingest
+        --overwrite``), which may hold chunks of both stores (:func:`._remote.root_holds`); a local store is
+        replaced by a rename, never under a reader's feet."""
+        from dppca_dask._urls import is_url
+
+        if self.store_id is None or not is_url(self.path):
+            return
+        from dppca_dask.storage._remote import root_holds
+
+        if not root_holds(self.path, self.storage_options, self.store_id):
+            raise StoreCorruptError(
+                f"store '{self.path}' was replaced (ingest --overwrite) or removed while partition {part.index} was "
+                "read, so the partition may hold parts of both stores; run again (on the new store)",
+                source=self.path, partition=part.index)
 
     def _fetch_remote(self, part: Partition) -> dict[str, np.ndarray] | None:
         """For a store at a URL: the partition's row pointers, values and column indices, fetched at once (their

@@ -153,3 +153,24 @@ def test_read_ahead_follows_the_stride_of_this_process_reads(s3, rng):
         assert (pending[0] if pending else None) == expected_ahead
     block, _ = store.read_partition_with_norms(1)  # served by the read ahead
     assert (block != matrix[100:200]).nnz == 0
+
+
+def test_a_read_during_a_replacement_is_refused_not_mixed(s3, rng):
+    """A reader that opened the old store and reads a partition after ``ingest --overwrite`` began (here: after it
+    ended, the replacement's chunks at the old keys, laid out alike) gets an error, never the other store's rows
+    under the old partition table; an append meanwhile (same store, new generation) does not stop it."""
+    from dppca_dask.errors import StoreCorruptError
+
+    url = s3.url("x.zarr")
+    old = _matrix(rng)
+    opened = ingest(old, url, rows_per_partition=100)
+    assert (opened.read_partition(0) != old[:100]).nnz == 0
+    append_partition(url, _matrix(rng, 50), timestamp=1.0e9)
+    assert (opened.read_partition(1) != old[100:200]).nnz == 0  # appended to: still the store that was opened
+    new = _matrix(rng)
+    ingest(new, url, rows_per_partition=100, overwrite=True)
+    with pytest.raises(StoreCorruptError, match="was replaced .* while partition 2 was read"):
+        opened.read_partition(2)
+    s3.filesystem().rm_file(s3.url("x.zarr/zarr.json"))  # what a reader sees in the middle of a replacement
+    with pytest.raises(StoreCorruptError, match="was replaced"):
+        opened.read_partition(0)
