@@ -6,8 +6,9 @@ It generates a low-coherence float32 store once (bounded memory), uploads a copy
 starts one LocalCluster (2 workers x 1 thread by default) whose workers re-read every partition in every step, and
 alternates steps between the two sources (medians of interleaved repeats, so load on the machine affects both
 alike). The workers reach the bucket through the storage options that travel with the store (no environment). It
-prints each source's step and read-only pass (read, check, norms; no kernel), and last ``s3 ratio <s3 step / local
-step>``.
+prints the server's throughput (every partition fetched one at a time, then all at once: whether more concurrent
+requests would help, and the check that the store was not replaced meanwhile, per partition), each source's step
+and read-only pass (read, check, norms; no kernel), and last ``s3 ratio <s3 step / local step>``.
 
     python benchmarks/bench_s3.py --quick                     # 2·10⁶ entries
     python benchmarks/bench_s3.py --nnz 1e7 --workdir DIR
@@ -78,6 +79,35 @@ def _read_only(store: MatrixStore, index: int) -> int:
     return int(load_store_partition(store, index).block.nnz)
 
 
+def _server_throughput(remote: MatrixStore) -> str:
+    """In this process: the store's partitions fetched one at a time and all at once (each partition's three arrays
+    together), and the mean time of the per-partition check that the store was not replaced; medians of 3."""
+    from dppca_dask.storage.store import _fetch_ranges
+
+    def fetch(indices: range, wait: bool) -> Any:
+        return [_fetch_ranges(remote.path, remote.fingerprint, remote._options, remote._ranges(i), wait=wait)
+                for i in indices]
+
+    parts = range(remote.n_partitions)
+    fetch(range(1), True)  # opens the arrays
+    one, together, check = [], [], []
+    for _ in range(3):
+        t = time.perf_counter()
+        fetch(parts, True)
+        one.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        [future.result() for future in fetch(parts, False)]
+        together.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        for i in parts:
+            remote._check_not_replaced(remote.partitions[i])
+        check.append((time.perf_counter() - t) / len(parts))
+    mb = sum(p.nnz for p in remote.partitions) * 8 / 1e6  # float32 values and int32 indices
+    return (f"server: {mb:.1f} MB one partition at a time {mb / _common.median(one):.1f} MB/s, all "
+            f"{len(parts)} at once {mb / _common.median(together):.1f} MB/s; replacement check "
+            f"{_common.median(check) * 1e3:.1f} ms per partition")
+
+
 def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: int) -> dict[str, float]:
     grid = ThresholdGrid.for_bound(1.0)
     top_m = default_top_m(cutoff=svt_cutoff(0.03, 0.05), epsilon_svt=0.03)
@@ -131,6 +161,7 @@ def main() -> None:
         print(f"store: {local.n_rows} x {local.n_cols}, {local.nnz} entries, {local.n_partitions} partitions; "
               f"uploaded in {time.perf_counter() - t:.1f} s")
         remote = open_matrix(url, storage_options=options)
+        print(_server_throughput(remote), flush=True)
         with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None,
                           host="127.0.0.1") as cluster, Client(cluster) as client:
             result = _measure(client, local, remote, args.repeats)

@@ -469,9 +469,11 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
     from dppca_dask._urls import is_url
 
     if is_url(out):
-        raise JobSpecError(f"{_where(source, 'output', 'path')}: job outputs (result.json, components) are written to "
-                           f"a local or mounted directory, owner-only; got the URL {output['path']!r}: give a "
-                           "directory (the store itself may be in object storage: [data] store = \"s3://...\")")
+        raise JobSpecError(
+            f"{_where(source, 'output', 'path')}: job outputs (result.json, components, the table of releases) are "
+            f"written to a local or mounted directory, owner-only; got the URL {output['path']!r}: give a directory "
+            "on the scheduler's disk and copy each published output to the bucket after the run (aws s3 cp "
+            "--recursive DIR s3://...); the store itself may be in object storage ([data] store = \"s3://...\")")
     try:
         out.format(name="n", id="i", date="d")
     except (KeyError, IndexError, ValueError) as exc:

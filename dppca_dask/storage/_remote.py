@@ -10,8 +10,17 @@ appended to and locked, where a local store uses directories, renames and file l
 - **Creating.** Object stores have no rename. A new store is written as a local store first (every check and
   temporary of a local ingest), then uploaded with its root metadata (``zarr.json``, which holds the partition table:
   the commit point) last (:func:`upload_store`): before that one PUT a reader finds no store, after it the whole one.
-  Replacing a store (``overwrite``) deletes the old root metadata first, so a reader finds the old store, no store,
-  or the new one; never a mixture of the two.
+  Replacing a store (``overwrite``) deletes the old root metadata first, then the old objects, then uploads the
+  new store, root metadata last: a reader opening the store finds the old store, no store, or the new one. A reader
+  that opened the old store and reads a partition while it is replaced could get chunks of both; so every
+  partition read from object storage ends by asking whether the root metadata still names the store that was
+  opened (:func:`root_holds`: a HEAD, and a GET only when the root changed): if it does, the root had not been
+  deleted when the read ended, hence no chunk had been replaced before (S3's reads are strongly consistent), and
+  the partition is the old store's; if it does not, the read is refused as damaged (run again).
+- **State beside a store.** A window's Gram cache, spectral histogram and tree keep their state beside a store in
+  object storage as objects of the same bucket (``.NAME.window-*/...``), read and written with the store's storage
+  options (the same access as the data): each object is written whole by one PUT (:func:`write_object`), and a
+  state of several objects writes its parts under new keys and the object naming them last.
 - **Appending.** As on a local disk: new chunks beyond the committed extents, the root metadata last (one PUT,
   atomic on S3). Appends take turns through a lock object beside the store (``.NAME.append.lock``), created with a
   conditional PUT (``If-None-Match: *``), which fails when the object exists.
@@ -30,8 +39,9 @@ from typing import Any
 from dppca_dask._urls import filesystem, is_url, probe_bucket, storage_error
 from dppca_dask.errors import InvalidParameterError, StoreNotFoundError
 
-__all__ = ["LOCK_TIMEOUT", "check_bucket", "lock_url", "open_group", "options_key", "remote_lock",
-           "remove_remote_store", "scratch_store_path", "upload_store", "zarr_location"]
+__all__ = ["LOCK_TIMEOUT", "check_bucket", "lock_url", "object_exists", "open_group", "options_key",
+           "read_object", "remote_lock", "remove_object", "remove_remote_store", "root_holds", "scratch_store_path",
+           "try_lock_object", "upload_store", "write_object", "zarr_location"]
 
 #: Seconds an append waits for another append's lock object before giving up.
 LOCK_TIMEOUT = 120.0
@@ -210,3 +220,102 @@ def remote_lock(url: str, storage_options: Mapping[str, Any] | None, *,
     finally:
         with contextlib.suppress(Exception):
             fs.rm_file(lock_inner)
+
+
+def _translated(exc: Exception, url: str) -> Exception:
+    error = storage_error(exc, url)
+    return exc if error is exc else error
+
+
+def object_exists(url: str, storage_options: Mapping[str, Any] | None) -> bool:
+    """Whether the object ``url`` exists (asked of the server, not of a listing cache)."""
+    fs, inner = filesystem(url, storage_options)
+    try:
+        fs.invalidate_cache(inner.rpartition("/")[0])
+        return bool(fs.isfile(inner))
+    except Exception as exc:
+        raise _translated(exc, url) from None
+
+
+def read_object(url: str, storage_options: Mapping[str, Any] | None) -> bytes:
+    """The bytes of the object ``url`` (``FileNotFoundError`` when there is none)."""
+    fs, inner = filesystem(url, storage_options)
+    try:
+        return bytes(fs.cat_file(inner))
+    except FileNotFoundError:
+        raise
+    except Exception as exc:
+        raise _translated(exc, url) from None
+
+
+def write_object(url: str, data: bytes, storage_options: Mapping[str, Any] | None) -> None:
+    """Write the object ``url`` whole, by one PUT: a reader sees the old object or the new one, never a part."""
+    fs, inner = filesystem(url, storage_options)
+    try:
+        fs.pipe_file(inner, bytes(data))
+        fs.invalidate_cache(inner.rpartition("/")[0])
+    except Exception as exc:
+        raise _translated(exc, url) from None
+
+
+def remove_object(url: str, storage_options: Mapping[str, Any] | None) -> None:
+    """Remove the object ``url`` (nothing when there is none)."""
+    fs, inner = filesystem(url, storage_options)
+    try:
+        fs.rm_file(inner)
+    except FileNotFoundError:
+        pass
+    except Exception as exc:
+        raise _translated(exc, url) from None
+    fs.invalidate_cache(inner.rpartition("/")[0])
+
+
+def try_lock_object(url: str, storage_options: Mapping[str, Any] | None) -> bool:
+    """Create the lock object ``url`` by a conditional PUT (``If-None-Match: *``); ``False`` when another process
+    holds it (a lock left by a killed process of this machine is taken over)."""
+    fs, inner = filesystem(url, storage_options)
+    owner = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "time": time.time()}).encode()
+    for _attempt in range(2):
+        try:
+            fs.pipe_file(inner, owner, mode="create")
+            return True
+        except FileExistsError:
+            if not _holder_gone(fs, inner):
+                return False
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm_file(inner)
+        except Exception as exc:
+            raise _translated(exc, url) from None
+    return False
+
+
+#: ``(URL, store id)`` → root metadata versions (ETags) seen to name that store, per process.
+_ROOT_TAGS: dict[tuple[str, str], set[str]] = {}
+
+
+def root_holds(url: str, storage_options: Mapping[str, Any] | None, store_id: str) -> bool:
+    """Whether the root metadata of the store at ``url`` exists now and names ``store_id`` (a HEAD; the object is
+    read only when its version was not seen before, after an append or a replacement)."""
+    fs, inner = filesystem(url, storage_options)
+    root = f"{inner.rstrip('/')}/{ROOT}"
+    try:
+        fs.invalidate_cache(inner.rstrip("/"))  # asked of the server, not of a listing cache
+        info = fs.info(root)
+        tag = str(info.get("ETag") or info.get("etag") or "")
+        seen = _ROOT_TAGS.setdefault((_key(url), store_id), set())
+        if tag and tag in seen:
+            return True
+        meta = json.loads(fs.cat_file(root))
+    except FileNotFoundError:
+        return False
+    except ValueError:
+        return False  # a root being written is not ours to trust
+    except Exception as exc:
+        raise _translated(exc, url) from None
+    held = ((meta.get("attributes") or {}).get("dppca_dask") or {}).get("store_id") if isinstance(meta, dict) else None
+    if held != store_id:
+        return False
+    if tag:
+        seen.add(tag)
+    return True
+

@@ -284,13 +284,15 @@ class MatrixStore:
         identities); read errors become StoreCorruptError."""
         try:
             if self.layout == "csr":
-                return self._read_csr(part, dtype, squares, read)
-            block = self._read_dense(part)
-            return block if dtype is None else block.astype(dtype, copy=False)
-        except (StoreCorruptError, InvalidInputError):
-            raise
-        except Exception as exc:  # zarr/codec errors on damaged chunks
-            from dppca_dask._urls import storage_error
+                block = self._read_csr(part, dtype, squares, read)
+            else:
+                block = self._read_dense(part)
+                block = block if dtype is None else block.astype(dtype, copy=False)
+        except Exception as exc:
+            self._check_not_replaced(part)  # a read during a replacement is said to be one, not damage
+            if isinstance(exc, (StoreCorruptError, InvalidInputError)):
+                raise
+            from dppca_dask._urls import storage_error  # zarr/codec errors on damaged chunks
 
             reached = storage_error(exc, self.path)  # an unreachable object store, lost credentials: not damage
             if reached is not exc:
@@ -301,6 +303,9 @@ class MatrixStore:
                 source=self.path,
                 partition=part.index,
             ) from exc
+        if self.layout != "csr":  # a CSR partition's fetch ended with the check (:meth:`_fetch_remote`)
+            self._check_not_replaced(part)
+        return block
 
     def verify_partition(self, index: int) -> None:
         """Check every chunk of partition ``index`` (``dppca-dask info --check``); raise on the first problem.
@@ -443,6 +448,23 @@ class MatrixStore:
             )
         return self.partitions[index]
 
+    def _check_not_replaced(self, part: Partition) -> None:
+        """For a store in object storage: refuse a partition read while the store was replaced (``ingest
+        --overwrite``), which may hold chunks of both stores (:func:`._remote.root_holds`); a local store is
+        replaced by a rename, never under a reader's feet. Called once every chunk of the partition was read (and
+        after a read that failed, which a replacement may explain)."""
+        from dppca_dask._urls import is_url
+
+        if self.store_id is None or not is_url(self.path):
+            return
+        from dppca_dask.storage._remote import root_holds
+
+        if not root_holds(self.path, self.storage_options, self.store_id):
+            raise StoreCorruptError(
+                f"store '{self.path}' was replaced (ingest --overwrite) or removed while partition {part.index} was "
+                "read, so the partition may hold parts of both stores; run again (on the new store)",
+                source=self.path, partition=part.index)
+
     def _fetch_remote(self, part: Partition) -> dict[str, np.ndarray] | None:
         """For a store at a URL: the partition's row pointers, values and column indices, fetched at once (their
         ranges follow from the partition table; every chunk of all three requested concurrently, where one array
@@ -452,7 +474,12 @@ class MatrixStore:
         if not is_url(self.path):
             return None
         return READ_AHEAD.fetch(self.path, self.fingerprint, self._options, part.index, self.n_partitions,
-                                self._ranges)
+                                self._ranges, self._replacement_check)
+
+    def _replacement_check(self, index: int) -> Callable[[], None]:
+        """The check that ends a fetch of partition ``index`` (:meth:`_check_not_replaced`; run by the fetch, so a
+        partition fetched ahead is checked ahead)."""
+        return functools.partial(self._check_not_replaced, self.partitions[index])
 
     def _ranges(self, index: int) -> dict[str, tuple[int, int]]:
         """The element ranges of partition ``index``'s arrays (CSR)."""
@@ -828,7 +855,7 @@ def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dty
 
 
 def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tuple[int, int]],
-                  *, wait: bool = True) -> Any:
+                  *, wait: bool = True, after: Callable[[], None] | None = None) -> Any:
     """Elements ``[start, stop)`` of several 1-D arrays of a store, all requested at once on zarr's event loop: a
     dict of arrays, or (``wait=False``) a future of it."""
     import asyncio
@@ -839,6 +866,8 @@ def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tu
 
     async def fetch() -> dict[str, np.ndarray]:
         values = await asyncio.gather(*(arrays[key]._async_array.getitem(slice(*ranges[key])) for key in ranges))
+        if after is not None:  # once every chunk was read (blocking I/O of its own: off the event loop)
+            await asyncio.to_thread(after)
         return {key: np.asarray(v) for key, v in zip(ranges, values)}
 
     if wait:
@@ -864,7 +893,8 @@ class _ReadAhead:
         self._last: dict[tuple[str, str, str], int] = {}
 
     def fetch(self, path: str, version: str, options: str, index: int, n: int,
-              ranges_of: Callable[[int], dict[str, tuple[int, int]]]) -> dict[str, np.ndarray]:
+              ranges_of: Callable[[int], dict[str, tuple[int, int]]],
+              after_of: Callable[[int], Callable[[], None]] | None = None) -> dict[str, np.ndarray]:
         """Partition ``index`` (of ``n``) of a store: the one fetched ahead when it is, else fetched now; then the
         next one of this process requested."""
         key = (path, version, options)
@@ -881,12 +911,14 @@ class _ReadAhead:
         elif pending is not None:
             pending[1].cancel()
         if current is None:
-            current = _fetch_ranges(path, version, options, ranges_of(index))
+            current = _fetch_ranges(path, version, options, ranges_of(index),
+                                    after=None if after_of is None else after_of(index))
         stride = index - last if last is not None and index > last else 0
         if stride and n > 1:
             ahead = index + stride if index + stride < n else index % stride
             if ahead != index:
-                future = _fetch_ranges(path, version, options, ranges_of(ahead), wait=False)
+                future = _fetch_ranges(path, version, options, ranges_of(ahead), wait=False,
+                                       after=None if after_of is None else after_of(ahead))
                 with self._lock:
                     self._pending[key] = (ahead, future)
         return current

@@ -61,7 +61,7 @@ def test_a_job_ingests_into_and_reads_from_a_bucket(s3, rng, tmp_path, monkeypat
 
 
 def test_an_output_url_is_refused(s3, rng, tmp_path):
-    with pytest.raises(JobSpecError, match="written to a local or mounted directory"):
+    with pytest.raises(JobSpecError, match=r"written to a local or mounted directory.*aws s3 cp --recursive"):
         load_job(_spec(tmp_path, s3.url("x.zarr"), _svmlight(tmp_path / "a.svm", rng), output=s3.url("out")))
 
 

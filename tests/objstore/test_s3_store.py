@@ -116,15 +116,6 @@ def test_flow_on_a_local_cluster_with_storage_options(s3, rng, local_client, mon
     _flow(s3.url("flow.zarr"), rng, client=local_client, storage_options=s3.options())
 
 
-def test_window_state_beside_a_bucket_store_is_refused(s3, rng):
-    from dppca_dask.methods.window import window
-
-    url = s3.url("w.zarr")
-    ingest(_counts(rng, 100), url, n_features=12, timestamp="2026-11-01")
-    with pytest.raises(InvalidParameterError, match="object storage; run it on a local or mounted copy"):
-        window(url, last="1D", epsilon=1.0, delta=1e-6, cache=True, seed=1)
-
-
 def test_estimator_and_scanpy_style_pca_on_a_bucket_store(s3, rng, monkeypatch):
     pytest.importorskip("sklearn")
     anndata = pytest.importorskip("anndata")
@@ -162,3 +153,27 @@ def test_read_ahead_follows_the_stride_of_this_process_reads(s3, rng):
         assert (pending[0] if pending else None) == expected_ahead
     block, _ = store.read_partition_with_norms(1)  # served by the read ahead
     assert (block != matrix[100:200]).nnz == 0
+
+
+def test_a_read_during_a_replacement_is_refused_not_mixed(s3, rng):
+    """A reader that opened the old store and reads a partition after ``ingest --overwrite`` began (here: after it
+    ended, the replacement's chunks at the old keys, laid out alike) gets an error, never the other store's rows
+    under the old partition table (a partition fetched ahead and checked before the replacement began is the old
+    store's); an append meanwhile (same store, new generation) does not stop it."""
+    from dppca_dask.errors import StoreCorruptError
+
+    url = s3.url("x.zarr")
+    old = _matrix(rng)
+    opened = ingest(old, url, rows_per_partition=100)
+    assert (opened.read_partition(0) != old[:100]).nnz == 0
+    append_partition(url, _matrix(rng, 50), timestamp=1.0e9)
+    assert (opened.read_partition(1) != old[100:200]).nnz == 0  # appended to: still the store that was opened
+    # partition 2 was fetched ahead (reads 0, 1: stride 1) and checked before the replacement: the old store's
+    new = _matrix(rng)
+    ingest(new, url, rows_per_partition=100, overwrite=True)
+    assert (opened.read_partition(2) != old[200:]).nnz == 0
+    with pytest.raises(StoreCorruptError, match="was replaced .* while partition 0 was read"):
+        opened.read_partition(0)
+    s3.filesystem().rm_file(s3.url("x.zarr/zarr.json"))  # what a reader sees in the middle of a replacement
+    with pytest.raises(StoreCorruptError, match="was replaced .* while partition 1 was read"):
+        opened.read_partition(1)

@@ -261,7 +261,7 @@ def test_nodes_drawn_before_the_state_write_fails_stay_charged_and_a_rerun_charg
     noise = AuditingNoiseSource(1)
     args = {"epsilon": 1, "delta": 1e-6, "horizon": 4, "client": "local", "ledger": ledger, "dataset": "nightly"}
 
-    def full_disk(path, write):
+    def full_disk(path, write, *options):
         raise OSError(28, "No space left on device", path)
 
     with monkeypatch.context() as patched:

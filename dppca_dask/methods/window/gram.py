@@ -21,8 +21,9 @@ from dppca_dask.kernels.gram import window_gram
 from dppca_dask.methods.window.selection import WindowSelection
 from dppca_dask.storage import MatrixStore
 
-__all__ = ["LABELS_ARRAY", "WindowGram", "check_labels", "check_private_directory", "dense_dim_error",
-           "load_cached_gram", "window_source", "write_private_file"]
+__all__ = ["LABELS_ARRAY", "WindowGram", "beside_store", "check_labels", "check_private_directory",
+           "dense_dim_error", "load_cached_gram", "read_state", "state_exists", "window_source",
+           "write_private_file"]
 
 #: Name of the auxiliary per-row array holding regression labels (``ingest(..., store_labels=True)``).
 LABELS_ARRAY = "labels"
@@ -202,24 +203,54 @@ register_request(
 )
 
 
-def cache_directory(store: MatrixStore) -> str:
-    """Directory of the per-partition Gram cache beside the store (owner-only: the Grams are as sensitive as the
-    rows); named from the store's real path (links resolved), so that every path to one store finds one cache."""
-    parent, base = os.path.split(os.path.realpath(store.path))
-    return os.path.join(parent, f".{base}.window-grams")
-
-
-def check_state_location(store: MatrixStore, *, structure: Any, cache: Any) -> None:
-    """Refuse the Gram cache and the spectral histogram for a store in object storage: they keep exact Grams (as
-    sensitive as the rows) in owner-only files beside the store, and a bucket has no such place."""
+def beside_store(store_path: str, suffix: str) -> str:
+    """Where a store's window state ``suffix`` is kept, beside the store: ``.NAME.<suffix>`` in its directory,
+    named from its real path (links resolved, so that every path to one store finds one state); for a store in
+    object storage, the same name beside it in its bucket (``s3://bucket/.x.zarr.<suffix>``)."""
     from dppca_dask._urls import is_url
 
-    if is_url(store.path) and (cache is True or structure == "spectral-histogram"):
-        what = "cache=True (--cache)" if cache is True else "structure='spectral-histogram'"
-        raise InvalidParameterError(
-            f"{what} keeps exact Grams in owner-only files beside the store, and '{store.path}' is in object "
-            "storage; run it on a local or mounted copy of the store, or drop it (structure='exact' without cache "
-            "reads the window from the bucket)")
+    if is_url(store_path):
+        parent, _, base = store_path.rstrip("/").rpartition("/")
+        return f"{parent}/.{base}.{suffix}"
+    parent, base = os.path.split(os.path.realpath(store_path))
+    return os.path.join(parent, f".{base}.{suffix}")
+
+
+def join_state(directory: str, name: str) -> str:
+    """``name`` inside the state ``directory`` (a local directory, or a prefix in object storage)."""
+    from dppca_dask._urls import is_url
+
+    return f"{directory.rstrip('/')}/{name}" if is_url(directory) else os.path.join(directory, name)
+
+
+def cache_directory(store: MatrixStore) -> str:
+    """Directory of the per-partition Gram cache beside the store (owner-only: the Grams are as sensitive as the
+    rows; in object storage: objects beside the store in its bucket, the store's access); named from the store's
+    real path (links resolved), so that every path to one store finds one cache."""
+    return beside_store(store.path, "window-grams")
+
+
+def state_exists(path: str, options: Mapping[str, Any] | None = None) -> bool:
+    """Whether the state file (or object, read with the store's storage ``options``) ``path`` exists."""
+    from dppca_dask._urls import is_url
+
+    if is_url(path):
+        from dppca_dask.storage._remote import object_exists
+
+        return object_exists(path, options)
+    return os.path.exists(path)
+
+
+def read_state(path: str, options: Mapping[str, Any] | None = None) -> bytes:
+    """The bytes of the state file (or object) ``path`` (``OSError`` when it cannot be read)."""
+    from dppca_dask._urls import is_url
+
+    if is_url(path):
+        from dppca_dask.storage._remote import read_object
+
+        return read_object(path, options)
+    with open(path, "rb") as fh:
+        return fh.read()
 
 
 def check_private_directory(path: str, *, create: bool = False) -> None:
@@ -232,7 +263,11 @@ def check_private_directory(path: str, *, create: bool = False) -> None:
     """
     import stat
 
+    from dppca_dask._urls import is_url
     from dppca_dask.storage._files import make_private_directory, private_files
+
+    if is_url(path):  # objects beside a store in its bucket: who reads the store reads them (the same access)
+        return
 
     try:
         info = os.lstat(path)
@@ -254,9 +289,21 @@ def check_private_directory(path: str, *, create: bool = False) -> None:
         )
 
 
-def write_private_file(path: str, write: Any) -> None:
+def write_private_file(path: str, write: Any, options: Mapping[str, Any] | None = None) -> None:
     """Write ``path`` through ``write(fh)`` into a fresh owner-only temporary beside it (never through a link,
-    never into an existing file), then move it into place."""
+    never into an existing file), then move it into place; an object in object storage (written with the store's
+    storage ``options``) is written whole by one PUT."""
+    from dppca_dask._urls import is_url
+
+    if is_url(path):
+        import io
+
+        from dppca_dask.storage._remote import write_object
+
+        buffer = io.BytesIO()
+        write(buffer)
+        write_object(path, buffer.getvalue(), options)
+        return
     tmp = path + ".partial"
     try:
         os.unlink(tmp)  # a temporary left by a killed run
@@ -268,12 +315,14 @@ def write_private_file(path: str, write: Any) -> None:
     os.replace(tmp, path)
 
 
-def load_cached_gram(path: str, dim: int) -> np.ndarray:
+def load_cached_gram(path: str, dim: int, options: Mapping[str, Any] | None = None) -> np.ndarray:
     """A cached Gram, checked: a ``dim×dim`` finite float array (anything else is a damaged cache)."""
+    import io
+
     from dppca_dask.errors import StoreCorruptError
 
     try:
-        gram = np.load(path, allow_pickle=False)
+        gram = np.load(io.BytesIO(read_state(path, options)), allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise StoreCorruptError(f"the cached Gram '{path}' cannot be read ({type(exc).__name__}); delete it to "
                                 "read the partition again", source=path) from None
@@ -285,10 +334,8 @@ def load_cached_gram(path: str, dim: int) -> np.ndarray:
 
 def cache_file(store: MatrixStore, index: int, row_norm_bound: float, labels: bool) -> str:
     """The cached Gram of one whole partition, keyed by the store's random id, the bound and the label column."""
-    import os
-
     tag = f"{store.store_id}-p{int(index)}-c{float(row_norm_bound)!r}-{'y' if labels else 'x'}.npy"
-    return os.path.join(cache_directory(store), tag)
+    return join_state(cache_directory(store), tag)
 
 
 def partitions_source(store: MatrixStore, partitions: tuple[int, ...], description: Mapping[str, Any]

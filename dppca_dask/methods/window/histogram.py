@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,32 +185,56 @@ class SpectralHistogram:
         return self.starts[0], self.grams[0].copy()
 
     # -- persistence -----------------------------------------------------------------------------------------
-    def save(self, directory: str, *, meta: Mapping[str, Any]) -> None:
+    def save(self, directory: str, *, meta: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
         """Write ``state.npz`` and ``state.json`` (each replaced atomically) into the owner-only ``directory``
-        (:func:`~dppca_dask.methods.window.gram.check_private_directory`)."""
-        from dppca_dask.methods.window.gram import check_private_directory, write_private_file
+        (:func:`~dppca_dask.methods.window.gram.check_private_directory`).
+
+        In object storage (``directory`` a URL beside the store, written with its storage ``options``) the arrays
+        go to an object of a new name (``state-<random>.npz``) and ``state.json``, which names it, is written
+        last: a reader sees the old state or the new one whole (the arrays the old one names are removed after)."""
+        from dppca_dask._urls import is_url
+        from dppca_dask.methods.window.gram import check_private_directory, join_state, write_private_file
 
         check_private_directory(directory, create=True)
         arrays = np.stack(self.grams) if self.grams else np.zeros((0, self.dim, self.dim))
         info = {"dim": self.dim, "eta": self.eta, "regularizer": self.regularizer, "last": self.last,
                 "pruning": self.pruning, **meta}
-        write_private_file(os.path.join(directory, "state.npz"),
-                           lambda fh: np.savez(fh, grams=arrays, starts=np.asarray(self.starts, dtype=np.int64)))
-        write_private_file(os.path.join(directory, "state.json"), lambda fh: fh.write(json.dumps(info).encode()))
+        older = None
+        if is_url(directory):
+            import uuid
+
+            older = _arrays_name(directory, options)
+            info["arrays"] = f"state-{uuid.uuid4().hex}.npz"
+        write_private_file(join_state(directory, info.get("arrays", "state.npz")),
+                           lambda fh: np.savez(fh, grams=arrays, starts=np.asarray(self.starts, dtype=np.int64)),
+                           options)
+        write_private_file(join_state(directory, "state.json"), lambda fh: fh.write(json.dumps(info).encode()),
+                           options)
+        if older is not None:
+            from dppca_dask.storage._remote import remove_object
+
+            try:
+                remove_object(join_state(directory, older), options)
+            except Exception:  # noqa: BLE001 - the new state stands; an object left over is only space
+                pass
 
     @classmethod
-    def load(cls, directory: str, *, expect: Mapping[str, Any]) -> SpectralHistogram | None:
-        """The saved state, or ``None`` when there is none; refuses a state built with other parameters."""
-        from dppca_dask.methods.window.gram import check_private_directory
+    def load(cls, directory: str, *, expect: Mapping[str, Any],
+             options: Mapping[str, Any] | None = None) -> SpectralHistogram | None:
+        """The saved state, or ``None`` when there is none; refuses a state built with other parameters (read with
+        the store's storage ``options`` when ``directory`` is in object storage)."""
+        import io
+
+        from dppca_dask.methods.window.gram import check_private_directory, join_state, read_state, state_exists
 
         check_private_directory(directory)  # the release saves its exact Grams there
-        path = os.path.join(directory, "state.json")
-        if not os.path.exists(path):
+        path = join_state(directory, "state.json")
+        if not state_exists(path, options):
             return None
         try:
-            with open(path) as fh:
-                info = json.load(fh)
-            with np.load(os.path.join(directory, "state.npz")) as data:
+            info = json.loads(read_state(path, options))
+            arrays = read_state(join_state(directory, str(info.get("arrays", "state.npz"))), options)
+            with np.load(io.BytesIO(arrays)) as data:
                 grams, starts = data["grams"], data["starts"]
         except (OSError, ValueError, KeyError) as exc:
             raise StoreCorruptError(f"the spectral histogram in '{directory}' cannot be read ({type(exc).__name__}); "
@@ -236,7 +259,20 @@ class SpectralHistogram:
 
 
 def histogram_path(store_path: str, name: str) -> str:
-    """Directory of a store's spectral histogram ``name``, beside the store (owner-only, like the store); named
-    from the store's real path (links resolved), so that every path to one store finds one histogram."""
-    parent, base = os.path.split(os.path.realpath(store_path))
-    return os.path.join(parent, f".{base}.window-{name}")
+    """Directory of a store's spectral histogram ``name``, beside the store (owner-only, like the store; in object
+    storage, a prefix beside it in its bucket); named from the store's real path (links resolved), so that every
+    path to one store finds one histogram."""
+    from dppca_dask.methods.window.gram import beside_store
+
+    return beside_store(store_path, f"window-{name}")
+
+
+def _arrays_name(directory: str, options: Mapping[str, Any] | None) -> str | None:
+    """The arrays object the saved state in object storage names (``None``: no state, or an unreadable one)."""
+    from dppca_dask.methods.window.gram import join_state, read_state
+
+    try:
+        name = json.loads(read_state(join_state(directory, "state.json"), options)).get("arrays")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(name) if isinstance(name, str) and "/" not in name else None

@@ -33,7 +33,6 @@ from dppca_dask.methods.window.calibration import RELEASES, ROW_WINDOW_NEIGHBOUR
 from dppca_dask.methods.window.gram import (
     WindowGram,
     check_labels,
-    check_state_location,
     dense_dim_error,
     window_source,
 )
@@ -227,16 +226,17 @@ def _cached_gram(plan: WindowPlan, labels: Any, cached: Mapping[int, str]) -> An
     grams = (yield PartitionGrams(row_norm_bound=plan.row_norm_bound, partitions=missing, labels=labels,
                                   row_ranges={i: ranges[i] for i in missing})) if missing else {}
     check_private_directory(cache_directory(plan.store), create=True)
+    options = plan.store.storage_options
     total = np.zeros((plan.dim, plan.dim))
     for index in plan.selection.partitions:
         if index in cached:
-            total += load_cached_gram(cached[index], plan.dim)
+            total += load_cached_gram(cached[index], plan.dim, options)
             continue
         total += grams[index]
         if ranges[index] is None:
             gram = grams[index]
             write_private_file(cache_file(plan.store, index, plan.row_norm_bound, plan.labels),
-                               lambda fh, gram=gram: np.save(fh, gram))
+                               lambda fh, gram=gram: np.save(fh, gram), options)
     return total
 
 
@@ -312,7 +312,7 @@ def plan_histogram(plan: WindowPlan, *, last: Any, end: Any, eta: float,
                               "row_norm_bound": c, "dim": plan.dim, "window_seconds": seconds}
     if pruning == "spectral":  # λ shapes the paper's Loewner tests only
         expect["regularizer"] = float(regularizer)
-    hist = SpectralHistogram.load(directory, expect=expect)
+    hist = SpectralHistogram.load(directory, expect=expect, options=store.storage_options)
     if hist is None:
         hist = SpectralHistogram(plan.dim, float(eta), float(regularizer), pruning=pruning)
     parts = store.partitions
@@ -427,7 +427,8 @@ def _histogram_release(plan: WindowPlan, setup: HistogramSetup, noise: NoiseSour
         # partitions again); a structure that cannot be saved after the release leaves the release standing.
         try:
             hist.save(directory, meta={k: v for k, v in expect.items() if k not in ("eta", "regularizer", "dim",
-                                                                                     "pruning")})
+                                                                                     "pruning")},
+                      options=store.storage_options)
         except (OSError, InvalidParameterError) as exc:  # a directory made unsafe since the plan checked it
             import warnings
 
@@ -897,8 +898,9 @@ def window(
     storage_options
         For a store given by its URL (``s3://bucket/x.zarr``): fsspec options of its file system (see
         :func:`dppca_dask.pca`); workers read the store themselves with them. The Gram cache (``cache=True``) and
-        the spectral histogram keep exact Grams in files beside the store: with a store in object storage they
-        are refused (there is no owner-only directory beside it); use a local or mounted store for them.
+        the spectral histogram of such a store keep their exact Grams as objects beside it in its bucket
+        (``s3://bucket/.x.zarr.window-grams/...``), read and written with the same options: whoever can read the
+        store can read them, as with the rows themselves.
 
     Returns
     -------
@@ -938,7 +940,6 @@ def window(
     check_store_argument(store)
     if not isinstance(store, MatrixStore):
         store = open_matrix(store, storage_options=storage_options)
-    check_state_location(store, structure=structure, cache=cache)
     plan = plan_window(store, last=last, last_rows=last_rows, end=end, epsilon=epsilon, delta=delta,
                        release=release, labels=labels, row_norm_bound=row_norm_bound, tau_rule=tau_rule,
                        sketch_rows=sketch_rows, rank_bound=rank_bound, max_dense_dim=max_dense_dim)
@@ -971,13 +972,14 @@ def window(
             cache_file,
             check_private_directory,
             partitions_source,
+            state_exists,
         )
 
         check_private_directory(cache_directory(plan.store))  # before anything is read or reserved
 
         present = {i: cache_file(plan.store, i, plan.row_norm_bound, plan.labels)
                    for i, rows in zip(plan.selection.partitions, plan.selection.row_ranges) if rows is None}
-        present = {i: path for i, path in present.items() if os.path.exists(path)}
+        present = {i: path for i, path in present.items() if state_exists(path, plan.store.storage_options)}
         unread = tuple(i for i in plan.selection.partitions if i not in present)
         source = partitions_source(plan.store, unread, {"kind": "store", "fingerprint": plan.store.fingerprint,
                                                         "schema": plan.store.schema})

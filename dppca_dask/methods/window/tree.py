@@ -53,11 +53,12 @@ def _legacy_levels(horizon: int) -> int:
     return math.ceil(math.log2(horizon)) + 1
 
 
-def _saved_levels(directory: str, horizon: int) -> int:
+def _saved_levels(directory: str, horizon: int, options: Any = None) -> int:
     """The level count of the tree saved in ``directory`` (legacy or current), or the current one."""
+    from dppca_dask.methods.window.gram import join_state, read_state
+
     try:
-        with open(os.path.join(directory, "nodes.json")) as fh:
-            saved = json.load(fh).get("levels")
+        saved = json.loads(read_state(join_state(directory, "nodes.json"), options)).get("levels")
     except (OSError, ValueError, AttributeError):
         saved = None
     return _legacy_levels(horizon) if saved == _legacy_levels(horizon) else tree_levels(horizon)
@@ -102,14 +103,20 @@ def node_charges(nodes: list[tuple[int, int]], multiplier: float,
 
 def _state_path(store_path: str, horizon: int, labels: bool) -> str:
     """The tree's state directory beside the store, named from the store's real path (links resolved): every path
-    to one store (a link, ``..``) finds its one tree, whose nodes are drawn once."""
-    parent, base = os.path.split(os.path.realpath(store_path))
-    return os.path.join(parent, f".{base}.window-tree-{horizon}-{'labels' if labels else 'features'}")
+    to one store (a link, ``..``) finds its one tree, whose nodes are drawn once; for a store in object storage,
+    a prefix beside it in its bucket."""
+    from dppca_dask.methods.window.gram import beside_store
+
+    return beside_store(store_path, f"window-tree-{horizon}-{'labels' if labels else 'features'}")
 
 
 def _older_state_path(store_path: str, horizon: int, labels: bool) -> str:
     """Where releases before trees were named from the real path kept a tree reached by ``store_path`` (the path
-    as given, links not resolved)."""
+    as given, links not resolved); a store in object storage has no links: its one place."""
+    from dppca_dask._urls import is_url
+
+    if is_url(store_path):
+        return _state_path(store_path, horizon, labels)
     parent, base = os.path.split(os.path.abspath(store_path))
     return os.path.join(parent, f".{base}.window-tree-{horizon}-{'labels' if labels else 'features'}")
 
@@ -130,6 +137,7 @@ def tree_window(
     dataset: str | None = None,
     job_id: str | None = None,
     new_tree: bool = False,
+    storage_options: Any = None,
 ) -> Any:
     """Release the current time window (``last``, ending at the newest partition) from the binary tree.
 
@@ -157,19 +165,19 @@ def tree_window(
     finished by the next release from the tree (charged if it was not, published; nothing drawn again); a job id
     that drew nodes and wrote none of them is refused (:class:`~dppca_dask.errors.BudgetExceededError`, its budget
     spent): running it again would draw its release a second time.
+
+    A store in object storage (its URL, with ``storage_options`` as for :func:`~dppca_dask.methods.window.window`)
+    keeps its tree beside it in its bucket (``s3://bucket/.x.zarr.window-tree-…/nodes.json``, each state object
+    written whole by one PUT), locked by an object created with a conditional PUT (``….lock``).
     """
     from dppca_dask.methods.window.release import _choose, check_seed, partition_budget, plan_window
 
     if isinstance(horizon, bool) or not isinstance(horizon, (int, np.integer)) or horizon < 1:
         raise InvalidParameterError(f"horizon must be a positive integer (partitions); got {horizon!r}")
-    from dppca_dask._urls import is_url
+    if storage_options is not None and not hasattr(store, "storage_options"):
+        from dppca_dask.storage import open_matrix
 
-    location = store.path if hasattr(store, "path") else store
-    if is_url(location):
-        raise InvalidParameterError(
-            f"the tree's state (noisy nodes and exact partial sums) is kept in owner-only files beside the store, "
-            f"and '{location}' is in object storage; run the tree on a local or mounted copy of the store, or "
-            "release the window without the tree (dppca-dask window without --tree)")
+        store = open_matrix(store, storage_options=storage_options)
     plan = plan_window(store, last=last, epsilon=epsilon, delta=delta, row_norm_bound=row_norm_bound)
     store = plan.store
     from dppca_dask.methods.window.selection import require_time_order
@@ -190,10 +198,11 @@ def tree_window(
         raise InvalidParameterError(f"the store has more partitions than the tree's horizon={horizon}; the tree "
                                     "is spent: start a new one with a larger horizon (and a new budget)")
     directory = _state_path(store.path, int(horizon), False)
-    levels = _saved_levels(directory, int(horizon))  # a tree saved with the earlier count keeps its calibration
+    # a tree saved with the earlier count keeps its calibration
+    levels = _saved_levels(directory, int(horizon), store.storage_options)
     multiplier = calibrate_gaussian(epsilon=epsilon, delta=delta, count=levels)
     older = _older_state_path(store.path, int(horizon), False)
-    lock = _lock(directory)
+    lock = _lock(directory, store.storage_options)
     try:
         return _tree_release(plan, choice, client, directory, epsilon, delta, int(horizon), levels, multiplier,
                              noise, seed, budget, older=older, new_tree=bool(new_tree))
@@ -201,10 +210,34 @@ def tree_window(
         lock.release()
 
 
-def _lock(directory: str) -> Any:
-    """The tree's exclusive lock (a file beside its directory) from reading its state to writing it: two releases
-    at once would each draw a missing node and release it with its own noise (one node, two releases)."""
+class _ObjectLock:
+    """The tree's lock in object storage: an object beside its state, created by a conditional PUT."""
+
+    def __init__(self, url: str, options: Any) -> None:
+        self.url, self.options = url, options
+
+    def release(self) -> None:
+        from dppca_dask.storage._remote import remove_object
+
+        remove_object(self.url, self.options)
+
+
+def _lock(directory: str, options: Any = None) -> Any:
+    """The tree's exclusive lock (a file beside its directory; in object storage, an object created by a
+    conditional PUT) from reading its state to writing it: two releases at once would each draw a missing node and
+    release it with its own noise (one node, two releases)."""
     from filelock import FileLock, Timeout
+
+    from dppca_dask._urls import is_url
+
+    if is_url(directory):
+        from dppca_dask.storage._remote import try_lock_object
+
+        if not try_lock_object(directory + ".lock", options):
+            raise InvalidParameterError(f"another release from the tree in '{directory}' is running (its lock "
+                                        f"object '{directory}.lock' exists); wait for it to end, or, if none "
+                                        "runs (one was killed on another machine), delete that object")
+        return _ObjectLock(directory + ".lock", options)
 
     lock = FileLock(directory + ".lock", timeout=0, mode=0o600)
     try:
@@ -290,12 +323,13 @@ def _kill_point(name: str) -> None:
     (fault-injection tests replace this function, as they replace the job runner's, to kill the process there)."""
 
 
-def _read_state_file(path: str, directory: str) -> dict[str, Any]:
+def _read_state_file(path: str, directory: str, options: Any = None) -> dict[str, Any]:
     """A tree state file (``nodes.json`` or :data:`PENDING_FILE`), which holds released values: unreadable, it is
     refused (a new tree would spend a new budget)."""
+    from dppca_dask.methods.window.gram import read_state
+
     try:
-        with open(path) as fh:
-            data = json.load(fh)
+        data = json.loads(read_state(path, options))
     except (OSError, ValueError):
         data = None
     if not isinstance(data, dict) or not isinstance(data.get("nodes", {}), dict):
@@ -343,12 +377,15 @@ def _load_tree(directory: str, store: Any, *, epsilon: float, delta: float, leve
     """The tree's state checked against this release — its pending state when a release stopped before publishing
     it — and that pending record; ``(None, None)`` when there is no tree yet (after refusing to start one over a
     lost tree, see :func:`tree_window`)."""
-    pending_file, state_file = os.path.join(directory, PENDING_FILE), os.path.join(directory, "nodes.json")
-    pending = _read_state_file(pending_file, directory) if os.path.exists(pending_file) else None
+    from dppca_dask.methods.window.gram import join_state, state_exists
+
+    options = store.storage_options
+    pending_file, state_file = join_state(directory, PENDING_FILE), join_state(directory, "nodes.json")
+    pending = _read_state_file(pending_file, directory, options) if state_exists(pending_file, options) else None
     if pending is not None:
         saved: dict[str, Any] | None = pending
     else:
-        saved = _read_state_file(state_file, directory) if os.path.exists(state_file) else None
+        saved = _read_state_file(state_file, directory, options) if state_exists(state_file, options) else None
     if saved is None:
         if not new_tree:
             _refuse_a_lost_tree(store, directory, older)
@@ -385,7 +422,26 @@ def _check_charged_key(directory: str, charged_to: Any, charged_in: Any, budget:
         )
 
 
-def _finish_pending(directory: str, pending: dict[str, Any], budget: dict[str, Any] | None) -> None:
+def _publish_pending(directory: str, options: Any = None) -> None:
+    """Make the pending state the tree's state: a rename of the file beside a local store; in object storage (no
+    rename), ``nodes.json`` written whole by one PUT from the pending object's bytes, then the pending object
+    removed (a crash in between leaves both, equal: the next release finishes the pending one again)."""
+    from dppca_dask._urls import is_url
+    from dppca_dask.methods.window.gram import join_state, read_state, write_private_file
+
+    pending, state = join_state(directory, PENDING_FILE), join_state(directory, "nodes.json")
+    if not is_url(directory):
+        os.replace(pending, state)
+        return
+    from dppca_dask.storage._remote import remove_object
+
+    data = read_state(pending, options)
+    write_private_file(state, lambda fh: fh.write(data), options)
+    remove_object(pending, options)
+
+
+def _finish_pending(directory: str, pending: dict[str, Any], budget: dict[str, Any] | None,
+                    options: Any = None) -> None:
     """Finish the release a crash left pending: its nodes were drawn and written, so it is charged (when its charge
     is not recorded yet) and its state published; nothing is drawn again. The checks before (the pending state's
     dataset key and ledger are this release's) make ``budget`` the one it is charged to."""
@@ -406,7 +462,7 @@ def _finish_pending(directory: str, pending: dict[str, Any], budget: dict[str, A
         if entry.status == RESERVED:
             ledger.charge(dataset, job_id, outcome="succeeded")
             _kill_point("charged")
-    os.replace(os.path.join(directory, PENDING_FILE), os.path.join(directory, "nodes.json"))
+    _publish_pending(directory, options)
     _kill_point("published")
 
 
@@ -466,11 +522,11 @@ def _draw_nodes(plan: Any, missing: list[tuple[int, int]], needed: tuple[int, ..
 
 
 def _keep_nodes(directory: str, state: dict[str, Any], budget: dict[str, Any] | None,
-                reservation: Any) -> None:
+                reservation: Any, options: Any = None) -> None:
     """Write the state with the new nodes pending (at once), charge the release, then publish the state. A failure
     before the pending state is complete charges the drawn nodes as failed (the budget stays spent); one after
     leaves the pending state, which the next release from the tree finishes (:func:`_finish_pending`)."""
-    from dppca_dask.methods.window.gram import check_private_directory, write_private_file
+    from dppca_dask.methods.window.gram import check_private_directory, join_state, write_private_file
 
     release = {"job_id": None, "dataset": None}
     if reservation is not None and budget is not None:
@@ -478,7 +534,8 @@ def _keep_nodes(directory: str, state: dict[str, Any], budget: dict[str, Any] | 
     pending = {**state, "release": release}  # the release that drew the newest nodes, charged for them
     try:
         check_private_directory(directory, create=True)
-        write_private_file(os.path.join(directory, PENDING_FILE), lambda fh: fh.write(json.dumps(pending).encode()))
+        write_private_file(join_state(directory, PENDING_FILE), lambda fh: fh.write(json.dumps(pending).encode()),
+                           options)
     except BaseException:
         if reservation is not None:
             reservation.charge(outcome="failed")
@@ -487,7 +544,7 @@ def _keep_nodes(directory: str, state: dict[str, Any], budget: dict[str, Any] | 
     if reservation is not None:
         reservation.charge()
         _kill_point("charged")
-    os.replace(os.path.join(directory, PENDING_FILE), os.path.join(directory, "nodes.json"))
+    _publish_pending(directory, options)
     _kill_point("published")
 
 
@@ -518,7 +575,7 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
     charged_in = saved.get("ledger") if nodes else ledger_id  # a budgeted state that does not say: unknown
     _check_charged_key(directory, charged_to, charged_in, budget)
     if pending is not None:
-        _finish_pending(directory, pending, budget)
+        _finish_pending(directory, pending, budget, store.storage_options)
     if budget is not None:
         _refuse_an_unfinished_job(budget, directory)
     start, stop = plan.selection.partitions[0], plan.selection.partitions[-1]
@@ -552,7 +609,7 @@ def _tree_release(plan: Any, choice: Any, client: Any, directory: str, epsilon: 
                  "multiplier": multiplier, "levels": levels, "row_norm_bound": c,
                  "private": bool(drawn_privately and noise.private), "budget": charged_to, "ledger": charged_in,
                  "nodes": nodes}
-        _keep_nodes(directory, state, budget, reservations[0] if reservations else None)
+        _keep_nodes(directory, state, budget, reservations[0] if reservations else None, store.storage_options)
     return _tree_result(plan, source, choice, nodes, cover, epsilon, delta, horizon, levels, multiplier, noise)
 
 
