@@ -382,7 +382,10 @@ def pca(
         noise.mark_released(plan.resumed_keys(resume))
 
     iteration_times: list[float] = []
-    bar = _progress(plan.total_steps, params.mechanism, progress)
+    from dppca_dask._progress import RunProgress
+
+    bar = RunProgress(iterations=plan.total_steps, partitions=source.n_partitions, desc=params.mechanism,
+                      enabled=progress)  # one bar over the run's passes
     last = [time.perf_counter()]
 
     def released(state: Any, events: tuple[Any, ...]) -> None:
@@ -400,9 +403,7 @@ def pca(
         # public numbers only (iteration counters, the released θ); no durations: they depend on the data
         log.info("released iteration %d/%d (theta=%s)", len(iteration_times), plan.total_steps,
                  f"{theta:.4g}" if theta is not None else "-")
-        bar.update(1)
-        if theta is not None:
-            bar.set_postfix_str(f"theta={theta:.3g}")
+        bar.iteration(theta)
 
     from dppca_dask.ledger import budgeted_release
 
@@ -410,7 +411,7 @@ def pca(
                           events=plan.planned_events if plan.private else None, mechanism=params.mechanism,
                           neighbouring=plan.neighbouring, noise=noise):  # reserved before the data is read
         try:
-            output = _execute(source, client, persist, plan.make_run(noise, released, resume), choice)
+            output = _execute(source, client, persist, plan.make_run(noise, released, resume), choice, bar.passed)
         finally:
             bar.close()
     finished = time.perf_counter()
@@ -562,8 +563,10 @@ def _executor_choice(source: PartitionSource, client: Any, executor: str) -> Any
     return choice
 
 
-def _execute(source: PartitionSource, client: Any, persist: bool | None, run: Any, choice: Any = None) -> Any:
-    """Run on ``choice``'s executor (``None``: on Dask, as the other entry points that call this do)."""
+def _execute(source: PartitionSource, client: Any, persist: bool | None, run: Any, choice: Any = None,
+             on_pass: Any = None) -> Any:
+    """Run on ``choice``'s executor (``None``: on Dask, as the other entry points that call this do); ``on_pass``
+    as :func:`~dppca_dask.coordinator.driver.run_algorithm`."""
     from dppca_dask.coordinator.client import ExecutorChoice, executor_client
 
     if choice is None:
@@ -572,11 +575,11 @@ def _execute(source: PartitionSource, client: Any, persist: bool | None, run: An
     if isinstance(client, str) and client == "local":
         local = LocalExecutor(source)
         try:
-            return run_algorithm(local, run)
+            return run_algorithm(local, run, on_pass)
         finally:
             local.close()
     with executor_client(choice, client) as tasks, Coordinator(tasks, source, persist=persist) as coordinator:
-        return run_algorithm(coordinator, run)
+        return run_algorithm(coordinator, run, on_pass)
 
 
 def _report(params: PCAParameters, plan: MechanismPlan, events: tuple[Any, ...], noise: Any) -> Any:
@@ -616,12 +619,6 @@ def _versions() -> dict[str, str]:
 
     return {"dask": installed("dask"), "distributed": installed("distributed"), "zarr": installed("zarr"),
             "numpy": np.__version__, "dp-accounting": installed("dp-accounting")}
-
-
-def _progress(total: int, mechanism: str, enabled: bool | None) -> Any:
-    from dppca_dask._progress import progress_bar
-
-    return progress_bar(total=total, desc=mechanism, unit="iter", enabled=enabled)
 
 
 def __getattr__(name: str) -> Any:

@@ -200,6 +200,7 @@ class LocalExecutor:
     def __init__(self, source: PartitionSource) -> None:
         self.source = source
         self._parts = [loader(*args) for loader, args in source.loaders]
+        self.partitions_read = 0  # partitions read by the passes so far (public: request types and indices)
 
     @property
     def n_cols(self) -> int:
@@ -207,6 +208,7 @@ class LocalExecutor:
 
     def execute(self, request: Request) -> Any:
         kernel, kw, vector, _merge, final, indices = _plan(request, self.source.n_partitions)
+        self.partitions_read += len(indices)
         partials = [kernel(self._parts[i], vector, **kw) if vector is not None else kernel(self._parts[i], **kw)
                     for i in indices]
         if not partials:
@@ -257,6 +259,7 @@ class Coordinator:
         self.persisted = bool(source.always_persist or persist)
         self._token = uuid.uuid4().hex[:8]
         self._step = 0
+        self.partitions_read = 0  # partitions read by the passes so far (public: request types and indices)
         self._parts: list[Any] | None = None
         self._placement = self._place()
         self._direct = _direct_gathers(client)
@@ -307,6 +310,7 @@ class Coordinator:
         kernel, kw, vector, merge, final, indices = _plan(request, self.source.n_partitions)
         if not indices:
             return _empty_aggregate(request, self.source.n_cols)
+        self.partitions_read += len(indices)
         self._step += 1
         prefix = f"dppca-{type(request).__name__.lower()}-{self._token}-{self._step}"
         try:
@@ -395,11 +399,13 @@ def _direct_gathers(client: Any) -> bool | None:
     return True if isinstance(cluster, LocalCluster) else None
 
 
-def run_algorithm(executor: Coordinator | LocalExecutor, run: AlgorithmRun[Any]) -> Any:
+def run_algorithm(executor: Coordinator | LocalExecutor, run: AlgorithmRun[Any],
+                  on_pass: Callable[[int], None] | None = None) -> Any:
     """Drive an algorithm generator to completion: send each request's aggregate back until it returns.
 
     Every partition is checked first (:func:`~dppca_dask.coordinator.preflight.preflight`), before the generator
-    starts and so before its first noise draw: bad input fails with nothing released.
+    starts and so before its first noise draw: bad input fails with nothing released. ``on_pass`` is called after
+    each pass with the number of partitions it read (progress: a public count).
     """
     from dppca_dask.coordinator.preflight import preflight
 
@@ -407,7 +413,10 @@ def run_algorithm(executor: Coordinator | LocalExecutor, run: AlgorithmRun[Any])
     try:
         request = next(run)
         while True:
+            before = executor.partitions_read
             aggregate = executor.execute(request)
+            if on_pass is not None:
+                on_pass(executor.partitions_read - before)
             request = run.send(aggregate)
     except StopIteration as stop:
         return stop.value
