@@ -197,7 +197,9 @@ def pca(
     n_components
         Number of components k.
     n_iter
-        Iterations T per component (adaptive power; default :data:`DEFAULT_N_ITER`). Public and fixed in advance.
+        Iterations T per component (adaptive power; default :data:`DEFAULT_N_ITER`). Public and fixed in advance. At
+        most :data:`~dppca_dask.methods._params.MAX_N_ITER` (1,000; ``n_iter × n_components`` too for sequential
+        adaptive power): each iteration is a pass over the data.
     row_norm_bound
         Public L2 bound c; rows are scaled down to it (never dropped). ``"auto"``: c is released first as the 90th
         percentile of the row norms on a public log grid (report noisy max, 5% of ε), so about 10% of the rows are
@@ -382,10 +384,7 @@ def pca(
         noise.mark_released(plan.resumed_keys(resume))
 
     iteration_times: list[float] = []
-    from dppca_dask._progress import RunProgress
-
-    bar = RunProgress(iterations=plan.total_steps, partitions=source.n_partitions, desc=params.mechanism,
-                      enabled=progress)  # one bar over the run's passes
+    bar = _progress(plan.total_steps, params.mechanism, progress, source.n_partitions)
     last = [time.perf_counter()]
 
     def released(state: Any, events: tuple[Any, ...]) -> None:
@@ -619,6 +618,13 @@ def _versions() -> dict[str, str]:
 
     return {"dask": installed("dask"), "distributed": installed("distributed"), "zarr": installed("zarr"),
             "numpy": np.__version__, "dp-accounting": installed("dp-accounting")}
+
+
+def _progress(total: int, mechanism: str, enabled: bool | None, partitions: int) -> Any:
+    """One bar over the run's passes (:class:`~dppca_dask._progress.RunProgress`)."""
+    from dppca_dask._progress import RunProgress
+
+    return RunProgress(iterations=total, partitions=partitions, desc=mechanism, enabled=enabled)
 
 
 def __getattr__(name: str) -> Any:
