@@ -413,10 +413,10 @@ def run_algorithm(executor: Coordinator | LocalExecutor, run: AlgorithmRun[Any],
     try:
         request = next(run)
         while True:
-            before = executor.partitions_read
+            before = getattr(executor, "partitions_read", 0)  # (other executors, e.g. benchmarks', keep no count)
             aggregate = executor.execute(request)
             if on_pass is not None:
-                on_pass(executor.partitions_read - before)
+                on_pass(getattr(executor, "partitions_read", 0) - before)
             request = run.send(aggregate)
     except StopIteration as stop:
         return stop.value

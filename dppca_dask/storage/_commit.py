@@ -64,8 +64,9 @@ def _relative(group: zarr.Group, node: zarr.Array | zarr.Group) -> str:
 
 def _replace_node(cm: ConsolidatedMetadata, path: str, change: Callable[[Any], Any]) -> ConsolidatedMetadata:
     head, _, rest = path.partition("/")
+    node: Any
     if rest:
-        node = cm.metadata[head]
+        node = cm.metadata[head]  # a group
         node = dataclasses.replace(node, consolidated_metadata=_replace_node(node.consolidated_metadata, rest, change))
     else:
         node = change(cm.metadata.get(head))
@@ -146,6 +147,8 @@ def sync_nodes(group: zarr.Group) -> int:
         return 0
     own = zarr.open_group(group.store_path.store, path=group.store_path.path, mode="r", use_consolidated=False)
     written = 0
+    metadata: Any
+    stored: Any
     for path, metadata in cm.flattened_metadata.items():
         try:
             stored = own[path].metadata
