@@ -52,7 +52,8 @@ def executor_choice(source: PartitionSource, client: Any, executor: str) -> Any:
     return choice
 
 
-def execute(source: PartitionSource, client: Any, persist: bool | None, run: Any, choice: Any = None) -> Any:
+def execute(source: PartitionSource, client: Any, persist: bool | None, run: Any, choice: Any = None,
+            on_pass: Any = None) -> Any:
     """Run on ``choice``'s executor (``None``: on Dask, as the other entry points that call this do)."""
     from dppca_dask.coordinator.client import ExecutorChoice, executor_client
 
@@ -62,11 +63,11 @@ def execute(source: PartitionSource, client: Any, persist: bool | None, run: Any
     if isinstance(client, str) and client == "local":
         local = LocalExecutor(source)
         try:
-            return run_algorithm(local, run)
+            return run_algorithm(local, run, on_pass)
         finally:
             local.close()
     with executor_client(choice, client) as tasks, Coordinator(tasks, source, persist=persist) as coordinator:
-        return run_algorithm(coordinator, run)
+        return run_algorithm(coordinator, run, on_pass)
 
 
 def versions() -> dict[str, str]:

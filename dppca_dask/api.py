@@ -187,7 +187,9 @@ def pca(
     n_components
         Number of components k.
     n_iter
-        Iterations T per component (adaptive power; default :data:`DEFAULT_N_ITER`). Public and fixed in advance.
+        Iterations T per component (adaptive power; default :data:`DEFAULT_N_ITER`). Public and fixed in advance. At
+        most :data:`~dppca_dask.methods._params.MAX_N_ITER` (1,000; ``n_iter × n_components`` too for sequential
+        adaptive power): each iteration is a pass over the data.
     row_norm_bound
         Public L2 bound c; rows are scaled down to it (never dropped). ``"auto"``: c is released first as the 90th
         percentile of the row norms on a public log grid (report noisy max, 5% of ε), so about 10% of the rows are
@@ -372,7 +374,7 @@ def pca(
         noise.mark_released(plan.resumed_keys(resume))
 
     iteration_times: list[float] = []
-    bar = _progress(plan.total_steps, params.mechanism, progress)
+    bar = _progress(plan.total_steps, params.mechanism, progress, source.n_partitions)
     released = _on_release(plan.total_steps, on_release, bar, iteration_times)
     from dppca_dask.ledger import budgeted_release
 
@@ -380,7 +382,7 @@ def pca(
                           events=plan.planned_events if plan.private else None, mechanism=params.mechanism,
                           neighbouring=plan.neighbouring, noise=noise):  # reserved before the data is read
         try:
-            output = _execute(source, client, persist, plan.make_run(noise, released, resume), choice)
+            output = _execute(source, client, persist, plan.make_run(noise, released, resume), choice, bar.passed)
         finally:
             bar.close()
     finished = time.perf_counter()
@@ -446,9 +448,7 @@ def _on_release(total_steps: int, on_release: Any, bar: Any, iteration_times: li
         # public numbers only (iteration counters, the released θ); no durations: they depend on the data
         log.info("released iteration %d/%d (theta=%s)", len(iteration_times), total_steps,
                  f"{theta:.4g}" if theta is not None else "-")
-        bar.update(1)
-        if theta is not None:
-            bar.set_postfix_str(f"theta={theta:.3g}")
+        bar.iteration(theta)
 
     return released
 
@@ -565,7 +565,8 @@ def _report(params: PCAParameters, plan: MechanismPlan, events: tuple[Any, ...],
     )
 
 
-def _progress(total: int, mechanism: str, enabled: bool | None) -> Any:
-    from dppca_dask._progress import progress_bar
+def _progress(total: int, mechanism: str, enabled: bool | None, partitions: int) -> Any:
+    """One bar over the run's passes (:class:`~dppca_dask._progress.RunProgress`)."""
+    from dppca_dask._progress import RunProgress
 
-    return progress_bar(total=total, desc=mechanism, unit="iter", enabled=enabled)
+    return RunProgress(iterations=total, partitions=partitions, desc=mechanism, enabled=enabled)

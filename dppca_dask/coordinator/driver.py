@@ -198,6 +198,7 @@ class LocalExecutor:
     def __init__(self, source: PartitionSource) -> None:
         self.source = source
         self._parts = [loader(*args) for loader, args in source.loaders]
+        self.partitions_read = 0  # partitions read by the passes so far (public: request types and indices)
 
     @property
     def n_cols(self) -> int:
@@ -205,6 +206,7 @@ class LocalExecutor:
 
     def execute(self, request: Request) -> Any:
         kernel, kw, vector, _merge, final, indices = _plan(request, self.source.n_partitions)
+        self.partitions_read += len(indices)
         partials = [kernel(self._parts[i], vector, **kw) if vector is not None else kernel(self._parts[i], **kw)
                     for i in indices]
         if not partials:
@@ -255,6 +257,7 @@ class Coordinator:
         self.persisted = bool(source.always_persist or persist)
         self._token = uuid.uuid4().hex[:8]
         self._step = 0
+        self.partitions_read = 0  # partitions read by the passes so far (public: request types and indices)
         self._parts: list[Any] | None = None
         self._placement = self._place()
         self._direct = _direct_gathers(client)
@@ -305,6 +308,7 @@ class Coordinator:
         kernel, kw, vector, merge, final, indices = _plan(request, self.source.n_partitions)
         if not indices:
             return _empty_aggregate(request, self.source.n_cols)
+        self.partitions_read += len(indices)
         self._step += 1
         prefix = f"dppca-{type(request).__name__.lower()}-{self._token}-{self._step}"
         try:

@@ -48,6 +48,11 @@ NNZ_CHUNK = 2**18
 MAX_ROW_CHUNK = 2**20
 #: Rows per chunk of per-row arrays when partitions are larger than ``MAX_ROW_CHUNK``.
 LARGE_ROW_CHUNK = 2**18
+#: Largest count of stored entries (and width) 32-bit row pointers (and column indices) hold: a store's ``indices``
+#: and ``indptr`` are both int32 up to it, as scipy makes them, so that AnnData's view of the store reaches
+#: scikit-learn's and scanpy's sparse kernels with one index type; ``indptr`` is int64 beyond it. Stores written
+#: before kept int64 ``indptr`` with int32 ``indices``; they are read as they are.
+INT32_MAX = 2**31 - 1
 #: Target size of a dense chunk in bytes.
 DENSE_CHUNK_BYTES = 16 * 2**20
 
@@ -110,35 +115,51 @@ def array_encoding(dtype: Any) -> dict[str, str]:
     return dict(STRING_ENCODING) if np.dtype(dtype).kind in "OUT" else dict(DENSE_ENCODING)
 
 
-def write_annotations(group: zarr.Group, n_rows: int, n_cols: int) -> None:
+def write_annotations(group: zarr.Group, n_rows: int, n_cols: int, changes: Any = None) -> None:
     """Write (or extend after an append) the ``obs`` and ``var`` dataframes that make the store an AnnData store.
 
     Each dataframe's index is its id map when the map has one entry per row (column), else a default index of
     row (column) numbers, extended to ``n_rows`` here. A store in the old layout (arrays at the root) is left
-    as it is.
+    as it is. With ``changes`` (a :class:`dppca_dask.storage._commit.Changes` of an append), new shapes and
+    attributes wait for its commit.
     """
     if "row_norms" in group and "obs" not in group:  # old layout: keep it readable as it was
         return
     for axis, n, ids in (("obs", n_rows, "obs_ids"), ("var", n_cols, "var_ids")):
         frame = cast(zarr.Group, group[axis]) if axis in group else group.create_group(axis)
-        index = ids if ids in frame and cast(zarr.Array, frame[ids]).shape == (n,) else DEFAULT_INDEX
+        if changes is not None:
+            meta = changes.node_metadata(f"{axis}/{ids}")
+            covers = meta is not None and tuple(meta.shape) == (n,)
+        else:
+            covers = ids in frame and cast(zarr.Array, frame[ids]).shape == (n,)
+        index = ids if covers else DEFAULT_INDEX
         if index == DEFAULT_INDEX:
-            _extend_default_index(frame, n)
+            _extend_default_index(frame, n, changes)
         columns = ["row_norms"] if axis == "obs" and "row_norms" in frame else []
-        frame.attrs.update({**DATAFRAME_ENCODING, "_index": index, "column-order": columns})
+        attributes = {**DATAFRAME_ENCODING, "_index": index, "column-order": columns}
+        if changes is not None:
+            if {k: frame.attrs.get(k) for k in attributes} != attributes:
+                changes.set_attributes(frame, attributes)
+        else:
+            frame.attrs.update(attributes)
 
 
-def _extend_default_index(frame: zarr.Group, n: int) -> None:
+def _extend_default_index(frame: zarr.Group, n: int, changes: Any = None) -> None:
     if DEFAULT_INDEX in frame:
         array = cast(zarr.Array, frame[DEFAULT_INDEX])
         start = int(array.shape[0])
-        if start > n:  # an interrupted append left it longer than the committed rows
-            array.resize((n,))
+        if start == n:
             return
-        array.resize((n,))
+        if changes is None:
+            array.resize((n,))
+        else:
+            array = changes.grow(array, (n,))
+        if start > n:  # cut back (an interrupted append's leftovers, or a day removed)
+            return
     else:
-        array = frame.create_array(DEFAULT_INDEX, shape=(n,), dtype=str, chunks=(max(min(n, INDEX_CHUNK), 1),),
-                                   attributes=dict(STRING_ENCODING))
+        create = frame.create_array if changes is None else (lambda name, **kw: changes.create(frame, name, **kw))
+        array = create(DEFAULT_INDEX, shape=(n,), dtype=str, chunks=(max(min(n, INDEX_CHUNK), 1),),
+                       attributes=dict(STRING_ENCODING))
         start = 0
     for lo in range(start, n, INDEX_CHUNK):
         hi = min(lo + INDEX_CHUNK, n)

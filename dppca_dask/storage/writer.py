@@ -3,7 +3,9 @@
 Both follow one rule: data chunks first, metadata last. ``StoreWriter`` builds the whole store in a hidden
 sibling directory and renames it into place on ``commit``, so a failed or interrupted ingest leaves nothing
 behind. ``append_partition`` writes the new rows beyond the committed extents and then rewrites the root
-metadata (one atomic file replacement), so an interrupted append leaves the store as it was.
+``zarr.json`` (one atomic file replacement), which holds dppca_dask's metadata and, consolidated, the shape and
+attributes of every array AnnData reads (:mod:`._commit`), so an interrupted append leaves the store as it was
+for every reader.
 
 A single writer per store: zarr loses data when concurrent tasks write unaligned slices of the same array
 (dask-zarr spec), and the partition table is read-modify-written. Appends take an exclusive lock file.
@@ -31,6 +33,7 @@ import zarr
 from dppca_dask._urls import is_url, local_output
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, StoreCorruptError, format_location
 from dppca_dask.storage import _format
+from dppca_dask.storage._commit import Changes, consolidate, direct_grow, is_consolidated, sync_nodes
 from dppca_dask.storage._remote import remote_lock
 from dppca_dask.storage._files import (
     FILE_MODE,
@@ -296,6 +299,7 @@ class StoreWriter:
             **self._extra,
         }
         group.attrs.update({_format.ATTR_KEY: meta})
+        consolidate(group)  # the nodes' metadata in the root document too: later appends' commit point
         self._group = None
         self._closed = True
         finish_private_tree(self._tmp)
@@ -388,7 +392,10 @@ class StoreWriter:
                 row_chunk = rpp
             self.rows_per_partition = rpp
             x = group.create_group("X", attributes={**_format.CSR_ENCODING, "shape": [0, self.n_cols]})
-            index_dtype = np.int32 if self.n_cols < 2**31 else np.int64
+            # One index type for column indices and row pointers, as scipy (and scikit-learn's and scanpy's sparse
+            # kernels, on AnnData's view of the store) want: 32-bit while the width and the entries fit, the row
+            # pointers widened to 64 bits once the entries pass 2**31 - 1 (:meth:`_widen_indptr`).
+            index_dtype = np.int32 if self.n_cols <= _format.INT32_MAX else np.int64
             self._arrays["data"] = x.create_array(
                 "data", shape=(0,), dtype=self.dtype, chunks=(_format.NNZ_CHUNK,), fill_value=np.nan,
                 compressors=_format.compressors(self.codec),
@@ -398,10 +405,10 @@ class StoreWriter:
                 compressors=_format.compressors(self.codec),
             )
             self._arrays["indptr"] = x.create_array(
-                "indptr", shape=(1,), dtype=np.int64, chunks=(row_chunk,), fill_value=-1,
+                "indptr", shape=(1,), dtype=index_dtype, chunks=(row_chunk,), fill_value=-1,
                 compressors=_format.compressors(self.codec),
             )
-            self._arrays["indptr"][0:1] = np.zeros(1, dtype=np.int64)
+            self._arrays["indptr"][0:1] = np.zeros(1, dtype=index_dtype)
         else:
             row_bytes = self.n_cols * self.dtype.itemsize
             row_chunk = max(1, min(rpp, _format.DENSE_CHUNK_BYTES // max(row_bytes, 1)))
@@ -418,10 +425,26 @@ class StoreWriter:
         self._row_chunk = row_chunk
         return rpp
 
+    def _widen_indptr(self) -> None:
+        """Rewrite the 32-bit row pointers as 64-bit ones (the entries pass 2**31 - 1; the store is not in place
+        yet, so no reader sees the change)."""
+        old = self._arrays["indptr"]
+        values = np.asarray(old[:], dtype=np.int64)
+        assert self._group is not None
+        group = cast(zarr.Group, self._group["X"])
+        new = group.create_array("indptr", shape=values.shape, dtype=np.int64, chunks=old.chunks, fill_value=-1,
+                                 compressors=_format.compressors(self.codec), overwrite=True)
+        new[:] = values
+        self._arrays["indptr"] = new
+
     def _write_partition(self, block: Any) -> None:
         check_partition_count(len(self._partitions) + 1, rows_per_partition=self.rows_per_partition,
                               source=self.path)
-        part = _write_rows(self._arrays, self.layout, block, self._n_rows, self._nnz, len(self._partitions), None)
+        if self.layout == "csr" and self._arrays["indptr"].dtype == np.int32 \
+                and self._nnz + int(block.nnz) > _format.INT32_MAX:
+            self._widen_indptr()
+        part = _write_rows(self._arrays, self.layout, block, self._n_rows, self._nnz, len(self._partitions), None,
+                           grow=direct_grow)
         self._partitions.append(part)
         self._n_rows, self._nnz = part.row_stop, self._nnz + part.nnz
         if self.progress is not None:
@@ -469,33 +492,37 @@ def _cast(block: Any, dtype: np.dtype[Any], *, first_row: int, partition: int | 
 
 
 def _write_rows(
-    arrays: Mapping[str, zarr.Array],
+    arrays: dict[str, zarr.Array],
     layout: str,
     block: Any,
     row0: int,
     nnz0: int,
     index: int,
     timestamp: float | None,
+    *,
+    grow: Callable[[zarr.Array, tuple[int, ...]], zarr.Array],
 ) -> Partition:
-    """Write one partition's rows after the given extents (growing the arrays) and return its table entry."""
+    """Write one partition's rows after the given extents and return its table entry. ``grow`` gives each array's
+    handle at its new length (``arrays`` is updated with them): :func:`direct_grow` for a new store,
+    :meth:`Changes.grow` for an append, whose arrays' stored shapes wait for its commit."""
     rows = int(block.shape[0])
     norms = row_norms_of(block)
     if layout == "csr":
         nnz = int(block.nnz)
-        arrays["data"].resize((nnz0 + nnz,))
-        arrays["indices"].resize((nnz0 + nnz,))
-        arrays["indptr"].resize((row0 + rows + 1,))
+        for name, length in (("data", nnz0 + nnz), ("indices", nnz0 + nnz), ("indptr", row0 + rows + 1)):
+            arrays[name] = grow(arrays[name], (length,))
         if nnz:
             arrays["data"][nnz0 : nnz0 + nnz] = block.data
             arrays["indices"][nnz0 : nnz0 + nnz] = block.indices.astype(arrays["indices"].dtype, copy=False)
-        arrays["indptr"][row0 + 1 : row0 + rows + 1] = block.indptr[1:].astype(np.int64) + nnz0
+        pointers = block.indptr[1:].astype(np.int64) + nnz0
+        arrays["indptr"][row0 + 1 : row0 + rows + 1] = pointers.astype(arrays["indptr"].dtype, copy=False)
         stop = nnz0 + nnz
     else:
         nnz = int(np.count_nonzero(block))
-        arrays["X"].resize((row0 + rows, block.shape[1]))
+        arrays["X"] = grow(arrays["X"], (row0 + rows, int(block.shape[1])))
         arrays["X"][row0 : row0 + rows] = block
         stop = 0
-    arrays["row_norms"].resize((row0 + rows,))
+    arrays["row_norms"] = grow(arrays["row_norms"], (row0 + rows,))
     arrays["row_norms"][row0 : row0 + rows] = norms
     start = nnz0 if layout == "csr" else 0
     return Partition(index, row0, row0 + rows, start, stop if layout == "csr" else nnz, timestamp)
@@ -594,8 +621,8 @@ def _existing_lock(lock_type: Any, path: str) -> Any:
     return lock_type(path, mode=mode)
 
 
-def _open_for_append(store: MatrixStore) -> dict[str, zarr.Array]:
-    group = store.open_group("r+")
+def _open_for_append(store: MatrixStore, group: zarr.Group | None = None) -> dict[str, zarr.Array]:
+    group = store.open_group("r+") if group is None else group
     names = ("data", "indices", "indptr") if store.layout == "csr" else ()
     arrays: dict[str, zarr.Array] = {n: group[f"X/{n}"] for n in names}  # type: ignore[misc]
     if store.layout == "dense":
@@ -609,8 +636,22 @@ def _open_for_append(store: MatrixStore) -> dict[str, zarr.Array]:
     return arrays
 
 
+def _prepare(store: MatrixStore) -> zarr.Group:
+    """The store's root opened for an append (under the lock), consolidated (see :mod:`._commit`): a consolidated
+    store's nodes brought up to their consolidated metadata (an append killed after its commit); a store of an
+    earlier release cut back to its committed extents (one of its appends interrupted), then consolidated."""
+    group = store.open_group("r+")
+    if is_consolidated(group):
+        if sync_nodes(group):
+            log.info("store %s: brought the nodes' metadata files up to the committed metadata", store.path)
+        return group
+    _trim(store, _open_for_append(store, group))
+    return consolidate(group)
+
+
 def _trim(store: MatrixStore, arrays: Mapping[str, zarr.Array]) -> None:
-    """Cut arrays back to the committed extents (after an interrupted append) and restore X's shape attribute."""
+    """Cut arrays back to the committed extents (after an interrupted append of a store that is not consolidated,
+    written by an earlier release) and restore X's shape attribute."""
     if store.layout == "csr":
         extents = {"data": store.nnz, "indices": store.nnz, "indptr": store.n_rows + 1, "row_norms": store.n_rows}
     else:
@@ -631,13 +672,15 @@ def _trim(store: MatrixStore, arrays: Mapping[str, zarr.Array]) -> None:
             x.attrs.update({"shape": [store.n_rows, store.n_cols]})
 
 
-def _commit_metadata(store: MatrixStore, partitions: Sequence[Partition], n_rows: int, nnz: int) -> None:
-    """The commit point of an append: X's shape attribute, then the root metadata (one atomic file write; one PUT
-    of ``zarr.json`` in object storage)."""
-    group = store.open_group("r+")
+def _commit_metadata(store: MatrixStore, changes: Changes, partitions: Sequence[Partition], n_rows: int,
+                     nnz: int) -> None:
+    """The commit point of an append: X's shape attribute, the ``obs`` dataframe, every array's new shape and the
+    root metadata, all in the root ``zarr.json`` (one atomic file write; one PUT of ``zarr.json`` in object storage):
+    both AnnData's view and dppca_dask's change at once."""
+    group = changes.group
     if store.layout == "csr":
-        group["X"].attrs.update({"shape": [n_rows, store.n_cols]})
-    _format.write_annotations(group, n_rows, store.n_cols)
+        changes.set_attributes(group["X"], {"shape": [n_rows, store.n_cols]})
+    _format.write_annotations(group, n_rows, store.n_cols, changes)
     meta = dict(group.attrs[_format.ATTR_KEY])  # type: ignore[arg-type]
     meta.update(
         {
@@ -647,7 +690,7 @@ def _commit_metadata(store: MatrixStore, partitions: Sequence[Partition], n_rows
             "generation": store.generation + 1,
         }
     )
-    group.attrs.update({_format.ATTR_KEY: meta})
+    changes.commit({_format.ATTR_KEY: meta})
 
 
 def append_partition(
@@ -662,8 +705,10 @@ def append_partition(
 ) -> MatrixStore:
     """Append rows to a store as one new partition (several if the block is larger than a partition).
 
-    New chunks are written first and the metadata last: if the process dies or an error occurs in between, the
-    store still reads exactly as before, and the next append trims what the interrupted one left.
+    New chunks are written first, beyond the arrays' committed shapes, and the metadata last, in one write of the
+    root ``zarr.json`` that holds both dppca_dask's metadata and every array's shape (:mod:`._commit`): if the
+    process dies or an error occurs before it, the store reads exactly as before, through dppca_dask as through
+    ``anndata.read_zarr``; after it, both read the grown store.
 
     Parameters
     ----------
@@ -721,41 +766,51 @@ def append_partition(
                     source=store.path)
     with _append_lock(store.path, storage_options):
         store = open_matrix(store.path, storage_options=storage_options)  # re-read under the lock
-        arrays = _open_for_append(store)
-        _trim(store, arrays)
+        group = _prepare(store)
+        arrays = _open_for_append(store, group)
         ids = _checked_row_ids(store, arrays.get("obs_ids"), row_ids, int(checked.shape[0]))
         new_labels = _checked_labels(store, arrays.get("labels"), labels, int(checked.shape[0]))
+        _check_pointer_room(store, arrays, checked)
         step = int(store.metadata.get("rows_per_partition") or max(int(checked.shape[0]), 1))
         check_partition_count(store.n_partitions + -(-max(int(checked.shape[0]), 1) // step),
                               rows_per_partition=step, source=store.path)
         partitions = list(store.partitions)
         n_rows, nnz = store.n_rows, store.nnz
-        try:
-            for start in range(0, max(int(checked.shape[0]), 1), step):
-                piece = checked[start : start + step]
-                part = _write_rows(arrays, store.layout, piece, n_rows, nnz, len(partitions), timestamp)
-                partitions.append(part)
-                n_rows, nnz = part.row_stop, nnz + part.nnz
-            for name, values in (("obs_ids", ids), ("labels", new_labels)):
-                if values is not None:
-                    arrays[name].resize((n_rows,))
-                    arrays[name][store.n_rows:] = values
-            _commit_metadata(store, partitions, n_rows, nnz)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                _trim(store, arrays)
-            raise
+        changes = Changes(group)  # nothing a reader sees changes before its commit
+        for start in range(0, max(int(checked.shape[0]), 1), step):
+            piece = checked[start : start + step]
+            part = _write_rows(arrays, store.layout, piece, n_rows, nnz, len(partitions), timestamp,
+                               grow=changes.grow)
+            partitions.append(part)
+            n_rows, nnz = part.row_stop, nnz + part.nnz
+        for name, values in (("obs_ids", ids), ("labels", new_labels)):
+            if values is not None:
+                arrays[name] = changes.grow(arrays[name], (n_rows,))
+                arrays[name][store.n_rows:] = values
+        _commit_metadata(store, changes, partitions, n_rows, nnz)
     reopened = open_matrix(store.path, storage_options=storage_options)
     if reopened.n_rows != n_rows:
         raise StoreCorruptError(f"append to '{store.path}' did not commit", source=store.path)
     return reopened
 
 
+def _check_pointer_room(store: MatrixStore, arrays: Mapping[str, zarr.Array], block: Any) -> None:
+    """Refuse an append that would take a store with 32-bit row pointers past 2**31 - 1 stored entries (before
+    anything is written): the pointers cannot be widened in place under one commit."""
+    if store.layout != "csr" or np.dtype(arrays["indptr"].dtype).itemsize > 4:
+        return
+    if store.nnz + int(block.nnz) > _format.INT32_MAX:
+        raise InvalidParameterError(
+            f"appending to '{store.path}' would take it past {_format.INT32_MAX} stored entries, the most its 32-bit "
+            "row pointers hold; write it anew with 64-bit pointers (`dppca-dask ingest STORE --out NEW`, which widens "
+            "them past that count) and append to the new store"
+        )
+
+
 def drop_tail_partitions(path: str | os.PathLike[str], indices: Sequence[int]) -> MatrixStore:
     """Remove the last partitions of a store (``indices``: the partition table's tail), as the first of the two
-    commits that replace a day: one metadata write under the append lock, then the arrays cut back (a crash in
-    between is cut back by the next append). The store then reads as if those partitions had never been
-    appended."""
+    commits that replace a day: one write of the root metadata under the append lock, the arrays' shapes cut back
+    in it (:mod:`._commit`). The store then reads as if those partitions had never been appended."""
     store = open_matrix(path)
     with _append_lock(store.path):
         store = open_matrix(path)  # re-read under the lock
@@ -767,9 +822,19 @@ def drop_tail_partitions(path: str | os.PathLike[str], indices: Sequence[int]) -
             )
         kept = list(store.partitions[: wanted[0]])
         n_rows, nnz = kept[-1].row_stop, (kept[-1].nnz_stop if store.layout == "csr" else sum(p.nnz for p in kept))
-        _commit_metadata(store, kept, n_rows, nnz)
-        arrays = _open_for_append(store)
-        _trim(open_matrix(path), arrays)
+        group = _prepare(store)
+        arrays = _open_for_append(store, group)
+        changes = Changes(group)
+        lengths = {"row_norms": n_rows, **({"data": nnz, "indices": nnz, "indptr": n_rows + 1}
+                                           if store.layout == "csr" else {})}
+        for name in ("obs_ids", "labels"):  # one entry per row (shorter: written before they were kept)
+            if name in arrays and arrays[name].shape[0] > n_rows:
+                lengths[name] = n_rows
+        for name, length in lengths.items():
+            changes.grow(arrays[name], (length,))
+        if store.layout == "dense":
+            changes.grow(arrays["X"], (n_rows, store.n_cols))
+        _commit_metadata(store, changes, kept, n_rows, nnz)
     return open_matrix(path)
 
 

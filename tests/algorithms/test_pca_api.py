@@ -39,7 +39,7 @@ def small(rng: np.random.Generator) -> sp.csr_array:
     ({"n_components": 0}, "n_components must be an integer >= 1"),
     ({"mechanism": "magic"}, "mechanism must be one of"),
     ({"row_norm_bound": -1.0}, "row_norm_bound must be finite and > 0"),
-    ({"n_iter": 0}, r"n_iter must be an integer in \[1, 10000\]; got 0"),
+    ({"n_iter": 0}, r"n_iter must be an integer in \[1, 1000\]; got 0"),
     ({"svt_share": 1.5}, r"svt_share must be in \(0, 1\)"),
     ({"seed": "x"}, "seed must be an integer"),
     ({"seed": 1, "noise": "n"}, "give either seed or noise"),
@@ -54,10 +54,13 @@ def small(rng: np.random.Generator) -> sp.csr_array:
     ({"delta": "x"}, r"delta must be a number in \[1e-14, 1\); got 'x'"),
     ({"row_norm_bound": 1e300}, r"row_norm_bound must be in \[1e-100, 1e\+100\]; got 1e\+300; scale the data"),
     ({"row_norm_bound": 1e-300}, r"row_norm_bound must be in \[1e-100, 1e\+100\]; got 1e-300"),
-    ({"n_iter": 1_000_000}, r"n_iter must be an integer in \[1, 10000\]; got 1000000; a few iterations suffice"),
+    ({"n_iter": 1_000_000}, r"n_iter must be an integer in \[1, 1000\]; got 1000000; each iteration is a pass "
+                           r"over the data and a few suffice \(default 5\)"),
+    ({"n_iter": 10_000}, r"n_iter must be an integer in \[1, 1000\]; got 10000"),  # the maximum documented before
     ({"n_iter": True}, "n_iter must be an integer >= 1; got True"),
-    ({"n_iter": 5_000, "n_components": 3, "mechanism": "adaptive-power"},
-     r"n_iter × n_components must be <= 10000; got 5000 × 3 = 15000"),
+    ({"n_iter": 500, "n_components": 3, "mechanism": "adaptive-power"},
+     r"n_iter × n_components must be <= 1000; got 500 × 3 = 1500 passes over the data; lower n_iter, or use "
+     r"mechanism='adaptive-power-block'"),
     ({"n_components": True}, "n_components must be an integer >= 1; got True"),
     ({"beta": 0.0}, r"beta must be in \(0, 1\); got 0.0; e.g. 0.05"),
     ({"svt_share": "x"}, r"svt_share must be a number in \(0, 1\); got 'x'"),
@@ -290,7 +293,7 @@ def test_pca_command_timings_only_on_request_and_parameter_abuse_exit_2(tmp_path
         (["--epsilon", "1e308", "--delta", "1e-6"], "epsilon must be <= 100"),
         (["--epsilon", "1", "--delta", "1e-320"], "delta must be in [1e-14, 1)"),
         (["--epsilon", "1", "--delta", "1e-6", "--row-norm-bound", "1e300"], "row_norm_bound must be in"),
-        (["--epsilon", "1", "--delta", "1e-6", "--n-iter", "1000000"], "n_iter must be an integer in [1, 10000]"),
+        (["--epsilon", "1", "--delta", "1e-6", "--n-iter", "1000000"], "n_iter must be an integer in [1, 1000]"),
     ]:
         assert main(["pca", str(path), *argv]) == 2
         err = capsys.readouterr().err.strip()

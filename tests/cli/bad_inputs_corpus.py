@@ -318,6 +318,10 @@ def _data_type(path: str) -> None:
     doc["data_type"] = "int8"
     doc["fill_value"] = 0
     meta.write_text(json.dumps(doc))
+    root = Path(path, "zarr.json")  # and its consolidated copy, which readers use
+    top = json.loads(root.read_text())
+    top["consolidated_metadata"]["metadata"]["X/data"].update(data_type="int8", fill_value=0)
+    root.write_text(json.dumps(top))
 
 
 def _link_chunk(path: str, target: str | None = None) -> None:

@@ -246,6 +246,9 @@ COMMAND_CASES = [
      r"has 1000000000000 columns: an analysis needs about .* GiB of working memory"),
     ("pca-missing-memory-url", None, ["pca", "memory://nothing", "--epsilon", "1", "--delta", "1e-6"],
      r"a memory:// store lives only in the Python process that wrote it .* `dppca-dask ingest SRC --out STORE`"),
+    ("pca-the-old-maximum-of-iterations", native_store, ["pca", "{store}", "--epsilon", "1", "--delta", "1e-6",
+                                                         "--n-iter", "10000", "--executor", "local"],
+     r"n_iter must be an integer in \[1, 1000\]; got 10000; each iteration is a pass over the data"),
     ("topics-a-billion-restarts", native_store, ["topics", "{store}", "--n-topics", "2", "--epsilon", "1", "--delta",
                                                  "1e-6", "--n-restarts", "1000000000", "--executor", "local"],
      r"n_restarts must be <= 1000; got 1000000000"),
@@ -284,3 +287,26 @@ def test_python_entry_points_refuse_what_they_cannot_read(tmp_path: Path) -> Non
     (tmp_path / "a.h5ad").write_bytes(data[: len(data) // 2])  # truncated
     with pytest.raises(InvalidInputError, match=r"a\.h5ad"):
         pp.pca(str(tmp_path / "a.h5ad"), epsilon=1.0, delta=1e-6)
+
+
+def test_python_entry_points_refuse_more_iterations_than_the_limit(tmp_path: Path) -> None:
+    """``pca``, ``DPPCA`` and ``pp.pca`` refuse ``n_iter=10000`` (the maximum documented before, which ran past
+    120 s) as the command line does, before anything is read or spent."""
+    import numpy as np
+
+    import dppca_dask
+    from dppca_dask import pp
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.estimator import DPPCA
+
+    store = native_store(tmp_path)
+    before = listing(tmp_path)
+    message = r"n_iter must be an integer in \[1, 1000\]; got 10000"
+    with pytest.raises(InvalidParameterError, match=message):
+        dppca_dask.pca(store, epsilon=1.0, delta=1e-6, n_iter=10_000, client="local")
+    with pytest.raises(InvalidParameterError, match=message):
+        DPPCA(1, epsilon=1.0, delta=1e-6, n_iter=10_000, executor="local").fit(np.ones((6, 3)))
+    anndata = pytest.importorskip("anndata")
+    with pytest.raises(InvalidParameterError, match=message):
+        pp.pca(anndata.AnnData(np.ones((6, 3))), epsilon=1.0, delta=1e-6, n_iter=10_000, client="local")
+    assert listing(tmp_path) == before

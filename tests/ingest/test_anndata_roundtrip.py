@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -69,6 +70,9 @@ def test_stores_in_the_old_layout_stay_readable_and_appendable(tmp_path: Path, m
     shutil.move(root / "obs" / "row_norms", root / "row_norms")  # the arrays at the root, as before
     shutil.rmtree(root / "obs")
     shutil.rmtree(root / "var")
+    meta = json.loads((root / "zarr.json").read_text())
+    meta.pop("consolidated_metadata")  # stores of that layout were not consolidated
+    (root / "zarr.json").write_text(json.dumps(meta))
     old = open_matrix(store.path)
     assert old.has_row_norms
     np.testing.assert_allclose(old.read_row_norms(1), np.linalg.norm(matrix[10:20].toarray(), axis=1))

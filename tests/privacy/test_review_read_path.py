@@ -62,12 +62,17 @@ def _truncate(path: str, store: Any) -> None:
 
 
 def _codec_changed(path: str, store: Any) -> None:
+    """The codec edited in the array's own metadata and in the root's consolidated copy, which readers use."""
     meta_path = Path(path, "X", "data", "zarr.json")
     meta = json.loads(meta_path.read_text())
     meta["codecs"] = [c for c in meta["codecs"] if c["name"] == "bytes"] + [
         {"name": "blosc", "configuration": {"typesize": 8, "cname": "lz4", "clevel": 5, "shuffle": "shuffle",
                                             "blocksize": 0}}]
     meta_path.write_text(json.dumps(meta))
+    root_path = Path(path, "zarr.json")
+    root = json.loads(root_path.read_text())
+    root["consolidated_metadata"]["metadata"]["X/data"]["codecs"] = meta["codecs"]
+    root_path.write_text(json.dumps(root))
 
 
 CASES = {

@@ -265,6 +265,7 @@ def _labelled(store, extra_day: int | None):
         labels.extend(day)
     assert len(labels) == store.n_rows
     zarr.open_group(store.path, mode="r+").create_array("labels", data=np.asarray(labels), chunks=(64,))
+    zarr.consolidate_metadata(store.path)  # a node added with zarr: consolidated again
     return store
 
 

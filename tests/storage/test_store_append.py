@@ -100,19 +100,53 @@ def test_crash_after_writing_chunks(tmp_path: Path, sparse: sp.csr_array, small_
     matrix = sparse if layout == "csr" else sparse.toarray()
     store = write_matrix(tmp_path / "s.zarr", matrix, rows_per_partition=10)
     before = read_back(tmp_path / "s.zarr")
-    # A process that died after writing new chunks but before the metadata: the arrays are longer than the
-    # committed extents, with data in them.
-    arrays = writer_module._open_for_append(store)
-    writer_module._write_rows(arrays, store.layout, matrix[:15], store.n_rows, store.nnz, store.n_partitions, None)
-    grown_arrays = {name: array.shape[0] for name, array in arrays.items()}
-    assert grown_arrays["row_norms"] == 55
+    # A process that died after writing new chunks but before its commit: the chunks are there, beyond the
+    # arrays' shapes, which neither the nodes' own metadata nor the consolidated copy changed.
+    group = writer_module._prepare(store)
+    arrays = writer_module._open_for_append(store, group)
+    changes = writer_module.Changes(group)
+    writer_module._write_rows(arrays, store.layout, matrix[:15], store.n_rows, store.nnz, store.n_partitions, None,
+                              grow=changes.grow)
+    assert arrays["row_norms"].shape == (55,)
+    for use_consolidated in (None, False):
+        assert zarr.open_group(store.path, mode="r", use_consolidated=use_consolidated)["obs/row_norms"].shape == (40,)
     reopened = open_matrix(store.path)
     assert reopened.fingerprint == store.fingerprint and reopened.shape == (40, 6)
     np.testing.assert_array_equal(reopened.to_scipy().toarray(), before)
+    assert anndata.read_zarr(store.path).shape == (40, 6)
     extra = sparse[20:23] if layout == "csr" else sparse[20:23].toarray()
     grown = append_partition(store.path, extra)
     np.testing.assert_array_equal(grown.to_scipy().toarray(), np.vstack([before, sparse[20:23].toarray()]))
     assert zarr.open_group(store.path, mode="r")["obs/row_norms"].shape == (43,)
+
+
+def _unconsolidate(path: str) -> None:
+    """Make ``path`` a store of an earlier release: no consolidated metadata in its root ``zarr.json``."""
+    import json
+
+    meta = Path(path, "zarr.json")
+    doc = json.loads(meta.read_text())
+    doc.pop("consolidated_metadata", None)
+    meta.write_text(json.dumps(doc))
+
+
+def test_an_earlier_releases_interrupted_append_is_cut_back_and_the_store_consolidated(
+        tmp_path: Path, sparse: sp.csr_array, small_chunks: int) -> None:
+    """Appends of earlier releases resized the arrays before their commit: the next append cuts them back to the
+    committed extents, consolidates the store, then appends."""
+    store = write_matrix(tmp_path / "s.zarr", sparse, rows_per_partition=10)
+    _unconsolidate(store.path)
+    before = read_back(tmp_path / "s.zarr")
+    arrays = writer_module._open_for_append(store)
+    writer_module._write_rows(arrays, store.layout, sparse[:15], store.n_rows, store.nnz, store.n_partitions, None,
+                              grow=writer_module.direct_grow)  # as earlier releases wrote: shapes grown at once
+    assert zarr.open_group(store.path, mode="r")["obs/row_norms"].shape == (55,)
+    assert open_matrix(store.path).shape == (40, 6)
+    grown = append_partition(store.path, sparse[20:23])
+    np.testing.assert_array_equal(grown.to_scipy().toarray(), np.vstack([before, sparse[20:23].toarray()]))
+    group = zarr.open_group(store.path, mode="r")
+    assert group.metadata.consolidated_metadata is not None and group["obs/row_norms"].shape == (43,)
+    assert anndata.read_zarr(store.path).shape == (43, 6)
 
 
 def test_concurrent_appends_take_a_lock(tmp_path: Path, sparse: sp.csr_array) -> None:
@@ -206,6 +240,7 @@ def test_row_ids_and_labels_are_checked_before_anything_is_written(tmp_path: Pat
     with pytest.raises(InvalidParameterError, match="has no row ids"):
         append_partition(plain.path, rows, row_ids=np.array([1, 2]))
     zarr.open_group(plain.path, mode="r+").create_array("labels", shape=(2,), dtype=np.float64, chunks=(8,))
+    zarr.consolidate_metadata(plain.path)  # a consolidated store's nodes changed directly: consolidated again
     for kwargs, message in (({}, "stores a label per row"), ({"labels": np.zeros(3)}, r"labels has shape \(3,\)")):
         with pytest.raises(InvalidParameterError, match=message):
             append_partition(plain.path, rows, **kwargs)
@@ -214,9 +249,10 @@ def test_row_ids_and_labels_are_checked_before_anything_is_written(tmp_path: Pat
 
 
 def test_ids_and_labels_left_by_an_interrupted_append_are_cut_back(tmp_path: Path) -> None:
-    """An append that died after writing ids and labels (before its commit) left them longer than the rows: the
-    next append cuts them back, then adds its own."""
+    """An append of an earlier release that died after writing ids and labels (before its commit) left them longer
+    than the rows: the next append cuts them back, then adds its own."""
     path = _id_store(tmp_path, np.array([10, 11, 12]))
+    _unconsolidate(path)
     group = zarr.open_group(path, mode="r+")
     group.create_array("labels", shape=(3,), dtype=np.float64, chunks=(8,))
     for name, leftover in (("obs/obs_ids", 99), ("labels", 9.0)):  # the dead append's, beyond the committed rows
@@ -234,6 +270,7 @@ def test_a_store_whose_ids_stopped_at_an_earlier_append_takes_rows_without_ids(
     taken without ids, with a warning that gives no counts (a row count under add/remove neighbours is private)."""
     path = _id_store(tmp_path, np.array([10, 11, 12]))
     zarr.open_group(path, mode="r+")["obs/obs_ids"].resize((2,))
+    zarr.consolidate_metadata(path)
     with caplog.at_level("WARNING"):
         assert append_partition(path, sp.csr_array(np.ones((1, 4)))).n_rows == 4
     assert "row ids do not cover its rows" in caplog.text and not any(c.isdigit() for c in caplog.messages[-1]

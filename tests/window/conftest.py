@@ -34,6 +34,7 @@ def _build(path, days: int, *, labels: bool) -> MatrixStore:
         import zarr
 
         zarr.open_group(store.path, mode="r+").create_array("labels", shape=(0,), dtype=np.float64, chunks=(1024,))
+        zarr.consolidate_metadata(store.path)  # a node added with zarr: consolidated again
         _labels(store, 1)
     for n in range(2, days + 1):
         store = append_partition(store.path, day_block(n), timestamp=day(n),

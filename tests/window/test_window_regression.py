@@ -45,6 +45,7 @@ def _store(path, x: np.ndarray, y: np.ndarray):  # noqa: ANN001, ANN202
 
     store = ingest(sp.csr_array(x[:ROWS]), path, n_features=x.shape[1], timestamp="2026-11-01")
     zarr.open_group(store.path, mode="r+").create_array("labels", shape=(ROWS,), dtype=np.float64, chunks=(4096,))
+    zarr.consolidate_metadata(store.path)  # a node added with zarr: consolidated again
     zarr.open_group(store.path, mode="r+")["labels"][:] = y[:ROWS]
     for n in range(2, len(x) // ROWS + 1):
         rows = slice((n - 1) * ROWS, n * ROWS)

@@ -123,6 +123,7 @@ def test_regression_needs_labels(tmp_path, ten_days):
     import zarr
 
     zarr.open_group(store.path, mode="r+").create_array("labels", shape=(3,), dtype=np.float64, chunks=(8,))
+    zarr.consolidate_metadata(store.path)  # a node added with zarr: consolidated again
     with pytest.raises(InvalidParameterError, match="does not cover every row"):
         window(store, last="1D", epsilon=1, delta=1e-6, labels=True, client="local")
 

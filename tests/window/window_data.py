@@ -44,6 +44,7 @@ def _labels(store: MatrixStore, n: int) -> None:
     start = (n - 1) * ROWS_PER_DAY
     arr.resize((start + ROWS_PER_DAY,))
     arr[start:] = day_labels(n)
+    zarr.consolidate_metadata(store.path)  # nodes changed with zarr: consolidated again
     del open_matrix
 
 
