@@ -56,7 +56,9 @@ def test_a_fixed_seed_release_equals_the_earlier_release(case: tuple, norm_befor
     noise = AuditingNoiseSource(seed)
     mean, noisy_count, event = private_mean(np.array(total), count, row_norm_bound=bound,
                                             noise_multiplier=multiplier, noise=noise, release="mean")
-    np.testing.assert_array_equal(mean, np.array(expected_mean))  # bit for bit
+    # the same draw, to the last bit or two: a projected mean is scaled by bound/norm, and numpy releases sum the
+    # norm in different orders (numpy 2.4 differs from earlier releases in the last bit on case 14)
+    np.testing.assert_allclose(mean, np.array(expected_mean), rtol=4e-16, atol=0)
     assert noisy_count == expected_count
     assert event == GaussianDpEvent(multiplier)
     assert np.linalg.norm(mean) <= bound * (1 + 1e-15)
