@@ -10,20 +10,6 @@ import dppca_dask
 PACKAGE = Path(dppca_dask.__file__).parent
 MAX_BODY_LINES = 100
 
-#: Functions still allowed a longer body, each file or function with the reason. Files other branches are editing
-#: now: the lead removes an entry after merging them (once what it names is short enough).
-_ALLOWED_FILES = {
-    "methods/window/job.py",  # being edited on another branch
-    "ingest/append.py",  # being edited on another branch
-    "storage/writer.py",  # being edited on another branch
-    "storage/_remote.py",  # being edited on another branch
-    "_progress.py",  # being edited on another branch
-}
-_ALLOWED_FUNCTIONS = {
-    ("methods/window/tree.py", "_tree_release"),  # being edited (and kept under 100 lines) on another branch
-}
-
-
 def body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     """Lines from the first statement after the docstring to the function's last line (0 for a docstring only)."""
     body = node.body
@@ -67,7 +53,6 @@ def test_body_lines_skips_the_docstring() -> None:
 
 
 def test_no_function_body_over_100_lines() -> None:
-    offenders = [(f, name, n) for f, name, n in long_functions()
-                 if f not in _ALLOWED_FILES and (f, name) not in _ALLOWED_FUNCTIONS]
+    offenders = long_functions()
     assert not offenders, f"function bodies over {MAX_BODY_LINES} lines (docstring aside); split them:\n" + "\n".join(
         f"    dppca_dask/{f}: {name} ({n} lines)" for f, name, n in offenders)

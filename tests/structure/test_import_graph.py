@@ -205,7 +205,7 @@ def test_strongly_connected_finds_every_cycle() -> None:
 
 #: Cycles allowed for now, each with the reason; the lead removes an entry after merging the branch it waits for.
 _ALLOWED_CYCLES: dict[frozenset[str], str] = {
-    # methods/window/job.py is being edited on another branch. The window job uses the runner's steps (the pending
+    # The one cycle left (issue: one folder per family). The window job uses the runner's steps (the pending
     # and COMPLETE files, the job lock, the output and schema checks, the kill points the fault-injection tests
     # replace on the runner module) and the runner starts the window job. The fix: those steps into a jobs module
     # below both, the kill points looked up there, and the runner starting the window job through the registry.
