@@ -249,10 +249,14 @@ def _owner_gone(path: str) -> bool:
         host, pid = str(owner["host"]), int(owner["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return False  # not ours, or not yet marked: leave it
-    if host != socket.gethostname():
-        return False  # another machine's process: cannot tell
-    if pid == os.getpid():
-        return False
+    return process_gone(host, pid)
+
+
+def process_gone(host: str, pid: int) -> bool:
+    """Whether the process ``pid`` of machine ``host`` (an owner recorded in a lock or a marker) no longer runs: only
+    a process of this machine, other than this one, can be told gone."""
+    if host != socket.gethostname() or pid == os.getpid():
+        return False  # another machine's process (cannot tell), or this one
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -156,15 +156,9 @@ def _holder_gone(fs: Any, lock: str) -> bool:
         host, pid = str(owner["host"]), int(owner["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return False  # gone meanwhile, or not ours: wait for it
-    if host != socket.gethostname() or pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    from dppca_dask.storage._files import process_gone
+
+    return process_gone(host, pid)
 
 
 def scratch_store_path(path: str) -> str:
