@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 import dppca_dask
 from dppca_dask import _progress
-from dppca_dask.coordinator import driver
+from dppca_dask.coordinator import run as run_module
 from dppca_dask.storage import write_matrix
 
 
@@ -46,7 +46,7 @@ def _run(tmp_path: Path, matrix: sp.csr_array, monkeypatch: pytest.MonkeyPatch, 
     recorded = _Recorded()
     monkeypatch.setattr(_progress, "progress_bar", recorded.progress_bar)
     passes: list[int] = []
-    original = driver.run_algorithm
+    original = run_module.run_algorithm
 
     def counting(executor: Any, run: Any, on_pass: Any = None) -> Any:
         def both(n: int) -> None:
@@ -55,7 +55,7 @@ def _run(tmp_path: Path, matrix: sp.csr_array, monkeypatch: pytest.MonkeyPatch, 
 
         return original(executor, run, both if on_pass is not None else None)
 
-    monkeypatch.setattr("dppca_dask.api.run_algorithm", counting)
+    monkeypatch.setattr("dppca_dask._execution.run_algorithm", counting)  # what the entry points run
     dppca_dask.pca(store, n_components=1, epsilon=1.0, delta=1e-6, mechanism="adaptive-power", n_iter=4,
                    client=client, seed=3, progress=True)
     monkeypatch.undo()

@@ -529,7 +529,7 @@ def test_an_interrupted_run_exits_and_leaves_no_process(
     spec = PlantedSpec(n_rows=20_000, n_cols=200, nnz_per_row=20, support=50, signal_share=0.01, seed=3)
     data = tmp_path / "planted.zarr"
     write_low_coherence(str(data), spec, rows_per_partition=5_000, overwrite=True)
-    with _cli("pca", str(data), "--epsilon", "1", "--delta", "1e-6", "--n-iter", "5000", "--mechanism",
+    with _cli("pca", str(data), "--epsilon", "1", "--delta", "1e-6", "--n-iter", "1000", "--mechanism",
               "adaptive-power", "--executor", "cluster") as proc:
         # Wait until the embedded cluster is up: the command accepts SIGINT again (it blocks it while it starts
         # the workers, which inherit that) and its two worker processes run, deaf to SIGINT.

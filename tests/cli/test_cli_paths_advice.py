@@ -37,7 +37,7 @@ def no_aws(monkeypatch: pytest.MonkeyPatch) -> None:
          "no credentials for 's3://bucket/x.zarr' (NoCredentialsError); set AWS_ACCESS_KEY_ID and "
          "AWS_SECRET_ACCESS_KEY"),
         (["info", "memory://x.zarr"],
-         "no matrix store at 'memory://x.zarr'; create one with `dppca-dask ingest SRC --out memory://x.zarr`"),
+         "no matrix store at 'memory://x.zarr'; a memory:// store lives only in the Python process that wrote it"),
         (["ingest", "gs://b/x.svm", "--out", "x.zarr"], "reading gs:// URLs needs the gcsfs package"),
         (["ingest", "x.svm", "--out", "s3://b/x.zarr"], "no credentials for 's3://b/x.zarr'"),
         (["info", "s3://b/x.zarr", "--storage-option", "endpoint_url"], "--storage-option must be KEY=VALUE"),
