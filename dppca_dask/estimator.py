@@ -403,14 +403,18 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
             return self._transform_store(X)
         if _is_dask(X):
             return self._transform_dask(X)
+        return self._project(self._check_rows(X))
+
+    def _check_rows(self, X: Any) -> Any:
+        """In-memory rows checked as scikit-learn checks them against the fitted width (its errors as
+        :class:`~dppca_dask.errors.InvalidInputError`)."""
         try:
-            checked = validate_data(self, X, accept_sparse=("csr", "csc", "coo"), dtype=[np.float64, np.float32],
-                                    reset=False)
+            return validate_data(self, X, accept_sparse=("csr", "csc", "coo"), dtype=[np.float64, np.float32],
+                                 reset=False)
         except InvalidInputError:
             raise
         except ValueError as exc:
             raise InvalidInputError(str(exc)) from exc
-        return self._project(checked)
 
     def _project(self, block: Any) -> np.ndarray:
         out = np.asarray(block @ self.components_.T, dtype=np.float64)
@@ -466,13 +470,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         is better, as scikit-learn's scorers expect (``GridSearchCV`` uses it without a ``scoring``). Computed on
         ``X`` by the caller, not released: score on held-out data."""
         check_is_fitted(self)
-        try:
-            checked = validate_data(self, X, accept_sparse=("csr", "csc", "coo"), dtype=[np.float64, np.float32],
-                                    reset=False)
-        except InvalidInputError:
-            raise
-        except ValueError as exc:
-            raise InvalidInputError(str(exc)) from exc
+        checked = self._check_rows(X)
         dense = checked.toarray() if sp.issparse(checked) else np.asarray(checked, dtype=np.float64)
         mean = getattr(self, "mean_", None)
         centred = dense if mean is None else dense - mean
