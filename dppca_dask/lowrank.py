@@ -30,7 +30,7 @@ import numpy as np
 
 from dppca_dask._version import __version__
 from dppca_dask.errors import InvalidParameterError
-from dppca_dask.methods.hardt_roth.plan import (  # noqa: F401  (re-exported: their home before the move)
+from dppca_dask.methods.hardt_roth.lowrank_plan import (  # noqa: F401  (re-exported: their home before the move)
     _PLAN_DEFAULTS,
     MAX_BOUND,
     MAX_EPSILON,
@@ -311,7 +311,7 @@ def _feasible_values(output: Any, *, signed: bool) -> tuple[Any, list[int]]:
 
 def _make_run(mechanism: str, p: Mapping[str, Any], n_cols: int, noise: Any) -> Any:
     if mechanism == "private-low-rank":
-        from dppca_dask.algorithms.private_low_rank import private_low_rank_run
+        from dppca_dask.methods.hardt_roth.find_and_project import private_low_rank_run
 
         return private_low_rank_run(
             n_cols=n_cols, rank=p["rank"], oversampling=p["oversampling"], epsilon=p["epsilon"], delta=p["delta"],
@@ -327,7 +327,7 @@ def _make_run(mechanism: str, p: Mapping[str, Any], n_cols: int, noise: Any) -> 
             row_norm_bound=p["row_norm_bound"], row_change_bound=p["row_change_bound"], noise=noise,
             calibration=p["calibration"],
         )
-    from dppca_dask.algorithms.private_power import private_power_run
+    from dppca_dask.methods.hardt_roth.power_iteration import private_power_run
 
     return private_power_run(
         n_cols=n_cols, epsilon=p["epsilon"], delta=p["delta"], n_iter=p["n_iter"], n_components=p["rank"],

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask.accounting.hardt_roth import rr_sigma
-from dppca_dask.algorithms.hardt_roth_requests import DenseRows
-from dppca_dask.algorithms.low_rank_linalg import top_svd
+from dppca_dask.methods.hardt_roth.low_rank_calibration import rr_sigma
+from dppca_dask.methods.hardt_roth.requests import DenseRows
+from dppca_dask.methods.hardt_roth.linalg import top_svd
 from dppca_dask.algorithms.requests import AlgorithmRun
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels.hardt_roth import RowSlices, assemble
@@ -68,7 +68,7 @@ def randomized_response_run(
     Privacy contract: one row changes by a vector of L2 norm at most s = ``row_change_bound`` (rows clipped to
     ``row_norm_bound`` first; clipping is 1-Lipschitz), so ``‖A' − A''‖_F ≤ s`` and the release of ``A' + N`` with
     std ``s·σ`` per entry is the Gaussian mechanism of multiplier σ (``GaussianDpEvent(σ)``), σ =
-    :func:`~dppca_dask.accounting.hardt_roth.rr_sigma`. The truncated SVD is post-processing.
+    :func:`~dppca_dask.methods.hardt_roth.low_rank_calibration.rr_sigma`. The truncated SVD is post-processing.
     """
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 1 <= rank <= n_cols:
         raise InvalidParameterError(f"rank must be an integer in [1, {n_cols}]; got {rank!r}")

@@ -20,7 +20,7 @@ _RELATIONS = {
 
 def _relation(value: str) -> str:
     """``--relation``: a short name, ``entry:B``, ``row:S``, or the relation's full text."""
-    from dppca_dask.accounting.hardt_roth import entry_relation, row_change_relation
+    from dppca_dask.methods.hardt_roth.relations import entry_relation, row_change_relation
     from dppca_dask.errors import InvalidParameterError
 
     if value in _RELATIONS:

@@ -19,8 +19,8 @@ __all__ = ["Mechanism", "MechanismPlan", "get_mechanism", "mechanism_help", "mec
 
 # The registry: one import and registration per family module (the order is the order of CLI choices).
 from dppca_dask.methods import adaptive_power, analyze_gauss, exact  # noqa: E402
-from dppca_dask.methods.hardt_roth import lowrank as _hr_lowrank  # noqa: E402
-from dppca_dask.methods.hardt_roth import private_power as _hr_private_power  # noqa: E402
+from dppca_dask.methods.hardt_roth import lowrank_mechanisms as _hr_lowrank  # noqa: E402
+from dppca_dask.methods.hardt_roth import pca_mechanism as _hr_private_power  # noqa: E402
 
 register(adaptive_power.MECHANISM)
 register(adaptive_power.BLOCK_MECHANISM)

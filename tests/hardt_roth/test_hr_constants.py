@@ -9,25 +9,26 @@ from dp_accounting import dp_event
 
 from dppca_dask.accounting import ENTRY_CHANGE, ROW_CHANGE, build_report, epsilon_for, gaussian_delta, gaussian_epsilon
 from dppca_dask.accounting.events import EpsilonDeltaDpEvent
-from dppca_dask.accounting.hardt_roth import (
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.methods.hardt_roth.low_rank_calibration import (
     calibrate_private_low_rank,
-    calibrate_private_power,
     calibrate_randomized_response,
-    classic_gaussian_multiplier,
-    entry_relation,
-    paper_rank_k_epsilon,
-    ppi_gdp_mu,
-    ppi_noise_std,
-    ppi_sigma,
     pproj_rho,
     prf_chi2_sensitivity,
     prf_rho,
     prf_sensitivity,
-    rank_k_split,
-    row_change_relation,
     rr_sigma,
 )
-from dppca_dask.errors import InvalidParameterError
+from dppca_dask.methods.hardt_roth.multipliers import classic_gaussian_multiplier
+from dppca_dask.methods.hardt_roth.power_calibration import (
+    calibrate_private_power,
+    paper_rank_k_epsilon,
+    ppi_gdp_mu,
+    ppi_noise_std,
+    ppi_sigma,
+    rank_k_split,
+)
+from dppca_dask.methods.hardt_roth.relations import entry_relation, row_change_relation
 
 # ------------------------------------------------------------------------------------------------ seed 000
 

@@ -15,16 +15,16 @@ from hr_helpers import RecordingNoiseSource, chi2_bounds
 
 from dppca_dask import load_lowrank, lowrank
 from dppca_dask.accounting import ROW_CHANGE
-from dppca_dask.accounting.hardt_roth import calibrate_private_low_rank, prf_sensitivity, rr_sigma
-from dppca_dask.algorithms.hardt_roth_requests import LeftProjection
-from dppca_dask.algorithms.low_rank_linalg import prune, truncate_factors
-from dppca_dask.algorithms.private_low_rank import private_low_rank_run
 from dppca_dask.coordinator import LocalExecutor, as_source, run_algorithm
 from dppca_dask.datasets import gaussian_factor_matrix, incoherent_low_rank
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels.hardt_roth import dense_rows
 from dppca_dask.mechanisms import NoiseSource
 from dppca_dask.mechanisms.testing import ZeroNoiseSource
+from dppca_dask.methods.hardt_roth.find_and_project import private_low_rank_run
+from dppca_dask.methods.hardt_roth.linalg import prune, truncate_factors
+from dppca_dask.methods.hardt_roth.low_rank_calibration import calibrate_private_low_rank, prf_sensitivity, rr_sigma
+from dppca_dask.methods.hardt_roth.requests import LeftProjection
 from dppca_dask.metrics import best_rank_error, frobenius_error
 
 INF = float("inf")

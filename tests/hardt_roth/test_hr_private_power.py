@@ -16,19 +16,19 @@ from hr_helpers import ALPHA, RecordingNoiseSource, chi2_bounds, gamma_bounds
 
 from dppca_dask import lowrank
 from dppca_dask.accounting import ENTRY_CHANGE, epsilon_for, flatten_events
-from dppca_dask.accounting.hardt_roth import calibrate_private_power, ppi_sigma
-from dppca_dask.algorithms.hardt_roth_requests import EmbeddedProduct, RowProduct
-from dppca_dask.algorithms.private_power import (
-    coherence_ladder,
-    default_ladder_start,
-    private_power_run,
-)
 from dppca_dask.coordinator import LocalExecutor, as_source, run_algorithm
 from dppca_dask.datasets import coherent_psd, gaussian_factor_matrix, incoherent_psd
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, MechanismFailedError
 from dppca_dask.kernels.hardt_roth import assemble
 from dppca_dask.mechanisms import NoiseSource
 from dppca_dask.mechanisms.testing import ZeroNoiseSource
+from dppca_dask.methods.hardt_roth.power_calibration import calibrate_private_power, ppi_sigma
+from dppca_dask.methods.hardt_roth.power_iteration import (
+    coherence_ladder,
+    default_ladder_start,
+    private_power_run,
+)
+from dppca_dask.methods.hardt_roth.requests import EmbeddedProduct, RowProduct
 from dppca_dask.metrics import sin2
 
 
@@ -459,7 +459,7 @@ def test_an_iterate_is_normalised_or_refused_whatever_its_entries() -> None:
     """``_unit`` (each round's noisy iterate): a norm whose square overflows still normalises; a vanished iterate,
     one with a NaN entry (whose norm was 0 before) and one with an infinite entry are refused, each saying which.
     ``_unit_or_zero`` leaves a zero or non-finite half as it is (its value's release refuses a non-finite one)."""
-    from dppca_dask.algorithms.private_power import _unit, _unit_or_zero
+    from dppca_dask.methods.hardt_roth.power_iteration import _unit, _unit_or_zero
 
     np.testing.assert_allclose(_unit(np.array([3e300, -4e300])), [0.6, -0.8], rtol=1e-15)
     with pytest.raises(InvalidParameterError, match="vanished"):

@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from dppca_dask import lowrank, write_matrix
-from dppca_dask.algorithms.hardt_roth_requests import RowCounts
 from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source
 from dppca_dask.coordinator.sources import PartitionData, load_store_partition, make_partition, partition_rows
 from dppca_dask.datasets import gaussian_factor_matrix
+from dppca_dask.methods.hardt_roth.requests import RowCounts
 from dppca_dask.storage import MatrixStore, open_matrix
 
 

@@ -365,10 +365,10 @@ def test_without_the_preflight_a_damaged_store_fails_in_the_first_product_before
     # partition and fails before its Gaussian noise is drawn (only the secret start vector was)
     from distributed import Client, LocalCluster
 
-    from dppca_dask.algorithms.hardt_roth_requests import EmbeddedProduct, RowCounts
-    from dppca_dask.algorithms.private_power import private_power_run
     from dppca_dask.coordinator import Coordinator, as_source
     from dppca_dask.errors import StoreCorruptError
+    from dppca_dask.methods.hardt_roth.power_iteration import private_power_run
+    from dppca_dask.methods.hardt_roth.requests import EmbeddedProduct, RowCounts
 
     path = _damaged_store(tmp_path)
     noise = AuditingNoiseSource(seed)
@@ -391,10 +391,10 @@ def test_a_released_value_of_a_product_that_overflowed_is_refused_before_its_noi
     half-sum is NaN) was the norm of a NaN vector, which came out 0: a value released as noise around 0, whatever the
     data. The norm is now NaN and the Laplace release refuses it before drawing. Driven request by request with the
     products answered directly (finite for the Gaussian rounds, overflowed for the value's pass)."""
-    from dppca_dask.algorithms.hardt_roth_requests import EmbeddedProduct, RowCounts
-    from dppca_dask.algorithms.private_power import private_power_run
     from dppca_dask.errors import InvalidInputError
     from dppca_dask.kernels.hardt_roth import RowSlices
+    from dppca_dask.methods.hardt_roth.power_iteration import private_power_run
+    from dppca_dask.methods.hardt_roth.requests import EmbeddedProduct, RowCounts
 
     d, n_iter = 4, 2
     noise = AuditingNoiseSource(seed)

@@ -32,14 +32,14 @@ import numpy as np
 from dp_accounting import dp_event
 
 from dppca_dask.accounting.events import EpsilonDeltaDpEvent
-from dppca_dask.accounting.hardt_roth import PrivateLowRankCalibration, calibrate_private_low_rank
-from dppca_dask.algorithms.hardt_roth_requests import LeftProjection, RowProduct
-from dppca_dask.algorithms.low_rank_linalg import prune, truncate_factors
 from dppca_dask.algorithms.requests import AlgorithmRun
 from dppca_dask.errors import InvalidInputError, InvalidParameterError
 from dppca_dask.kernels.hardt_roth import RowSlices, assemble, row_offsets
 from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism
 from dppca_dask.mechanisms.secret import secret_gaussian
+from dppca_dask.methods.hardt_roth.linalg import prune, truncate_factors
+from dppca_dask.methods.hardt_roth.low_rank_calibration import PrivateLowRankCalibration, calibrate_private_low_rank
+from dppca_dask.methods.hardt_roth.requests import LeftProjection, RowProduct
 
 __all__ = ["PrivateLowRankOutput", "private_low_rank_run"]
 

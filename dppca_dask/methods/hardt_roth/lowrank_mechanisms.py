@@ -1,7 +1,7 @@
 """The ``lowrank`` entry's mechanisms in the registry: validation and shape planning of :func:`dppca_dask.lowrank`.
 
-:func:`dppca_dask.methods.hardt_roth.plan.plan_lowrank` checks every parameter exactly as a run does and plans
-from the store's public shape; these entries expose it per mechanism.
+:func:`dppca_dask.methods.hardt_roth.lowrank_plan.plan_lowrank` checks every parameter exactly as a run does and
+plans from the store's public shape; these entries expose it per mechanism.
 """
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from dppca_dask.accounting.hardt_roth import entry_relation, row_change_relation
 from dppca_dask.methods._registry import Mechanism
+from dppca_dask.methods.hardt_roth.relations import entry_relation, row_change_relation
 
 __all__ = ["MECHANISMS"]
 
 
 def _validator(name: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
     def validate(params: Mapping[str, Any]) -> dict[str, Any]:
-        from dppca_dask.methods.hardt_roth.plan import validate_lowrank
+        from dppca_dask.methods.hardt_roth.lowrank_plan import validate_lowrank
 
         return validate_lowrank(mechanism=name, **dict(params))
 
@@ -26,7 +26,7 @@ def _validator(name: str) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
 
 def _planner(name: str) -> Callable[..., Any]:
     def plan(params: Mapping[str, Any], *, n_rows: int, n_cols: int) -> Any:
-        from dppca_dask.methods.hardt_roth.plan import _PLAN_DEFAULTS, plan_lowrank
+        from dppca_dask.methods.hardt_roth.lowrank_plan import _PLAN_DEFAULTS, plan_lowrank
 
         given = {k: v for k, v in params.items() if k in _PLAN_DEFAULTS and k != "mechanism"}
         return plan_lowrank(n_rows, n_cols, rank=params["rank"], epsilon=params["epsilon"],

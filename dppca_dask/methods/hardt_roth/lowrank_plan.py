@@ -2,7 +2,7 @@
 
 Every public parameter of :func:`dppca_dask.lowrank.lowrank` is checked here exactly as a run checks it, and a run
 on a store of a given shape is planned (its relation, calibrated constants and DpEvents) without reading the data.
-Below both the entry point and the family's registry entries (:mod:`dppca_dask.methods.hardt_roth.lowrank`).
+Below both the entry point and the family's registry entries (:mod:`dppca_dask.methods.hardt_roth.lowrank_mechanisms`).
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ def _validate(
     signed_values: bool,
 ) -> tuple[dict[str, Any], str]:
     """Every public parameter of :func:`~dppca_dask.lowrank.lowrank` checked, without the data: (parameters, neighbouring relation)."""
-    from dppca_dask.accounting.hardt_roth import entry_relation, row_change_relation
-    from dppca_dask.algorithms.private_power import DEFAULT_PRIVATE_POWER_N_ITER
     from dppca_dask.algorithms.randomized_response import DEFAULT_MAX_DENSE_BYTES
+    from dppca_dask.methods.hardt_roth.power_iteration import DEFAULT_PRIVATE_POWER_N_ITER
+    from dppca_dask.methods.hardt_roth.relations import entry_relation, row_change_relation
 
     if mechanism not in mechanism_names("lowrank"):
         raise InvalidParameterError(
@@ -177,9 +177,9 @@ class LowRankPlan:
 def _plan_shape(p: Mapping[str, Any], neighbouring: str, n_rows: int, n_cols: int) -> LowRankPlan:
     from dp_accounting import dp_event
 
-    from dppca_dask.accounting.hardt_roth import calibrate_private_low_rank, rr_sigma
-    from dppca_dask.algorithms.private_power import planned_private_power
     from dppca_dask.algorithms.randomized_response import dense_bytes_needed
+    from dppca_dask.methods.hardt_roth.low_rank_calibration import calibrate_private_low_rank, rr_sigma
+    from dppca_dask.methods.hardt_roth.power_iteration import planned_private_power
 
     mechanism, epsilon, delta, rank, calibration = p["mechanism"], p["epsilon"], p["delta"], p["rank"], p["calibration"]
     if mechanism == "private-low-rank":

@@ -1,8 +1,8 @@
 """``pca(mechanism="private-power")``: the planner that turns :class:`~dppca_dask.api.PCAParameters` into a run.
 
-Private power iteration (Hardt & Roth 2013; :mod:`dppca_dask.algorithms.private_power`) is private for one entry
-of the store changing by at most ``entry_bound``, not for a row: :func:`~dppca_dask.pca` reports that relation.
-``row_norm_bound`` plays no part (entries are not clipped; the relation itself bounds the change).
+Private power iteration (Hardt & Roth 2013; :mod:`dppca_dask.methods.hardt_roth.power_iteration`) is private for
+one entry of the store changing by at most ``entry_bound``, not for a row: :func:`~dppca_dask.pca` reports that
+relation. ``row_norm_bound`` plays no part (entries are not clipped; the relation itself bounds the change).
 """
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dppca_dask.accounting.hardt_roth import entry_relation
-from dppca_dask.algorithms.private_power import (
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.methods._params import PCAParameters, pca_planner, pca_validator
+from dppca_dask.methods._registry import Mechanism, MechanismPlan
+from dppca_dask.methods.hardt_roth.power_iteration import (
     DEFAULT_PRIVATE_POWER_N_ITER,
     planned_private_power,
     private_power_run,
 )
-from dppca_dask.errors import InvalidParameterError
-from dppca_dask.methods._params import PCAParameters, pca_planner, pca_validator
-from dppca_dask.methods._registry import Mechanism, MechanismPlan
+from dppca_dask.methods.hardt_roth.relations import entry_relation
 
 __all__ = ["MECHANISM", "PRIVATE_POWER", "plan_private_power"]
 
@@ -31,7 +31,7 @@ def plan_private_power(params: Any, n_cols: int) -> Any:
     The noise is calibrated inside the run, once the first pass has told the public dimension N (the number of
     rows, hence the embedding's size and the C-doubling ladder's length); nothing is released before that.
     """
-    from dppca_dask.accounting.hardt_roth import calibrate_private_power
+    from dppca_dask.methods.hardt_roth.power_calibration import calibrate_private_power
 
     if not params.symmetric and params.n_components > 1:
         raise InvalidParameterError(

@@ -38,18 +38,18 @@ from typing import Any
 import numpy as np
 from dp_accounting import dp_event
 
-from dppca_dask.accounting.hardt_roth import (
-    DEFAULT_VALUE_SHARE,
-    PrivatePowerCalibration,
-    calibrate_private_power,
-)
-from dppca_dask.algorithms.hardt_roth_requests import EmbeddedProduct, RowCounts, RowProduct
 from dppca_dask.algorithms.requests import AlgorithmRun
 from dppca_dask.diagnostics import diagnostics, vector_noise_to_signal
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, MechanismFailedError
 from dppca_dask.kernels.hardt_roth import RowSlices, assemble, row_offsets
 from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism, laplace_mechanism
 from dppca_dask.mechanisms.secret import secret_gaussian
+from dppca_dask.methods.hardt_roth.power_calibration import (
+    DEFAULT_VALUE_SHARE,
+    PrivatePowerCalibration,
+    calibrate_private_power,
+)
+from dppca_dask.methods.hardt_roth.requests import EmbeddedProduct, RowCounts, RowProduct
 from dppca_dask.storage.validate import safe_norm
 
 __all__ = [
@@ -286,7 +286,7 @@ def private_power_run(
     Notes
     -----
     Privacy contract: one entry of the store changes by at most b
-    (:func:`~dppca_dask.accounting.hardt_roth.entry_relation`).
+    (:func:`~dppca_dask.methods.hardt_roth.relations.entry_relation`).
     Round t of a call is the Gaussian mechanism on ``B_{i-1}x_{t-1}`` (Fig. 2, line 3(c)), whose L2 sensitivity
     is at most ``f·b·‖x_{t-1}‖_∞ ≤ f·b·sqrt(C/N)`` once the check of line 3(a) has passed (f = sqrt(2) for the
     embedding, 1 for the symmetrisation ``(A + Aᵀ)/2``, where one entry change of A moves ``B·x`` by
@@ -300,7 +300,7 @@ def private_power_run(
     released up to the first success; that prefix is post-processing of all rungs run in full, so the guarantee
     (and the events returned) cover every rung's T rounds, including the rungs skipped after the success. The start
     vector ``x₀`` is data-independent Gaussian, normalised (spec §5). The accountant composes the events; σ and the
-    split come from :func:`~dppca_dask.accounting.hardt_roth.calibrate_private_power`.
+    split come from :func:`~dppca_dask.methods.hardt_roth.power_calibration.calibrate_private_power`.
     """
     _check_run_parameters(n_iter=n_iter, n_components=n_components, n_cols=n_cols, symmetric=symmetric,
                           entry_bound=entry_bound, coherence=coherence)
@@ -429,9 +429,9 @@ def planned_private_power(
 ) -> PrivatePowerCalibration:
     """The calibration a complete run on an n_rows×d store uses, from public parameters and the public shape.
 
-    Its :meth:`~dppca_dask.accounting.hardt_roth.PrivatePowerCalibration.events` are exactly the events the run
-    emits (every rung of the ladder, every value), under either calibration, whatever the data; a ledger reserves
-    them before the run.
+    Its :meth:`~dppca_dask.methods.hardt_roth.power_calibration.PrivatePowerCalibration.events` are exactly the
+    events the run emits (every rung of the ladder, every value), under either calibration, whatever the data; a
+    ledger reserves them before the run.
     """
     if symmetric and n_rows != n_cols:
         raise InvalidInputError(
