@@ -35,7 +35,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--epsilon", type=float, default=1.0, help="privacy budget epsilon of the release (default 1)")
     p.add_argument("--delta", type=float, default=1e-6, help="privacy budget delta of the release (default 1e-6)")
     p.add_argument("--workers", type=int, default=None, help="LocalCluster workers (default: one per core)")
+    p.add_argument("--row-norm-bound", type=_bound, default="auto",
+                   help="the rows' L2 norm bound, or 'auto' (default): a private quantile of the row norms, released "
+                        "with a share of the budget (w8a's binary rows have norms of about 3, so a bound of 1 clips "
+                        "most of them)")
     p.set_defaults(handler=run)
+
+
+def _bound(text: str) -> float | str:
+    from dppca_dask.cli.pca import _bound as bound
+
+    return bound(text)
 
 
 def _sample_store(args: argparse.Namespace) -> Any:
@@ -80,12 +90,16 @@ def run(args: argparse.Namespace) -> int:
     with connect(None, n_workers=args.workers) as client:
         workers = len(client.scheduler_info()["workers"])
         print(f"Dask cluster with {workers} workers at {client.scheduler.address}")
-        result = pca(store, epsilon=args.epsilon, delta=args.delta, client=client, timings=True)
+        result = pca(store, epsilon=args.epsilon, delta=args.delta, row_norm_bound=args.row_norm_bound, client=client,
+                     timings=True)
         print()
         print(format_result(result))
         with warnings.catch_warnings():  # the exact answer is computed knowingly, for the comparison below
             warnings.simplefilter("ignore", NotPrivateWarning)
-            exact = pca(store, epsilon=args.epsilon, delta=args.delta, mechanism="exact", client=client)
+            # The same rows as the private run's: clipped to the bound it used (the released one for "auto").
+            bound = (result.extras or {}).get("row_norm_bound", args.row_norm_bound)
+            exact = pca(store, epsilon=args.epsilon, delta=args.delta, mechanism="exact", row_norm_bound=bound,
+                        client=client)
     cos = float(abs(np.dot(result.components[0], exact.components[0])))
     print()
     print(f"demo check against the exact (non-private) top component: sin^2 = {1 - cos**2:.4g}")
