@@ -35,7 +35,7 @@ from dppca_dask.accounting.events import EpsilonDeltaDpEvent
 from dppca_dask.accounting.hardt_roth import PrivateLowRankCalibration, calibrate_private_low_rank
 from dppca_dask.algorithms.hardt_roth_requests import LeftProjection, RowProduct
 from dppca_dask.algorithms.low_rank_linalg import prune, truncate_factors
-from dppca_dask.algorithms.requests import AlgorithmRun
+from dppca_dask.coordinator.requests import AlgorithmRun
 from dppca_dask.errors import InvalidInputError, InvalidParameterError
 from dppca_dask.kernels.hardt_roth import RowSlices, assemble, row_offsets
 from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism

@@ -44,7 +44,7 @@ from dppca_dask.accounting.hardt_roth import (
     calibrate_private_power,
 )
 from dppca_dask.algorithms.hardt_roth_requests import EmbeddedProduct, RowCounts, RowProduct
-from dppca_dask.algorithms.requests import AlgorithmRun
+from dppca_dask.coordinator.requests import AlgorithmRun
 from dppca_dask.diagnostics import diagnostics, vector_noise_to_signal
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, MechanismFailedError
 from dppca_dask.kernels.hardt_roth import RowSlices, assemble, row_offsets

@@ -74,7 +74,7 @@ def _validate(
     """Every public parameter of :func:`~dppca_dask.lowrank.lowrank` checked, without the data: (parameters, neighbouring relation)."""
     from dppca_dask.accounting.hardt_roth import entry_relation, row_change_relation
     from dppca_dask.algorithms.private_power import DEFAULT_PRIVATE_POWER_N_ITER
-    from dppca_dask.algorithms.randomized_response import DEFAULT_MAX_DENSE_BYTES
+    from dppca_dask.methods.hardt_roth.randomized_response import DEFAULT_MAX_DENSE_BYTES
 
     if mechanism not in mechanism_names("lowrank"):
         raise InvalidParameterError(
@@ -179,7 +179,7 @@ def _plan_shape(p: Mapping[str, Any], neighbouring: str, n_rows: int, n_cols: in
 
     from dppca_dask.accounting.hardt_roth import calibrate_private_low_rank, rr_sigma
     from dppca_dask.algorithms.private_power import planned_private_power
-    from dppca_dask.algorithms.randomized_response import dense_bytes_needed
+    from dppca_dask.methods.hardt_roth.randomized_response import dense_bytes_needed
 
     mechanism, epsilon, delta, rank, calibration = p["mechanism"], p["epsilon"], p["delta"], p["rank"], p["calibration"]
     if mechanism == "private-low-rank":

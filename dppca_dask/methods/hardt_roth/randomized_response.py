@@ -17,7 +17,7 @@ import numpy as np
 from dppca_dask.accounting.hardt_roth import rr_sigma
 from dppca_dask.algorithms.hardt_roth_requests import DenseRows
 from dppca_dask.algorithms.low_rank_linalg import top_svd
-from dppca_dask.algorithms.requests import AlgorithmRun
+from dppca_dask.coordinator.requests import AlgorithmRun
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels.hardt_roth import RowSlices, assemble
 from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism
