@@ -41,6 +41,9 @@ from typing import Any
 
 import numpy as np
 
+from dppca_dask.coordinator.requests import AlgorithmRun
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.mechanisms import NoiseSource
 from dppca_dask.methods.adaptive_power.block import BlockPowerOutput
 from dppca_dask.methods.adaptive_power.block_plan import block_constants, plan_block_power
 from dppca_dask.methods.adaptive_power.centring import (
@@ -57,9 +60,6 @@ from dppca_dask.methods.adaptive_power.row_norm_bound import (
     release_clipped_fraction,
     release_row_norm_bound,
 )
-from dppca_dask.coordinator.requests import AlgorithmRun
-from dppca_dask.errors import InvalidParameterError
-from dppca_dask.mechanisms import NoiseSource
 
 __all__ = ["AUTO", "DEFAULT_DECISION_SHARE", "DEFAULT_GAMMA", "DEFAULT_PILOT_ITER", "plan_auto"]
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
+from dppca_dask.errors import InvalidParameterError
 from dppca_dask.methods.adaptive_power.auto import plan_auto
 from dppca_dask.methods.adaptive_power.block_plan import plan_block_power
 from dppca_dask.methods.adaptive_power.centring import CentringOptions
 from dppca_dask.methods.analyze_gauss.centred import plan_centred_gauss
-from dppca_dask.errors import InvalidParameterError
 
 __all__ = ["plan_with_centring"]
 

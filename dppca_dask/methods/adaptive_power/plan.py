@@ -1,8 +1,7 @@
 """Adaptive power iteration (seed 004): the sequential run's calibrated constants, planned events and plan.
 
-Below :mod:`dppca_dask.methods.adaptive_power` (the registry entries) so that the block run
-(:mod:`dppca_dask.methods.adaptive_power.block`), which calibrates its iterations with the same constants, imports it
-without importing the entries that plan the block run.
+The block plan (:mod:`dppca_dask.methods.adaptive_power.block_plan`) calibrates its iterations with the same
+constants (:func:`adaptive_constants`, as one sequential component) and builds on this plan's events.
 """
 
 from __future__ import annotations
@@ -12,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dppca_dask.methods.adaptive_power.sequential import adaptive_power_run, pass_row_budget, release_key
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.methods._params import ADD_REMOVE_ROW, PCAParameters
 from dppca_dask.methods._registry import MechanismPlan
+from dppca_dask.methods.adaptive_power.sequential import adaptive_power_run, pass_row_budget, release_key
 
 __all__ = ["AdaptiveConstants", "adaptive_constants"]
 

@@ -17,7 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask.methods.analyze_gauss.algorithm import check_dense_dim
+from dppca_dask.coordinator.requests import AlgorithmRun
+from dppca_dask.diagnostics import diagnostics, mean_noise_to_signal, symmetric_noise_to_signal
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism
 from dppca_dask.methods.adaptive_power.block import BlockPowerOutput
 from dppca_dask.methods.adaptive_power.centring import (
     DEFAULT_MEAN_SHARE,
@@ -40,11 +43,8 @@ from dppca_dask.methods.adaptive_power.row_norm_bound import (
     release_clipped_fraction,
     release_row_norm_bound,
 )
+from dppca_dask.methods.analyze_gauss.algorithm import check_dense_dim
 from dppca_dask.methods.exact.algorithm import top_eigenpairs
-from dppca_dask.diagnostics import diagnostics, mean_noise_to_signal, symmetric_noise_to_signal
-from dppca_dask.coordinator.requests import AlgorithmRun
-from dppca_dask.errors import InvalidParameterError
-from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism
 
 __all__ = ["CENTRED_GAUSS", "centred_gauss_run", "plan_centred_gauss"]
 

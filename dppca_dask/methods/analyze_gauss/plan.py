@@ -7,9 +7,9 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from dppca_dask.methods.analyze_gauss.algorithm import analyze_gauss_run, check_dense_dim
 from dppca_dask.methods._params import ADD_REMOVE_ROW, PCAParameters
 from dppca_dask.methods._registry import MechanismPlan
+from dppca_dask.methods.analyze_gauss.algorithm import analyze_gauss_run, check_dense_dim
 
 __all__ = ["plan_analyze_gauss"]
 

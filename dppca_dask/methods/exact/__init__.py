@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dppca_dask.methods.exact.algorithm import exact_run
 from dppca_dask.methods._params import PCAParameters, pca_planner, pca_validator
 from dppca_dask.methods._registry import Mechanism, MechanismPlan
+from dppca_dask.methods.exact.algorithm import exact_run
 
 __all__ = ["MECHANISM"]
 
