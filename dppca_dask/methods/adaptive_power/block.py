@@ -430,7 +430,7 @@ def block_power_run(
     instead of k·T), and:
 
     row_norm_bound
-        The public bound c, or an :class:`AutoBound`: c is then released first by a private quantile of the row
+        The public bound c, or an :class:`~dppca_dask.methods.adaptive_power.row_norm_bound.AutoBound`: c is then released first by a private quantile of the row
         norms (:func:`~dppca_dask.mechanisms.quantile.private_quantile`), and ``grid`` is rebuilt for it (its
         resolution kept: a public function of the released c).
     center
@@ -442,7 +442,7 @@ def block_power_run(
         Noise multiplier of the explained variance's release; None: no variance is released.
     clipped_multiplier
         Noise multiplier of the release of the fraction of rows the public bound clips (first, before the mean);
-        None: not released (never with an :class:`AutoBound`, which clips about a known share by construction).
+        None: not released (never with an :class:`~dppca_dask.methods.adaptive_power.row_norm_bound.AutoBound`, which clips about a known share by construction).
     oversample
         Extra columns p of the iterate (public): the block has width ``min(d, k + p)`` and the top k of the last
         release are returned. The sensitivity is θ whatever the width, so the noise per entry does not grow with

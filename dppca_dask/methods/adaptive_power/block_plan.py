@@ -95,7 +95,7 @@ def plan_block_power(
 
     The shares fix the releases' relative noise; every noise scale (the Gaussian multipliers, the Laplace scales
     of the AboveThreshold steps and of the quantile) is then multiplied by one common factor s,
-    :func:`joint_noise_scale`, so that the PLD composition of all the run's events is the total itself rather than
+    :func:`~dppca_dask.methods.adaptive_power.joint_scale.joint_noise_scale`, so that the PLD composition of all the run's events is the total itself rather than
     below it (``calibration["noise_scale"]``). ``noise_scale`` imposes s instead (a caller that calibrates this run
     jointly with releases of its own: ``mechanism="auto"``'s pilot). With a fixed bound the run first releases
     the fraction of rows it clips from ``DEFAULT_CLIPPED_SHARE`` of (ε, δ) (``clipped_fraction``, default: unless

@@ -71,7 +71,7 @@ def centred_bound(row_norm_bound: float, center: str | np.ndarray | None) -> flo
 
 def release_private_mean(row_norm_bound: float, *, mean_multiplier: float,
                          noise: NoiseSource) -> Generator[Any, Any, tuple[np.ndarray, float, Any]]:
-    """Release the centre of ``center="private"``: one pass of :class:`MeanStep`, then
+    """Release the centre of ``center="private"``: one pass of :class:`~dppca_dask.methods.adaptive_power.requests.MeanStep`, then
     :func:`~dppca_dask.mechanisms.centred.private_mean` (the mean projected onto the ball of radius c,
     ``GaussianDpEvent(mean_multiplier)``); returns the mean, the released count and the event."""
     totals = yield MeanStep(row_norm_bound=row_norm_bound)

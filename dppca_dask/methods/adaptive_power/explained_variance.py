@@ -25,9 +25,9 @@ def release_explained_variance(components: np.ndarray, row_norm_bound: float, me
                                centred_row_bound: float, variance_multiplier: float,
                                noise: NoiseSource) -> Generator[Any, Any, tuple[ExplainedVariance, Any]]:
     """Release the explained variance of the released ``components`` (k×d) for rows clipped to ``row_norm_bound``
-    and centred at the released or public ``mean``: one pass of :class:`VarianceStep`, then
+    and centred at the released or public ``mean``: one pass of :class:`~dppca_dask.methods.adaptive_power.requests.VarianceStep`, then
     :func:`~dppca_dask.mechanisms.centred.private_variances` with the public bound ``centred_row_bound`` (c + r,
-    :func:`centred_bound` of the run's ``center``) on the centred rows' norms
+    :func:`~dppca_dask.methods.adaptive_power.centring.centred_bound` of the run's ``center``) on the centred rows' norms
     (``GaussianDpEvent(variance_multiplier)``)."""
     totals = yield VarianceStep(components=components, row_norm_bound=row_norm_bound, mean=mean)
     return private_variances(totals.projected, totals.total, totals.count, row_norm_bound=centred_row_bound,

@@ -49,7 +49,7 @@ class AutoBound:
 
 
 def release_row_norm_bound(auto: AutoBound, noise: NoiseSource) -> Generator[Any, Any, tuple[float, Any]]:
-    """Release the bound c of ``row_norm_bound="auto"``: one pass of :class:`NormCounts`, then
+    """Release the bound c of ``row_norm_bound="auto"``: one pass of :class:`~dppca_dask.methods.adaptive_power.requests.NormCounts`, then
     :func:`~dppca_dask.mechanisms.quantile.private_quantile` (``EpsilonDeltaDpEvent(auto.epsilon, 0)``)."""
     from dppca_dask.mechanisms.quantile import private_quantile
 
@@ -60,7 +60,7 @@ def release_row_norm_bound(auto: AutoBound, noise: NoiseSource) -> Generator[Any
 
 def release_clipped_fraction(row_norm_bound: float, *, clipped_multiplier: float,
                              noise: NoiseSource) -> Generator[Any, Any, tuple[float, Any]]:
-    """Release the fraction of rows the public bound c clips: one pass of :class:`NormCounts` at c, then
+    """Release the fraction of rows the public bound c clips: one pass of :class:`~dppca_dask.methods.adaptive_power.requests.NormCounts` at c, then
     :func:`~dppca_dask.mechanisms.centred.private_clipped_fraction` (``GaussianDpEvent(clipped_multiplier)``)."""
     from dppca_dask.mechanisms.centred import private_clipped_fraction
 

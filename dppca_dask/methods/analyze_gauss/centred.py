@@ -70,7 +70,7 @@ def centred_gauss_run(
     Notes
     -----
     Privacy contract: add/remove one row. Events in order: the quantile's ``EpsilonDeltaDpEvent(ε_q, 0)`` (with
-    :class:`AutoBound`) or the clipped fraction's ``GaussianDpEvent(clipped_multiplier)`` (a fixed bound, when
+    :class:`~dppca_dask.methods.adaptive_power.row_norm_bound.AutoBound`) or the clipped fraction's ``GaussianDpEvent(clipped_multiplier)`` (a fixed bound, when
     given), the mean's ``GaussianDpEvent(mean_multiplier)`` (``center="private"``), the Gram
     matrix's ``GaussianDpEvent(noise_multiplier)`` (sensitivity ``(c + r)²``), the variance's
     ``GaussianDpEvent(variance_multiplier)`` (when asked).
