@@ -143,7 +143,7 @@ def centring_options(mechanism: str, center: Any, row_norm_bound: Any) -> tuple[
     return options, (1.0 if auto else row_norm_bound)
 
 
-# ------------------------------------------------------------------------------------------------ the budget beside the main release
+# --------------------------------------------------------------------------------- the budget beside the main release
 @dataclass(frozen=True)
 class CentredReleases:
     """The releases a centred plan makes beside its main one, calibrated from public shares of the user's (ε, δ):
