@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 from distributed import Client
 
-from dppca_dask.algorithms.adaptive_power import adaptive_power_run, default_top_m
-from dppca_dask.algorithms.requests import PlainGramTimes
+from dppca_dask.methods.adaptive_power.sequential import adaptive_power_run, default_top_m
+from dppca_dask.coordinator.requests import PlainGramTimes
 from dppca_dask.coordinator import Coordinator, as_source
 from dppca_dask.coordinator.sources import load_store_partition
 from dppca_dask.datasets import PlantedSpec, write_low_coherence

@@ -27,7 +27,7 @@ import _common  # noqa: F401  (one BLAS thread)
 import numpy as np
 import zarr
 
-from dppca_dask.algorithms.adaptive_power import default_top_m
+from dppca_dask.methods.adaptive_power.sequential import default_top_m
 from dppca_dask.datasets import PlantedSpec, write_low_coherence
 from dppca_dask.kernels import ThresholdGrid, _sparse
 from dppca_dask.kernels import power as K

@@ -32,8 +32,8 @@ from typing import Any
 import numpy as np
 from distributed import Client, LocalCluster
 
-from dppca_dask.algorithms.adaptive_power import default_top_m
-from dppca_dask.algorithms.requests import PowerStep
+from dppca_dask.methods.adaptive_power.sequential import default_top_m
+from dppca_dask.coordinator.requests import PowerStep
 from dppca_dask.coordinator import Coordinator, as_source
 from dppca_dask.datasets import PlantedSpec, write_low_coherence
 from dppca_dask.kernels import ThresholdGrid

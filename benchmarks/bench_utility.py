@@ -40,10 +40,11 @@ from typing import Any
 import numpy as np
 
 from dppca_dask import accounting
-from dppca_dask.algorithms.adaptive_power import adaptive_power_run, default_top_m
-from dppca_dask.algorithms.analyze_gauss import analyze_gauss_run
-from dppca_dask.algorithms.exact import top_eigenpairs
-from dppca_dask.algorithms.requests import GramMatrix
+from dppca_dask.methods.adaptive_power.calibration import calibrate_adaptive_power
+from dppca_dask.methods.adaptive_power.sequential import adaptive_power_run, default_top_m
+from dppca_dask.methods.analyze_gauss.algorithm import analyze_gauss_run
+from dppca_dask.methods.exact.algorithm import top_eigenpairs
+from dppca_dask.coordinator.requests import GramMatrix
 from dppca_dask.api import DEFAULT_N_ITER, DEFAULT_SVT_SHARE
 from dppca_dask.coordinator import LocalExecutor, as_source, run_algorithm
 from dppca_dask.datasets import PlantedSpec, low_coherence_matrix
@@ -77,7 +78,7 @@ SVT_SHARE = DEFAULT_SVT_SHARE
 def adaptive_errors(executor: LocalExecutor, truth: np.ndarray, *, epsilon: float, n_iter: int, repeats: int,
                     seed: int) -> tuple[list[float], list[float]]:
     d = truth.shape[0]
-    cal = accounting.calibrate_adaptive_power(epsilon=epsilon, delta=DELTA, n_iter=n_iter, svt_share=SVT_SHARE)
+    cal = calibrate_adaptive_power(epsilon=epsilon, delta=DELTA, n_iter=n_iter, svt_share=SVT_SHARE)
     cutoff = svt_cutoff(cal.epsilon_svt, 0.05)
     grid = ThresholdGrid.for_bound(1.0)
     errors, thetas = [], []
@@ -162,7 +163,7 @@ def planted_rank_matrix(n: int, d: int, rank: int, *, seed: int) -> Any:
 
 def block_vs_sequential(name: str, matrix: Any, *, ks: list[int], epsilon: float, repeats: int, bound: float,
                         n_iter: int) -> None:
-    from dppca_dask.algorithms.block_power import BLOCK_POWER, plan_block_power
+    from dppca_dask.methods.adaptive_power.block_plan import BLOCK_POWER, plan_block_power
     from dppca_dask.api import _plan, validate_parameters
     from dppca_dask.kernels.power import gram_matrix
 

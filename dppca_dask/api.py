@@ -21,9 +21,11 @@ from typing import Any
 import numpy as np
 
 from dppca_dask._version import __version__
-from dppca_dask.algorithms.analyze_gauss import DEFAULT_MAX_DENSE_DIM
-from dppca_dask.algorithms.block_power import BLOCK_POWER, centring_options, result_fields
-from dppca_dask.algorithms.centring_plan import plan_with_centring
+from dppca_dask.methods._params import DEFAULT_MAX_DENSE_DIM
+from dppca_dask.methods.adaptive_power.block_plan import BLOCK_POWER
+from dppca_dask.methods.adaptive_power.centring import centring_options
+from dppca_dask.methods.adaptive_power.explained_variance import result_fields
+from dppca_dask.methods.adaptive_power.centring_plan import plan_with_centring
 from dppca_dask._execution import execute as _execute
 from dppca_dask._execution import executor_choice as _executor_choice
 from dppca_dask._execution import noise_source as _noise_source
@@ -472,8 +474,8 @@ def _extras(output: Any, params: PCAParameters, *, auto_bound: bool) -> dict[str
 
 def _warn_clipping(fraction: float, bound: float) -> None:
     """A :class:`~dppca_dask.errors.ClippingWarning` when the released clipped fraction is above
-    :data:`~dppca_dask.algorithms.block_power.CLIPPED_FRACTION_WARNING` (a function of released values only)."""
-    from dppca_dask.algorithms.block_power import CLIPPED_FRACTION_WARNING
+    :data:`~dppca_dask.methods.adaptive_power.row_norm_bound.CLIPPED_FRACTION_WARNING` (a function of released values only)."""
+    from dppca_dask.methods.adaptive_power.row_norm_bound import CLIPPED_FRACTION_WARNING
     from dppca_dask.errors import ClippingWarning
 
     if fraction > CLIPPED_FRACTION_WARNING:

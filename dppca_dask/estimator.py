@@ -218,7 +218,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         """The ``center`` passed to :func:`pca` (``None`` resolved as the CLI resolves it)."""
         if self.center is not None:
             return self.center
-        from dppca_dask.algorithms.block_power import CENTRING_MECHANISMS
+        from dppca_dask.methods.adaptive_power.centring import CENTRING_MECHANISMS
 
         return "private" if self._mechanism() in CENTRING_MECHANISMS else False
 

@@ -5,10 +5,10 @@ with its privacy report:
 
 - ``"private-low-rank"`` (default): private find-and-project of Hardt & Roth 2012 (Fig. 4; seed 003): a private
   range finder, optional pruning, a private projection, two passes over the data
-  (:mod:`dppca_dask.algorithms.private_low_rank`). Private for one row changing by a vector of L2 norm ≤ s.
+  (:mod:`dppca_dask.methods.hardt_roth.find_and_project`). Private for one row changing by a vector of L2 norm ≤ s.
 - ``"randomized-response"``: the paper's baseline, Gaussian noise on every entry then the exact truncated SVD;
   densifies the matrix at the coordinator, so it refuses matrices that do not fit
-  (:mod:`dppca_dask.algorithms.randomized_response`). Same relation.
+  (:mod:`dppca_dask.methods.hardt_roth.randomized_response`). Same relation.
 - ``"private-power"``: ``B_k = Σ σ̂_i v_i v_iᵀ`` by private power iteration with deflation (Hardt & Roth 2013,
   Fig. 3; seed 000) for a symmetric positive semidefinite store, or ``σ̂·u vᵀ`` (rank 1) for an asymmetric one
   through its embedding. Private for one entry changing by at most ``entry_bound`` (a weaker relation).
@@ -320,7 +320,7 @@ def _make_run(mechanism: str, p: Mapping[str, Any], n_cols: int, noise: Any) -> 
             left_factor=p["left_factor"], truncate=p["truncate"],
         )
     if mechanism == "randomized-response":
-        from dppca_dask.algorithms.randomized_response import randomized_response_run
+        from dppca_dask.methods.hardt_roth.randomized_response import randomized_response_run
 
         return randomized_response_run(
             n_cols=n_cols, rank=p["rank"], epsilon=p["epsilon"], delta=p["delta"],

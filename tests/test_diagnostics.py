@@ -173,7 +173,7 @@ def test_diagnostics_survive_save_and_load(tmp_path: Path, seed: int) -> None:
 
 # ------------------------------------------------------------------------------------------------ feasibility
 def test_private_variances_are_projected_onto_their_feasible_set() -> None:
-    from dppca_dask.algorithms.block_power import sort_by_variance
+    from dppca_dask.methods.adaptive_power.explained_variance import sort_by_variance
     from dppca_dask.mechanisms.centred import private_variances
     from dppca_dask.mechanisms.testing import ScriptedNoiseSource
 

@@ -9,18 +9,12 @@ from __future__ import annotations
 
 from dppca_dask.accounting.calibration import (
     CACHE_DIR_ENV,
-    DEFAULT_FAILURE_DELTA_SHARE,
-    MAX_RELEASES,
     MIN_PLD_DELTA,
-    AdaptivePowerCalibration,
     cache_path,
-    calibrate_adaptive_power,
     NoiseScaleCalibration,
     calibrate_gaussian,
     calibrate_noise_scale,
     clear_memory_cache,
-    pass_delta_for,
-    svt_step_delta,
 )
 from dppca_dask.accounting.composition import (
     DEFAULT_VALUE_DISCRETIZATION_INTERVAL,
@@ -34,12 +28,6 @@ from dppca_dask.accounting.composition import (
     summarise_events,
 )
 from dppca_dask.accounting.events import EVENT_TYPES, EpsilonDeltaDpEvent, event_from_json, event_to_json
-from dppca_dask.accounting.paper import (
-    PaperCalibration,
-    lemma31_epsilon_delta,
-    paper_adaptive_power_calibration,
-    paper_adaptive_power_epsilon,
-)
 from dppca_dask.accounting.report import (
     ADD_REMOVE_ROW,
     ENTRY_CHANGE,
@@ -61,8 +49,6 @@ from dppca_dask.accounting.zcdp import (
 __all__ = [
     "ADD_REMOVE_ROW",
     "CACHE_DIR_ENV",
-    "DEFAULT_FAILURE_DELTA_SHARE",
-    "MAX_RELEASES",
     "MIN_PLD_DELTA",
     "DEFAULT_VALUE_DISCRETIZATION_INTERVAL",
     "ENTRY_CHANGE",
@@ -70,14 +56,11 @@ __all__ = [
     "NOT_PRIVATE",
     "REPLACE_ROW",
     "ROW_CHANGE",
-    "AdaptivePowerCalibration",
     "NoiseScaleCalibration",
     "EpsilonDeltaDpEvent",
-    "PaperCalibration",
     "PrivacyReport",
     "build_report",
     "cache_path",
-    "calibrate_adaptive_power",
     "calibrate_gaussian",
     "calibrate_noise_scale",
     "clear_memory_cache",
@@ -90,15 +73,10 @@ __all__ = [
     "gaussian_epsilon",
     "gaussian_rho",
     "group_events",
-    "lemma31_epsilon_delta",
     "merged_gaussian_multiplier",
-    "paper_adaptive_power_calibration",
-    "paper_adaptive_power_epsilon",
-    "pass_delta_for",
     "pld_interval_for",
     "pure_dp_rho",
     "summarise_events",
-    "svt_step_delta",
     "zcdp_epsilon",
     "zcdp_epsilon_loose",
     "zcdp_rho_for",

@@ -213,7 +213,8 @@ def build_report(
     private
         False when the noise came from a seed (or the run is a non-private baseline).
     paper_figure
-        The paper's own composition figure, if any (e.g. :func:`paper_adaptive_power_epsilon`), stored under
+        The paper's own composition figure, if any (e.g.
+        :func:`~dppca_dask.methods.adaptive_power.paper.paper_adaptive_power_epsilon`), stored under
         ``figures["paper"]`` for reference.
     replace_one_events
         For add/remove relations: the events of the same run restated for *replace one row* by the mechanism's

@@ -7,7 +7,8 @@
   et al. 2021): ``ε = min_{α>1} [αρ + ln(1 − 1/α) − (ln δ + ln α)/(α − 1)]``, and with the classic loose bound
   ``ε = ρ + 2·sqrt(ρ·ln(1/δ))`` (Bun–Steinke, Prop. 1.3).
 
-In this library zCDP only *splits* a budget (the SVT share of :func:`~dppca_dask.accounting.calibrate_adaptive_power`);
+In this library zCDP only *splits* a budget (the SVT share of
+:func:`~dppca_dask.methods.adaptive_power.calibration.calibrate_adaptive_power`);
 the reported guarantee comes from the PLD accountant.
 """
 

@@ -116,7 +116,7 @@ def _bound(text: str) -> float | str:
 
 def _center(args: argparse.Namespace) -> Any:
     """The ``center`` of :func:`pca`: ``--center``, or private by default for the mechanisms that centre."""
-    from dppca_dask.algorithms.block_power import CENTRING_MECHANISMS
+    from dppca_dask.methods.adaptive_power.centring import CENTRING_MECHANISMS
 
     if args.center is None:
         return "private" if args.mechanism in CENTRING_MECHANISMS else False
@@ -245,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
     check_store(args.store, anndata_ok=True, options=options)
     check_result_dir(args.out, stores=(args.store,))
 
-    from dppca_dask.algorithms.block_power import BLOCK_POWER
+    from dppca_dask.methods.adaptive_power.block_plan import BLOCK_POWER
     from dppca_dask.errors import InvalidParameterError
 
     if args.mechanism is None:

@@ -25,7 +25,7 @@ from typing import Any
 import dask
 import numpy as np
 
-from dppca_dask.algorithms.requests import (
+from dppca_dask.coordinator.requests import (
     FilteredSum,
     GramMatrix,
     GramTimes,

@@ -419,7 +419,7 @@ def _executor(source: str, cluster: Mapping[str, Any], address: str) -> str:
 def _check_center(source: str, mechanism: str, mech: dict[str, Any]) -> None:
     """``center`` of a pca job: ``"none"`` or ``"private"``; by default what ``dppca-dask pca`` does (private for
     the mechanisms that centre), written into the parameters so that the plan, the run and ``job.json`` agree."""
-    from dppca_dask.algorithms.block_power import CENTRING_MECHANISMS
+    from dppca_dask.methods.adaptive_power.centring import CENTRING_MECHANISMS
 
     if "center" not in mech:
         mech["center"] = "private" if mechanism in CENTRING_MECHANISMS else "none"

@@ -13,7 +13,7 @@ After the coordinator picks the threshold index ``j`` (privately), the filtered 
 ``A(t)x = Σ_p S_p − Σ_{bins b ≤ j} bin_sums[b]``; a partition with ``cut_p < j`` did not return its rows of bins
 ``(cut_p, j]``, which :func:`filtered_sum` adds in a second pass over that partition only. Every partition is given
 the whole ``top_m`` (never a share of it), sized so that the second pass is needed only with a small probability
-accounted for in δ (:func:`dppca_dask.algorithms.adaptive_power.pass_row_budget`).
+accounted for in δ (:func:`dppca_dask.methods.adaptive_power.sequential.pass_row_budget`).
 
 Clipping scales a row to norm ``min(‖a‖, c)`` (it never drops rows); it is applied through per-row factors
 ``f = min(1, c/‖a‖)`` so the stored block is never copied: ``A'x = f ⊙ (Ax)`` and ``A'ᵀw = Aᵀ(f ⊙ w)``. A row of

@@ -109,7 +109,7 @@ def private_mean(
     ``‖a'‖ ≤ c``, so the true mean, a convex combination of them, lies in the ball, and the projection moves the
     released mean no farther from it (projection onto a convex set is non-expansive). Rows centred at the released
     mean then have a public bound whatever the noise drew: ``‖a' − μ‖ ≤ ‖a'‖ + ‖μ‖ ≤ 2c`` (the ``r = c`` of
-    :func:`~dppca_dask.algorithms.block_power.centred_bound`).
+    :func:`~dppca_dask.methods.adaptive_power.centring.centred_bound`).
     """
     bound = positive_finite("row_norm_bound", row_norm_bound)
     value = np.append(np.asarray(total, dtype=np.float64) / bound, float(count))

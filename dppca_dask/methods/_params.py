@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask.algorithms.analyze_gauss import DEFAULT_MAX_DENSE_DIM
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.methods._registry import MechanismPlan, get_mechanism, mechanism_names
 
+#: Largest dimension for which the dense Gram matrix is formed by default (Analyze Gauss, the exact baseline).
+DEFAULT_MAX_DENSE_DIM = 4096
 #: Default iterations of adaptive power iteration, chosen from ``benchmarks/bench_utility.py``: at the seed 004
 #: spec's data (n = 300,000, d = 3,000), T = 5 had the lowest median error at ε = 0.5, 1 and 2 among T = 3, 5, 8, 10.
 DEFAULT_N_ITER = 5
@@ -49,7 +50,7 @@ ADD_REMOVE_ROW = "add/remove one row"
 def default_mechanism(n_components: int) -> str:
     """The mechanism :func:`dppca_dask.pca`, the CLI, the estimator and ``pp.pca`` run when none is named: ``"auto"``.
 
-    ``"auto"`` (:mod:`dppca_dask.algorithms.auto_choice`) chooses between block adaptive power and Analyze Gauss
+    ``"auto"`` (:mod:`dppca_dask.methods.adaptive_power.auto`) chooses between block adaptive power and Analyze Gauss
     from a private pilot (10% of the budget); ``benchmarks/bench_utility.py --auto`` measured its error within
     1.4× of the better of adaptive power (sequential or block) and Analyze Gauss on low- and high-coherence data
     and on w8a at ε = 1, where either fixed choice is 3–4× worse in one regime. Where adaptive power is named,

@@ -15,17 +15,17 @@ from hypothesis import strategies as st
 
 from dppca_dask.accounting import (
     CACHE_DIR_ENV,
-    AdaptivePowerCalibration,
     EpsilonDeltaDpEvent,
     cache_path,
-    calibrate_adaptive_power,
     calibrate_gaussian,
     clear_memory_cache,
     epsilon_for,
     gaussian_delta,
     zcdp_rho_for,
 )
+from dppca_dask.methods.adaptive_power.calibration import AdaptivePowerCalibration, calibrate_adaptive_power
 from dppca_dask.accounting import calibration as calibration_module
+from dppca_dask.methods.adaptive_power import calibration as adaptive_calibration_module
 from dppca_dask.errors import CalibrationError, InvalidParameterError
 
 RTOL = 1e-4  # the relative precision the calibration promises
@@ -170,7 +170,7 @@ def test_target_too_close_to_the_svt_part_raises() -> None:
 
 
 def test_a_search_result_that_fails_the_check_raises(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(calibration_module, "_search", lambda *args: (1.0, 1.5))  # claims ε = 1.5 > 1
+    monkeypatch.setattr(adaptive_calibration_module, "_search", lambda *args: (1.0, 1.5))  # claims ε = 1.5 > 1
     with pytest.raises(CalibrationError, match="calibration failed its check: epsilon=1.5 exceeds the target 1.0"):
         calibrate_adaptive_power(**SMALL)
 
@@ -226,7 +226,7 @@ def test_cache_is_written_and_used(isolated_cache: Path, monkeypatch: pytest.Mon
     assert len(json.loads(path.read_text())["entries"]) == 1
 
     clear_memory_cache()
-    monkeypatch.setattr(calibration_module, "_search", _search_forbidden)
+    monkeypatch.setattr(adaptive_calibration_module, "_search", _search_forbidden)
     t0 = time.perf_counter()
     second = calibrate_adaptive_power(**SMALL)
     cached = time.perf_counter() - t0
@@ -326,7 +326,7 @@ def test_cache_key_includes_every_parameter() -> None:
 
 
 def test_svt_step_delta_closed_form_and_errors() -> None:
-    from dppca_dask.accounting import pass_delta_for, svt_step_delta
+    from dppca_dask.methods.adaptive_power.calibration import pass_delta_for, svt_step_delta
 
     # (1 + e^ε)·δ_pass/K
     assert svt_step_delta(0.5, 1e-9, 4) == pytest.approx((1 + math.exp(0.5)) * 1e-9 / 4, rel=1e-15)

@@ -7,10 +7,9 @@ import math
 import pytest
 from dp_accounting import GaussianDpEvent
 
-from dppca_dask.accounting import (
-    EpsilonDeltaDpEvent,
+from dppca_dask.accounting import EpsilonDeltaDpEvent, epsilon_for
+from dppca_dask.methods.adaptive_power.paper import (
     PaperCalibration,
-    epsilon_for,
     lemma31_epsilon_delta,
     paper_adaptive_power_calibration,
     paper_adaptive_power_epsilon,

@@ -27,8 +27,8 @@ from dppca_dask.accounting import (
     epsilon_for,
     event_from_json,
     group_events,
-    paper_adaptive_power_epsilon,
 )
+from dppca_dask.methods.adaptive_power.paper import paper_adaptive_power_epsilon
 from dppca_dask.errors import InvalidParameterError
 
 DELTA = 1e-6

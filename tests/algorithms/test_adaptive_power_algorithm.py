@@ -18,7 +18,7 @@ from scipy import stats
 from scipy.sparse.linalg import svds
 
 from dppca_dask import pca
-from dppca_dask.algorithms.adaptive_power import AdaptivePowerState, adaptive_power_run  # noqa: F401
+from dppca_dask.methods.adaptive_power.sequential import AdaptivePowerState, adaptive_power_run  # noqa: F401
 from dppca_dask.coordinator import LocalExecutor, as_source, run_algorithm
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.mechanisms import NoiseSource
@@ -215,7 +215,7 @@ def test_empirical_privacy_of_the_released_threshold() -> None:
 
 
 def test_pass_row_budget_closed_form_and_errors() -> None:
-    from dppca_dask.algorithms.adaptive_power import default_top_m, pass_row_budget
+    from dppca_dask.methods.adaptive_power.sequential import default_top_m, pass_row_budget
     from dppca_dask.errors import InvalidParameterError
 
     # M = ⌈c + b_ρ·ln(K/δ) + b_ν·ln(Q·K/δ)⌉ = ⌈100 + 2·ln(5e10) + 3·ln(97·5e10)⌉
@@ -244,7 +244,7 @@ def test_budget_tail_bound_holds_empirically(seed: int) -> None:
     With δ_pass = 0.05 over K = 1 step and Q = 97 queries of scale 2, over 200,000 simulated steps the number of
     exceedances must stay below the binomial(200000, 0.05) quantile at 1 − 1e-6 (false-failure rate ≤ 1e-6; the
     bound is a union bound, so the true rate is lower)."""
-    from dppca_dask.algorithms.adaptive_power import pass_row_budget
+    from dppca_dask.methods.adaptive_power.sequential import pass_row_budget
 
     rng = np.random.default_rng(seed)
     runs, q, b = 200_000, 97, 2.0
@@ -336,7 +336,7 @@ def test_row_norm_bounds_at_both_ends_of_the_allowed_range_scale_exactly() -> No
 
 
 def test_unit_refuses_zero_and_non_finite_iterates_and_never_overflows() -> None:
-    from dppca_dask.algorithms.adaptive_power import _unit
+    from dppca_dask.methods.adaptive_power.sequential import _unit
     from dppca_dask.errors import InvalidParameterError
 
     np.testing.assert_allclose(_unit(np.array([3e300, 4e300])), [0.6, 0.8], rtol=1e-15)  # ‖x‖² would be inf

@@ -1,5 +1,5 @@
 """``mechanism="auto"`` plans and releases what it did before its calibration was shared with the block and centred
-Analyze Gauss planners (:func:`~dppca_dask.algorithms.block_power.plan_centred_releases`) and its quantile and
+Analyze Gauss planners (:func:`~dppca_dask.methods.adaptive_power.centring.plan_centred_releases`) and its quantile and
 mean releases with their runs: the planned events (what the ledger reserves) and, for a fixed seed, the released
 components, mean, explained variance, decision and events, in both branches of the decision.
 

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from scipy import stats
 from sklearn.decomposition import PCA
 
-from dppca_dask.algorithms.block_power import block_power_run, ordered_basis
+from dppca_dask.methods.adaptive_power.block import block_power_run, ordered_basis
 from dppca_dask.coordinator import LocalExecutor, as_source, run_algorithm
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels import ThresholdGrid

@@ -16,7 +16,8 @@ import pytest
 import scipy.sparse as sp
 
 from dppca_dask import pca
-from dppca_dask.algorithms.block_power import BLOCK_POWER, BlockPowerState
+from dppca_dask.methods.adaptive_power.block import BlockPowerState
+from dppca_dask.methods.adaptive_power.block_plan import BLOCK_POWER
 from dppca_dask.errors import InvalidParameterError, ReleaseError
 from dppca_dask.mechanisms import NoiseSource
 

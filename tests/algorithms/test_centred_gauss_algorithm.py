@@ -9,8 +9,8 @@ import scipy.sparse as sp
 from dp_accounting import GaussianDpEvent
 from sklearn.decomposition import PCA
 
-from dppca_dask.algorithms.block_power import BLOCK_POWER
-from dppca_dask.algorithms.centred_gauss import CENTRED_GAUSS, centred_gauss_run, plan_centred_gauss
+from dppca_dask.methods.adaptive_power.block_plan import BLOCK_POWER
+from dppca_dask.methods.analyze_gauss.centred import CENTRED_GAUSS, centred_gauss_run, plan_centred_gauss
 from dppca_dask.api import validate_parameters
 from dppca_dask.coordinator import LocalExecutor, as_source, run_algorithm
 from dppca_dask.errors import InvalidParameterError

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from dppca_dask import load_result, pca, write_matrix
-from dppca_dask.algorithms.block_power import CLIPPED_FRACTION_WARNING, DEFAULT_CLIPPED_SHARE
+from dppca_dask.methods.adaptive_power.row_norm_bound import CLIPPED_FRACTION_WARNING, DEFAULT_CLIPPED_SHARE
 from dppca_dask.api import plan_release
 from dppca_dask.errors import ClippingWarning, NotPrivateWarning
 from dppca_dask.mechanisms.testing import AuditingNoiseSource

@@ -56,8 +56,8 @@ def test_auto_gives_its_main_release_the_rest_and_each_branch_spends_it() -> Non
     assert plan.events[-1].epsilon == main["epsilon"] and plan.events[-1].delta == main["delta"]
     from dataclasses import replace
 
-    from dppca_dask.algorithms.block_power import plan_block_power
-    from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
+    from dppca_dask.methods.adaptive_power.block_plan import plan_block_power
+    from dppca_dask.methods.analyze_gauss.centred import plan_centred_gauss
     from dppca_dask.methods._params import PCA_DEFAULTS, validate_parameters
 
     params = validate_parameters(mechanism="adaptive-power-block", epsilon=1.0, delta=1e-6,

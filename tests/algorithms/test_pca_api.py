@@ -16,7 +16,7 @@ import pytest
 import scipy.sparse as sp
 
 from dppca_dask import DPPCA, load_result, pca
-from dppca_dask.algorithms.adaptive_power import AdaptivePowerState
+from dppca_dask.methods.adaptive_power.sequential import AdaptivePowerState
 from dppca_dask.cli import main
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, NotPrivateWarning, ReleaseError, StoreNotFoundError
 from dppca_dask.kernels import ThresholdGrid

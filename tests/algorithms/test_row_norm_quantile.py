@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from dppca_dask.accounting.events import EpsilonDeltaDpEvent
-from dppca_dask.algorithms.block_power import BLOCK_POWER, plan_block_power
+from dppca_dask.methods.adaptive_power.block_plan import BLOCK_POWER, plan_block_power
 from dppca_dask.api import validate_parameters
 from dppca_dask.coordinator import LocalExecutor, as_source, run_algorithm
 from dppca_dask.errors import InvalidParameterError

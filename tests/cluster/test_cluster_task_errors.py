@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dppca_dask.algorithms.requests import GramTimes
+from dppca_dask.coordinator.requests import GramTimes
 from dppca_dask.coordinator import Coordinator, PartitionData, PartitionSource
 from dppca_dask.coordinator.guard import TaskFailure, guarded, unwrap
 from dppca_dask.errors import InvalidInputError, TaskFailedError

@@ -9,7 +9,7 @@ import dask
 import numpy as np
 import scipy.sparse as sp
 
-from dppca_dask.algorithms.requests import PlainGramTimes
+from dppca_dask.coordinator.requests import PlainGramTimes
 from dppca_dask.coordinator import Coordinator, as_source
 
 

@@ -83,7 +83,7 @@ def test_bad_thread_count_is_refused() -> None:
 
 
 def test_the_in_process_client_runs_the_coordinators_tasks_in_submission_order(store: str) -> None:
-    from dppca_dask.algorithms.requests import GramTimes
+    from dppca_dask.coordinator.requests import GramTimes
 
     source = as_source(store)
     x = np.linspace(-1.0, 1.0, source.n_cols)

@@ -363,7 +363,7 @@ def test_private_low_rank_run_needs_enough_rows() -> None:
                                                ({"row_norm_bound": -2.0}, "row_norm_bound must be > 0"),
                                                ({"row_norm_bound": float("nan")}, "row_norm_bound must be > 0")])
 def test_randomized_response_run_rejects_bad_parameters(kwargs: dict, match: str) -> None:
-    from dppca_dask.algorithms.randomized_response import randomized_response_run
+    from dppca_dask.methods.hardt_roth.randomized_response import randomized_response_run
 
     params = {"rank": 2, "epsilon": 1.0, "delta": 1e-6, "row_norm_bound": 1.0, "row_change_bound": 1.0}
     params.update(kwargs)
@@ -415,7 +415,7 @@ class _CountingExecutor(LocalExecutor):
 
 def test_two_passes_over_the_data() -> None:
     # spec §7.14: PFP reads the data exactly twice (A'Ω, then W'ᵀA'); randomized response once
-    from dppca_dask.algorithms.randomized_response import randomized_response_run
+    from dppca_dask.methods.hardt_roth.randomized_response import randomized_response_run
 
     matrix = gaussian_factor_matrix(50, 80, 2, seed=12).matrix
     executor = _CountingExecutor(as_source(matrix))

@@ -157,7 +157,7 @@ def test_a_failure_after_reading_data_values_keeps_the_charge(tmp_path: Path, sm
                                                               write_spec, capsys, monkeypatch) -> None:
     """A failure after the first step aggregated data values, before any data-dependent noise, is charged, never
     refunded: whether it happens may depend on the data (fault injected where the SVT would draw)."""
-    import dppca_dask.algorithms.adaptive_power as adaptive_power
+    import dppca_dask.methods.adaptive_power.sequential as adaptive_power
 
     def failing_svt(*args: object, **kwargs: object) -> None:
         raise RuntimeError("injected failure after the data were read")

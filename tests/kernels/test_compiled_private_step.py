@@ -376,7 +376,7 @@ def test_workers_running_the_compiled_loops_return_the_same_aggregate(monkeypatc
     aggregate of the other path run in this process, bit for bit, over three steps."""
     from distributed import Client, LocalCluster
 
-    from dppca_dask.algorithms.requests import PowerStep
+    from dppca_dask.coordinator.requests import PowerStep
     from dppca_dask.coordinator import Coordinator, LocalExecutor, as_source
 
     if workers_compiled:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dppca_dask.algorithms.requests import PowerStep
+from dppca_dask.coordinator.requests import PowerStep
 from dppca_dask.coordinator import LocalExecutor, as_source
 from dppca_dask.kernels import ThresholdGrid, gather_power_partials, head_sum, merge_power_partials, power_partial
 from dppca_dask.kernels import select_filtered

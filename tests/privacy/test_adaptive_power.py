@@ -25,7 +25,7 @@ import pytest
 
 from dppca_dask import pca
 from dppca_dask.accounting import event_to_json, summarise_events
-from dppca_dask.algorithms.requests import PowerStep
+from dppca_dask.coordinator.requests import PowerStep
 from dppca_dask.api import plan_release
 from dppca_dask.coordinator.driver import _step_plan
 from dppca_dask.kernels import ThresholdGrid

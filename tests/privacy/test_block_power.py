@@ -27,7 +27,8 @@ import pytest
 
 from dppca_dask import pca
 from dppca_dask.accounting import event_to_json, summarise_events
-from dppca_dask.algorithms.block_power import BLOCK_POWER, DEFAULT_OVERSAMPLE, _orthonormal
+from dppca_dask.methods.adaptive_power.block import _orthonormal
+from dppca_dask.methods.adaptive_power.block_plan import BLOCK_POWER, DEFAULT_OVERSAMPLE
 from dppca_dask.api import plan_release
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.mechanisms.testing import AuditingNoiseSource

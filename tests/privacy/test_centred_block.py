@@ -19,7 +19,8 @@ import dask.array as da
 import numpy as np
 import pytest
 
-from dppca_dask.algorithms.block_power import BLOCK_POWER, DEFAULT_OVERSAMPLE, _orthonormal, plan_block_power
+from dppca_dask.methods.adaptive_power.block import _orthonormal
+from dppca_dask.methods.adaptive_power.block_plan import BLOCK_POWER, DEFAULT_OVERSAMPLE, plan_block_power
 from dppca_dask.api import validate_parameters
 from dppca_dask.coordinator import LocalExecutor, as_source, run_algorithm
 from dppca_dask.kernels import ThresholdGrid

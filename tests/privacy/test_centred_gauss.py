@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dppca_dask.algorithms.centred_gauss import centred_gauss_run
+from dppca_dask.methods.analyze_gauss.centred import centred_gauss_run
 from dppca_dask.coordinator import LocalExecutor, as_source, run_algorithm
 from dppca_dask.mechanisms.testing import AuditingNoiseSource
 from privacy_harness import assert_within_sensitivity

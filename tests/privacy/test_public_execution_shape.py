@@ -52,7 +52,7 @@ def test_in_memory_partitions_do_not_follow_the_rows(rng: np.random.Generator) -
 
 
 def test_a_run_on_rows_fewer_than_partitions_is_exact(local_client: Any, rng: np.random.Generator) -> None:
-    from dppca_dask.algorithms.requests import PlainGramTimes
+    from dppca_dask.coordinator.requests import PlainGramTimes
 
     matrix = rng.standard_normal((2, 5))
     x = np.arange(5.0)

@@ -19,8 +19,8 @@ import pytest
 
 from dppca_dask import pca
 from dppca_dask.accounting import epsilon_for, event_to_json, summarise_events
-from dppca_dask.algorithms.block_power import plan_block_power
-from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
+from dppca_dask.methods.adaptive_power.block_plan import plan_block_power
+from dppca_dask.methods.analyze_gauss.centred import plan_centred_gauss
 from dppca_dask.api import plan_release
 from dppca_dask.datasets import PlantedSpec, low_coherence_matrix
 from dppca_dask.mechanisms.testing import AuditingNoiseSource

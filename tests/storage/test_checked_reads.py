@@ -358,7 +358,7 @@ def test_on_a_cluster_every_step_after_the_checks_re_reads_unchanged_files(tmp_p
     partition checked anew (an executor in this process with the memo emptied)."""
     from distributed import get_task_stream
 
-    from dppca_dask.algorithms.requests import PowerStep
+    from dppca_dask.coordinator.requests import PowerStep
     from dppca_dask.coordinator.driver import Coordinator, LocalExecutor
     from dppca_dask.coordinator.preflight import preflight
     from dppca_dask.coordinator.sources import as_source

@@ -33,14 +33,14 @@ Modules, in reading order
 6. ``power_iteration``: private power iteration as a generator of requests, its C-doubling ladder and the
    calibration a run on a store of a public shape uses.
 7. ``find_and_project``: private find-and-project as a generator of requests.
-8. ``linalg``: post-processing on released factors (truncated SVD, rank-r truncation, pruning).
-9. ``lowrank_plan``: every parameter of :func:`dppca_dask.lowrank` checked and a run planned (relation, constants,
+8. ``randomized_response``: the baseline (input perturbation, then an exact truncated SVD) as a generator.
+9. ``linalg``: post-processing on released factors (truncated SVD, rank-r truncation, pruning).
+10. ``lowrank_plan``: every parameter of :func:`dppca_dask.lowrank` checked and a run planned (relation, constants,
    DpEvents) from public values only.
-10. ``pca_mechanism`` and ``lowrank_mechanisms``: the registry entries (validation and planning per mechanism).
+11. ``pca_mechanism`` and ``lowrank_mechanisms``: the registry entries (validation and planning per mechanism).
 
-Outside this package: the entry points :func:`dppca_dask.lowrank` and :func:`dppca_dask.pca`, randomized response's
-generator (:mod:`dppca_dask.algorithms.randomized_response`), the noise primitives (:mod:`dppca_dask.mechanisms`)
-and the composition of the events (:mod:`dppca_dask.accounting`).
+Outside this package: the entry points :func:`dppca_dask.lowrank` and :func:`dppca_dask.pca`, the noise primitives
+(:mod:`dppca_dask.mechanisms`) and the composition of the events (:mod:`dppca_dask.accounting`).
 
 Errata decided
 --------------

@@ -32,7 +32,7 @@ import numpy as np
 from dp_accounting import dp_event
 
 from dppca_dask.accounting.events import EpsilonDeltaDpEvent
-from dppca_dask.algorithms.requests import AlgorithmRun
+from dppca_dask.coordinator.requests import AlgorithmRun
 from dppca_dask.errors import InvalidInputError, InvalidParameterError
 from dppca_dask.kernels.hardt_roth import RowSlices, assemble, row_offsets
 from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism

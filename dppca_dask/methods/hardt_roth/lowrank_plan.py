@@ -72,7 +72,7 @@ def _validate(
     signed_values: bool,
 ) -> tuple[dict[str, Any], str]:
     """Every public parameter of :func:`~dppca_dask.lowrank.lowrank` checked, without the data: (parameters, neighbouring relation)."""
-    from dppca_dask.algorithms.randomized_response import DEFAULT_MAX_DENSE_BYTES
+    from dppca_dask.methods.hardt_roth.randomized_response import DEFAULT_MAX_DENSE_BYTES
     from dppca_dask.methods.hardt_roth.power_iteration import DEFAULT_PRIVATE_POWER_N_ITER
     from dppca_dask.methods.hardt_roth.relations import entry_relation, row_change_relation
 
@@ -177,7 +177,7 @@ class LowRankPlan:
 def _plan_shape(p: Mapping[str, Any], neighbouring: str, n_rows: int, n_cols: int) -> LowRankPlan:
     from dp_accounting import dp_event
 
-    from dppca_dask.algorithms.randomized_response import dense_bytes_needed
+    from dppca_dask.methods.hardt_roth.randomized_response import dense_bytes_needed
     from dppca_dask.methods.hardt_roth.low_rank_calibration import calibrate_private_low_rank, rr_sigma
     from dppca_dask.methods.hardt_roth.power_iteration import planned_private_power
 

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from dp_accounting import dp_event
 
-from dppca_dask.algorithms.requests import AlgorithmRun
+from dppca_dask.coordinator.requests import AlgorithmRun
 from dppca_dask.diagnostics import diagnostics, vector_noise_to_signal
 from dppca_dask.errors import InvalidInputError, InvalidParameterError, MechanismFailedError
 from dppca_dask.kernels.hardt_roth import RowSlices, assemble, row_offsets

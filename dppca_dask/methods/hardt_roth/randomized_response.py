@@ -17,7 +17,7 @@ import numpy as np
 from dppca_dask.methods.hardt_roth.low_rank_calibration import rr_sigma
 from dppca_dask.methods.hardt_roth.requests import DenseRows
 from dppca_dask.methods.hardt_roth.linalg import top_svd
-from dppca_dask.algorithms.requests import AlgorithmRun
+from dppca_dask.coordinator.requests import AlgorithmRun
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels.hardt_roth import RowSlices, assemble
 from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism

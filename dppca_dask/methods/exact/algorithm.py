@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dppca_dask.algorithms.requests import AlgorithmRun, GramMatrix, GramTimes
+from dppca_dask.coordinator.requests import AlgorithmRun, GramMatrix, GramTimes
 from dppca_dask.errors import InvalidParameterError
 
 __all__ = ["ExactOutput", "exact_run", "top_eigenpairs"]

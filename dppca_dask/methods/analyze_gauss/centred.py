@@ -1,5 +1,5 @@
 """Analyze Gauss on centred rows, with the same private centre, private row-norm bound and explained variance as
-the block power run (:mod:`dppca_dask.algorithms.block_power`).
+the block power run (:mod:`dppca_dask.methods.adaptive_power.block`).
 
 Rows are clipped to c and centred at μ (released or given): ``ã = a' − μ``, ``‖ã‖ ≤ c + r`` (``r = c`` for the
 private mean, projected onto the ball of radius c; ``‖μ‖`` for a given mean; 0 without centring). The Gram matrix
@@ -17,30 +17,34 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask.algorithms.analyze_gauss import check_dense_dim
-from dppca_dask.algorithms.block_power import (
-    DEFAULT_MEAN_SHARE,
-    DEFAULT_NORM_QUANTILE,
-    DEFAULT_QUANTILE_SHARE,
-    DEFAULT_VARIANCE_SHARE,
-    AutoBound,
-    BlockPowerOutput,
-    CentredGramMatrix,
-    centred_bound,
-    check_center,
-    joint_noise_scale,
-    plan_centred_releases,
-    release_clipped_fraction,
-    release_explained_variance,
-    release_private_mean,
-    release_row_norm_bound,
-    sort_by_variance,
-)
-from dppca_dask.algorithms.exact import top_eigenpairs
+from dppca_dask.coordinator.requests import AlgorithmRun
 from dppca_dask.diagnostics import diagnostics, mean_noise_to_signal, symmetric_noise_to_signal
-from dppca_dask.algorithms.requests import AlgorithmRun
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism
+from dppca_dask.methods.adaptive_power.block import BlockPowerOutput
+from dppca_dask.methods.adaptive_power.centring import (
+    DEFAULT_MEAN_SHARE,
+    centred_bound,
+    check_center,
+    plan_centred_releases,
+    release_private_mean,
+)
+from dppca_dask.methods.adaptive_power.explained_variance import (
+    DEFAULT_VARIANCE_SHARE,
+    release_explained_variance,
+    sort_by_variance,
+)
+from dppca_dask.methods.adaptive_power.joint_scale import joint_noise_scale
+from dppca_dask.methods.adaptive_power.requests import CentredGramMatrix
+from dppca_dask.methods.adaptive_power.row_norm_bound import (
+    DEFAULT_NORM_QUANTILE,
+    DEFAULT_QUANTILE_SHARE,
+    AutoBound,
+    release_clipped_fraction,
+    release_row_norm_bound,
+)
+from dppca_dask.methods.analyze_gauss.algorithm import check_dense_dim
+from dppca_dask.methods.exact.algorithm import top_eigenpairs
 
 __all__ = ["CENTRED_GAUSS", "centred_gauss_run", "plan_centred_gauss"]
 
@@ -66,7 +70,7 @@ def centred_gauss_run(
     Notes
     -----
     Privacy contract: add/remove one row. Events in order: the quantile's ``EpsilonDeltaDpEvent(ε_q, 0)`` (with
-    :class:`AutoBound`) or the clipped fraction's ``GaussianDpEvent(clipped_multiplier)`` (a fixed bound, when
+    :class:`~dppca_dask.methods.adaptive_power.row_norm_bound.AutoBound`) or the clipped fraction's ``GaussianDpEvent(clipped_multiplier)`` (a fixed bound, when
     given), the mean's ``GaussianDpEvent(mean_multiplier)`` (``center="private"``), the Gram
     matrix's ``GaussianDpEvent(noise_multiplier)`` (sensitivity ``(c + r)²``), the variance's
     ``GaussianDpEvent(variance_multiplier)`` (when asked).
@@ -137,9 +141,9 @@ def plan_centred_gauss(
     clipped_fraction: bool | None = None,
 ) -> Any:
     """Calibrate a centred Analyze Gauss run from public parameters only (shares as in
-    :func:`~dppca_dask.algorithms.block_power.plan_block_power`; the Gram release gets the rest), every noise scale
+    :func:`~dppca_dask.methods.adaptive_power.block_plan.plan_block_power`; the Gram release gets the rest), every noise scale
     then multiplied by the common factor of
-    :func:`~dppca_dask.algorithms.block_power.joint_noise_scale` (or ``noise_scale``), so that the releases
+    :func:`~dppca_dask.methods.adaptive_power.joint_scale.joint_noise_scale` (or ``noise_scale``), so that the releases
     together spend the whole (ε, δ)."""
     from dp_accounting import GaussianDpEvent
 

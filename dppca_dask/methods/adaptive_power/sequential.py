@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask.algorithms.requests import AlgorithmRun, FilteredSum, PowerStep
+from dppca_dask.coordinator.requests import AlgorithmRun, FilteredSum, PowerStep
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels import ThresholdGrid, select_filtered
 from dppca_dask.mechanisms import NoiseSource, above_threshold, gaussian_mechanism, svt_scales
@@ -312,14 +312,14 @@ def adaptive_power_run(
     (:func:`pass_row_budget`). If a mechanism's view differs from an ε-DP output only on an event of probability
     ≤ δ_t, the view is ``(ε, (1 + e^ε)·δ_t)``-DP (on the complement the two agree; apply ε-DP in between). So
     each AboveThreshold step, with the pass it causes, emits
-    ``EpsilonDeltaDpEvent(epsilon_svt, (1 + e^epsilon_svt)·δ_t)`` (:func:`~dppca_dask.accounting.svt_step_delta`);
+    ``EpsilonDeltaDpEvent(epsilon_svt, (1 + e^epsilon_svt)·δ_t)`` (:func:`~dppca_dask.methods.adaptive_power.calibration.svt_step_delta`);
     the run emits ``k·T`` of each event and the caller's accountant composes them. Task names, task counts and
     log lines depend on the data only through that event.
 
     Implements Algorithm 1, lines 3-8 (threshold search, filtered product, Gaussian release), with the spec's
     §3 corrections.
     """
-    from dppca_dask.accounting import svt_step_delta
+    from dppca_dask.methods.adaptive_power.calibration import svt_step_delta
     from dppca_dask.accounting.events import EpsilonDeltaDpEvent
     from dp_accounting import GaussianDpEvent
 

@@ -1,8 +1,8 @@
 """The plan of a ``pca`` run with centring or an automatic row-norm bound, whichever family runs it.
 
-Above the block run (:mod:`dppca_dask.algorithms.block_power`), the centred Analyze Gauss run
-(:mod:`dppca_dask.algorithms.centred_gauss`) and the accounted choice between them
-(:mod:`dppca_dask.algorithms.auto_choice`), which all build on the block run's releases.
+Above the block run (:mod:`dppca_dask.methods.adaptive_power.block`), the centred Analyze Gauss run
+(:mod:`dppca_dask.methods.analyze_gauss.centred`) and the accounted choice between them
+(:mod:`dppca_dask.methods.adaptive_power.auto`), which all build on the block run's releases.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask.algorithms.auto_choice import plan_auto
-from dppca_dask.algorithms.block_power import CentringOptions, plan_block_power
-from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
 from dppca_dask.errors import InvalidParameterError
+from dppca_dask.methods.adaptive_power.auto import plan_auto
+from dppca_dask.methods.adaptive_power.block_plan import plan_block_power
+from dppca_dask.methods.adaptive_power.centring import CentringOptions
+from dppca_dask.methods.analyze_gauss.centred import plan_centred_gauss
 
 __all__ = ["plan_with_centring"]
 

@@ -1,4 +1,5 @@
-"""Analyze Gauss (Dwork et al. 2014) as a ``pca`` mechanism: the noisy Gram matrix's top components."""
+"""Analyze Gauss's plan: one Gaussian release of the Gram matrix calibrated to the user's (ε, δ), its planned event
+and its replace-one event."""
 
 from __future__ import annotations
 
@@ -6,11 +7,14 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from dppca_dask.algorithms.analyze_gauss import analyze_gauss_run, check_dense_dim
-from dppca_dask.methods._params import ADD_REMOVE_ROW, PCAParameters, pca_planner, pca_validator
-from dppca_dask.methods._registry import Mechanism, MechanismPlan
+from dppca_dask.methods._params import ADD_REMOVE_ROW, PCAParameters
+from dppca_dask.methods._registry import MechanismPlan
+from dppca_dask.methods.analyze_gauss.algorithm import analyze_gauss_run, check_dense_dim
 
-def _plan_analyze_gauss(params: PCAParameters, n_cols: int) -> MechanismPlan:
+__all__ = ["plan_analyze_gauss"]
+
+
+def plan_analyze_gauss(params: PCAParameters, n_cols: int) -> MechanismPlan:
     from dppca_dask import accounting
 
     check_dense_dim(n_cols, params.max_dense_dim, "analyze-gauss")
@@ -37,11 +41,3 @@ def _plan_analyze_gauss(params: PCAParameters, n_cols: int) -> MechanismPlan:
                          planned_events=(GaussianDpEvent(multiplier),),
                          replace_one=(replace_one, "replace one row: the Gram matrix's upper triangle moves by at "
                                       "most sqrt(2)·c² (noise multiplier divided by sqrt(2))"))
-
-
-MECHANISM = Mechanism(
-    name="analyze-gauss", entry="pca",
-    summary="top components of the Gram matrix with symmetric Gaussian noise (dense d x d at the coordinator)",
-    neighbouring=ADD_REMOVE_ROW, private=True, validate=pca_validator("analyze-gauss"),
-    plan=pca_planner(_plan_analyze_gauss),
-)

@@ -1,8 +1,7 @@
 """Adaptive power iteration (seed 004): the sequential run's calibrated constants, planned events and plan.
 
-Below :mod:`dppca_dask.methods.adaptive_power` (the registry entries) so that the block run
-(:mod:`dppca_dask.algorithms.block_power`), which calibrates its iterations with the same constants, imports it
-without importing the entries that plan the block run.
+The block plan (:mod:`dppca_dask.methods.adaptive_power.block_plan`) calibrates its iterations with the same
+constants (:func:`adaptive_constants`, as one sequential component) and builds on this plan's events.
 """
 
 from __future__ import annotations
@@ -12,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dppca_dask.algorithms.adaptive_power import adaptive_power_run, pass_row_budget, release_key
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.methods._params import ADD_REMOVE_ROW, PCAParameters
 from dppca_dask.methods._registry import MechanismPlan
+from dppca_dask.methods.adaptive_power.sequential import adaptive_power_run, pass_row_budget, release_key
 
 __all__ = ["AdaptiveConstants", "adaptive_constants"]
 
@@ -58,16 +57,16 @@ class AdaptiveConstants:
     @property
     def pass_delta(self) -> float:
         """δ_pass: ``failure_delta / (1 + e^epsilon_svt)``."""
-        from dppca_dask import accounting
+        from dppca_dask.methods.adaptive_power import calibration as adaptive_calibration
 
-        return accounting.pass_delta_for(self.failure_delta, self.epsilon_svt)
+        return adaptive_calibration.pass_delta_for(self.failure_delta, self.epsilon_svt)
 
     @property
     def svt_delta(self) -> float:
         """δ of each AboveThreshold step, ``(1 + e^epsilon_svt)·δ_pass/(T·k)``."""
-        from dppca_dask import accounting
+        from dppca_dask.methods.adaptive_power import calibration as adaptive_calibration
 
-        return accounting.svt_step_delta(self.epsilon_svt, self.pass_delta, self.count)
+        return adaptive_calibration.svt_step_delta(self.epsilon_svt, self.pass_delta, self.count)
 
     def scaled(self, scale: float) -> AdaptiveConstants:
         """Every noise scale times ``scale``: the multiplier times it, ε_svt (Laplace scales ∝ 1/ε) over it."""
@@ -83,18 +82,19 @@ class AdaptiveConstants:
 
 def adaptive_constants(params: PCAParameters) -> AdaptiveConstants:
     """Calibrate T·k adaptive power iterations to ``params``'s (ε, δ) (or the paper's constants)."""
-    from dppca_dask import accounting
+    from dppca_dask.methods.adaptive_power import calibration as adaptive_calibration
+    from dppca_dask.methods.adaptive_power import paper as seed004_paper
 
     count = params.n_iter * params.n_components
-    share = accounting.DEFAULT_FAILURE_DELTA_SHARE
+    share = adaptive_calibration.DEFAULT_FAILURE_DELTA_SHARE
     if params.calibration == "paper":
         # the paper's Lemma 3.1 constants, calibrated to the δ left after the second-pass share
-        paper = accounting.paper_adaptive_power_calibration(
+        paper = seed004_paper.paper_adaptive_power_calibration(
             epsilon=params.epsilon, delta=params.delta * (1.0 - share), n_iter=count
         )
         # the paper's Lap(2/ε), Lap(4/ε)
         return AdaptiveConstants(paper.epsilon_svt, paper.noise_multiplier, "general", share * params.delta, count)
-    cal = accounting.calibrate_adaptive_power(
+    cal = adaptive_calibration.calibrate_adaptive_power(
         epsilon=params.epsilon,
         delta=params.delta,
         n_iter=params.n_iter,
@@ -110,6 +110,8 @@ def _plan_adaptive_power(params: PCAParameters, n_cols: int,
                          constants: AdaptiveConstants | None = None) -> MechanismPlan:
     """The sequential run's plan; ``constants`` (default: :func:`adaptive_constants` of ``params``) fix its noise."""
     from dppca_dask import accounting
+    from dppca_dask.methods.adaptive_power import calibration as adaptive_calibration
+    from dppca_dask.methods.adaptive_power import paper as seed004_paper
     from dppca_dask.mechanisms import svt_cutoff, svt_replace_one_epsilon, svt_scales
 
     if constants is None:
@@ -117,7 +119,7 @@ def _plan_adaptive_power(params: PCAParameters, n_cols: int,
     count = constants.count
     epsilon_svt, multiplier, form = constants.epsilon_svt, constants.noise_multiplier, constants.form
     failure_delta, pass_delta = constants.failure_delta, constants.pass_delta
-    svt_delta = accounting.svt_step_delta(epsilon_svt, pass_delta, count)
+    svt_delta = adaptive_calibration.svt_step_delta(epsilon_svt, pass_delta, count)
     threshold_scale, query_scale = svt_scales(epsilon_svt, form=form)
     cutoff = svt_cutoff(epsilon_svt, params.beta)
     grid = ThresholdGrid.for_bound(
@@ -144,7 +146,7 @@ def _plan_adaptive_power(params: PCAParameters, n_cols: int,
             on_release=on_release,
         )
 
-    paper_figure = accounting.paper_adaptive_power_epsilon(
+    paper_figure = seed004_paper.paper_adaptive_power_epsilon(
         epsilon_svt=epsilon_svt,
         noise_multiplier=multiplier,
         n_iter=count,
@@ -152,7 +154,7 @@ def _plan_adaptive_power(params: PCAParameters, n_cols: int,
     )
     epsilon_replace = svt_replace_one_epsilon(threshold_scale, query_scale)
     replace_svt = accounting.EpsilonDeltaDpEvent(
-        epsilon_replace, accounting.svt_step_delta(epsilon_replace, pass_delta, count)
+        epsilon_replace, adaptive_calibration.svt_step_delta(epsilon_replace, pass_delta, count)
     )
 
     def replace_one(events: tuple[Any, ...]) -> list[Any]:

@@ -12,16 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask.algorithms.exact import top_eigenpairs
-from dppca_dask.algorithms.requests import AlgorithmRun, GramMatrix
+from dppca_dask.coordinator.requests import AlgorithmRun, GramMatrix
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.mechanisms import NoiseSource, gaussian_mechanism
+from dppca_dask.methods._params import DEFAULT_MAX_DENSE_DIM
+from dppca_dask.methods.exact.algorithm import top_eigenpairs
 
 __all__ = ["AnalyzeGaussOutput", "analyze_gauss_run", "check_dense_dim"]
-
-#: Largest dimension for which the dense Gram matrix is formed by default.
-DEFAULT_MAX_DENSE_DIM = 4096
-
 
 @dataclass(frozen=True)
 class AnalyzeGaussOutput:

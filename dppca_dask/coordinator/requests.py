@@ -3,6 +3,10 @@
 Algorithms are generators: they ``yield`` a request and receive its exact aggregate back (``agg = yield
 PowerStep(...)``); they never see rows, only aggregates, and they never call Dask. Every request carries only
 public or already-released values (the iterate, the public grid and bounds), never private aggregates.
+
+The requests here are the coordinator's own (it registers their kernels in :mod:`dppca_dask.coordinator.driver`); a
+family adds its own request types in its package (e.g. :mod:`dppca_dask.methods.adaptive_power.requests`) and
+registers them with :func:`~dppca_dask.coordinator.driver.register_request`.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ For ``d`` above ``max_dense_dim`` Analyze Gauss cannot run, and ``auto`` is bloc
 budget: that branch depends on the public d only.
 
 Privacy contract: add/remove one row. Events, in order: the quantile's and the mean's (as in
-:func:`~dppca_dask.algorithms.block_power.plan_block_power`), the pilot's T_p pairs of AboveThreshold and Gaussian
+:func:`~dppca_dask.methods.adaptive_power.block_plan.plan_block_power`), the pilot's T_p pairs of AboveThreshold and Gaussian
 events (the decision costs nothing more: it is post-processing of the pilot's released θ), then one
 ``EpsilonDeltaDpEvent(ε_main, δ_main)`` for the chosen mechanism. Both branches are calibrated from public
 parameters to be (ε_main, δ_main)-DP (their own events compose to at most that: calibration never overshoots and
@@ -41,24 +41,25 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask.algorithms.block_power import (
+from dppca_dask.coordinator.requests import AlgorithmRun
+from dppca_dask.errors import InvalidParameterError
+from dppca_dask.mechanisms import NoiseSource
+from dppca_dask.methods.adaptive_power.block import BlockPowerOutput
+from dppca_dask.methods.adaptive_power.block_plan import block_constants, plan_block_power
+from dppca_dask.methods.adaptive_power.centring import (
     DEFAULT_MEAN_SHARE,
+    centred_bound,
+    plan_centred_releases,
+    release_private_mean,
+)
+from dppca_dask.methods.adaptive_power.joint_scale import joint_noise_scale
+from dppca_dask.methods.adaptive_power.row_norm_bound import (
     DEFAULT_NORM_QUANTILE,
     DEFAULT_QUANTILE_SHARE,
     AutoBound,
-    BlockPowerOutput,
-    block_constants,
-    centred_bound,
-    joint_noise_scale,
-    plan_block_power,
-    plan_centred_releases,
     release_clipped_fraction,
-    release_private_mean,
     release_row_norm_bound,
 )
-from dppca_dask.algorithms.requests import AlgorithmRun
-from dppca_dask.errors import InvalidParameterError
-from dppca_dask.mechanisms import NoiseSource
 
 __all__ = ["AUTO", "DEFAULT_DECISION_SHARE", "DEFAULT_GAMMA", "DEFAULT_PILOT_ITER", "plan_auto"]
 
@@ -87,7 +88,7 @@ def plan_auto(
 ) -> Any:
     """Calibrate ``mechanism="auto"`` from public parameters only (see the module docstring)."""
     from dppca_dask import accounting
-    from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
+    from dppca_dask.methods.analyze_gauss.centred import plan_centred_gauss
     from dppca_dask.methods._registry import MechanismPlan
 
     if params.calibration != "standard":
@@ -199,7 +200,7 @@ def auto_run(
 
     ``on_release`` receives the released states of the pilot's and the chosen block run's iterations (progress);
     the events passed with them are those of the inner run (a resume is not offered)."""
-    from dppca_dask.algorithms.centred_gauss import plan_centred_gauss
+    from dppca_dask.methods.analyze_gauss.centred import plan_centred_gauss
 
     events: list[Any] = []
     bound = float(params.row_norm_bound)
