@@ -336,7 +336,7 @@ def pca(
     data, read_from_file = open_input(data, layer, storage_options)
     source = as_source(data, storage_options)
     choice = _executor_choice(source, client, executor)
-    # -- plan from public values: one calibration, the centred run's own (the plain plan would be calibrated for nothing)
+    # -- plan from public values: one calibration, the centred run's own (not the plain plan's as well) -----------
     plan = plan_with_centring(params, source.n_cols, centring) if centring.active else _plan(params, source.n_cols)
     caveats = schema_caveats(source) if plan.private else ()
     if read_from_file and plan.private:

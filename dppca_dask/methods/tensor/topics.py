@@ -156,11 +156,19 @@ class TopicResult:
         """``"topics"`` (the registry's name, as jobs and the CLI report it)."""
         return "topics"
 
+    def _repr_facts(self) -> dict[str, Any]:
+        k, d = np.asarray(self.topics).shape
+        return {"shape": f"{k} topics over {d} words"}
+
     def __repr__(self) -> str:
         from dppca_dask._repr import short_repr
 
-        k, d = np.asarray(self.topics).shape
-        return short_repr(self, shape=f"{k} topics over {d} words")
+        return short_repr(self, **self._repr_facts())
+
+    def _repr_html_(self) -> str:
+        from dppca_dask._repr import short_repr_html
+
+        return short_repr_html(self, **self._repr_facts())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``topics``, ``weights``, ``eigenvalues``, ``privacy`` {epsilon, delta, neighbouring, ...}."""

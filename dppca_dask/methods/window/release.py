@@ -660,13 +660,21 @@ class WindowRelease:
         values = np.linalg.eigvalsh(matrix)[::-1][:k] - shift
         return D.diagnostics(D.symmetric_noise_to_signal(values, sigma=sigma, dim=dim))
 
+    def _repr_facts(self) -> dict[str, Any]:
+        d = self.released.shape[0] - (1 if self.labels else 0)
+        w = self.window
+        return {"shape": f"{d}x{d} {self.release} release{' with a label column' if self.labels else ''}",
+                "extra": (f"window: ({w.start}, {w.end}], {len(w.partitions)} partitions",)}
+
     def __repr__(self) -> str:
         from dppca_dask._repr import short_repr
 
-        d = self.released.shape[0] - (1 if self.labels else 0)
-        w = self.window
-        return short_repr(self, shape=f"{d}x{d} {self.release} release{' with a label column' if self.labels else ''}",
-                          extra=(f"window: ({w.start}, {w.end}], {len(w.partitions)} partitions",))
+        return short_repr(self, **self._repr_facts())
+
+    def _repr_html_(self) -> str:
+        from dppca_dask._repr import short_repr_html
+
+        return short_repr_html(self, **self._repr_facts())
 
     def directional_variance(self, x: Any) -> Any:
         """``xᵀCx`` of the released covariance for a vector or the rows of an array (Thm 15)."""
