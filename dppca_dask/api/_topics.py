@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import math
 import warnings
 from typing import Any, cast
 
@@ -17,7 +16,6 @@ import numpy as np
 
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.methods.tensor.topics import (
-    DEFAULT_PAIR_BOUND_SCALE,
     DEFAULT_PCA_ITER,
     DEFAULT_PCA_SHARE,
     DEFAULT_RESTARTS,
@@ -27,7 +25,8 @@ from dppca_dask.methods.tensor.topics import (
     TopicResult,
     _check_params,
     _topic_run,
-    calibrate_topics,
+    clipping_bounds,
+    private_calibration,
 )
 
 __all__ = ["topics"]
@@ -157,23 +156,11 @@ def topics(
     dim = source.n_cols
     _check_params(n_topics, n_restarts, n_iter, pca_iter, pca_share, alpha0, dim)
     choice = _executor_choice(source, client, executor)  # public values only: the width and partition count
-    if pair_bound is None:
-        pair_bound = min(1.0, DEFAULT_PAIR_BOUND_SCALE / math.sqrt(dim))
-    if not (isinstance(pair_bound, (int, float)) and 0 < float(pair_bound) <= 1):
-        raise InvalidParameterError(f"pair_bound must be in (0, 1]; got {pair_bound!r}; e.g. 0.2")
-    if not (isinstance(tensor_clip, (int, float)) and 0 < float(tensor_clip) <= 1):
-        raise InvalidParameterError(f"tensor_clip must be in (0, 1]; got {tensor_clip!r}; e.g. 0.25")
+    pair_bound, tensor_clip = clipping_bounds(pair_bound, tensor_clip, dim)
     plan = None
     if private:
-        if epsilon is None or delta is None:
-            raise InvalidParameterError("a private run needs epsilon and delta; pass both (or private=False)")
-        if not (math.isfinite(float(epsilon)) and float(epsilon) > 0):
-            raise InvalidParameterError(f"epsilon must be finite and > 0; got {epsilon}")
-        if not 0 < float(delta) < 1:
-            raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
-        plan = calibrate_topics(epsilon=float(epsilon), delta=float(delta), n_topics=n_topics,
-                                n_restarts=n_restarts, n_iter=n_iter, pca_iter=pca_iter,
-                                pca_share=float(pca_share), alpha0=float(alpha0))
+        plan = private_calibration(epsilon, delta, n_topics=n_topics, n_restarts=n_restarts, n_iter=n_iter,
+                                   pca_iter=pca_iter, pca_share=pca_share, alpha0=alpha0)
         if noise is not None and seed is not None:
             raise InvalidParameterError("give either seed or noise, not both")
         if noise is None:

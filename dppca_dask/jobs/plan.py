@@ -84,7 +84,7 @@ def planned_events(mechanism: str, *, n_rows: int | None, n_cols: int, epsilon: 
             {**release, "epsilon": epsilon, "delta": delta}, n_rows=n_rows, n_cols=n_cols
         )
         return JobPlan(plan.neighbouring, tuple(plan.events))
-    from dppca_dask.api._pca import plan_release
+    from dppca_dask.api import plan_release
 
     # the mechanism's own planner states the events exactly from the declared shape (n_rows included)
     release_plan = plan_release(n_cols, n_rows=n_rows, mechanism=mechanism, epsilon=epsilon, delta=delta, **release)

@@ -764,16 +764,16 @@ def _call_mechanism(spec: JobSpec, store: Any, *, client: Any, executor: str, no
                     resume: Any, progress: bool | None) -> Any:
     params = dict(spec.parameters)
     if spec.kind == "topics":
-        from dppca_dask.api._topics import topics
+        from dppca_dask import topics
 
         return topics(store, epsilon=spec.epsilon, delta=spec.delta, client=client, executor=executor, noise=noise,
                       **params)
     if spec.kind == "lowrank":
-        from dppca_dask.api._lowrank import lowrank
+        from dppca_dask import lowrank
 
         return lowrank(store, epsilon=spec.epsilon, delta=spec.delta, mechanism=spec.mechanism, client=client,
                        executor=executor, noise=noise, **params)
-    from dppca_dask.api._pca import pca
+    from dppca_dask import pca
 
     return pca(store, epsilon=spec.epsilon, delta=spec.delta, mechanism=spec.mechanism, client=client,
                executor=executor, noise=noise, on_release=on_release, resume=resume, progress=progress, **params)

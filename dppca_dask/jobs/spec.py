@@ -440,12 +440,12 @@ def _mechanism_parameters(kind: str) -> set[str]:
     if kind == "topics":
         return set(_TOPICS_KEYS)
     if kind == "window":
-        from dppca_dask.api._window import window
+        from dppca_dask import window
 
         return {name for name, p in inspect.signature(window).parameters.items()
                 if p.kind == p.KEYWORD_ONLY} - _RESERVED_ARGUMENTS - _WINDOW_RESERVED
-    from dppca_dask.api._pca import pca
-    from dppca_dask.api._lowrank import lowrank
+    from dppca_dask import pca
+    from dppca_dask import lowrank
 
     fn = lowrank if kind == "lowrank" else pca
     return {name for name, p in inspect.signature(fn).parameters.items()

@@ -272,6 +272,32 @@ def _check_params(n_topics: Any, n_restarts: Any, n_iter: Any, pca_iter: Any, pc
         )
 
 
+def clipping_bounds(pair_bound: Any, tensor_clip: Any, dim: int) -> tuple[Any, Any]:
+    """A run's public clipping bounds on ``dim`` columns, checked to be in (0, 1]: ``pair_bound`` (when not given,
+    ``min(1, DEFAULT_PAIR_BOUND_SCALE/√d)``) and ``tensor_clip``."""
+    if pair_bound is None:
+        pair_bound = min(1.0, DEFAULT_PAIR_BOUND_SCALE / math.sqrt(dim))
+    if not (isinstance(pair_bound, (int, float)) and 0 < float(pair_bound) <= 1):
+        raise InvalidParameterError(f"pair_bound must be in (0, 1]; got {pair_bound!r}; e.g. 0.2")
+    if not (isinstance(tensor_clip, (int, float)) and 0 < float(tensor_clip) <= 1):
+        raise InvalidParameterError(f"tensor_clip must be in (0, 1]; got {tensor_clip!r}; e.g. 0.25")
+    return pair_bound, tensor_clip
+
+
+def private_calibration(epsilon: Any, delta: Any, *, n_topics: int, n_restarts: int, n_iter: int, pca_iter: int,
+                        pca_share: Any, alpha0: Any) -> TopicsCalibration:
+    """A private run's calibration (:func:`calibrate_topics`), its budget checked first: ``epsilon`` finite and
+    > 0, ``delta`` in (0, 1)."""
+    if epsilon is None or delta is None:
+        raise InvalidParameterError("a private run needs epsilon and delta; pass both (or private=False)")
+    if not (math.isfinite(float(epsilon)) and float(epsilon) > 0):
+        raise InvalidParameterError(f"epsilon must be finite and > 0; got {epsilon}")
+    if not 0 < float(delta) < 1:
+        raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
+    return calibrate_topics(epsilon=float(epsilon), delta=float(delta), n_topics=n_topics, n_restarts=n_restarts,
+                            n_iter=n_iter, pca_iter=pca_iter, pca_share=float(pca_share), alpha0=float(alpha0))
+
+
 def _orthonormal(z: np.ndarray) -> np.ndarray:
     q, r = np.linalg.qr(z)
     return q * np.where(np.diag(r) < 0, -1.0, 1.0)

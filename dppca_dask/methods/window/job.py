@@ -318,7 +318,7 @@ def _release_window(spec: Any, date: str, ledger: Any, dataset: str, job_id: str
     from dppca_dask.coordinator import connect
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.jobs import runner
-    from dppca_dask.api._window import window
+    from dppca_dask import window
     from dppca_dask.methods.window.selection import parse_timestamp
     from dppca_dask.jobs.spec import dated
     from dppca_dask.storage._files import make_directories, make_tree_private
