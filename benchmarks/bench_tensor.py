@@ -44,7 +44,7 @@ from dppca_dask.mechanisms.testing import AuditingNoiseSource
 from dppca_dask.methods.tensor.corpora import lda_corpus, total_variation
 from dppca_dask.methods.tensor.private import private_tensor_power_method
 from dppca_dask.methods.tensor.rows import private_moment_power_method
-from dppca_dask.methods.tensor.topics import topics
+from dppca_dask.api import topics
 
 RESULTS = os.path.join(os.path.dirname(__file__), "results")
 #: ``"_quick"`` for a ``--quick`` run, whose plots never overwrite the full run's.

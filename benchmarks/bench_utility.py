@@ -164,7 +164,8 @@ def planted_rank_matrix(n: int, d: int, rank: int, *, seed: int) -> Any:
 def block_vs_sequential(name: str, matrix: Any, *, ks: list[int], epsilon: float, repeats: int, bound: float,
                         n_iter: int) -> None:
     from dppca_dask.methods.adaptive_power.block_plan import BLOCK_POWER, plan_block_power
-    from dppca_dask.api import _plan, validate_parameters
+    from dppca_dask.api import validate_parameters
+    from dppca_dask.api._pca import _plan
     from dppca_dask.kernels.power import gram_matrix
 
     norms = np.sqrt(np.asarray(matrix.multiply(matrix).sum(axis=1)).ravel())

@@ -16,25 +16,26 @@ from typing import TYPE_CHECKING, Any
 
 from dppca_dask._version import __version__
 
-#: Public name -> the module that defines it (imported when the name is first used).
+#: Public name -> the module that exports it (imported when the name is first used; the entry points are those of
+#: :mod:`dppca_dask.api`).
 _LAZY: dict[str, str] = {
     "DEFAULT_N_ITER": "dppca_dask.api",
     "DPPCA": "dppca_dask.estimator",  # needs scikit-learn (the sklearn extra)
     "mechanisms": "dppca_dask.api",
     "pca": "dppca_dask.api",
     "ingest": "dppca_dask.ingest",
-    "LowRankResult": "dppca_dask.lowrank",
-    "load_lowrank": "dppca_dask.lowrank",
-    "lowrank": "dppca_dask.lowrank",
+    "LowRankResult": "dppca_dask.results",
+    "load_lowrank": "dppca_dask.results",
+    "lowrank": "dppca_dask.api",
     "PCAResult": "dppca_dask.results",
     "load_result": "dppca_dask.results",
     "MatrixStore": "dppca_dask.storage",
     "append_partition": "dppca_dask.storage",
     "open_matrix": "dppca_dask.storage",
     "write_matrix": "dppca_dask.storage",
-    "topics": "dppca_dask.methods.tensor.topics",
-    "window": "dppca_dask.methods.window",
-    "WindowRelease": "dppca_dask.methods.window",
+    "topics": "dppca_dask.api",
+    "window": "dppca_dask.api",
+    "WindowRelease": "dppca_dask.methods.window.release",
 }
 
 __all__ = [
@@ -59,13 +60,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from dppca_dask.api import DEFAULT_N_ITER, mechanisms, pca
+    from dppca_dask.api import DEFAULT_N_ITER, lowrank, mechanisms, pca, topics, window
     from dppca_dask.estimator import DPPCA
     from dppca_dask.ingest import ingest
-    from dppca_dask.lowrank import LowRankResult, load_lowrank, lowrank
-    from dppca_dask.results import PCAResult, load_result
-    from dppca_dask.methods.tensor.topics import topics
-    from dppca_dask.methods.window import WindowRelease, window
+    from dppca_dask.methods.window.release import WindowRelease
+    from dppca_dask.results import LowRankResult, PCAResult, load_lowrank, load_result
     from dppca_dask.storage import MatrixStore, append_partition, open_matrix, write_matrix
 
 
@@ -81,8 +80,8 @@ def __getattr__(name: str) -> Any:
 
 
 class _Package(types.ModuleType):
-    """``dppca_dask.ingest`` and ``dppca_dask.lowrank`` are the functions, as they were when imported eagerly, even
-    after the module of the same name is imported (which would otherwise rebind the attribute to the module)."""
+    """``dppca_dask.ingest`` is the function, as it was when imported eagerly, even after the subpackage of the same
+    name is imported (which would otherwise rebind the attribute to the subpackage)."""
 
     @property
     def ingest(self) -> Any:
@@ -92,16 +91,6 @@ class _Package(types.ModuleType):
 
     @ingest.setter
     def ingest(self, value: Any) -> None:  # the import system binds the subpackage here: keep the function
-        pass
-
-    @property
-    def lowrank(self) -> Any:
-        from dppca_dask.lowrank import lowrank
-
-        return lowrank
-
-    @lowrank.setter
-    def lowrank(self, value: Any) -> None:  # as for ingest
         pass
 
 

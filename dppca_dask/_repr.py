@@ -1,11 +1,13 @@
 """Short reprs for result objects: the type, the mechanism, the shape, the privacy summary and the diagnostics, in a
-few lines (the arrays themselves are attributes; printing a result never prints them)."""
+few lines (the arrays themselves are attributes; printing a result never prints them), and the same facts as a small
+HTML table for notebooks (``_repr_html_``)."""
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
-__all__ = ["short_repr"]
+__all__ = ["repr_rows", "short_repr", "short_repr_html"]
 
 #: Longest line of a repr (longer caveats and summaries are cut with an ellipsis).
 MAX_LINE = 160
@@ -29,6 +31,36 @@ def privacy_line(privacy: Any) -> str:
     if not get("private", False):
         return "not differentially private"
     return f"({get('epsilon')}, {get('delta')})-DP for {get('neighbouring')}"
+
+
+def repr_rows(obj: Any, *, shape: str, extra: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """The facts of a short repr as (label, value) rows: type, mechanism, shape, privacy, diagnostics, then each
+    ``extra`` line (``"label: value"``, or a value without a label)."""
+    rows = [("type", type(obj).__name__)]
+    mechanism = getattr(obj, "mechanism", None)
+    if mechanism is not None:
+        rows.append(("mechanism", str(mechanism)))
+    rows.append(("shape", shape))
+    if hasattr(obj, "privacy"):
+        rows.append(("privacy", privacy_line(obj.privacy)))
+    diagnostics = getattr(obj, "diagnostics", None)
+    if diagnostics is not None and hasattr(diagnostics, "summary"):
+        rows.append(("diagnostics", diagnostics.summary()))
+    for line in extra:
+        label, sep, value = line.partition(": ")
+        rows.append((label, value) if sep else ("", line))
+    return rows
+
+
+def short_repr_html(obj: Any, *, shape: str, extra: tuple[str, ...] = ()) -> str:
+    """The facts of :func:`short_repr` as a small HTML table (every value escaped; long values cut as in the
+    text)."""
+    cells = "".join(
+        f'<tr><th style="text-align:left">{html.escape(label)}</th>'
+        f'<td style="text-align:left">{html.escape(_cut(value))}</td></tr>'
+        for label, value in repr_rows(obj, shape=shape, extra=extra)
+    )
+    return f'<table class="dppca-dask-result">{cells}</table>'
 
 
 def short_repr(obj: Any, *, shape: str, extra: tuple[str, ...] = ()) -> str:

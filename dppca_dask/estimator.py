@@ -260,7 +260,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
             Keep this fit's release in a privacy-budget ledger, as :func:`dppca_dask.pca` does (given together; a
             job id stands for one fit: a refit needs a new one).
         """
-        from dppca_dask.api import pca
+        from dppca_dask.api._pca import pca
 
         if storage_options is not None:
             from dppca_dask.storage import open_matrix
@@ -330,7 +330,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
         """The non-private baseline that matches scikit-learn's ``PCA``: the exact mean subtracted, no clipping,
         the exact top eigenvectors of the centred Gram, and scikit-learn's explained variance (``/(n − 1)``) and
         ratios. In-memory data only (the centred matrix is dense)."""
-        from dppca_dask.api import pca
+        from dppca_dask.api._pca import pca
 
         if not (isinstance(data, np.ndarray) or sp.issparse(data)):
             raise InvalidParameterError(

@@ -12,7 +12,7 @@ from typing import Any, cast
 import numpy as np
 import zarr
 
-from dppca_dask._repr import short_repr
+from dppca_dask._repr import short_repr, short_repr_html
 from dppca_dask.diagnostics import Diagnostics
 from dppca_dask.errors import InvalidParameterError, StoreNotFoundError
 from dppca_dask.signs import flip_signs
@@ -159,13 +159,18 @@ class PCAResult:
     def n_components(self) -> int:
         return int(self.components.shape[0])
 
-    def __repr__(self) -> str:
+    def _repr_facts(self) -> dict[str, Any]:
         extra = []
         if self.explained_variance_ratio is not None:
             shown = " ".join(f"{v:.3g}" for v in self.explained_variance_ratio[:8])
             extra.append(f"explained_variance_ratio: [{shown}{' ...' if self.n_components > 8 else ''}]")
-        return short_repr(self, shape=f"{self.components.shape[0]}x{self.components.shape[1]} components",
-                          extra=tuple(extra))
+        return {"shape": f"{self.components.shape[0]}x{self.components.shape[1]} components", "extra": tuple(extra)}
+
+    def __repr__(self) -> str:
+        return short_repr(self, **self._repr_facts())
+
+    def _repr_html_(self) -> str:
+        return short_repr_html(self, **self._repr_facts())
 
     @property
     def clipped_fraction(self) -> float | None:
@@ -279,8 +284,14 @@ class LowRankResult:
     def private(self) -> bool:
         return bool(getattr(self.privacy, "private", False))
 
+    def _repr_facts(self) -> dict[str, Any]:
+        return {"shape": f"{self.shape[0]}x{self.shape[1]} of rank {self.rank}"}
+
     def __repr__(self) -> str:
-        return short_repr(self, shape=f"{self.shape[0]}x{self.shape[1]} of rank {self.rank}")
+        return short_repr(self, **self._repr_facts())
+
+    def _repr_html_(self) -> str:
+        return short_repr_html(self, **self._repr_facts())
 
     def to_dense(self, *, max_bytes: int = 2**30) -> np.ndarray:
         """``left @ right`` as a dense array (refuses more than ``max_bytes``)."""

@@ -15,10 +15,10 @@ import importlib
 import pytest
 
 ENTRY_POINTS = {
-    "pca": ("dppca_dask.api", "pca"),
-    "lowrank": ("dppca_dask.lowrank", "lowrank"),
-    "window": ("dppca_dask.methods.window.release", "window"),
-    "topics": ("dppca_dask.methods.tensor.topics", "topics"),
+    "pca": ("dppca_dask.api._pca", "pca"),
+    "lowrank": ("dppca_dask.api._lowrank", "lowrank"),
+    "window": ("dppca_dask.api._window", "window"),
+    "topics": ("dppca_dask.api._topics", "topics"),
     "ingest": ("dppca_dask.ingest", "ingest"),
     "DPPCA": ("dppca_dask.estimator", "DPPCA"),
     "pp.pca": ("dppca_dask.pp", "pca"),

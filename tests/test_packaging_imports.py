@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -42,13 +44,28 @@ def test_public_names_resolve_on_use() -> None:
 
 def test_ingest_and_lowrank_stay_the_functions_after_their_modules_are_imported() -> None:
     import dppca_dask
+    import dppca_dask.api._lowrank  # noqa: F401
     import dppca_dask.ingest.svmlight  # noqa: F401  (binds the subpackage on the parent, as imports do)
-    import dppca_dask.lowrank  # noqa: F401
     from dppca_dask import ingest, lowrank
 
     assert callable(ingest) and callable(dppca_dask.ingest) and callable(lowrank) and callable(dppca_dask.lowrank)
     assert dppca_dask.ingest.__module__ == "dppca_dask.ingest"
-    assert dppca_dask.lowrank.__module__ == "dppca_dask.lowrank"
+    assert dppca_dask.lowrank.__module__ == "dppca_dask.api._lowrank"
+
+
+def test_the_four_entry_points_sit_side_by_side_in_api() -> None:
+    import dppca_dask
+    from dppca_dask import api
+
+    for name in ("pca", "lowrank", "window", "topics"):
+        assert getattr(api, name) is getattr(dppca_dask, name), name
+        assert getattr(dppca_dask, name).__module__ == f"dppca_dask.api._{name}", name
+    assert set(api.__all__) <= set(dir(api))
+    # moved, not copied: no module is left at the old paths
+    package = Path(dppca_dask.__file__).parent
+    assert not (package / "lowrank.py").exists() and not (package / "api.py").exists()
+    assert not callable(getattr(importlib.import_module("dppca_dask.methods.window"), "window", None))
+    assert not callable(getattr(importlib.import_module("dppca_dask.methods.tensor"), "topics", None))  # a module
 
 
 def test_top_level_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:

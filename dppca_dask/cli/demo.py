@@ -73,7 +73,7 @@ def _sample_store(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dppca_dask.api import pca
+    from dppca_dask.api._pca import pca
     from dppca_dask.coordinator import connect
     from dppca_dask.cli.pca import format_result
     from dppca_dask.errors import NotPrivateWarning

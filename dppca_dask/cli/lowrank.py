@@ -100,7 +100,7 @@ def size(text: str) -> int:
 
 
 def format_lowrank(result: Any, out: str, *, requested_rank: int | None = None) -> str:
-    """Human-readable public summary of a :class:`~dppca_dask.lowrank.LowRankResult`; with ``requested_rank``, the
+    """Human-readable public summary of a :class:`~dppca_dask.results.LowRankResult`; with ``requested_rank``, the
     rank line says how the output rank follows from it."""
     report = result.privacy
     lines = [f"mechanism: {result.mechanism}", _rank_line(result, requested_rank)]
@@ -128,7 +128,7 @@ def format_lowrank(result: Any, out: str, *, requested_rank: int | None = None) 
 
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.cli._paths import check_result_dir, check_store, storage_options
-    from dppca_dask.lowrank import lowrank
+    from dppca_dask.api._lowrank import lowrank
 
     storage = storage_options(args)
     check_store(args.store, options=storage)

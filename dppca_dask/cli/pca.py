@@ -14,7 +14,7 @@ SUMMARY = "differentially private principal components of a store"
 
 
 def register(subparsers: Any) -> None:
-    from dppca_dask.api import DEFAULT_N_ITER, DEFAULT_SVT_SHARE
+    from dppca_dask.methods._params import DEFAULT_N_ITER, DEFAULT_SVT_SHARE
     from dppca_dask.cli._cluster import add_cluster_arguments, add_executor_argument
     from dppca_dask.methods import mechanism_help, mechanism_names
 
@@ -238,7 +238,7 @@ def _private_power_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dppca_dask.api import pca
+    from dppca_dask.api._pca import pca
     from dppca_dask.cli._paths import check_result_dir, check_store, storage_options
 
     options = storage_options(args)

@@ -98,7 +98,7 @@ def format_topics(result: Any, *, top: int = 8, labels: list[str] | None = None)
 def run(args: argparse.Namespace) -> int:
     from dppca_dask.cli._paths import check_result_dir, check_store, storage_options
     from dppca_dask.cli.pca import feature_labels
-    from dppca_dask.methods.tensor.topics import topics
+    from dppca_dask.api._topics import topics
 
     options = storage_options(args)
     check_store(args.store, options=options)

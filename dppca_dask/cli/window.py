@@ -300,7 +300,8 @@ def _warn_unreliable(out: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dppca_dask.methods.window import tree_window, window
+    from dppca_dask.api._window import window
+    from dppca_dask.methods.window import tree_window
 
     from dppca_dask.cli._paths import check_result_dir, check_store, storage_options
     from dppca_dask.storage import open_matrix

@@ -735,8 +735,8 @@ def _workers_block_sigint() -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------------------------ in-process execution
-#: The values of ``executor`` (:func:`dppca_dask.pca`, :func:`~dppca_dask.lowrank.lowrank`,
-#: :func:`~dppca_dask.methods.window.window`, :func:`~dppca_dask.methods.tensor.topics.topics`, ``--executor`` of
+#: The values of ``executor`` (:func:`dppca_dask.pca`, :func:`~dppca_dask.lowrank`,
+#: :func:`~dppca_dask.window`, :func:`~dppca_dask.topics`, ``--executor`` of
 #: their commands, a job's ``[cluster] executor``).
 EXECUTORS = ("auto", "local", "cluster")
 

@@ -406,7 +406,7 @@ def _load_result(spec: JobSpec, output: str) -> Any:
 
         return load_topics(output)
     if spec.kind == "lowrank":
-        from dppca_dask.lowrank import load_lowrank
+        from dppca_dask.results import load_lowrank
 
         return load_lowrank(output)
     from dppca_dask.results import load_result
@@ -726,7 +726,7 @@ def _released_iterations(state: Any, emitted: tuple[Any, ...], spec: JobSpec) ->
 
 
 def _n_iter(spec: JobSpec) -> int:
-    from dppca_dask.api import DEFAULT_N_ITER
+    from dppca_dask.methods._params import DEFAULT_N_ITER
 
     return int(spec.parameters.get("n_iter") or DEFAULT_N_ITER)
 
@@ -764,16 +764,16 @@ def _call_mechanism(spec: JobSpec, store: Any, *, client: Any, executor: str, no
                     resume: Any, progress: bool | None) -> Any:
     params = dict(spec.parameters)
     if spec.kind == "topics":
-        from dppca_dask.methods.tensor.topics import topics
+        from dppca_dask import topics
 
         return topics(store, epsilon=spec.epsilon, delta=spec.delta, client=client, executor=executor, noise=noise,
                       **params)
     if spec.kind == "lowrank":
-        from dppca_dask.lowrank import lowrank
+        from dppca_dask import lowrank
 
         return lowrank(store, epsilon=spec.epsilon, delta=spec.delta, mechanism=spec.mechanism, client=client,
                        executor=executor, noise=noise, **params)
-    from dppca_dask.api import pca
+    from dppca_dask import pca
 
     return pca(store, epsilon=spec.epsilon, delta=spec.delta, mechanism=spec.mechanism, client=client,
                executor=executor, noise=noise, on_release=on_release, resume=resume, progress=progress, **params)

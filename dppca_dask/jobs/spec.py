@@ -86,7 +86,7 @@ __all__ = [
     "parse_job",
 ]
 
-#: Mechanisms a job may run through :func:`dppca_dask.pca` and :func:`dppca_dask.lowrank.lowrank`: the registry's
+#: Mechanisms a job may run through :func:`dppca_dask.pca` and :func:`dppca_dask.lowrank`: the registry's
 #: private ones (a name of both entries runs through ``pca`` unless the job sets ``rank``).
 PCA_JOB_MECHANISMS = tuple(name for name in mechanism_names("pca") if get_mechanism(name, "pca").private)
 LOWRANK_JOB_MECHANISMS = tuple(name for name in mechanism_names("lowrank")
@@ -440,12 +440,12 @@ def _mechanism_parameters(kind: str) -> set[str]:
     if kind == "topics":
         return set(_TOPICS_KEYS)
     if kind == "window":
-        from dppca_dask.methods.window import window
+        from dppca_dask import window
 
         return {name for name, p in inspect.signature(window).parameters.items()
                 if p.kind == p.KEYWORD_ONLY} - _RESERVED_ARGUMENTS - _WINDOW_RESERVED
-    from dppca_dask.api import pca
-    from dppca_dask.lowrank import lowrank
+    from dppca_dask import pca
+    from dppca_dask import lowrank
 
     fn = lowrank if kind == "lowrank" else pca
     return {name for name, p in inspect.signature(fn).parameters.items()

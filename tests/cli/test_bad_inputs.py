@@ -276,7 +276,7 @@ def test_python_entry_points_refuse_what_they_cannot_read(tmp_path: Path) -> Non
 
     from dppca_dask import pp
     from dppca_dask.errors import InvalidInputError, InvalidParameterError
-    from dppca_dask.methods.window import window
+    from dppca_dask.api import window
 
     with pytest.raises(InvalidParameterError, match="store must be the path of a dppca_dask store.*got a ndarray"):
         window(np.ones((3, 3)), last="7D", epsilon=1.0, delta=1e-6)

@@ -183,7 +183,7 @@ def test_every_entry_runs_in_process_by_its_public_shape_and_says_so(entry: str,
         local = _entry(entry, stamped, executor="local")
     assert auto.provenance["executor"] == local.provenance["executor"] == "in-process"
     with dask.config.set({"dppca_dask.executor.in-process-max-partitions": 2}):  # the choice, not a cluster run
-        from dppca_dask.api import _executor_choice
+        from dppca_dask._execution import executor_choice as _executor_choice
 
         assert _executor_choice(as_source(stamped), None, "auto").executor == "cluster"
     with pytest.raises(InvalidParameterError, match="executor must be one of auto, local, cluster; got 'threads'"):

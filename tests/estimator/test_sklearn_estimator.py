@@ -186,7 +186,7 @@ def test_dataframe_input_names_and_pandas_output(rows, in_process) -> None:
 
 
 def test_released_statistics_are_mapped_when_present(rows, in_process, monkeypatch) -> None:
-    import dppca_dask.api as api
+    import dppca_dask.api._pca as api
 
     released = {"mean": np.full(6, 0.5), "explained_variance": np.array([4.0, 1.0]),
                 "explained_variance_ratio": np.array([0.6, 0.15]), "singular_values": np.array([9.0, 4.0])}
@@ -225,7 +225,7 @@ def test_grid_search_with_a_scorer_of_ones_own(rows, in_process) -> None:
 
 
 def test_fit_uses_the_configured_then_the_active_client(local_client, rows, monkeypatch) -> None:
-    import dppca_dask.api as api
+    import dppca_dask.api._pca as api
 
     seen = []
     real = api.pca

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dppca_dask.lowrank import lowrank, plan_lowrank
+from dppca_dask.api import lowrank, plan_lowrank
 from dppca_dask.accounting import ENTRY_CHANGE, build_report
 from dppca_dask.datasets import gaussian_factor_matrix, incoherent_psd
 from dppca_dask.errors import InvalidInputError, InvalidParameterError

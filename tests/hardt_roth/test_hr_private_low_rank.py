@@ -374,7 +374,7 @@ def test_randomized_response_run_rejects_bad_parameters(kwargs: dict, match: str
 
 def test_result_objects_check_their_factors(tmp_path: Any) -> None:
     from dppca_dask.errors import StoreNotFoundError
-    from dppca_dask.lowrank import LowRankResult
+    from dppca_dask.results import LowRankResult
 
     with pytest.raises(InvalidParameterError, match="factors must be"):
         LowRankResult(left=np.ones((4, 2)), right=np.ones((3, 5)), mechanism="x", privacy={})

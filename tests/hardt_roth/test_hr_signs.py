@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from sklearn.utils.extmath import svd_flip
 
-from dppca_dask.lowrank import load_lowrank, lowrank
+from dppca_dask.api import load_lowrank, lowrank
 from dppca_dask.signs import flip_factor_signs
 
 

@@ -113,7 +113,7 @@ from dppca_dask.jobs import runner
 # What a job run imports; loaded here once, before any thread is started (so that forking is safe).
 import dask.array, distributed, filelock, scipy.sparse, zarr  # noqa: E401,F401
 import dppca_dask.api, dppca_dask.cli.run, dppca_dask.coordinator.client, dppca_dask.jobs.plan  # noqa: E401,F401
-import dppca_dask.ledger, dppca_dask.lowrank  # noqa: E401,F401
+import dppca_dask.ledger  # noqa: F401
 from dppca_dask.methods.window import tree  # the binary tree's release steps have kill points of their own
 
 

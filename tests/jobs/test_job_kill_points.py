@@ -44,7 +44,7 @@ def _identity(directory: Path, lowrank: bool) -> str | None:
         return None
     try:
         if lowrank:
-            from dppca_dask.lowrank import load_lowrank
+            from dppca_dask.results import load_lowrank
 
             result = load_lowrank(directory)
             arrays = [np.asarray(result.left), np.asarray(result.right)]

@@ -15,7 +15,7 @@ from dppca_dask import pca, window
 from dppca_dask.errors import BudgetExceededError, InvalidParameterError, LedgerError
 from dppca_dask.estimator import DPPCA
 from dppca_dask.ledger import CHARGED, Ledger
-from dppca_dask.lowrank import lowrank
+from dppca_dask.api import lowrank
 from dppca_dask.mechanisms.testing import ZeroNoiseSource
 
 DAYS = ("t:2026-11-01", "t:2026-11-02", "t:2026-11-03")
@@ -82,7 +82,7 @@ def test_a_ledger_needs_its_three_arguments_and_a_private_release(books: tuple[s
 
 def test_a_failure_after_the_noise_keeps_the_charge(books: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
     ledger, store = books
-    from dppca_dask import api
+    from dppca_dask.api import _pca as api
 
     def broken(*args, **kwargs):
         noise.mark_released(["drawn"])  # as a release that drew its noise and then failed

@@ -77,8 +77,8 @@ def _counts(rng: np.random.Generator, n_rows: int, n_cols: int = 12) -> sp.csr_a
 def _flow(url: str, rng: np.random.Generator, *, client, storage_options=None) -> None:
     """ingest -> info -> pca, window, topics -> append -> pca on the store at ``url``."""
     import dppca_dask
-    from dppca_dask.methods.tensor.topics import topics
-    from dppca_dask.methods.window import window
+    from dppca_dask.api import topics
+    from dppca_dask.api import window
 
     executor = "local" if client is None else "cluster"
     ingest(_counts(rng, 200), url, rows_per_partition=100, n_features=12, timestamp="2026-11-01",

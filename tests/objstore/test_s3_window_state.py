@@ -49,7 +49,7 @@ def _clipped(rows: np.ndarray, bound: float = 1.0) -> np.ndarray:
 
 
 def test_gram_cache_in_the_bucket_is_reused(s3, days):
-    from dppca_dask.methods.window import window
+    from dppca_dask.api import window
 
     url, options, blocks = days(2)
     args = {"last": "2D", "epsilon": 1.0, "delta": 1e-6, "storage_options": options, "client": "local"}
@@ -74,7 +74,7 @@ def test_gram_cache_in_the_bucket_is_reused(s3, days):
 
 
 def test_spectral_histogram_in_the_bucket_on_two_nights(s3, days):
-    from dppca_dask.methods.window import window
+    from dppca_dask.api import window
 
     url, options, blocks = days(2)
     args = {"last": "2D", "epsilon": 1.0, "delta": 1e-6, "storage_options": options, "client": "local",

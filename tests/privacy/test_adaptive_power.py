@@ -202,7 +202,8 @@ def test_replace_one_figure_closed_form(seed: int) -> None:
 def test_replace_one_map_refuses_events_it_does_not_know() -> None:
     from dp_accounting import LaplaceDpEvent
 
-    from dppca_dask.api import _plan, validate_parameters
+    from dppca_dask.api import validate_parameters
+    from dppca_dask.api._pca import _plan
     from dppca_dask.errors import InvalidParameterError
 
     params = validate_parameters(mechanism="adaptive-power", epsilon=1.0, delta=1e-6, n_components=1, n_iter=2,

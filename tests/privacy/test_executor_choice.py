@@ -147,7 +147,7 @@ def test_every_entry_makes_the_same_choice_and_provenance_on_neighbours(
 def test_the_limits_are_read_at_the_public_partition_count(entry: str, tmp_path: Path,
                                                            rng: np.random.Generator) -> None:
     # One partition under the neighbours' count: both go to a cluster (the choice alone, nothing is run).
-    from dppca_dask.api import _executor_choice
+    from dppca_dask._execution import executor_choice as _executor_choice
     from dppca_dask.coordinator import as_source
 
     small, large = stamped_neighbours(tmp_path, rng)

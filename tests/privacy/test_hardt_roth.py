@@ -27,7 +27,7 @@ from privacy_harness import assert_within_sensitivity
 from dppca_dask import write_matrix
 from dppca_dask.accounting import flatten_events
 from dppca_dask.datasets import incoherent_psd
-from dppca_dask.lowrank import lowrank, plan_lowrank
+from dppca_dask.api import lowrank, plan_lowrank
 from dppca_dask.mechanisms.noise import Shape
 from dppca_dask.mechanisms.testing import AuditingNoiseSource
 

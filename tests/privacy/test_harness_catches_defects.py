@@ -17,7 +17,8 @@ import scipy.sparse as sp
 
 from dppca_dask.ingest import ingest
 from dppca_dask.mechanisms.noise import NoiseSource, shape_of
-from dppca_dask.methods.window import tree_window, window
+from dppca_dask.api import window
+from dppca_dask.methods.window import tree_window
 from dppca_dask.methods.window.selection import parse_timestamp
 from dppca_dask.storage import append_partition
 from privacy_harness import (

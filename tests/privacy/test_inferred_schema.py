@@ -71,7 +71,7 @@ def test_lowrank_states_the_caveat_and_keeps_timings_out_unless_asked(stores: tu
 
 def test_topics_and_the_tree_state_the_caveat(tmp_path: Path, stores: tuple[str, str], seed: int) -> None:
     """Invariant 9 for the releases that had no caveat: topics and the binary-tree window release."""
-    from dppca_dask.methods.tensor.topics import topics
+    from dppca_dask.api import topics
     from dppca_dask.methods.window.tree import TREE_CAVEAT, tree_window
 
     inferred, declared = stores

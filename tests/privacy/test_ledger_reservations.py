@@ -99,7 +99,7 @@ def test_planned_events_are_what_the_noise_gives_under_either_calibration(
     """Under calibration="paper" the noise does not meet the requested (ε, δ) (seed 003): the plan reserves what
     the noise gives, not the request."""
     from dppca_dask.jobs.plan import planned_events
-    from dppca_dask.lowrank import lowrank
+    from dppca_dask.api import lowrank
 
     plan = planned_events(mechanism, n_rows=3_000, n_cols=120, epsilon=0.7, delta=1e-7,
                           parameters={**parameters, "calibration": calibration})

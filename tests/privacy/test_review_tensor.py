@@ -18,7 +18,8 @@ import scipy.sparse as sp
 from dppca_dask.errors import InvalidInputError
 from dppca_dask.mechanisms.testing import AuditingNoiseSource
 from dppca_dask.methods import get_mechanism
-from dppca_dask.methods.tensor.topics import check_corpus, topics
+from dppca_dask.api import topics
+from dppca_dask.methods.tensor.topics import check_corpus
 
 KW = dict(n_topics=3, epsilon=2.0, delta=1e-6, n_restarts=2, n_iter=2, pca_iter=2, client="local")
 

@@ -27,7 +27,7 @@ def test_no_finishing_time_without_timings(seed: int) -> None:
 
 
 def test_no_finishing_time_in_lowrank_without_timings(seed: int) -> None:
-    from dppca_dask.lowrank import lowrank
+    from dppca_dask.api import lowrank
 
     rng = np.random.default_rng(seed)
     result = lowrank(rng.uniform(-0.1, 0.1, (200, 6)), rank=2, epsilon=1.0, delta=1e-6,

@@ -20,7 +20,8 @@ import scipy.sparse as sp
 from dppca_dask.mechanisms.noise import shape_of
 from dppca_dask.mechanisms.testing import AuditingNoiseSource
 from dppca_dask.methods.tensor.private import private_tensor_power_method
-from dppca_dask.methods.tensor.topics import calibrate_topics, topics
+from dppca_dask.api import topics
+from dppca_dask.methods.tensor.topics import calibrate_topics
 from privacy_harness import assert_sensitivity, FLOAT_SLACK, log_lines, movement
 
 

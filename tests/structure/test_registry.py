@@ -10,7 +10,7 @@ from dppca_dask import api
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.jobs import spec
 from dppca_dask.jobs.plan import planned_events
-from dppca_dask.lowrank import plan_lowrank
+from dppca_dask.api import plan_lowrank
 from dppca_dask.methods import Mechanism, get_mechanism, mechanism_help, mechanism_names, register
 from dppca_dask.methods import _registry
 

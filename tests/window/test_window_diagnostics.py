@@ -79,3 +79,13 @@ def test_a_window_release_has_a_short_repr(ten_days) -> None:  # noqa: ANN001
         text = repr(item)
         assert len(text.splitlines()) <= 8 and len(text) <= 800, text
         assert "WindowRelease" in text and "gaussian release" in text and "diagnostics:" in text
+
+
+def test_a_window_release_shows_the_same_facts_as_a_small_html_table(ten_days) -> None:  # noqa: ANN001
+    release = dataclasses.replace(_release(ten_days, "gaussian"), released=np.eye(300))
+    table = release._repr_html_()
+    assert table.startswith('<table class="dppca-dask-result">') and table.endswith("</table>")
+    assert table.count("<tr>") <= 8 and len(table) <= 2_000, table
+    for fact in ("WindowRelease", "sliding-window", "300x300 gaussian release", "privacy", "diagnostics", "window"):
+        assert fact in table, (fact, table)
+    assert repr(release).splitlines()[1].split(": ", 1)[1] in table  # the privacy line, as the text repr shows it

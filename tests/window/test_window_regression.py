@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from dppca_dask.errors import InvalidParameterError
 from dppca_dask.ingest import ingest
 from dppca_dask.mechanisms.testing import ZeroNoiseSource
-from dppca_dask.methods.window import window
+from dppca_dask.api import window
 from dppca_dask.methods.window.tasks import regression, regression_diagnostics
 from dppca_dask.storage import append_partition
 from window_data import day

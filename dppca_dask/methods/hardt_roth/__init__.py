@@ -38,6 +38,8 @@ Modules, in reading order
 10. ``lowrank_plan``: every parameter of :func:`dppca_dask.lowrank` checked and a run planned (relation, constants,
    DpEvents) from public values only.
 11. ``pca_mechanism`` and ``lowrank_mechanisms``: the registry entries (validation and planning per mechanism).
+12. ``entry``: the family's steps of :func:`dppca_dask.lowrank` (its run's generator, the released factors, the
+    report).
 
 Outside this package: the entry points :func:`dppca_dask.lowrank` and :func:`dppca_dask.pca`, the noise primitives
 (:mod:`dppca_dask.mechanisms`) and the composition of the events (:mod:`dppca_dask.accounting`).

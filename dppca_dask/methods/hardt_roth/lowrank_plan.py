@@ -1,6 +1,6 @@
 """Validation and planning of the ``lowrank`` entry (Hardt-Roth 2012 and 2013), from public values only.
 
-Every public parameter of :func:`dppca_dask.lowrank.lowrank` is checked here exactly as a run checks it, and a run
+Every public parameter of :func:`dppca_dask.lowrank` is checked here exactly as a run checks it, and a run
 on a store of a given shape is planned (its relation, calibrated constants and DpEvents) without reading the data.
 Below both the entry point and the family's registry entries (:mod:`dppca_dask.methods.hardt_roth.lowrank_mechanisms`).
 """
@@ -71,10 +71,10 @@ def _validate(
     max_dense_bytes: Any, entry_bound: Any, coherence: Any, c_doubling: bool, n_iter: Any, symmetric: bool,
     signed_values: bool,
 ) -> tuple[dict[str, Any], str]:
-    """Every public parameter of :func:`~dppca_dask.lowrank.lowrank` checked, without the data: (parameters, neighbouring relation)."""
-    from dppca_dask.methods.hardt_roth.randomized_response import DEFAULT_MAX_DENSE_BYTES
-    from dppca_dask.methods.hardt_roth.power_iteration import DEFAULT_PRIVATE_POWER_N_ITER
+    """Every public parameter of :func:`~dppca_dask.lowrank` checked, without the data: (parameters, neighbouring relation)."""
     from dppca_dask.methods.hardt_roth.relations import entry_relation, row_change_relation
+    from dppca_dask.methods.hardt_roth.power_iteration import DEFAULT_PRIVATE_POWER_N_ITER
+    from dppca_dask.methods.hardt_roth.randomized_response import DEFAULT_MAX_DENSE_BYTES
 
     if mechanism not in mechanism_names("lowrank"):
         raise InvalidParameterError(
@@ -162,7 +162,7 @@ def _validate(
 
 @dataclass(frozen=True)
 class LowRankPlan:
-    """What a complete :func:`~dppca_dask.lowrank.lowrank` run on a store of a given (public) shape releases, known before the run."""
+    """What a complete :func:`~dppca_dask.lowrank` run on a store of a given (public) shape releases, known before the run."""
 
     mechanism: str
     neighbouring: str
@@ -219,7 +219,7 @@ def _plan_shape(p: Mapping[str, Any], neighbouring: str, n_rows: int, n_cols: in
                        calibration=calibration_info)
 
 
-#: Defaults of :func:`~dppca_dask.lowrank.lowrank`'s public parameters (for planning without running).
+#: Defaults of :func:`~dppca_dask.lowrank`'s public parameters (for planning without running).
 _PLAN_DEFAULTS: dict[str, Any] = {
     "mechanism": "private-low-rank", "oversampling": 2, "calibration": "standard", "projection": "paper",
     "prune_alpha": 1.0, "left_factor": "orthonormal", "truncate": False, "row_norm_bound": 1.0,
@@ -229,7 +229,7 @@ _PLAN_DEFAULTS: dict[str, Any] = {
 
 
 def validate_lowrank(*, rank: Any, epsilon: Any, delta: Any, **parameters: Any) -> dict[str, Any]:
-    """Every public parameter of :func:`~dppca_dask.lowrank.lowrank` checked with its defaults, without the data (the same errors)."""
+    """Every public parameter of :func:`~dppca_dask.lowrank` checked with its defaults, without the data (the same errors)."""
     unknown = sorted(set(parameters) - set(_PLAN_DEFAULTS))
     if unknown:
         raise InvalidParameterError(f"unknown lowrank parameters: {', '.join(unknown)}")
@@ -239,11 +239,11 @@ def validate_lowrank(*, rank: Any, epsilon: Any, delta: Any, **parameters: Any) 
 def plan_lowrank(
     n_rows: int, n_cols: int, *, rank: int, epsilon: float, delta: float, **parameters: Any
 ) -> LowRankPlan:
-    """Plan a :func:`~dppca_dask.lowrank.lowrank` run on an n_rows×n_cols store from public parameters only (nothing is read).
+    """Plan a :func:`~dppca_dask.lowrank` run on an n_rows×n_cols store from public parameters only (nothing is read).
 
-    Validates every parameter exactly as :func:`~dppca_dask.lowrank.lowrank` does (the same errors) and returns the relation and the
+    Validates every parameter exactly as :func:`~dppca_dask.lowrank` does (the same errors) and returns the relation and the
     DpEvents a complete run emits, under either calibration; the job runner reserves these before the run.
-    ``parameters`` are :func:`~dppca_dask.lowrank.lowrank`'s keyword arguments (``mechanism``, ``oversampling``, ...).
+    ``parameters`` are :func:`~dppca_dask.lowrank`'s keyword arguments (``mechanism``, ``oversampling``, ...).
     """
     unknown = sorted(set(parameters) - set(_PLAN_DEFAULTS))
     if unknown:

@@ -45,13 +45,20 @@ class TensorPowerResult:
     trajectory: tuple[np.ndarray, ...] = field(default=(), repr=False)
     """Every iterate ``U`` (d×L) in order, when asked for (tests)."""
 
+    def _repr_facts(self) -> dict[str, Any]:
+        k, d = np.asarray(self.components).shape
+        private = f"a private run's releases ({len(self.events)} events)" if self.events else "not private"
+        return {"shape": f"{k} eigenpairs in dimension {d}", "extra": (f"{private}; {self.n_queries} query batches",)}
+
     def __repr__(self) -> str:
         from dppca_dask._repr import short_repr
 
-        k, d = np.asarray(self.components).shape
-        private = f"a private run's releases ({len(self.events)} events)" if self.events else "not private"
-        return short_repr(self, shape=f"{k} eigenpairs in dimension {d}",
-                          extra=(f"{private}; {self.n_queries} query batches",))
+        return short_repr(self, **self._repr_facts())
+
+    def _repr_html_(self) -> str:
+        from dppca_dask._repr import short_repr_html
+
+        return short_repr_html(self, **self._repr_facts())
 
 
 class Releaser(Protocol):

@@ -214,11 +214,19 @@ class PrivateTensorResult:
     def private(self) -> bool:
         return bool(self.privacy.private)
 
+    def _repr_facts(self) -> dict[str, Any]:
+        k, d = np.asarray(self.components).shape
+        return {"shape": f"{k} eigenpairs of a {d}x{d}x{d} tensor"}
+
     def __repr__(self) -> str:
         from dppca_dask._repr import short_repr
 
-        k, d = np.asarray(self.components).shape
-        return short_repr(self, shape=f"{k} eigenpairs of a {d}x{d}x{d} tensor")
+        return short_repr(self, **self._repr_facts())
+
+    def _repr_html_(self) -> str:
+        from dppca_dask._repr import short_repr_html
+
+        return short_repr_html(self, **self._repr_facts())
 
 
 def private_tensor_power_method(

@@ -150,11 +150,19 @@ class RowMomentResult:
     privacy: Any
     noise_multiplier: float
 
+    def _repr_facts(self) -> dict[str, Any]:
+        k, d = np.asarray(self.components).shape
+        return {"shape": f"{k} eigenpairs in dimension {d}"}
+
     def __repr__(self) -> str:
         from dppca_dask._repr import short_repr
 
-        k, d = np.asarray(self.components).shape
-        return short_repr(self, shape=f"{k} eigenpairs in dimension {d}")
+        return short_repr(self, **self._repr_facts())
+
+    def _repr_html_(self) -> str:
+        from dppca_dask._repr import short_repr_html
+
+        return short_repr_html(self, **self._repr_facts())
 
 
 def private_moment_power_method(

@@ -31,12 +31,11 @@ extension beyond seed 002 (whose unit is one tensor entry), labelled so in the r
 
 from __future__ import annotations
 
-import datetime as _dt
 import math
 import os
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +52,6 @@ __all__ = [
     "check_corpus",
     "load_topics",
     "project_simplex",
-    "topics",
 ]
 
 #: Neighbouring relation of the topic model.
@@ -158,11 +156,19 @@ class TopicResult:
         """``"topics"`` (the registry's name, as jobs and the CLI report it)."""
         return "topics"
 
+    def _repr_facts(self) -> dict[str, Any]:
+        k, d = np.asarray(self.topics).shape
+        return {"shape": f"{k} topics over {d} words"}
+
     def __repr__(self) -> str:
         from dppca_dask._repr import short_repr
 
-        k, d = np.asarray(self.topics).shape
-        return short_repr(self, shape=f"{k} topics over {d} words")
+        return short_repr(self, **self._repr_facts())
+
+    def _repr_html_(self) -> str:
+        from dppca_dask._repr import short_repr_html
+
+        return short_repr_html(self, **self._repr_facts())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: ``topics``, ``weights``, ``eigenvalues``, ``privacy`` {epsilon, delta, neighbouring, ...}."""
@@ -264,6 +270,32 @@ def _check_params(n_topics: Any, n_restarts: Any, n_iter: Any, pca_iter: Any, pc
         raise InvalidParameterError(
             f"alpha0 must be a finite number >= 0; got {alpha0!r}; 0 is the single-topic model, LDA's Σα otherwise"
         )
+
+
+def clipping_bounds(pair_bound: Any, tensor_clip: Any, dim: int) -> tuple[Any, Any]:
+    """A run's public clipping bounds on ``dim`` columns, checked to be in (0, 1]: ``pair_bound`` (when not given,
+    ``min(1, DEFAULT_PAIR_BOUND_SCALE/√d)``) and ``tensor_clip``."""
+    if pair_bound is None:
+        pair_bound = min(1.0, DEFAULT_PAIR_BOUND_SCALE / math.sqrt(dim))
+    if not (isinstance(pair_bound, (int, float)) and 0 < float(pair_bound) <= 1):
+        raise InvalidParameterError(f"pair_bound must be in (0, 1]; got {pair_bound!r}; e.g. 0.2")
+    if not (isinstance(tensor_clip, (int, float)) and 0 < float(tensor_clip) <= 1):
+        raise InvalidParameterError(f"tensor_clip must be in (0, 1]; got {tensor_clip!r}; e.g. 0.25")
+    return pair_bound, tensor_clip
+
+
+def private_calibration(epsilon: Any, delta: Any, *, n_topics: int, n_restarts: int, n_iter: int, pca_iter: int,
+                        pca_share: Any, alpha0: Any) -> TopicsCalibration:
+    """A private run's calibration (:func:`calibrate_topics`), its budget checked first: ``epsilon`` finite and
+    > 0, ``delta`` in (0, 1)."""
+    if epsilon is None or delta is None:
+        raise InvalidParameterError("a private run needs epsilon and delta; pass both (or private=False)")
+    if not (math.isfinite(float(epsilon)) and float(epsilon) > 0):
+        raise InvalidParameterError(f"epsilon must be finite and > 0; got {epsilon}")
+    if not 0 < float(delta) < 1:
+        raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
+    return calibrate_topics(epsilon=float(epsilon), delta=float(delta), n_topics=n_topics, n_restarts=n_restarts,
+                            n_iter=n_iter, pca_iter=pca_iter, pca_share=float(pca_share), alpha0=float(alpha0))
 
 
 def _orthonormal(z: np.ndarray) -> np.ndarray:
@@ -468,195 +500,3 @@ def topic_diagnostics(whitening_eigenvalues: np.ndarray, whitening_scale: float,
         "whitening_noise_to_signal": [float(min(r, 1e6)) for r in whitening],
         "tensor_noise_to_signal": [float(min(r, 1e6)) for r in tensor],
     }
-
-
-def topics(
-    data: Any,
-    *,
-    n_topics: int,
-    epsilon: float | None,
-    delta: float | None,
-    alpha0: float = 0.0,
-    n_restarts: int = DEFAULT_RESTARTS,
-    n_iter: int = DEFAULT_TENSOR_ITER,
-    pca_iter: int = DEFAULT_PCA_ITER,
-    pca_share: float = DEFAULT_PCA_SHARE,
-    pair_bound: float | None = None,
-    tensor_clip: float = DEFAULT_TENSOR_CLIP,
-    private: bool = True,
-    client: Any = None,
-    executor: str = "auto",
-    persist: bool | None = None,
-    seed: int | None = None,
-    noise: Any = None,
-    storage_options: Any = None,
-    ledger: Any = None,
-    dataset: str | None = None,
-    job_id: str | None = None,
-) -> TopicResult:
-    """Differentially private topics of a document-word count matrix (rows: documents, columns: words).
-
-    Parameters
-    ----------
-    data
-        A store path, :class:`~dppca_dask.MatrixStore`, scipy sparse matrix or numpy array of word counts.
-    n_topics
-        K ≤ d.
-    epsilon, delta
-        Total budget of the run (both parts inside it). Ignored (may be None) with ``private=False``.
-    alpha0
-        0: single-topic model; > 0: LDA with Dirichlet concentration Σα = alpha0 (public).
-    n_restarts, n_iter
-        L and R of the tensor power method (K·L·(R+1) releases).
-    pca_iter
-        Subspace iterations of the private whitening.
-    pca_share
-        Share of the budget (in 1/m², i.e. zCDP ρ) spent on whitening.
-    pair_bound
-        Public clipping bound (in (0, 1]) of each document's second-moment product ``‖P2_doc Y‖_F`` in the private
-        whitening; 1 clips nothing. A document of ℓ distinct words has ``‖P2_doc‖_F ≈ 1/ℓ``; clipping binds on
-        short or repetitive documents (a bias, not a privacy cost), while the whitening noise grows with
-        ``pair_bound·√d``. None: ``min(1, 3.5/√d)``, a public rule tuned on generated corpora of 50-word
-        documents (``benchmarks/bench_tensor.py``): at d = 500, 0.05 left a bias of median TV ≈ 0.2 at any ε
-        and 0.2 reached TV ≈ 0.05 at ε = 4; at d = 5,000 and ε = 2, 0.05 gave TV ≈ 0.25 and 0.1 or 0.2 failed
-        (TV ≈ 1).
-    tensor_clip
-        Public fraction κ in (0, 1]: each document's whitened contribution ``‖Wᵀ P3_doc(I,v,v)‖`` (for LDA, with
-        its α₀ correction ``− b(2·M̂1ᵀv·Wᵀ P2_doc v + (vᵀP2_doc v)·WᵀM̂1)``) is clipped to κ times its worst case
-        (``max_i‖r_i‖·max_j (r_jᵀu)²``, plus the correction's bound for LDA; a function of released values),
-        which is then the sensitivity; 1 clips nothing. On LDA corpora the clip is what lets the LDA path beat
-        the single-topic path at moderate ε (``docs/guide/topics.md``).
-    private
-        False: the exact (non-private) method of moments, the reference of the benchmarks.
-    client
-        None (the active Dask client, else see ``executor``); ``"local"``: in this process, kernels called
-        directly; or a scheduler address / Client.
-    executor
-        As in :func:`dppca_dask.pca`: ``"auto"`` (default) runs in this process when no client is given or active
-        and the store is small by its public shape (``dppca_dask.executor.in-process-max-partitions`` partitions,
-        ``in-process-max-columns`` declared columns), else on an embedded ``LocalCluster``; ``"local"`` or
-        ``"cluster"`` force either. ``provenance["executor"]`` states where it ran.
-    seed, noise
-        A seed (result not private) or a noise source (tests); neither: OS entropy.
-    storage_options
-        For a store given by its URL (``s3://bucket/x.zarr``): fsspec options of its file system (``endpoint_url``,
-        ``key``, ``secret``, ...); by default the environment and configuration files (``AWS_ENDPOINT_URL``,
-        ``AWS_ACCESS_KEY_ID``, ...). A ``zarr.storage.FsspecStore`` is accepted as ``data`` too. Workers read the
-        store themselves, with these options; they are never shown in results, logs or provenance.
-    ledger, dataset, job_id
-        Keep the release in a privacy-budget ledger, as :func:`dppca_dask.pca` does (given together).
-
-    Returns
-    -------
-    TopicResult
-
-    Raises
-    ------
-    InvalidParameterError
-        For bad parameters (K > d, budget, shares), before any data is read.
-    InvalidInputError
-        For negative, fractional or too large counts (naming partition and row); before any noise is drawn.
-
-    Notes
-    -----
-    Privacy contract: add/remove one document (row); Gaussian releases whose sensitivities are bounded because each
-    document's moments are probability distributions (module docstring); the report is built by the accountant
-    from the events emitted. Beyond seed 002, whose relation is one tensor entry. The number of documents is private
-    under this relation and shapes nothing: a corpus with fewer documents than topics runs like any other (its
-    releases are mostly noise).
-
-    Examples
-    --------
-    Word counts of 300 generated documents over a vocabulary of 30 words:
-
-    >>> import numpy as np
-    >>> import scipy.sparse as sp
-    >>> import dppca_dask
-    >>> rng = np.random.default_rng(0)
-    >>> counts = sp.random(300, 30, density=0.2, random_state=rng, data_rvs=lambda n: rng.integers(1, 4, n))
-    >>> fitted = dppca_dask.topics(counts.tocsr(), n_topics=3, epsilon=2.0, delta=1e-6)
-    >>> fitted.topics.shape  # each row a distribution over the 30 words
-    (3, 30)
-    >>> bool(np.allclose(fitted.topics.sum(axis=1), 1.0)), fitted.privacy.private
-    (True, True)
-    """
-    from dppca_dask import accounting
-    from dppca_dask._execution import executor_choice as _executor_choice
-    from dppca_dask.coordinator import as_source
-    from dppca_dask.mechanisms import NoiseSource
-    from dppca_dask.methods.tensor.power import run_on_source
-
-    started = _dt.datetime.now(_dt.timezone.utc)
-    source = as_source(data, storage_options)
-    dim = source.n_cols
-    _check_params(n_topics, n_restarts, n_iter, pca_iter, pca_share, alpha0, dim)
-    choice = _executor_choice(source, client, executor)  # public values only: the width and partition count
-    if pair_bound is None:
-        pair_bound = min(1.0, DEFAULT_PAIR_BOUND_SCALE / math.sqrt(dim))
-    if not (isinstance(pair_bound, (int, float)) and 0 < float(pair_bound) <= 1):
-        raise InvalidParameterError(f"pair_bound must be in (0, 1]; got {pair_bound!r}; e.g. 0.2")
-    if not (isinstance(tensor_clip, (int, float)) and 0 < float(tensor_clip) <= 1):
-        raise InvalidParameterError(f"tensor_clip must be in (0, 1]; got {tensor_clip!r}; e.g. 0.25")
-    plan = None
-    if private:
-        if epsilon is None or delta is None:
-            raise InvalidParameterError("a private run needs epsilon and delta; pass both (or private=False)")
-        if not (math.isfinite(float(epsilon)) and float(epsilon) > 0):
-            raise InvalidParameterError(f"epsilon must be finite and > 0; got {epsilon}")
-        if not 0 < float(delta) < 1:
-            raise InvalidParameterError(f"delta must be in (0, 1); got {delta}")
-        plan = calibrate_topics(epsilon=float(epsilon), delta=float(delta), n_topics=n_topics,
-                                n_restarts=n_restarts, n_iter=n_iter, pca_iter=pca_iter,
-                                pca_share=float(pca_share), alpha0=float(alpha0))
-        if noise is not None and seed is not None:
-            raise InvalidParameterError("give either seed or noise, not both")
-        if noise is None:
-            noise = NoiseSource.from_entropy() if seed is None else NoiseSource.from_seed(seed)
-    else:
-        noise = None
-    rng = np.random.default_rng(seed)
-    run = _topic_run(dim=dim, n_topics=n_topics, n_restarts=n_restarts, n_iter=n_iter, pca_iter=pca_iter,
-                     alpha0=float(alpha0), noise=noise, plan=plan, rng=rng, pair_bound=float(pair_bound),
-                     tensor_clip=float(tensor_clip))
-    from dppca_dask.ledger import budgeted_release
-
-    with budgeted_release(ledger, dataset, job_id, store=source.store, epsilon=float(epsilon or 0.0),
-                          delta=float(delta or 0.0), events=plan.events() if plan is not None else None,
-                          mechanism="topics", neighbouring=DOCUMENT, noise=noise):  # reserved before the data is read
-        out = run_on_source(source, client, run, persist, choice)
-    report = None
-    if private:
-        report = accounting.build_report(
-            out["events"], target_epsilon=float(cast(float, epsilon)), target_delta=float(cast(float, delta)),
-            neighbouring=DOCUMENT, private=bool(noise.private),
-        )
-        from dppca_dask.coordinator.sources import schema_caveats
-
-        caveats = schema_caveats(source)  # a width inferred from the data: every topic's length reveals it
-        if caveats:
-            import dataclasses
-
-            report = dataclasses.replace(report, caveats=tuple(report.caveats) + caveats)
-    provenance = {
-        "mechanism": "topics",
-        "model": "single-topic" if alpha0 == 0 else f"LDA (alpha0={alpha0})",
-        "method": "method of moments (Anandkumar et al. 2014) with the private tensor power method (Wang & "
-                  "Anandkumar 2016, Alg. 3); one document as the privacy unit is an extension beyond the paper",
-        "parameters": {"n_topics": n_topics, "n_restarts": n_restarts, "n_iter": n_iter, "pca_iter": pca_iter,
-                       "pca_share": pca_share, "pair_bound": pair_bound, "tensor_clip": tensor_clip,
-                       "alpha0": alpha0},
-        "calibration": plan.to_dict() if plan is not None else None,
-        "input": dict(source.description),
-        "executor": choice.executor,
-        "seeded": seed is not None or (noise is not None and not noise.private),
-        "started": started.isoformat(timespec="seconds"),
-    }
-    diagnostics = out["diagnostics"] if private else {}
-    if private and not diagnostics["reliable"]:
-        import warnings
-
-        worst = max(diagnostics["noise_to_signal"])
-        warnings.warn(f"the topics are not reliable: the noise dominates the released moments (noise-to-signal up "
-                      f"to {worst:.3g} > {diagnostics['threshold']:g}); use more documents or a larger epsilon",
-                      UserWarning, stacklevel=2)
-    return TopicResult(out["topics"], out["weights"], out["eigenvalues"], report, provenance, diagnostics)

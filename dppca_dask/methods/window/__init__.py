@@ -2,6 +2,7 @@
 
 A window (the last ``30D`` of stamped partitions, or the last ``W`` rows) is released once as a ``d×d`` matrix
 through the Gaussian (Analyze Gauss), Wishart or JL mechanism; every downstream task is post-processing of it.
+The entry point is :func:`dppca_dask.window`; this package holds its steps.
 The public names are loaded on first use, so that the registry (:mod:`dppca_dask.methods`) can import this
 family's entries (:mod:`~dppca_dask.methods.window.mechanisms`) without the coordinator.
 """
@@ -19,14 +20,12 @@ __all__ = [
     "plan_window",
     "select_window",
     "tree_window",
-    "window",
 ]
 
 _HOMES = {
     "RELEASES": "calibration",
     "WindowRelease": "release",
     "plan_window": "release",
-    "window": "release",
     "WindowSelection": "selection",
     "parse_duration": "selection",
     "parse_timestamp": "selection",

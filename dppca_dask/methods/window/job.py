@@ -152,7 +152,7 @@ def plan_window_job(spec: Any, date: str, store: Any) -> Any:
 
 def plan_window_charges(spec: Any, date: str, store: Any) -> tuple[Any, Any]:
     """The window release's public plan for ``date`` and the partitions its run is charged to
-    (:func:`~dppca_dask.methods.window.release.plan_charges`, as :func:`~dppca_dask.methods.window.release.window`
+    (:func:`~dppca_dask.methods.window.release.plan_charges`, as :func:`~dppca_dask.window`
     decides them for the run: the window's, or a spectral histogram's, validated with the saved structure); reads
     no partition."""
     plan = plan_window_job(spec, date, store)
@@ -318,7 +318,7 @@ def _release_window(spec: Any, date: str, ledger: Any, dataset: str, job_id: str
     from dppca_dask.coordinator import connect
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.jobs import runner
-    from dppca_dask.methods.window.release import window
+    from dppca_dask import window
     from dppca_dask.methods.window.selection import parse_timestamp
     from dppca_dask.jobs.spec import dated
     from dppca_dask.storage._files import make_directories, make_tree_private

@@ -22,34 +22,16 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import time
-import warnings
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from dppca_dask._version import __version__
 from dppca_dask.errors import InvalidParameterError
-from dppca_dask.methods.hardt_roth.lowrank_plan import (  # noqa: F401  (re-exported: their home before the move)
-    _PLAN_DEFAULTS,
-    MAX_BOUND,
-    MAX_EPSILON,
-    MAX_N_ITER,
-    MAX_RANK,
-    MIN_DELTA,
-    LowRankPlan,
-    _bounded,
-    _integer,
-    _plan_shape,
-    _positive,
-    _validate,
-    plan_lowrank,
-    validate_lowrank,
-)
-from dppca_dask.results import LowRankResult, load_lowrank  # their home is the shared result module
+from dppca_dask.methods.hardt_roth.lowrank_plan import _plan_shape, _validate
+from dppca_dask.results import LowRankResult
 from dppca_dask.signs import flip_factor_signs
 
-__all__ = ["LowRankPlan", "LowRankResult", "load_lowrank", "lowrank", "plan_lowrank", "validate_lowrank"]
+__all__ = ["lowrank"]
 
 
 def lowrank(
@@ -176,13 +158,14 @@ def lowrank(
     >>> approx.privacy.neighbouring
     'one row changes by a vector of L2 norm at most 1'
     """
-    from dppca_dask.accounting import build_report
     from dppca_dask._execution import execute as _execute
     from dppca_dask._execution import executor_choice as _executor_choice
     from dppca_dask._execution import noise_source as _noise_source
-    from dppca_dask._execution import versions as _versions
+    from dppca_dask.api._provenance import run_provenance, run_timings
     from dppca_dask.coordinator import as_source
     from dppca_dask.coordinator.sources import schema_caveats
+    from dppca_dask.ledger import budgeted_release
+    from dppca_dask.methods.hardt_roth.entry import lowrank_report, make_run, released_factors, warn_paper_constants
 
     started_wall = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.perf_counter()
@@ -200,153 +183,37 @@ def lowrank(
         raise InvalidParameterError(
             "give either seed or noise, not both; a seeded NoiseSource is NoiseSource.from_seed"
         )
-    epsilon, delta, rank = parameters["epsilon"], parameters["delta"], parameters["rank"]
-
+    epsilon, delta = parameters["epsilon"], parameters["delta"]
     if not isinstance(timings, (bool, np.bool_)):
         raise InvalidParameterError(f"timings must be True or False; got {timings!r}")
+    # -- open the input (its public shape only) and plan from public values ---------------------------------
     source = as_source(data, storage_options)
     choice = _executor_choice(source, client, executor)  # public values only: the width and partition count
     planned = _plan_shape(parameters, neighbouring, int(source.n_rows), int(source.n_cols))
     caveats = schema_caveats(source)
-    calibration_info = dict(planned.calibration)
-    paper_figure = None
-    if mechanism == "private-low-rank" and calibration == "paper":
-        report = build_report(planned.events, target_epsilon=epsilon, target_delta=delta, neighbouring=neighbouring)
-        if not report.meets_target:
-            warnings.warn(
-                f"calibration='paper' uses Hardt-Roth 2012's printed constants, which do not meet "
-                f"(epsilon={epsilon:g}, delta={delta:g}) (the range finder's noise lacks a sqrt(ln(1/delta)) "
-                f"factor); this run is ({report.epsilon:.4g}, {delta:g})-DP, as its privacy report states",
-                UserWarning, stacklevel=2,
-            )
-    n_cols = int(source.n_cols)
-
+    warn_paper_constants(planned.events, parameters, neighbouring)
     if noise is None:
         noise = _noise_source(seed)  # a seed warns NotPrivateWarning here
     t_calibrated = time.perf_counter()
-    run = _make_run(mechanism, parameters, n_cols, noise)
-    from dppca_dask.ledger import budgeted_release
-
+    run = make_run(mechanism, parameters, int(source.n_cols), noise)
+    # -- execute ---------------------------------------------------------------------------------------------
     with budgeted_release(ledger, dataset, job_id, store=source.store, epsilon=epsilon, delta=delta,
                           events=planned.events, mechanism=mechanism, neighbouring=neighbouring,
                           noise=noise):  # reserved before the data is read
         output = _execute(source, client, persist, run, choice)
     finished = time.perf_counter()
-
+    # -- report (released values and public parameters only) -----------------------------------------------
     events = list(output.events)
-    output, left, right, extras = _factors(mechanism, output, parameters)
-    if mechanism == "private-power":
-        calibration_info = output.calibration.to_dict()
-        if calibration == "paper":
-            paper_figure = output.calibration.paper_figure()
-    report = build_report(events, target_epsilon=epsilon, target_delta=delta, neighbouring=neighbouring,
-                          private=bool(noise.private), paper_figure=paper_figure)
-    if mechanism != "private-power" and parameters["row_change_bound"] == parameters["row_norm_bound"]:
-        report = _with_replace_one(report, events, delta)
+    output, left, right, extras = released_factors(mechanism, output, parameters)
+    report, calibration_info = lowrank_report(output, events, parameters, neighbouring, noise, planned.calibration)
     if caveats:
         report = dataclasses.replace(report, caveats=caveats)
-    provenance = {
-        "mechanism": mechanism,
-        "private": report.private,
-        "parameters": parameters,
-        "calibration": calibration_info,
-        "input": dict(source.description),
-        "seeded": seed is not None or not noise.private,
-        "executor": choice.executor,
-        "noise_sampler": noise.sampler,
-        "package": {"dppca_dask": __version__, **_versions()},
-        "started": started_wall.isoformat(timespec="seconds"),
-    }
-    if timings:  # with the start, the duration: data-dependent, so only when timings are asked for
-        provenance["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    timing_values: dict[str, Any] = {}
-    if timings:
-        timing_values = {"total": finished - t0, "calibration": t_calibrated - t0, "run": finished - t_calibrated,
-                         "note": "wall-clock seconds; they depend on the data and are NOT covered by the privacy "
-                                 "guarantee"}
+    provenance = run_provenance(
+        mechanism=mechanism, private=report.private, parameters=parameters, calibration=calibration_info,
+        source=source, seeded=seed is not None or not noise.private, executor=choice.executor, noise=noise,
+        started=started_wall, timings=timings)
     left, right = flip_factor_signs(left, right)  # deterministic signs, as svd_flip (post-processing)
     return LowRankResult(left=left, right=right, mechanism=mechanism, privacy=report, provenance=provenance,
-                         timings=timing_values, extras=extras, diagnostics=getattr(output, "diagnostics", None))
-
-
-def _factors(mechanism: str, output: Any, parameters: Mapping[str, Any]) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """The released factors of a run's output and its mechanism's extras (post-processing of released values):
-    (output, left, right, extras); private power's values of a symmetric matrix projected onto their feasible set."""
-    extras: dict[str, Any] = {"n_passes": output.n_passes}
-    if mechanism == "private-low-rank":
-        extras.update(alphas=output.alphas, projection_sensitivity=output.projection_sensitivity,
-                      width=output.calibration.width)
-        return output, output.left, output.right, extras
-    if mechanism == "randomized-response":
-        extras.update(sigma=output.sigma)
-        return output, output.left, output.right, extras
-    extras.update(values=output.values, coherence=list(output.coherence), failed_rungs=list(output.failed_rungs),
-                  dimension=output.dimension, n_releases=output.n_releases)
-    if parameters.get("symmetric", False):
-        output, order = _feasible_values(output, signed=bool(parameters["signed_values"]))
-        extras.update(values=output.values, coherence=[extras["coherence"][i] for i in order],
-                      failed_rungs=[extras["failed_rungs"][i] for i in order])
-        return output, output.components.T, output.values[:, None] * output.components, extras
-    return output, output.left[:, None], output.values[:, None] * output.components, extras
-
-
-def _feasible_values(output: Any, *, signed: bool) -> tuple[Any, list[int]]:
-    """Private power's released σ̂_i of a symmetric matrix projected onto their feasible set (post-processing):
-    norms (``signed=False``) are non-negative, so a negative one (Laplace noise) becomes 0; then the components are
-    ordered by decreasing σ̂ (with their diagnostics), so that the values read as singular values do. Signed values
-    (Rayleigh quotients) are kept as released. Returns the output and the order applied."""
-    components = np.asarray(output.components)
-    values = np.asarray(output.values, dtype=np.float64)
-    if signed or values.shape[0] != components.shape[0]:
-        return output, list(range(components.shape[0]))
-    values = np.maximum(values, 0.0)
-    order = [int(i) for i in np.argsort(-values, kind="stable")]
-    diag = output.diagnostics
-    if diag is not None:
-        from dppca_dask.diagnostics import diagnostics
-
-        diag = diagnostics([diag.noise_to_signal[i] for i in order], threshold=diag.threshold, rule=diag.rule)
-    return dataclasses.replace(output, components=components[order], values=values[order], diagnostics=diag), order
-
-
-def _make_run(mechanism: str, p: Mapping[str, Any], n_cols: int, noise: Any) -> Any:
-    if mechanism == "private-low-rank":
-        from dppca_dask.methods.hardt_roth.find_and_project import private_low_rank_run
-
-        return private_low_rank_run(
-            n_cols=n_cols, rank=p["rank"], oversampling=p["oversampling"], epsilon=p["epsilon"], delta=p["delta"],
-            row_norm_bound=p["row_norm_bound"], row_change_bound=p["row_change_bound"], noise=noise,
-            calibration=p["calibration"], projection=p["projection"], prune_alpha=p["prune_alpha"],
-            left_factor=p["left_factor"], truncate=p["truncate"],
-        )
-    if mechanism == "randomized-response":
-        from dppca_dask.methods.hardt_roth.randomized_response import randomized_response_run
-
-        return randomized_response_run(
-            n_cols=n_cols, rank=p["rank"], epsilon=p["epsilon"], delta=p["delta"],
-            row_norm_bound=p["row_norm_bound"], row_change_bound=p["row_change_bound"], noise=noise,
-            calibration=p["calibration"],
-        )
-    from dppca_dask.methods.hardt_roth.power_iteration import private_power_run
-
-    return private_power_run(
-        n_cols=n_cols, epsilon=p["epsilon"], delta=p["delta"], n_iter=p["n_iter"], n_components=p["rank"],
-        symmetric=p["symmetric"], coherence=p["coherence"], c_doubling=p["c_doubling"],
-        entry_bound=p["entry_bound"], calibration=p["calibration"], release_values=True,
-        signed_values=p["signed_values"], noise=noise,
-    )
-
-
-def _with_replace_one(report: Any, events: list[Any], delta: float) -> Any:
-    """Add the replace-one-row figure: with rows clipped to c = s, replacing a row is a change of at most 2s."""
-    from dppca_dask.accounting import epsilon_for, group_events
-
-    value = epsilon_for(group_events(events, group_size=2), delta=delta, accountant=report.accountant)
-    group = {
-        "neighbouring": "replace one row (rows clipped to the row-change bound)",
-        "epsilon": value,
-        "delta": float(delta),
-        "accountant": report.accountant,
-        "method": "group privacy of size 2 (sensitivities doubled)",
-    }
-    return dataclasses.replace(report, group_privacy=group)
+                         timings=run_timings(timings, total=finished - t0, calibration=t_calibrated - t0,
+                                             run=finished - t_calibrated),
+                         extras=extras, diagnostics=getattr(output, "diagnostics", None))

@@ -1,4 +1,5 @@
-"""The public entry points: :func:`pca` (the scikit-learn estimator :class:`DPPCA` is in :mod:`dppca_dask.estimator`).
+"""The entry point :func:`pca` and its planning from public values (:func:`plan_release`); the scikit-learn
+estimator :class:`~dppca_dask.estimator.DPPCA` is in :mod:`dppca_dask.estimator`.
 
 ``pca`` validates every parameter and the input's metadata before anything else happens, calibrates the noise to
 the requested total (ε, δ) from public parameters only, then runs the mechanism on a Dask cluster (an embedded
@@ -11,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import inspect
-import logging
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -20,52 +20,33 @@ from typing import Any
 
 import numpy as np
 
-from dppca_dask._version import __version__
+from dppca_dask._execution import execute as _execute
+from dppca_dask._execution import executor_choice as _executor_choice
+from dppca_dask._execution import noise_source as _noise_source
 from dppca_dask.methods._params import DEFAULT_MAX_DENSE_DIM
 from dppca_dask.methods.adaptive_power.block_plan import BLOCK_POWER
 from dppca_dask.methods.adaptive_power.centring import centring_options
 from dppca_dask.methods.adaptive_power.explained_variance import result_fields
 from dppca_dask.methods.adaptive_power.centring_plan import plan_with_centring
-from dppca_dask._execution import execute as _execute
-from dppca_dask._execution import executor_choice as _executor_choice
-from dppca_dask._execution import noise_source as _noise_source
-from dppca_dask._execution import versions as _versions
+from dppca_dask.api._input import file_shape_caveat, open_input
+from dppca_dask.api._pca_report import pca_diagnostics, pca_extras, pca_report
+from dppca_dask.api._progress import on_release as _on_release
+from dppca_dask.api._progress import progress_bar
+from dppca_dask.api._provenance import run_provenance, run_timings
 from dppca_dask.coordinator import as_source
 from dppca_dask.coordinator.sources import schema_caveats
 from dppca_dask.errors import InvalidParameterError, NotPrivateWarning
 from dppca_dask.methods import MechanismPlan, get_mechanism, mechanism_names
-from dppca_dask.methods._params import (  # noqa: F401 (re-exported: the public constants of pca)
-    ADD_REMOVE_ROW,
-    DEFAULT_N_ITER,
+from dppca_dask.methods._params import (
     DEFAULT_SVT_SHARE,
-    MAX_EPSILON,
-    MAX_GRID_OCTAVES,
-    MAX_GRID_PER_OCTAVE,
-    MAX_N_ITER,
-    MIN_DELTA,
-    NON_PRIVATE_MECHANISMS,
     PCA_DEFAULTS,
-    ROW_NORM_BOUND_RANGE,
     PCAParameters,
     default_mechanism,
     validate_parameters,
 )
 from dppca_dask.results import PCAResult
 
-__all__ = [
-    "DEFAULT_N_ITER",
-    "DEFAULT_SVT_SHARE",
-    "DPPCA",
-    "MechanismPlan",
-    "PCAParameters",
-    "ReleasePlan",
-    "mechanisms",
-    "pca",
-    "plan_release",
-    "register_mechanism",
-]
-
-log = logging.getLogger(__name__)
+__all__ = ["ReleasePlan", "mechanisms", "pca", "plan_release", "register_mechanism"]
 
 
 def register_mechanism(name: str, planner: Callable[[PCAParameters, int], MechanismPlan], *,
@@ -331,6 +312,7 @@ def pca(
     """
     started_wall = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.perf_counter()
+    # -- public parameters, before the data is touched ------------------------------------------------------------
     if mechanism is None:
         mechanism = default_mechanism(n_components)
     centring, bound = centring_options(mechanism, center, row_norm_bound)
@@ -352,14 +334,15 @@ def pca(
         c_doubling=c_doubling,
         symmetric=symmetric,
     )
-    data, read_from_file = _open_input(data, layer, storage_options)
+    # -- open the input (its public shape only) ----------------------------------------------------------------------
+    data, read_from_file = open_input(data, layer, storage_options)
     source = as_source(data, storage_options)
     choice = _executor_choice(source, client, executor)
-    # one calibration: the centred run's own (the plain plan would be calibrated for nothing)
+    # -- plan from public values: one calibration, the centred run's own (not the plain plan's as well) -----------
     plan = plan_with_centring(params, source.n_cols, centring) if centring.active else _plan(params, source.n_cols)
     caveats = schema_caveats(source) if plan.private else ()
     if read_from_file and plan.private:
-        caveats = (*caveats, *_file_shape_caveat())
+        caveats = (*caveats, *file_shape_caveat())
     t_calibrated = time.perf_counter()
     if not isinstance(timings, (bool, np.bool_)):
         raise InvalidParameterError(f"timings must be True or False; got {timings!r}")
@@ -374,9 +357,9 @@ def pca(
         noise = _noise_source(seed)
     if noise is not None and resume is not None:
         noise.mark_released(plan.resumed_keys(resume))
-
+    # -- execute ---------------------------------------------------------------------------------------------------
     iteration_times: list[float] = []
-    bar = _progress(plan.total_steps, params.mechanism, progress, source.n_partitions)
+    bar = progress_bar(plan.total_steps, params.mechanism, progress, source.n_partitions)
     released = _on_release(plan.total_steps, on_release, bar, iteration_times)
     from dppca_dask.ledger import budgeted_release
 
@@ -388,187 +371,24 @@ def pca(
         finally:
             bar.close()
     finished = time.perf_counter()
-    events = tuple(getattr(output, "events", ()))
-    report = _report(params, plan, events, noise)
+    # -- report (released values and public parameters only) ---------------------------------------------------
+    report = pca_report(params, plan, tuple(getattr(output, "events", ())), noise)
     if caveats:
         report = dataclasses.replace(report, caveats=caveats)
-    thresholds = getattr(output, "thresholds", None)
-    extras = _extras(output, params, auto_bound=centring.auto_bound)
-    provenance = {
-        "mechanism": params.mechanism,
-        "private": report.private,
-        "parameters": {**params.to_json(), **centring.to_json()},
-        "calibration": dict(plan.calibration),
-        "input": dict(source.description),
-        "seeded": seed is not None or (noise is not None and not noise.private),
-        "executor": choice.executor,
-        "noise_sampler": noise.sampler if noise is not None else None,
-        "package": {"dppca_dask": __version__, **_versions()},
-        "started": started_wall.isoformat(timespec="seconds"),
-    }
-    if timings:  # with the start, the duration: data-dependent, so only when timings are asked for
-        provenance["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    timing_values: dict[str, Any] = {}
-    if timings:
-        timing_values = {
-            "total": finished - t0,
-            "calibration": t_calibrated - t0,
-            "iterations": iteration_times,
-            "note": "wall-clock seconds; they depend on the data and are NOT covered by the privacy guarantee",
-        }
+    provenance = run_provenance(
+        mechanism=params.mechanism, private=report.private,
+        parameters={**params.to_json(), **centring.to_json()}, calibration=dict(plan.calibration),
+        source=source, seeded=seed is not None or (noise is not None and not noise.private),
+        executor=choice.executor, noise=noise, started=started_wall, timings=timings)
     return PCAResult(
         components=output.components,
         mechanism=getattr(output, "mechanism", None) or (
             BLOCK_POWER if centring.active and params.mechanism == "adaptive-power" else params.mechanism),
         privacy=report,
-        thresholds=thresholds,
+        thresholds=getattr(output, "thresholds", None),
         provenance=provenance,
-        timings=timing_values,
-        extras=extras,
-        diagnostics=_diagnostics(output, params.mechanism),
+        timings=run_timings(timings, total=finished - t0, calibration=t_calibrated - t0, iterations=iteration_times),
+        extras=pca_extras(output, params, auto_bound=centring.auto_bound),
+        diagnostics=pca_diagnostics(output, params.mechanism),
         **result_fields(output),
     )
-
-
-def _on_release(total_steps: int, on_release: Any, bar: Any, iteration_times: list[float]) -> Callable[..., None]:
-    """The run's ``on_release``: the caller's callback first (a checkpoint), then a log line and the progress bar
-    for each released iteration (public numbers only), its wall-clock time appended to ``iteration_times``."""
-    last = [time.perf_counter()]
-
-    def released(state: Any, events: tuple[Any, ...]) -> None:
-        if on_release is not None:
-            on_release(state, events)  # checkpoint first: what is logged below must be on disk
-        if getattr(state, "stage", "iteration") != "iteration":  # a block run's quantile, mean or variance
-            return
-        if getattr(state, "pending_index", None) is not None:  # an AboveThreshold step; its Gaussian step follows
-            log.debug("released the threshold step of iteration %d/%d", len(iteration_times) + 1, total_steps)
-            return
-        now = time.perf_counter()
-        iteration_times.append(now - last[0])
-        last[0] = now
-        theta = state.thresholds[-1][-1] if state.thresholds and state.thresholds[-1] else None
-        # public numbers only (iteration counters, the released θ); no durations: they depend on the data
-        log.info("released iteration %d/%d (theta=%s)", len(iteration_times), total_steps,
-                 f"{theta:.4g}" if theta is not None else "-")
-        bar.iteration(theta)
-
-    return released
-
-
-def _extras(output: Any, params: PCAParameters, *, auto_bound: bool) -> dict[str, Any]:
-    """A result's ``extras``: the released bound, clipped fraction and auto decision, the exact run's eigenvalues
-    (warns when the released clipped fraction is large)."""
-    extras: dict[str, Any] = {}
-    if auto_bound:
-        extras["row_norm_bound"] = float(output.row_norm_bound)  # released by the private quantile
-    if getattr(output, "clipped_fraction", None) is not None:  # released: a noisy count over a noisy count
-        extras["clipped_fraction"] = float(output.clipped_fraction)
-        _warn_clipping(float(output.clipped_fraction), float(params.row_norm_bound))
-    if getattr(output, "decision", None) is not None:
-        extras["auto"] = dict(output.decision)  # released values and public constants only
-    if params.mechanism == "exact":
-        extras["eigenvalues"] = np.asarray(output.eigenvalues).tolist()
-        extras["passes"] = output.n_passes
-    return extras
-
-
-def _warn_clipping(fraction: float, bound: float) -> None:
-    """A :class:`~dppca_dask.errors.ClippingWarning` when the released clipped fraction is above
-    :data:`~dppca_dask.methods.adaptive_power.row_norm_bound.CLIPPED_FRACTION_WARNING` (a function of released values only)."""
-    from dppca_dask.methods.adaptive_power.row_norm_bound import CLIPPED_FRACTION_WARNING
-    from dppca_dask.errors import ClippingWarning
-
-    if fraction > CLIPPED_FRACTION_WARNING:
-        warnings.warn(
-            f"row_norm_bound={bound:g} clipped about {fraction:.0%} of the rows (released): the components are those "
-            "of the rows scaled down to that norm, which may not be the data's principal directions; pass "
-            "row_norm_bound='auto' (a private 90th percentile of the row norms) or a bound near the typical row norm "
-            "(noise grows with its square), and after StandardScaler bound each value first, e.g. "
-            "numpy.clip(X, -3, 3) (see the clipping guide)",
-            ClippingWarning, stacklevel=4)  # pca -> _extras -> here: the caller of pca
-
-
-def _diagnostics(output: Any, mechanism: str) -> Any:
-    """The release's diagnostics (post-processing of released values, computed by the run); every figure 0 for
-    the exact, noise-free baseline."""
-    from dppca_dask.diagnostics import exact_diagnostics
-
-    if mechanism == "exact":
-        return exact_diagnostics(int(np.asarray(output.components).shape[0]))
-    return getattr(output, "diagnostics", None)
-
-
-def _open_input(data: Any, layer: str | None, storage_options: Any = None) -> tuple[Any, bool]:
-    """``data`` as :func:`as_source` takes it, and whether it is read from an AnnData file directly (an ``.h5ad``
-    file, or a layer of an AnnData file or store): then a lazy Dask array of row blocks, read in bounded memory."""
-    import os
-
-    if layer is not None and (not isinstance(layer, str) or not layer):
-        raise InvalidParameterError(f"layer must be a non-empty string or None; got {layer!r}")
-    from dppca_dask._urls import filesystem, is_url, local_path
-
-    data = local_path(data)  # a file:// URL is the local path it names
-    if isinstance(data, (str, os.PathLike)):
-        path = os.fspath(data)
-        if is_url(path):
-            filesystem(path, storage_options)  # a scheme whose package is missing is named here, before anything runs
-            if path.lower().endswith(".h5ad"):
-                raise InvalidParameterError(
-                    f"'{path}': an .h5ad file is read from a local or mounted path (HDF5 needs random access to a "
-                    "file); download it first, or ingest it into a store and give the store's URL")
-        if path.lower().endswith(".h5ad") or layer is not None:
-            from dppca_dask.ingest.adata import anndata_dask
-
-            return anndata_dask(path, layer=layer), True
-    elif layer is not None:
-        raise InvalidParameterError(
-            f"layer={layer!r} names a layer of an AnnData file; give the path of an .h5ad file or AnnData .zarr "
-            f"store as data (got {type(data).__name__}), or pass the layer's matrix itself")
-    return data, False
-
-
-def _file_shape_caveat() -> tuple[str, ...]:
-    """An AnnData file read directly has the width of its data, as a store ingested without a declared schema:
-    every output's length reveals it, which the guarantee does not cover (DESIGN.md, invariant 9)."""
-    from dppca_dask.coordinator.sources import INFERRED_SCHEMA_CAVEAT
-    from dppca_dask.errors import InferredSchemaWarning
-
-    warnings.warn(
-        "the number of columns was read from the AnnData file, and every release reveals it, which the privacy "
-        "guarantee does not cover; ingest with `dppca-dask ingest FILE --out STORE --n-features D` to declare it as "
-        "public input",
-        InferredSchemaWarning,
-        stacklevel=4,
-    )
-    return (INFERRED_SCHEMA_CAVEAT,)
-
-
-def _report(params: PCAParameters, plan: MechanismPlan, events: tuple[Any, ...], noise: Any) -> Any:
-    from dppca_dask import accounting
-
-    if params.mechanism == "exact":
-        from dp_accounting import NonPrivateDpEvent
-
-        return accounting.build_report(
-            [NonPrivateDpEvent()], target_epsilon=float("inf"), target_delta=0.0,
-            neighbouring=plan.neighbouring, private=False,
-        )
-    replace_events, method = (None, None) if plan.replace_one is None else (plan.replace_one[0](events),
-                                                                          plan.replace_one[1])
-    return accounting.build_report(
-        list(events),
-        target_epsilon=params.epsilon,
-        target_delta=params.delta,
-        neighbouring=plan.neighbouring,
-        private=bool(noise.private),
-        paper_figure=plan.paper_figure,
-        replace_one_events=replace_events,
-        replace_one_method=method,
-    )
-
-
-def _progress(total: int, mechanism: str, enabled: bool | None, partitions: int) -> Any:
-    """One bar over the run's passes (:class:`~dppca_dask._progress.RunProgress`)."""
-    from dppca_dask._progress import RunProgress
-
-    return RunProgress(iterations=total, partitions=partitions, desc=mechanism, enabled=enabled)
