@@ -8,10 +8,9 @@ import pytest
 
 from dppca_dask import api
 from dppca_dask.errors import InvalidParameterError
-from dppca_dask.jobs import spec
 from dppca_dask.jobs.plan import planned_events
 from dppca_dask.lowrank import plan_lowrank
-from dppca_dask.methods import Mechanism, get_mechanism, mechanism_help, mechanism_names, register
+from dppca_dask.methods import Mechanism, get_mechanism, job_mechanisms, mechanism_help, mechanism_names, register
 from dppca_dask.methods import _registry
 
 
@@ -20,9 +19,9 @@ def test_entries_list_their_mechanisms_in_registration_order() -> None:
                                       "private-power")
     assert mechanism_names("lowrank") == ("private-low-rank", "randomized-response", "private-power")
     assert api.mechanisms() == mechanism_names("pca")
-    assert spec.PCA_JOB_MECHANISMS == ("adaptive-power", "adaptive-power-block", "auto", "analyze-gauss",
-                                       "private-power")
-    assert spec.LOWRANK_JOB_MECHANISMS == ("private-low-rank", "randomized-response")
+    assert job_mechanisms("pca") == ("adaptive-power", "adaptive-power-block", "auto", "analyze-gauss",
+                                    "private-power")
+    assert job_mechanisms("lowrank") == ("private-low-rank", "randomized-response")
     for entry in ("pca", "lowrank"):
         for name in mechanism_names(entry):
             mechanism = get_mechanism(name, entry)
