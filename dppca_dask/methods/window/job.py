@@ -328,7 +328,7 @@ def _release_window(spec: Any, date: str, ledger: Any, dataset: str, job_id: str
     from dppca_dask.coordinator import connect
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.jobs import steps
-    from dppca_dask.methods.window.release import window
+    from dppca_dask.methods._registry import resolve
     from dppca_dask.methods.window.selection import parse_timestamp
     from dppca_dask.jobs.spec import dated
     from dppca_dask.storage._files import make_directories, make_tree_private
@@ -371,6 +371,7 @@ def _release_window(spec: Any, date: str, ledger: Any, dataset: str, job_id: str
         stack.enter_context(dask.config.set(embedded))  # the embedded cluster's shape, when the release starts one
         if address:  # the scheduler, reached with the spec's TLS settings
             client = stack.enter_context(connect(address, security=security))
+        window = resolve("dppca_dask.window")  # the entry point, by its public name
         result = window(spec.data.open(), epsilon=spec.epsilon, delta=spec.delta, ledger=deferred,
                         dataset=dataset, job_id=job_id, client=client, executor=spec.cluster.executor,
                         noise=noise, **parameters)
