@@ -127,7 +127,7 @@ def run_resolve(args: argparse.Namespace) -> int:
     if entry.status != RESERVED:
         raise LedgerError(f"job '{args.job_id}' of dataset '{entry.dataset}' is {entry.status} ({entry.outcome}), "
                           "not a stale reservation; nothing to resolve")
-    from dppca_dask.jobs.runner import job_lock
+    from dppca_dask.jobs.steps import job_lock
 
     with job_lock(ledger, entry.dataset, args.job_id):  # refused while a run of the job holds it
         done = ledger.release(entry.dataset, args.job_id, outcome="resolved")

@@ -6,7 +6,8 @@ why re-running a job id is safe). ``dppca-dask run JOB.toml`` is the command lin
 
 from __future__ import annotations
 
-from dppca_dask.jobs.runner import JobOutcome, run_job, today
+from dppca_dask.jobs.runner import run_job, today
+from dppca_dask.jobs.steps import JobOutcome
 from dppca_dask.jobs.spec import JobSpec, load_job, parse_job
 
 __all__ = ["JobOutcome", "JobSpec", "load_job", "parse_job", "run_job", "today"]

@@ -11,24 +11,9 @@ the store's declared width and partition count as the run decides it), and the b
 reserved, under the real rules (composition, relation, store id), in a private snapshot of the ledger (SQLite's
 backup API) that is deleted afterwards. The ledger file itself is only read.
 
-A ``sliding-window`` job is checked as its run checks it: the ``[budget]`` totals against the ledger's key, an
-earlier charge of the date, the TLS files and the scheduler, the day's ``[data.append]`` file, the window ending at
-the date (chosen from the public partition table), where its release would execute (decided from the window's
-declared width and partition count, by the function the release calls), and its events reserved, in the ledger
-snapshot, on every partition key the run reserves: the partitions the release is charged to are decided by the
-function the release calls (``plan_charges``): the window's, or for ``structure = "spectral-histogram"`` also those
-before the window that the saved histogram may cover, with the run's checks of the histogram's parameters and of
-the saved structure (read, not changed).
-
-When the run would first append the day's file, the dry run checks that it exists and what the append checks on
-the partition table (a dppca_dask store, a timestamp that is a real day; days come in any order), then plans the
-window on the partition table as the append leaves it: one more partition, stamped with the date, under the store's id (so its ledger key is known:
-``<dataset>/partition/<store id>:<index>``), and tries the reservations on the window's keys, the day's included.
-Left to the run: the file's contents (format, width, values, labels: the append reads it; the dry run does not),
-and, if the file holds more rows than the store's rows per partition, the further partitions the append makes
-(new keys, and the executor decided again from the window's partition count). A row window (``last_rows``) is
-planned the same way: it reads and is charged to every partition up to its end (with ``last`` too, to those of that
-time window), whatever their row counts.
+An entry kind with a job runner of its own (:attr:`~dppca_dask.methods.Entry.dry_run`) is checked by its own dry
+run, as its run checks it: a ``sliding-window`` job's is
+:func:`~dppca_dask.methods.window.job.dry_run_window_job`.
 
 A job that refreshes its store from ``[data.ingest]`` first is planned from its spec and its source, without
 ingesting (the store is neither written nor read, and need not exist yet): the source exists, its format (the
@@ -54,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from dppca_dask.errors import DppcaError
-from dppca_dask.jobs.spec import JobSpec, dated
+from dppca_dask.jobs.spec import JobSpec
 
 __all__ = ["DryRun", "dry_run_job"]
 
@@ -134,13 +119,15 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
     """
     from dppca_dask.coordinator.client import check_scheduler
     from dppca_dask.coordinator.preflight import preflight
-    from dppca_dask.jobs import runner
+    from dppca_dask.jobs import runner, steps
     from dppca_dask.ledger import CHARGED, RESERVED, Ledger, partition_identities
 
     date = runner._check_date(date or runner.today())
     spec = spec.on_date(date)  # dated sources ({date}) name this run's files
-    if spec.kind == "window":
-        return _dry_run_window(spec, date)
+    if spec.entry.dry_run is not None:  # an entry with a runner of its own checks as that runner does
+        from dppca_dask.methods._registry import resolve
+
+        return cast(DryRun, resolve(spec.entry.dry_run)(spec, date))
     job_id = spec.job_id(date)
     output = spec.output_dir(date)
     dataset = spec.budget.dataset
@@ -161,7 +148,7 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
         return outcome("already-completed", previous.neighbouring, None,
                        [f"job '{job_id}' already succeeded; a run would do nothing"])
     notes: list[str] = []
-    runner._check_output(output)
+    steps._check_output(output)
     resuming = previous is not None and previous.status in (RESERVED, CHARGED)
     store: Any = None
     ingest: dict[str, Any] | None = None
@@ -172,7 +159,7 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
         if spec.data.ingest is not None:
             notes.append(f"the store is not refreshed when a job resumes: '{spec.data.store}' is checked as it is")
         store = spec.data.open()
-        runner._check_schema(spec, store)
+        steps._check_schema(spec, store)
         n_rows, n_cols = int(store.n_rows), int(store.n_cols)
     from dppca_dask.jobs.plan import planned_events, rows_needed
 
@@ -181,7 +168,7 @@ def dry_run_job(spec: JobSpec, *, date: str | None = None, allow_new_store: bool
     if unplanned is None:
         plan = planned_events(spec.mechanism, n_rows=n_rows, n_cols=n_cols, epsilon=spec.epsilon,
                               delta=spec.delta, parameters=dict(spec.parameters))
-    security = runner._security(spec)
+    security = steps._security(spec)
     if spec.cluster.address:
         check_scheduler(spec.cluster.address, security=security)
     if store is not None:
@@ -251,7 +238,8 @@ def _check_ingest(spec: JobSpec, notes: list[str]) -> dict[str, Any]:
         + (f", column ids from {ids}" if isinstance(ids, str) else "") + f") into '{spec.data.store}'; the dry "
         "run does not ingest: the values (and their width against the declared one) are read and checked by the "
         "ingest, then every partition"
-        + (" and the word counts" if spec.kind == "topics" else "") + " before the reservation, not here"
+        + (f" and {spec.entry.content_checked}" if spec.entry.content_checked else "") + " before the reservation, "
+        "not here"
     )
     return described
 
@@ -277,121 +265,3 @@ def _executor_before_ingest(spec: JobSpec, n_cols: int) -> dict[str, str]:
     return {"asked": asked, "executor": few.executor,  # the width alone decides
             "reason": f"{n_cols} columns above the in-process limit {max_cols} "
                       "(dppca_dask.executor.in-process-max-columns), whatever the partition count"}
-
-
-def _dry_run_window(spec: JobSpec, date: str) -> DryRun:
-    """A ``sliding-window`` job: the window ending at ``date`` chosen from the public partition table (with the day's
-    partition when the run would append it first), where its release would execute (decided from the window's
-    declared width and partition count, as the release decides it), and its events reserved on every partition key
-    the run reserves (:func:`~dppca_dask.methods.window.job.window_charges`), in a snapshot of the ledger."""
-    from dppca_dask.accounting import ADD_REMOVE_ROW
-    from dppca_dask.coordinator.client import check_scheduler
-    from dppca_dask.jobs import runner
-    from dppca_dask.ledger import RESERVED, Ledger
-    from dppca_dask.methods.window.budget import partition_key, reserve_partitions
-    from dppca_dask.methods.window.job import earlier_charge, plan_window_job, window_charges
-    from dppca_dask.methods.window.release import _choose
-    from dppca_dask.methods.window.selection import parse_timestamp
-
-    job_id = spec.job_id(date)
-    output = spec.output_dir(date)
-    dataset = spec.budget.dataset
-    ledger = Ledger(spec.budget.ledger, read_only=True)
-
-    def outcome(status: str, neighbouring: str | None, remaining: float | None, notes: list[str],
-                releases: tuple[str, ...] = (), executor: dict[str, str] | None = None) -> DryRun:
-        return DryRun(job_id=job_id, status=status, mechanism=spec.mechanism, epsilon=spec.epsilon,
-                      delta=spec.delta, neighbouring=neighbouring, dataset=dataset, output=output,
-                      remaining_epsilon_after=remaining, notes=tuple(notes), parameters=dict(spec.parameters),
-                      releases=releases, executor=dict(executor or {}))
-
-    if spec.budget.total_epsilon is not None:  # the run's first check (run_window_job), whatever the run leaves
-        with ledger._connection() as db:  # only reads: the read-only ledger, named in its message
-            ledger._ensure(db, dataset, float(spec.budget.total_epsilon), float(cast(float, spec.budget.total_delta)),
-                          None)
-    ledger.budget(dataset)  # a missing key fails before anything is read
-    charged = earlier_charge(ledger, dataset, job_id, output)
-    if charged is not None:
-        return outcome("already-completed", charged.neighbouring, None,
-                       [f"job '{job_id}' already succeeded; a run would do nothing"])
-    # An earlier attempt that stopped before its charge left its reservations on the window's partition keys; a
-    # run reserves them again unchanged (nothing of that attempt was released: the result is written after the charge)
-    previous = ledger.entry(dataset, job_id)
-    resuming = previous is not None and previous.status == RESERVED
-    security = runner._security(spec)
-    address = spec.cluster.address or None
-    if address:
-        check_scheduler(address, security=security)
-    notes: list[str] = []
-    store = spec.data.open()
-    runner._check_schema(spec, store)
-    pending = None  # the index of the partition the day's file would become, before it is appended
-    if spec.data.append is not None:
-        source = dated(spec.data.append["source"], date)
-        stamp = parse_timestamp(date, name="date")
-        if not any(p.timestamp == stamp for p in store.partitions):
-            if not os.path.exists(source):
-                from dppca_dask.errors import JobSpecError
-
-                raise JobSpecError(f"{spec.source}: [data.append] source '{source}' does not exist")
-            from dppca_dask.ingest.append import check_append
-
-            check_append(store, date)  # what the append checks on the partition table, before it reads the file
-            store, pending = _with_pending_day(store, stamp), len(store.partitions)
-    from dppca_dask.methods.window.job import require_day
-
-    require_day(store, date)  # as the run: a window is never released without its day
-    plan = plan_window_job(spec, date, store)
-    choice = _choose(plan, address, spec.cluster.executor)  # as the run (window()): the executor, then the charges
-    charges = window_charges(spec, date, plan)
-    executor = {"asked": spec.cluster.executor, "executor": choice.executor, "reason": choice.reason}
-    window = tuple(plan.selection.partitions)
-    partitions = tuple(charges.partitions)
-
-    def listed(indices: tuple[int, ...]) -> str:
-        return f"{len(indices)} partition(s): {', '.join(str(i) for i in indices)}" if indices else "none"
-
-    if charges.histogram is None:
-        releases = (f"{plan.release} release of the window's Gram ({listed(window)}), charged to each partition's "
-                    "key",)
-    else:
-        before = tuple(i for i in partitions if i < window[0])
-        releases = (f"{plan.release} release of the spectral histogram's first checkpoint (the window's "
-                    f"{listed(window)}; before it, covered by the saved histogram: {listed(before)}), charged to "
-                    "each of these partitions' keys",)
-    if pending is not None:
-        rows = store.metadata.get("rows_per_partition")
-        more = (f"; if it holds more than {rows} rows (the store's rows per partition), the append makes further "
-                f"partitions ({pending + 1}, ...): of the same day, in the same books, reserved by "
-                "the run, and the run decides the executor again from the window's partition count") if rows else ""
-        notes.append(f"the run would append '{source}' (stamped {date}) first: checked as the day's partition "
-                     f"{pending} ('{partition_key(dataset, store, pending)}' in the ledger) with the window chosen from the "
-                     f"partition table; the file itself (format, width, values) is read and checked by the append, "
-                     f"not here{more}")
-    with _ledger_snapshot(spec.budget.ledger) as copy:
-        trial = Ledger(copy)
-        if spec.budget.total_epsilon is not None:
-            trial.ensure_dataset(dataset, total_epsilon=spec.budget.total_epsilon,
-                                 total_delta=cast(float, spec.budget.total_delta))
-        reserve_partitions(trial, dataset, job_id, store=plan.store, partitions=partitions,
-                           epsilon=plan.epsilon, delta=plan.delta, events=plan.planned_events)
-        touched = {partition_key(dataset, plan.store, i) for i in partitions}
-        after = trial.budget(dataset)  # the least remaining among the partitions it reads
-        remaining = max(0.0, after.total_epsilon - max(p.spent_epsilon for p in after.partitions
-                                                       if p.partition in touched or p.partition == "*"))
-    if resuming:
-        notes.append(f"job '{job_id}' has reservations from an earlier attempt that released nothing; a run would "
-                     "resume them and release the window")
-    return outcome("would-resume" if resuming else "would-run", plan.neighbouring, remaining, notes, releases,
-                   executor)
-
-
-def _with_pending_day(store: Any, stamp: float) -> Any:
-    """``store`` as its partition table would read once the day's file is appended stamped ``stamp``: one more
-    partition (index, timestamp; no rows counted, none read), the same store id (so the same ledger keys)."""
-    import dataclasses
-
-    from dppca_dask.storage import Partition
-
-    day = Partition(len(store.partitions), store.n_rows, store.n_rows, store.nnz, store.nnz, stamp)
-    return dataclasses.replace(store, partitions=(*store.partitions, day), generation=store.generation + 1)

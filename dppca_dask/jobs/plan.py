@@ -2,9 +2,9 @@
 
 :func:`plan_job` asks the library's own planners, which validate every parameter exactly as the runs do and
 return the neighbouring relation and the DpEvents a complete run emits, so that the ledger reserves exactly what
-the run will spend: the registry's mechanism (:func:`dppca_dask.methods.get_mechanism`) plans it. A pca job's
-``center`` is planned as :func:`dppca_dask.pca` runs it (the private mean and the explained variance are events
-of the reservation); a ``topics`` job is planned by the topic model's registry entry.
+the run will spend: the registry's entry kind of the mechanism (:attr:`dppca_dask.methods.Entry.plan`) plans it.
+A pca job's ``center`` is planned as :func:`dppca_dask.pca` runs it (the private mean and the explained variance
+are events of the reservation).
 """
 
 from __future__ import annotations
@@ -54,41 +54,27 @@ class JobPlan:
 
 def rows_needed(mechanism: str, parameters: Mapping[str, Any]) -> str | None:
     """Why the plan of ``mechanism`` with ``parameters`` needs the store's number of rows, or ``None`` when it is
-    made from the width alone (a dry run before the job's ingest knows only the declared width)."""
-    from dppca_dask.methods import get_mechanism
+    made from the width alone (a dry run before the job's ingest knows only the declared width): its entry's
+    answer (:attr:`~dppca_dask.methods.Entry.rows_needed`)."""
+    from dppca_dask.jobs.spec import _entry
 
-    if mechanism == "topics":
-        return None
-    if "rank" in parameters or get_mechanism(mechanism).entry == "lowrank":
-        return "a low-rank release is planned and checked against the store's number of rows"
-    if mechanism == "private-power" and parameters.get("c_doubling") and not parameters.get("symmetric"):
-        return "private power's C-doubling on the embedding plans its ladder from the store's number of rows"
-    return None
+    return _entry(mechanism).rows_needed(mechanism, parameters)
 
 
 def planned_events(mechanism: str, *, n_rows: int | None, n_cols: int, epsilon: float, delta: float,
                    parameters: dict[str, Any]) -> JobPlan:
-    """The relation and events of ``mechanism`` (a ``pca``, ``lowrank`` or ``topics`` mechanism) with
-    ``parameters``; ``n_rows=None`` (not known yet) only where :func:`rows_needed` says it is not needed."""
+    """The relation and events of ``mechanism`` (a mechanism of a registered entry that plans its events) with
+    ``parameters``, from its entry's planner (:attr:`~dppca_dask.methods.Entry.plan`); ``n_rows=None`` (not known
+    yet) only where :func:`rows_needed` says it is not needed."""
     assert n_rows is not None or rows_needed(mechanism, parameters) is None, "the caller checks rows_needed"
-    from dppca_dask.methods import get_mechanism
+    from dppca_dask.jobs.spec import _entry
 
+    entry = _entry(mechanism)
+    assert entry.plan is not None, f"the jobs of {mechanism!r} are planned by their own runner"
     release = {k: v for k, v in parameters.items() if k not in _EXECUTION}
-    if mechanism == "topics":
-        plan = get_mechanism("topics", "topics").plan({**release, "epsilon": epsilon, "delta": delta},
-                                                      n_rows=n_rows, n_cols=n_cols)
-        return JobPlan(plan.neighbouring, tuple(plan.planned_events), dict(plan.calibration))
-    if "rank" in release or get_mechanism(mechanism).entry == "lowrank":
-        assert n_rows is not None  # rows_needed says a low-rank plan needs it
-        plan = get_mechanism(mechanism, "lowrank").plan(
-            {**release, "epsilon": epsilon, "delta": delta}, n_rows=n_rows, n_cols=n_cols
-        )
-        return JobPlan(plan.neighbouring, tuple(plan.events))
-    from dppca_dask.api import plan_release
-
-    # the mechanism's own planner states the events exactly from the declared shape (n_rows included)
-    release_plan = plan_release(n_cols, n_rows=n_rows, mechanism=mechanism, epsilon=epsilon, delta=delta, **release)
-    return JobPlan(release_plan.neighbouring, tuple(release_plan.events), dict(release_plan.calibration))
+    neighbouring, events, calibration = entry.plan(mechanism, n_rows=n_rows, n_cols=n_cols, epsilon=epsilon,
+                                                   delta=delta, parameters=release)
+    return JobPlan(neighbouring, tuple(events), dict(calibration))
 
 
 def plan_job(spec: Any, store: Any) -> JobPlan:

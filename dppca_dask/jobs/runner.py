@@ -41,8 +41,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from dppca_dask.errors import (
     BudgetExceededError,
@@ -52,63 +51,37 @@ from dppca_dask.errors import (
     StoreNotFoundError,
     UnsupportedStoreVersionError,
 )
+from dppca_dask.jobs import steps
 from dppca_dask.jobs.spec import JobSpec
-
+from dppca_dask.jobs.steps import (
+    CHECKPOINT,
+    COMPLETE,
+    JOB_FILE,
+    PENDING,
+    JobOutcome,
+    _check_output,
+    _check_schema,
+    _finalise,
+    _makedirs,
+    _owner_only,
+    _read_json,
+    _resolved,
+    _security,
+    _write_json,
+    job_lock,
+    store_id,
+)
 from dppca_dask.ledger._postgres import redact  # a ledger URL's password is never printed
 
-__all__ = ["JobOutcome", "ingest_arguments", "job_executor", "job_lock", "run_job", "store_id", "store_schema"]
+__all__ = ["ingest_arguments", "job_executor", "run_job"]
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT = "checkpoint.json"
-JOB_FILE = "job.json"
-PENDING = ".pending"
-#: Written into ``.pending/`` after the whole result: a re-run finishes only a result that has it.
-COMPLETE = "COMPLETE"
-FILE_MODE = 0o600
 
 #: Failures that read no data value: the store or the cluster could not be reached, a chunk is missing or cannot
 #: be decoded, or the process was interrupted. With no noise drawn and nothing released, the reservation returns.
 _REFUNDABLE: tuple[type[BaseException], ...] = (
     StoreNotFoundError, StoreCorruptError, UnsupportedStoreVersionError, OSError, KeyboardInterrupt,
 )
-
-
-def _kill_point(name: str) -> None:
-    """A named point between two steps of a job where a crash leaves a distinct state (fault-injection tests
-    replace this function to kill the process there)."""
-
-
-@dataclass(frozen=True)
-class JobOutcome:
-    """What a job run did: its id, the ledger entry, where the result is and what happened."""
-
-    job_id: str
-    status: str
-    """``completed``, ``already-completed``, ``resumed-and-completed`` or ``completed-from-pending``."""
-    output: str
-    ledger_entry: Any
-    result: Any
-    resumed_from: int | None = None
-    """Releases recovered from the checkpoint of an interrupted attempt (adaptive power), if any."""
-    partitions: tuple[Any, ...] = ()
-    """A ``sliding-window`` job's charges: every partition key it is charged to, in partition order
-    (:class:`~dppca_dask.methods.window.job.ChargedPartition`; ``ledger_entry`` is the last one's entry). Empty
-    for a job charged to its dataset key."""
-
-    def to_dict(self) -> dict[str, Any]:
-        partition_keys = None
-        if self.partitions:
-            from dppca_dask.methods.window.job import summarise_partitions
-
-            partition_keys = summarise_partitions(self.partitions)
-        return {
-            "job_id": self.job_id, "status": self.status, "output": self.output,
-            "ledger": self.ledger_entry.to_dict(), "partition_keys": partition_keys,
-            "resumed_from": self.resumed_from,
-            "privacy": self.result.privacy.to_dict() if self.result is not None else None,
-            "mechanism": self.result.mechanism if self.result is not None else None,
-        }
 
 
 def today() -> str:
@@ -123,76 +96,6 @@ def _check_date(date: str) -> str:
         raise JobSpecError(f"date must be YYYY-MM-DD; got {date!r}") from exc
 
 
-def _write_json(path: str, obj: Any) -> None:
-    """Write ``obj`` to ``path`` atomically: owner-only (0600), or following the umask with
-    ``DPPCA_DASK_FILE_MODE=umask``."""
-    from dppca_dask.storage._files import private_files
-
-    private = private_files()
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE if private else 0o666)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        if private:
-            os.fchmod(handle.fileno(), FILE_MODE)
-        json.dump(obj, handle, indent=2, sort_keys=True)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-
-
-def _read_json(path: str) -> Any:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
-
-
-def _owner_only(path: str) -> None:
-    """chmod a tree written by a library call that follows the umask: files 0600, directories 0700 (left as the
-    umask made them with ``DPPCA_DASK_FILE_MODE=umask``)."""
-    from dppca_dask.storage._files import make_tree_private
-
-    make_tree_private(path)
-
-
-def _makedirs(path: str) -> None:
-    """Make ``path`` and its missing parents owner-only (existing directories keep their mode; with
-    ``DPPCA_DASK_FILE_MODE=umask`` they follow the umask)."""
-    from dppca_dask.storage._files import make_directories
-
-    make_directories(path)
-
-
-# ------------------------------------------------------------------------------------------------ checks
-
-
-def store_schema(store: Any) -> str:
-    """``"declared"`` or ``"inferred"``: whether the store's shape was declared at ingest or read off the data."""
-    return "declared" if store.schema == "declared" else "inferred"
-
-
-def store_id(store: Any) -> str:
-    """A stable public id of the store: its recorded ``store_id``; for a store without one (AnnData opened
-    directly), one derived from its format metadata (the encoding of its matrix) and its resolved path."""
-    if getattr(store, "store_id", None):
-        return str(store.store_id)
-    try:
-        attrs = dict(store.open_group()[store.matrix_key].attrs)
-    except Exception:
-        attrs = {}
-    keys = {k: attrs.get(k) for k in ("encoding-type", "encoding-version")}
-    digest = hashlib.sha256(json.dumps([_resolved(store.path), store.matrix_key, keys],
-                                       sort_keys=True).encode()).hexdigest()[:32]
-    return f"derived:{digest}"
-
-
-def _resolved(path: str) -> str:
-    """A local path with its links resolved; a URL (a store in object storage) as it is (``realpath`` would make
-    it a path under the working directory, which changes with the directory a job is started from)."""
-    from dppca_dask._urls import is_url
-
-    return path if is_url(path) else os.path.realpath(path)
-
-
 def _job_store_id(spec: JobSpec, store: Any) -> str:
     """The store id the ledger records for the job's dataset key: the store's own, except for a store the job
     refreshes from ``[data.ingest]`` (a new store, with a new id, at every run), which is identified by its
@@ -201,28 +104,6 @@ def _job_store_id(spec: JobSpec, store: Any) -> str:
         return store_id(store)
     key = json.dumps([_resolved(spec.data.store), _resolved(spec.data.ingest["source"])])
     return f"ingested:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
-
-
-def _check_schema(spec: JobSpec, store: Any) -> None:
-    """Refuse a store whose width was inferred from the data: every release reveals it, and a release on it would
-    say its guarantee does not cover it (DESIGN.md, invariant 9). A job with ``[data.ingest]`` declares the width
-    to its ingest (:func:`ingest_arguments`); a store it does not ingest must have been ingested with a declared
-    width. A declared width in the spec (``[data] n_features``) that the store does not have is refused too."""
-    declared = spec.data.declared_width
-    if store_schema(store) != "declared":
-        raise JobSpecError(
-            f"the store '{spec.data.store}' has a width inferred from the data, which a release would reveal and its "
-            "guarantee does not cover; jobs need a declared schema: re-ingest it with `dppca-dask ingest SRC --out "
-            "STORE --n-features D` (Parquet triplets: `--column-ids FILE`; D: the public number of features), or let "
-            "the job ingest it: [data.ingest] source = SRC with n_features = D (or [data] n_features = D; Parquet: "
-            "also column_ids)"
-        )
-    if declared is not None and int(store.n_cols) != int(declared):
-        raise JobSpecError(
-            f"{spec.source}: n_features = {declared} is declared but the store '{spec.data.store}' was declared with "
-            f"{int(store.n_cols)} columns; re-ingest it with `dppca-dask ingest SRC --out STORE --n-features "
-            f"{declared}`, or fix n_features"
-        )
 
 
 def ingest_arguments(spec: JobSpec) -> tuple[str, str, dict[str, Any]]:
@@ -249,28 +130,6 @@ def ingest_arguments(spec: JobSpec) -> tuple[str, str, dict[str, Any]]:
         raise JobSpecError(f"{spec.source}: [data.ingest] column_ids applies to Parquet triplets, but '{source}' is "
                            f"{fmt}: drop column_ids (n_features declares the width), or set format = \"parquet\"")
     return source, str(fmt), args
-
-
-def _check_output(output: str) -> None:
-    """The output directory can be created and written (checked before anything is reserved)."""
-    if os.path.lexists(output) and not os.path.isdir(output):
-        raise JobSpecError(f"[output] path '{output}' exists and is not a directory; give a directory path")
-    head = os.path.abspath(output)
-    while not os.path.exists(head):
-        head = os.path.dirname(head)
-    if not os.path.isdir(head):
-        raise JobSpecError(f"[output] path '{output}': '{head}' is a file, not a directory; fix the path")
-    if not os.access(head, os.W_OK | os.X_OK):
-        raise JobSpecError(f"[output] path '{output}': '{head}' is not writable by this user; fix the permissions "
-                           "or the path")
-    if os.path.isdir(output):
-        try:
-            probe = os.path.join(output, f".write-test-{os.getpid()}")
-            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE))
-            os.remove(probe)
-        except OSError as exc:
-            raise JobSpecError(f"[output] path '{output}' cannot be written: {exc.strerror or exc}; fix the "
-                               "permissions or the path") from exc
 
 
 def _published(output: str, job_id: str) -> bool:
@@ -306,13 +165,11 @@ def _plan(spec: JobSpec, store: Any) -> tuple[str, tuple[Any, ...]]:
 
 
 def _check_content(spec: JobSpec, store: Any) -> None:
-    """Checks of the values a mechanism needs beyond the preflight's, before anything is reserved: the topic
-    model's word counts must be whole numbers from 0 to 2^53 (one read of the data in this process;
-    nothing is derived)."""
-    if spec.kind == "topics":
-        from dppca_dask.methods.tensor.topics import check_corpus
-
-        check_corpus(store)
+    """Checks of the values a mechanism needs beyond the preflight's, before anything is reserved: the entry's
+    (:attr:`~dppca_dask.methods.Entry.check_content`; the topic model's word counts must be whole numbers from 0
+    to 2^53, one read of the data in this process, nothing derived)."""
+    if spec.entry.check_content is not None:
+        spec.entry.check_content(store)
 
 
 def _refresh_store(spec: JobSpec) -> None:
@@ -364,54 +221,10 @@ def _no_counts_at_info() -> Iterator[None]:
 # ------------------------------------------------------------------------------------------------ running
 
 
-def _security(spec: JobSpec) -> Any:
-    if not spec.cluster.tls:
-        return None
-    from distributed.security import Security
-
-    for key in ("tls_ca_file", "tls_cert", "tls_key"):
-        path = getattr(spec.cluster, key)
-        if not os.path.exists(path):
-            raise JobSpecError(f"{spec.source}: [cluster] {key} '{path}' does not exist")
-    return Security(tls_ca_file=spec.cluster.tls_ca_file, tls_client_cert=spec.cluster.tls_cert,
-                    tls_client_key=spec.cluster.tls_key, require_encryption=True)
-
-
-def _finalise(output: str) -> None:
-    """Move the result from ``.pending`` into the output directory (after the charge)."""
-    pending = os.path.join(output, PENDING)
-    if not os.path.isdir(pending):
-        return
-    marker = os.path.join(pending, COMPLETE)
-    for name in sorted(os.listdir(pending)):
-        if name == COMPLETE:
-            continue
-        target = os.path.join(output, name)
-        if os.path.isdir(target):
-            shutil.rmtree(target)
-        elif os.path.exists(target):
-            os.remove(target)
-        os.replace(os.path.join(pending, name), target)
-    if os.path.exists(marker):
-        os.remove(marker)
-    os.rmdir(pending)
-    checkpoint = os.path.join(output, CHECKPOINT)
-    if os.path.exists(checkpoint):
-        os.remove(checkpoint)
-
-
 def _load_result(spec: JobSpec, output: str) -> Any:
-    if spec.kind == "topics":
-        from dppca_dask.methods.tensor.topics import load_topics
+    from dppca_dask.methods._registry import resolve
 
-        return load_topics(output)
-    if spec.kind == "lowrank":
-        from dppca_dask.results import load_lowrank
-
-        return load_lowrank(output)
-    from dppca_dask.results import load_result
-
-    return load_result(output)
+    return resolve(spec.entry.load_result)(output)
 
 
 def _checkpoint(output: str, job_id: str, fingerprint: str, load_state: Any) -> Any:
@@ -467,59 +280,17 @@ def run_job(
     from dppca_dask.jobs.outputs import publish_release
 
     spec = spec.on_date(date)  # dated sources ({date}) name this run's files
-    if spec.kind == "window":  # partition-scoped budget: its own runner
-        from dppca_dask.methods.window.job import run_window_job
+    if spec.entry.run_job is not None:  # an entry with a budget of its own (the window's partitions): its runner
+        from dppca_dask.methods._registry import resolve
 
-        return publish_release(spec, date, run_window_job(spec, date=date, client=client, noise=noise,
-                                                          allow_new_store=allow_new_store or spec.budget.allow_new_store))
+        run_entry_job = resolve(spec.entry.run_job)
+        return publish_release(spec, date, run_entry_job(spec, date=date, client=client, noise=noise,
+                                                         allow_new_store=allow_new_store or spec.budget.allow_new_store))
     ledger = Ledger(spec.budget.ledger)
     with job_lock(ledger, spec.budget.dataset, spec.job_id(date)):
         outcome = _run_job(spec, ledger, date=date, client=client, noise=noise, progress=progress,
                            allow_new_store=allow_new_store or spec.budget.allow_new_store)
     return publish_release(spec, date, outcome)  # the table of releases and the latest pointer (outputs.py)
-
-
-@contextlib.contextmanager
-def job_lock(ledger: Any, dataset: str, job_id: str) -> Iterator[None]:
-    """An exclusive lock per (ledger, dataset, job id) for the whole run: two overlapping runs of one job (a
-    scheduler's retry while the first still runs) must not both release.
-
-    The lock is keyed on the ledger's resolved file (a symlinked path finds the same lock) and on the ledger's own
-    id (a PostgreSQL ledger's: a session lock of its database, :meth:`~dppca_dask.ledger.Ledger.job_lock`). It is a ``filelock`` lock in ``<resolved ledger>.locks/``; the operating system drops it when the process
-    dies, so a crashed run never blocks its own resumption.
-    """
-    from filelock import FileLock, Timeout
-
-    if getattr(ledger, "is_postgres", False):  # the database's session lock: schedulers on several machines
-        with ledger.job_lock(f"{dataset}\0{job_id}") as taken:
-            if not taken:
-                raise LedgerError(f"job '{job_id}' of dataset '{dataset}' is already running in another process; "
-                                  "wait for it to end (running it twice at once could release twice)")
-            yield
-        return
-    resolved = os.path.realpath(ledger.path)
-    directory = f"{resolved}.locks"
-    try:
-        _makedirs(directory)
-    except OSError as exc:
-        raise LedgerError(f"cannot make the job lock directory '{directory}' beside ledger '{ledger.path}': "
-                          f"{exc.strerror or exc}; check that the ledger's directory is writable") from exc
-    name = hashlib.sha256(f"{ledger.id}\0{dataset}\0{job_id}".encode()).hexdigest()[:32]
-    lock = FileLock(os.path.join(directory, f"{name}.lock"), timeout=0, mode=FILE_MODE)
-    try:
-        lock.acquire()
-    except Timeout as exc:
-        raise LedgerError(
-            f"job '{job_id}' of dataset '{dataset}' is already running in another process; wait for it to end "
-            "(running it twice at once could release twice)"
-        ) from exc
-    except OSError as exc:
-        raise LedgerError(f"cannot lock job '{job_id}' in '{directory}': {exc.strerror or exc}; check that the "
-                          "directory is writable") from exc
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, progress: bool | None,
@@ -553,7 +324,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
     )
     log.info("job %s: %s (epsilon=%g, delta=%g) %s for dataset %s", job_id, spec.mechanism, spec.epsilon,
              spec.delta, "resumed its reservation" if resuming else "reserved", dataset)
-    _kill_point("reserved")
+    steps._kill_point("reserved")
     # -- 3. run -----------------------------------------------------------------------------------------------
     if noise is None:
         noise = NoiseSource.from_entropy()
@@ -574,7 +345,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
                 "job_id": job_id, "store_fingerprint": fingerprint, "mechanism": spec.mechanism,
                 "releases": _released_iterations(state, emitted, spec), "state": state.to_json(),
             })
-            _kill_point("checkpoint")
+            steps._kill_point("checkpoint")
 
     pending = os.path.join(output, PENDING)
     connected = [False]  # set once the cluster is reached: before that, nothing of the data was read
@@ -588,14 +359,14 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
             shutil.rmtree(pending)
         result = _run_mechanism(spec, store, client=client, security=security, noise=noise,
                                 on_release=checkpoint, resume=resume, progress=progress, connected=connected)
-        _kill_point("computed")
+        steps._kill_point("computed")
         note()  # before the result reaches the disk: a crash while writing it must not lead to a second release
-        _kill_point("noted")
+        steps._kill_point("noted")
         result.save(pending)
         _owner_only(pending)
-        _kill_point("pending-written")
+        steps._kill_point("pending-written")
         _write_json(os.path.join(pending, COMPLETE), {"job_id": job_id})
-        _kill_point("pending-complete")
+        steps._kill_point("pending-complete")
     except BaseException as exc:
         refundable = ((not connected[0] or isinstance(exc, _REFUNDABLE)) and not noise.data_dependent_keys
                       and not noted[0] and resume is None and (previous is None or previous.status != CHARGED))
@@ -610,7 +381,7 @@ def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, 
 
     # -- 4. charge, then put the result in place ---------------------------------------------------------------
     entry = ledger.charge(dataset, job_id, outcome="succeeded")
-    _kill_point("charged")
+    steps._kill_point("charged")
     _finalise(output)
     log.info("job %s completed in %.1f s; charged to %s", job_id, time.perf_counter() - t0, dataset)
     status = "resumed-and-completed" if resume is not None else "completed"
@@ -650,7 +421,7 @@ def _earlier_attempt(spec: JobSpec, ledger: Any, previous: Any, *, job_id: str, 
     if previous is not None and previous.status == RESERVED and _pending_complete(output, job_id):
         # A crash after the result was complete in .pending but before the charge: finish it, do not recompute.
         entry = ledger.charge(dataset, job_id, outcome="succeeded")
-        _kill_point("charged")
+        steps._kill_point("charged")
         _finalise(output)
         log.info("job %s: finished the complete result of an interrupted attempt; charged to %s", job_id, dataset)
         return JobOutcome(job_id, "completed-from-pending", output, entry, _load_result(spec, output))
@@ -704,17 +475,14 @@ def _prepare(spec: JobSpec, ledger: Any, previous: Any, *, job_id: str, output: 
 
 
 def _state_loader(spec: JobSpec) -> Any:
-    """How the job's run reads its checkpoint back, or None for a run that does not resume: the mechanism's own
-    reader, except that a centred adaptive power run (or one with ``row_norm_bound="auto"``) is a block run and
-    checkpoints block states."""
-    from dppca_dask.methods import get_mechanism
+    """How the job's run reads its checkpoint back, or None for a run that does not resume: the entry's choice
+    (:attr:`~dppca_dask.methods.Entry.load_state`), else the mechanism's own reader."""
+    from dppca_dask.methods._registry import get_mechanism
 
-    params = spec.parameters
-    name = spec.mechanism
-    if name == "adaptive-power" and (params.get("center", "none") not in ("none", False, None)
-                                     or params.get("row_norm_bound") == "auto"):
-        name = "adaptive-power-block"
-    return get_mechanism(name, spec.kind).load_state
+    entry = spec.entry
+    if entry.load_state is not None:
+        return entry.load_state(spec.mechanism, spec.parameters)
+    return get_mechanism(spec.mechanism, entry.name).load_state
 
 
 def _released_iterations(state: Any, emitted: tuple[Any, ...], spec: JobSpec) -> int:
@@ -726,9 +494,7 @@ def _released_iterations(state: Any, emitted: tuple[Any, ...], spec: JobSpec) ->
 
 
 def _n_iter(spec: JobSpec) -> int:
-    from dppca_dask.methods._params import DEFAULT_N_ITER
-
-    return int(spec.parameters.get("n_iter") or DEFAULT_N_ITER)
+    return int(spec.parameters.get("n_iter") or cast(int, spec.entry.default_n_iter))
 
 
 def job_executor(spec: JobSpec, store: Any, client: Any = None) -> Any:
@@ -762,18 +528,11 @@ def _run_mechanism(spec: JobSpec, store: Any, *, client: Any, security: Any, noi
 
 def _call_mechanism(spec: JobSpec, store: Any, *, client: Any, executor: str, noise: Any, on_release: Any,
                     resume: Any, progress: bool | None) -> Any:
+    from dppca_dask.methods._registry import resolve
+
     params = dict(spec.parameters)
-    if spec.kind == "topics":
-        from dppca_dask import topics
-
-        return topics(store, epsilon=spec.epsilon, delta=spec.delta, client=client, executor=executor, noise=noise,
-                      **params)
-    if spec.kind == "lowrank":
-        from dppca_dask import lowrank
-
-        return lowrank(store, epsilon=spec.epsilon, delta=spec.delta, mechanism=spec.mechanism, client=client,
-                       executor=executor, noise=noise, **params)
-    from dppca_dask import pca
-
-    return pca(store, epsilon=spec.epsilon, delta=spec.delta, mechanism=spec.mechanism, client=client,
-               executor=executor, noise=noise, on_release=on_release, resume=resume, progress=progress, **params)
+    entry = spec.entry
+    offered = {"mechanism": spec.mechanism, "on_release": on_release, "resume": resume, "progress": progress}
+    run = resolve(entry.function)  # the entry point, by its public name
+    return run(store, epsilon=spec.epsilon, delta=spec.delta, client=client, executor=executor, noise=noise,
+               **{k: v for k, v in offered.items() if k in entry.run_arguments}, **params)

@@ -71,38 +71,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from dppca_dask.errors import JobSpecError
-from dppca_dask.methods import get_mechanism, mechanism_names
+from dppca_dask.errors import InvalidParameterError, JobSpecError
+from dppca_dask.methods._registry import (
+    Entry,
+    entry_for,
+    entry_names,
+    get_entry,
+    get_mechanism,
+    job_mechanisms,
+    resolve,
+)
 
 __all__ = [
     "BudgetSpec",
     "ClusterSpec",
     "DataSpec",
     "JobSpec",
-    "LOWRANK_JOB_MECHANISMS",
-    "PCA_JOB_MECHANISMS",
-    "TOPICS_JOB_MECHANISMS",
     "load_job",
     "parse_job",
 ]
 
-#: Mechanisms a job may run through :func:`dppca_dask.pca` and :func:`dppca_dask.lowrank`: the registry's
-#: private ones (a name of both entries runs through ``pca`` unless the job sets ``rank``).
-PCA_JOB_MECHANISMS = tuple(name for name in mechanism_names("pca") if get_mechanism(name, "pca").private)
-LOWRANK_JOB_MECHANISMS = tuple(name for name in mechanism_names("lowrank")
-                               if name not in PCA_JOB_MECHANISMS and get_mechanism(name, "lowrank").private)
-#: Mechanisms a job runs through :func:`dppca_dask.window` (partition-scoped budget).
-WINDOW_JOB_MECHANISMS = ("sliding-window",)
-#: Mechanisms a job runs through :func:`dppca_dask.topics` (rows are documents of word counts).
-TOPICS_JOB_MECHANISMS = ("topics",)
-#: Parameters of a ``topics`` job: those of ``dppca-dask topics`` (and ``tensor_clip``), and ``persist``.
-_TOPICS_KEYS = frozenset({"n_topics", "alpha0", "n_restarts", "n_iter", "pca_iter", "pca_share", "pair_bound",
-                          "tensor_clip", "persist"})
-#: ``[mechanism] center`` of a pca job: the values ``dppca-dask pca --center`` takes.
-CENTER_VALUES = ("none", "private")
-_WINDOW_RESERVED = frozenset({"store", "ledger", "dataset", "job_id", "persist"})
 _APPEND_KEYS = frozenset({"source", "format", "row_column", "col_column", "value_column", "zero_based"})
-#: Arguments of pca/lowrank a job spec cannot set: they are the job's own business or would break its guarantee.
+#: Arguments of the entry points a job spec cannot set: they are the job's own business or would break its
+#: guarantee (an entry reserves more of its own: :attr:`~dppca_dask.methods.Entry.reserved`).
 _RESERVED_ARGUMENTS = frozenset({
     "data", "epsilon", "delta", "mechanism", "client", "seed", "noise", "on_release", "resume", "progress",
     "calibration", "executor", "layer",
@@ -236,8 +227,13 @@ class JobSpec:
 
     @property
     def kind(self) -> str:
-        """``"pca"``, ``"lowrank"``, ``"window"`` or ``"topics"``: which API runs the mechanism."""
-        return _kind(self.mechanism)
+        """The name of the entry kind that runs the mechanism (``"pca"``, ``"lowrank"``, ...: :attr:`entry`)."""
+        return self.entry.name
+
+    @property
+    def entry(self) -> Entry:
+        """The registry's entry kind that runs the mechanism (:func:`~dppca_dask.methods.entry_for`)."""
+        return _entry(self.mechanism)
 
     def job_id(self, date: str) -> str:
         """The ledger's key of this job's run on ``date`` (one release per job id and date)."""
@@ -297,50 +293,10 @@ def _path(base: str, value: str) -> str:
     return value if os.path.isabs(value) else os.path.normpath(os.path.join(base, value))
 
 
-def _kind(mechanism: str) -> str:
-    if mechanism in WINDOW_JOB_MECHANISMS:
-        return "window"
-    if mechanism in TOPICS_JOB_MECHANISMS:
-        return "topics"
-    return "lowrank" if mechanism in LOWRANK_JOB_MECHANISMS else "pca"
-
-
-def _integer(source: str, key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise JobSpecError(f"{_where(source, 'mechanism', key)} must be an integer >= 1; got {value!r}")
-    return value
-
-
-def _check_topics(source: str, mech: dict[str, Any], n_features: int | None) -> None:
-    """Every parameter of a ``topics`` job, checked as :func:`dppca_dask.topics` checks it (the bound on
-    ``n_topics`` by the store's width is checked again against the store before anything is reserved)."""
-    if "n_topics" not in mech:
-        raise JobSpecError(f"{_where(source, 'mechanism', 'n_topics')} is required for 'topics' (the number of "
-                           "topics K, at most the number of columns)")
-    for key in ("n_topics", "n_restarts", "n_iter", "pca_iter"):
-        if key in mech:
-            _integer(source, key, mech[key])
-    if n_features is not None and mech["n_topics"] > n_features:
-        raise JobSpecError(f"{_where(source, 'mechanism', 'n_topics')} must be at most the store's width "
-                           f"n_features={n_features}; got {mech['n_topics']}")
-    if "alpha0" in mech:
-        value = mech["alpha0"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise JobSpecError(f"{_where(source, 'mechanism', 'alpha0')} must be a finite number >= 0 (0: the "
-                               f"single-topic model; LDA's sum of alpha otherwise); got {value!r}")
-    if "pca_share" in mech:
-        value = mech["pca_share"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-            raise JobSpecError(f"{_where(source, 'mechanism', 'pca_share')} must be a number in (0, 1); got "
-                               f"{value!r}; e.g. 0.5")
-    for key in ("pair_bound", "tensor_clip"):
-        if key in mech:
-            value = mech[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-                raise JobSpecError(f"{_where(source, 'mechanism', key)} must be a number in (0, 1] (1 clips "
-                                   f"nothing); got {value!r}")
-    if "persist" in mech and not isinstance(mech["persist"], bool):
-        raise JobSpecError(f"{_where(source, 'mechanism', 'persist')} must be true or false; got {mech['persist']!r}")
+def _entry(mechanism: str) -> Entry:
+    """The entry kind that runs ``mechanism``: the first registered that runs it; a name no entry runs as a job,
+    the first entry's (whose validation refuses it)."""
+    return entry_for(mechanism) or get_entry(entry_names()[0])
 
 
 def _check_layer(source: str, ingest: dict[str, Any]) -> None:
@@ -416,40 +372,14 @@ def _executor(source: str, cluster: Mapping[str, Any], address: str) -> str:
     return str(value)
 
 
-def _check_center(source: str, mechanism: str, mech: dict[str, Any]) -> None:
-    """``center`` of a pca job: ``"none"`` or ``"private"``; by default what ``dppca-dask pca`` does (private for
-    the mechanisms that centre), written into the parameters so that the plan, the run and ``job.json`` agree."""
-    from dppca_dask.methods.adaptive_power.centring import CENTRING_MECHANISMS
-
-    if "center" not in mech:
-        mech["center"] = "private" if mechanism in CENTRING_MECHANISMS else "none"
-        return
-    value = mech["center"]
-    if isinstance(value, bool):  # as the Python API reads it
-        value = "private" if value else "none"
-    if value not in CENTER_VALUES:
-        raise JobSpecError(f"{_where(source, 'mechanism', 'center')} must be \"none\" or \"private\"; got {value!r} "
-                           "(a public mean vector is for the Python API)")
-    if value == "private" and mechanism not in CENTRING_MECHANISMS:
-        raise JobSpecError(f"{_where(source, 'mechanism', 'center')} = \"private\" applies to "
-                           f"{', '.join(CENTRING_MECHANISMS)}; got mechanism {mechanism!r}: drop it, or set \"none\"")
-    mech["center"] = value
-
-
-def _mechanism_parameters(kind: str) -> set[str]:
-    if kind == "topics":
-        return set(_TOPICS_KEYS)
-    if kind == "window":
-        from dppca_dask import window
-
-        return {name for name, p in inspect.signature(window).parameters.items()
-                if p.kind == p.KEYWORD_ONLY} - _RESERVED_ARGUMENTS - _WINDOW_RESERVED
-    from dppca_dask import pca
-    from dppca_dask import lowrank
-
-    fn = lowrank if kind == "lowrank" else pca
+def _mechanism_parameters(entry: Entry) -> set[str]:
+    """The ``[mechanism]`` parameters a job of ``entry`` may set: the entry's own list, else the keyword parameters
+    of the function it runs, less the job's own arguments and those the entry reserves."""
+    if entry.parameters is not None:
+        return set(entry.parameters)
+    fn = resolve(entry.function)
     return {name for name, p in inspect.signature(fn).parameters.items()
-            if p.kind == p.KEYWORD_ONLY or (p.kind == p.POSITIONAL_OR_KEYWORD)} - _RESERVED_ARGUMENTS
+            if p.kind == p.KEYWORD_ONLY or (p.kind == p.POSITIONAL_OR_KEYWORD)} - _RESERVED_ARGUMENTS - entry.reserved
 
 
 def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str | None = None) -> JobSpec:
@@ -577,25 +507,25 @@ def _parse_mechanism(source: str, obj: Mapping[str, Any], *, ingest: dict[str, A
     """``[mechanism]``: (name, parameters), checked against the job's kind and its ``[data]``."""
     mech = dict(obj["mechanism"])
     mechanism = _string(source, "mechanism", "name", mech.pop("name", None))
-    runnable = PCA_JOB_MECHANISMS + LOWRANK_JOB_MECHANISMS + WINDOW_JOB_MECHANISMS + TOPICS_JOB_MECHANISMS
+    runnable = tuple(name for kind in entry_names() for name in job_mechanisms(kind))
     if mechanism not in runnable:
-        hint = (" (not differentially private: run it with `dppca-dask pca --mechanism exact`, never as a job)"
-                if mechanism == "exact" else "")
-        raise JobSpecError(f"{_where(source, 'mechanism', 'name')}: unknown mechanism {mechanism!r}{hint}; jobs run "
-                           f"{', '.join(runnable)}")
-    kind = _kind(mechanism)
-    if kind == "window" and ingest is not None:  # (it would be ignored: a window's store grows by its appends)
+        raise JobSpecError(f"{_where(source, 'mechanism', 'name')}: unknown mechanism {mechanism!r}"
+                           f"{_not_private_hint(mechanism)}; jobs run {', '.join(runnable)}")
+    entry = _entry(mechanism)
+    if entry.appends and ingest is not None:  # (it would be ignored: the store grows by its appends)
         raise JobSpecError(f"{_where(source, 'data.ingest')} does not apply to a {mechanism!r} job, whose store grows "
                            "day by day: ingest the first day once (`dppca-dask ingest SRC --out STORE --timestamp DATE "
                            "--n-features D`), and append the next ones with [data.append]")
-    if kind != "window" and append is not None:
-        raise JobSpecError(f"{_where(source, 'data.append')} applies to sliding-window jobs only; a {mechanism!r} job "
+    if not entry.appends and append is not None:
+        appending = ", ".join(name for kind in entry_names() if get_entry(kind).appends
+                              for name in job_mechanisms(kind))
+        raise JobSpecError(f"{_where(source, 'data.append')} applies to {appending} jobs only; a {mechanism!r} job "
                            "reads its store as it is (refresh it with [data.ingest])")
     misplaced = sorted(set(mech) & set(_ELSEWHERE))
     if misplaced:
         key = misplaced[0]
         raise JobSpecError(f"{_where(source, 'mechanism', key)} does not belong in [mechanism]: {_ELSEWHERE[key]}")
-    allowed = _mechanism_parameters(kind)
+    allowed = _mechanism_parameters(entry)
     extra = sorted(set(mech) - allowed)
     if extra:
         why = ""
@@ -604,14 +534,22 @@ def _parse_mechanism(source: str, obj: Mapping[str, Any], *, ingest: dict[str, A
                    "calibration: seeded or paper-calibrated runs are for `dppca-dask pca`/`lowrank`)")
         raise JobSpecError(f"{_where(source, 'mechanism')}: unknown parameter(s) {', '.join(extra)} for "
                            f"{mechanism!r}{why}; valid: {', '.join(sorted(allowed))}")
-    if kind == "lowrank" and "rank" not in mech:
-        raise JobSpecError(f"{_where(source, 'mechanism', 'rank')} is required for {mechanism!r}")
-    if kind == "topics":
-        declared = n_features if n_features is not None else (ingest or {}).get("n_features")
-        _check_topics(source, mech, declared if isinstance(declared, int) else None)
-    if kind == "pca" and "rank" not in mech:
-        _check_center(source, mechanism, mech)
+    if entry.check_spec is not None:  # the entry's own checks (and defaults written into the parameters)
+        entry.check_spec(source, mechanism, mech, ingest=ingest, n_features=n_features)
     return mechanism, mech
+
+
+def _not_private_hint(mechanism: str) -> str:
+    """Why a registered mechanism that is not differentially private is no job's, and where it runs."""
+    for kind in entry_names():
+        try:
+            found = get_mechanism(mechanism, kind)
+        except InvalidParameterError:
+            continue
+        if not found.private:
+            return (f" (not differentially private: run it with `dppca-dask {kind} --mechanism {mechanism}`, never "
+                    "as a job)")
+    return ""
 
 
 def _parse_privacy(source: str, privacy: Mapping[str, Any]) -> tuple[float, float]:

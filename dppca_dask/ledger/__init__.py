@@ -683,7 +683,7 @@ class Ledger:
     @contextmanager
     def job_lock(self, name: str) -> Iterator[bool]:
         """For a PostgreSQL ledger: the database's session lock ``name`` held while the context runs (yields whether
-        it was taken). A SQLite ledger's jobs lock files beside it instead (:func:`dppca_dask.jobs.runner.job_lock`)."""
+        it was taken). A SQLite ledger's jobs lock files beside it instead (:func:`dppca_dask.jobs.steps.job_lock`)."""
         from dppca_dask.ledger import _postgres
 
         if not self.is_postgres:

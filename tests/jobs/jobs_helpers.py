@@ -108,7 +108,7 @@ KILL_SERVER = """
 import json, os, sys
 
 from dppca_dask.cli import main
-from dppca_dask.jobs import runner
+from dppca_dask.jobs import steps
 
 # What a job run imports; loaded here once, before any thread is started (so that forking is safe).
 import dask.array, distributed, filelock, scipy.sparse, zarr  # noqa: E401,F401
@@ -122,7 +122,7 @@ def run(point, argv, stdout, stderr):
         if name == point:
             os._exit({killed})
 
-    runner._kill_point = kill
+    steps._kill_point = kill
     tree._kill_point = kill
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     for fd, path in ((1, stdout), (2, stderr)):

@@ -188,7 +188,7 @@ def test_private_power_symmetric_runs_on_an_asymmetric_store(tmp_path: Path, loc
 
 def test_the_job_lock_holds_through_a_symlinked_ledger(tmp_path: Path, small_store: str, write_spec,
                                                        capsys) -> None:
-    from dppca_dask.jobs.runner import job_lock
+    from dppca_dask.jobs.steps import job_lock
 
     doc = base_doc(tmp_path, small_store)
     write_spec(doc)  # creates the ledger at its real path
@@ -262,7 +262,7 @@ def test_store_ids_and_schemas(tmp_path: Path, small_store: str) -> None:
     storage layer has it, else from the root group attribute (absent: inferred)."""
     from types import SimpleNamespace
 
-    from dppca_dask.jobs.runner import store_id, store_schema
+    from dppca_dask.jobs.steps import store_id, store_schema
     from dppca_dask.storage import open_matrix
 
     native = open_matrix(small_store)

@@ -248,7 +248,7 @@ def test_a_failure_that_kept_the_charge_resumes_from_its_checkpoint_as_a_second_
         tmp_path: Path, small_store: str, write_spec, capsys, monkeypatch) -> None:
     """A failure after the first released iterate keeps the charge and the checkpoint; running the job id again
     continues from that checkpoint under the charge, and the history counts it as the job's second attempt."""
-    from dppca_dask.jobs import runner
+    from dppca_dask.jobs import steps
 
     def fail_after_the_first_release(name: str) -> None:
         if name == "checkpoint":
@@ -257,7 +257,7 @@ def test_a_failure_that_kept_the_charge_resumes_from_its_checkpoint_as_a_second_
     path = write_spec(base_doc(tmp_path, small_store))
     args = ["run", str(path), "--date", "2026-01-01"]
     with monkeypatch.context() as patched:
-        patched.setattr(runner, "_kill_point", fail_after_the_first_release)
+        patched.setattr(steps, "_kill_point", fail_after_the_first_release)
         assert main(args) == 1
     assert "RuntimeError" in capsys.readouterr().err
     ledger = Ledger(tmp_path / "ledger.sqlite")
@@ -274,7 +274,7 @@ def test_a_failure_that_kept_the_charge_resumes_from_its_checkpoint_as_a_second_
 
 def test_two_runs_of_one_job_at_once_are_refused(tmp_path: Path, small_store: str, write_spec, capsys) -> None:
     from dppca_dask.jobs import load_job
-    from dppca_dask.jobs.runner import job_lock
+    from dppca_dask.jobs.steps import job_lock
 
     path = write_spec(base_doc(tmp_path, small_store))
     spec = load_job(path)

@@ -96,7 +96,7 @@ def test_a_postgres_ledger_fails_closed_and_hides_its_password(postgres_url: str
 
 
 def test_a_postgres_ledgers_job_lock_is_held_in_the_database(postgres_url: str) -> None:
-    from dppca_dask.jobs.runner import job_lock
+    from dppca_dask.jobs.steps import job_lock
 
     ledger = Ledger.create(postgres_url)
     with job_lock(ledger, "ds", "job@2026-11-01"):

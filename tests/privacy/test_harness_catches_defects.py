@@ -173,7 +173,7 @@ def _job(tmp_path) -> Any:
 
 def test_a_result_published_before_its_charge_is_caught(tmp_path, monkeypatch):
     from dppca_dask.jobs import run_job
-    from dppca_dask.jobs import runner
+    from dppca_dask.jobs import steps
 
     spec = _job(tmp_path)
     output = spec.output_dir("2026-11-01")
@@ -186,9 +186,9 @@ def test_a_result_published_before_its_charge_is_caught(tmp_path, monkeypatch):
 
     def publish_early(name: str) -> None:
         if name == "pending-complete":
-            runner._finalise(output)  # the result in place before the charge
+            steps._finalise(output)  # the result in place before the charge
 
-    monkeypatch.setattr(runner, "_kill_point", publish_early)
+    monkeypatch.setattr(steps, "_kill_point", publish_early)
     seen = watch_publication(monkeypatch, output)
     run_job(planted, date="2026-11-01")
     with pytest.raises(AssertionError, match="published before"):

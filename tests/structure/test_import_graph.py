@@ -203,21 +203,11 @@ def test_strongly_connected_finds_every_cycle() -> None:
     assert _strongly_connected({"a": {"b"}, "b": set()}) == []
 
 
-#: Cycles allowed for now, each with the reason; the lead removes an entry after merging the branch it waits for.
-_ALLOWED_CYCLES: dict[frozenset[str], str] = {
-    # The one cycle left (issue: one folder per family). The window job uses the runner's steps (the pending
-    # and COMPLETE files, the job lock, the output and schema checks, the kill points the fault-injection tests
-    # replace on the runner module) and the runner starts the window job. The fix: those steps into a jobs module
-    # below both, the kill points looked up there, and the runner starting the window job through the registry.
-    frozenset({"dppca_dask.jobs.runner", "dppca_dask.methods.window.job"}): "window job <-> job runner",
-}
-
-
 def test_no_import_cycle_counting_imports_inside_functions() -> None:
     modules = _modules()
     known = set(modules)
     graph = {m: _all_imports(m, p, known) for m, p in modules.items()}
-    cycles = [c for c in _strongly_connected(graph) if frozenset(c) not in _ALLOWED_CYCLES]
+    cycles = _strongly_connected(graph)
     report = [
         " <-> ".join(component)
         + "\n    "

@@ -8,10 +8,9 @@ import pytest
 
 from dppca_dask import api
 from dppca_dask.errors import InvalidParameterError
-from dppca_dask.jobs import spec
 from dppca_dask.jobs.plan import planned_events
 from dppca_dask.api import plan_lowrank
-from dppca_dask.methods import Mechanism, get_mechanism, mechanism_help, mechanism_names, register
+from dppca_dask.methods import Mechanism, get_mechanism, job_mechanisms, mechanism_help, mechanism_names, register
 from dppca_dask.methods import _registry
 
 
@@ -20,9 +19,9 @@ def test_entries_list_their_mechanisms_in_registration_order() -> None:
                                       "private-power")
     assert mechanism_names("lowrank") == ("private-low-rank", "randomized-response", "private-power")
     assert api.mechanisms() == mechanism_names("pca")
-    assert spec.PCA_JOB_MECHANISMS == ("adaptive-power", "adaptive-power-block", "auto", "analyze-gauss",
-                                       "private-power")
-    assert spec.LOWRANK_JOB_MECHANISMS == ("private-low-rank", "randomized-response")
+    assert job_mechanisms("pca") == ("adaptive-power", "adaptive-power-block", "auto", "analyze-gauss",
+                                    "private-power")
+    assert job_mechanisms("lowrank") == ("private-low-rank", "randomized-response")
     for entry in ("pca", "lowrank"):
         for name in mechanism_names(entry):
             mechanism = get_mechanism(name, entry)
@@ -82,3 +81,41 @@ def test_a_registered_mechanism_reaches_pca_validation_and_the_cli(monkeypatch: 
     register(Mechanism(name="other", entry="window", summary="s", neighbouring="n", private=True,
                        validate=dict, plan=lambda params, *, n_rows, n_cols: None))
     assert "other" not in api.mechanisms() and mechanism_names("window")[-1] == "other"
+
+
+def test_a_registered_entry_kind_reaches_jobs_without_a_branch(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """A new family registers its mechanism and its entry kind; a job spec naming the mechanism is parsed (the
+    parameters from the entry point's signature, the entry's own checks), planned and run through the entry,
+    and ``jobs/`` names none of it."""
+    from dppca_dask.errors import JobSpecError
+    from dppca_dask.jobs import parse_job
+    from dppca_dask.jobs.plan import rows_needed
+    from dppca_dask.methods import Entry, entry_for, register_entry
+
+    monkeypatch.setattr(_registry, "_REGISTRY", dict(_registry._REGISTRY))
+    monkeypatch.setattr(_registry, "_ENTRIES", dict(_registry._ENTRIES))
+    base = get_mechanism("analyze-gauss", "pca")
+    register(Mechanism(name="gauss-copy", entry="copy", summary="a copy of analyze-gauss",
+                       neighbouring=base.neighbouring, private=True, validate=base.validate, plan=base.plan))
+
+    def check(source, mechanism, mech, *, ingest, n_features):
+        mech.setdefault("n_components", 2)
+
+    def plan(mechanism, *, n_rows, n_cols, epsilon, delta, parameters):
+        release = api.plan_release(n_cols, mechanism="analyze-gauss", epsilon=epsilon, delta=delta, **parameters)
+        return release.neighbouring, release.events, release.calibration
+
+    entry = register_entry(Entry(name="copy", function="dppca_dask.pca", load_result="dppca_dask.load_result",
+                                 plan=plan, check_spec=check, rows_needed=lambda m, p: "it counts rows"))
+    assert entry_for("gauss-copy") is entry
+    doc = {"job": {"name": "j"}, "data": {"store": "s.zarr"}, "mechanism": {"name": "gauss-copy"},
+           "privacy": {"epsilon": 0.5, "delta": 1e-7}, "budget": {"ledger": "l.sqlite", "dataset": "ds"},
+           "output": {"path": "out/{date}"}}
+    spec = parse_job(doc, base_dir=str(tmp_path))
+    assert (spec.kind, spec.entry, dict(spec.parameters)) == ("copy", entry, {"n_components": 2})
+    with pytest.raises(JobSpecError, match=r"unknown parameter\(s\) bogus for 'gauss-copy'.*n_components"):
+        parse_job({**doc, "mechanism": {"name": "gauss-copy", "bogus": 1}}, base_dir=str(tmp_path))
+    assert rows_needed("gauss-copy", {}) == "it counts rows"
+    assert planned_events("gauss-copy", n_rows=10, n_cols=4, epsilon=0.5, delta=1e-7,
+                          parameters={"n_components": 2}).events == api.plan_release(
+        4, mechanism="analyze-gauss", epsilon=0.5, delta=1e-7, n_components=2).events

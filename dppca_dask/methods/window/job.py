@@ -1,6 +1,7 @@
 """The ``sliding-window`` job: append the day's file, release the window, charge the partitions it read.
 
-A job spec with ``[mechanism] name = "sliding-window"`` runs here instead of the dataset-scoped runner: its
+A job spec with ``[mechanism] name = "sliding-window"`` runs here instead of the dataset-scoped runner (the window
+entry's own runner, :attr:`~dppca_dask.methods.Entry.run_job`, which ``run_job`` finds in the registry): its
 budget is partition-scoped (:mod:`~dppca_dask.methods.window.budget`) under the spec's ``[budget] dataset`` key.
 For the run's date D:
 
@@ -26,19 +27,37 @@ asks for another release (other privacy parameters or window) than the one saved
 whose result is missing is refused (running it again would be a second release). Either way the outcome names every
 partition the job id is charged to (:func:`charged_partitions`), with its timestamp (public: the partition table),
 never anything read from the rows.
+
+The dry run (:func:`dry_run_window_job`, ``dppca-dask run --dry-run``) checks a ``sliding-window`` job as its
+run checks it: the ``[budget]`` totals against the ledger's key, an earlier charge of the date, the TLS files and the scheduler, the day's ``[data.append]`` file, the window ending at
+the date (chosen from the public partition table), where its release would execute (decided from the window's
+declared width and partition count, by the function the release calls), and its events reserved, in the ledger
+snapshot, on every partition key the run reserves: the partitions the release is charged to are decided by the
+function the release calls (``plan_charges``): the window's, or for ``structure = "spectral-histogram"`` also those
+before the window that the saved histogram may cover, with the run's checks of the histogram's parameters and of
+the saved structure (read, not changed).
+
+When the run would first append the day's file, the dry run checks that it exists and what the append checks on
+the partition table (a dppca_dask store, a timestamp that is a real day; days come in any order), then plans the
+window on the partition table as the append leaves it: one more partition, stamped with the date, under the store's id (so its ledger key is known:
+``<dataset>/partition/<store id>:<index>``), and tries the reservations on the window's keys, the day's included.
+Left to the run: the file's contents (format, width, values, labels: the append reads it; the dry run does not),
+and, if the file holds more rows than the store's rows per partition, the further partitions the append makes
+(new keys, and the executor decided again from the window's partition count). A row window (``last_rows``) is
+planned the same way: it reads and is charged to every partition up to its end (with ``last`` too, to those of that
+time window), whatever their row counts.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from dppca_dask.errors import BudgetExceededError
 
-__all__ = ["ChargedPartition", "charged_partitions", "earlier_charge", "plan_window_charges", "require_day", "run_window_job",
-           "summarise_partitions", "window_charges"]
+__all__ = ["ChargedPartition", "charged_partitions", "dry_run_window_job", "earlier_charge", "plan_window_charges",
+           "require_day", "run_window_job", "window_charges"]
 
 
 @dataclass(frozen=True)
@@ -108,19 +127,10 @@ def _partition_table(data: Any) -> Any:
         return None
 
 
-def summarise_partitions(partitions: Sequence[ChargedPartition]) -> dict[str, Any]:
-    """The ``partition_keys`` of a window job's JSON outcome: the dataset key, how many partition keys the job is
-    charged to, the first and the last, and each one (key, partition, timestamp and its ledger entry's figures)."""
-    return {"dataset": partitions[0].dataset if partitions else None, "count": len(partitions),
-            "first": partitions[0].to_dict() if partitions else None,
-            "last": partitions[-1].to_dict() if partitions else None,
-            "keys": [p.to_dict() for p in partitions]}
-
-
 def earlier_charge(ledger: Any, dataset: str, job_id: str, output: str) -> Any:
     """The charge of a completed earlier run of ``job_id`` (``None`` when there is none); a charge whose result is
     missing from ``output`` is refused (running it again would be a second release)."""
-    from dppca_dask.jobs.runner import PENDING
+    from dppca_dask.jobs.steps import PENDING
     from dppca_dask.ledger import CHARGED
 
     charged = ledger.entry(dataset, job_id)
@@ -189,7 +199,7 @@ def _pending_complete(pending: str, job_id: str) -> bool:
     """Whether ``pending`` holds a complete result of ``job_id`` (its ``COMPLETE`` marker written last)."""
     import json
 
-    from dppca_dask.jobs.runner import COMPLETE
+    from dppca_dask.jobs.steps import COMPLETE
 
     try:
         with open(os.path.join(pending, COMPLETE), encoding="utf-8") as fh:
@@ -213,7 +223,7 @@ def _check_same_release(spec: Any, output: str, job_id: str, dataset: str) -> No
     import json
 
     from dppca_dask.errors import LedgerError
-    from dppca_dask.jobs.runner import JOB_FILE
+    from dppca_dask.jobs.steps import JOB_FILE
 
     path = os.path.join(output, JOB_FILE)
     try:
@@ -246,10 +256,10 @@ class _JobLedger:
         return getattr(self._ledger, name)
 
     def reserve(self, *args: Any, **kwargs: Any) -> Any:
-        from dppca_dask.jobs import runner
+        from dppca_dask.jobs import steps
 
         entry = self._ledger.reserve(*args, **kwargs)
-        runner._kill_point("reserved")
+        steps._kill_point("reserved")
         return entry
 
     def charge(self, dataset: str, job_id: str, *, outcome: str = "succeeded") -> Any:
@@ -261,8 +271,8 @@ class _JobLedger:
 def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = None,
                    allow_new_store: bool = False) -> Any:
     """Run a ``sliding-window`` job spec for ``date`` (``YYYY-MM-DD``); returns a :class:`JobOutcome`."""
-    from dppca_dask.jobs import runner
-    from dppca_dask.jobs.runner import JobOutcome, job_lock
+    from dppca_dask.jobs import steps
+    from dppca_dask.jobs.steps import JobOutcome, job_lock
     from dppca_dask.ledger import CHARGED, RESERVED, Ledger
     from dppca_dask.methods.window.release import load_release
 
@@ -273,12 +283,12 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
     ledger.budget(dataset)  # a missing key fails before anything is read
     job_id = spec.job_id(date)
     output = spec.output_dir(date)
-    pending = os.path.join(output, runner.PENDING)
+    pending = os.path.join(output, steps.PENDING)
     with job_lock(ledger, dataset, job_id):
         _check_same_release(spec, output, job_id, dataset)
         previous = ledger.entry(dataset, job_id)
         if previous is not None and previous.status == CHARGED and previous.outcome == "succeeded":
-            runner._finalise(output)  # a crash between the charge and the move of the result
+            steps._finalise(output)  # a crash between the charge and the move of the result
         charged = earlier_charge(ledger, dataset, job_id, output)
         if charged is not None:
             partitions = charged_partitions(ledger, dataset, job_id, _partition_table(spec.data))
@@ -286,8 +296,8 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
                               partitions=partitions)
         if previous is not None and previous.status == RESERVED and _pending_complete(pending, job_id):
             ledger.charge(dataset, job_id, outcome="succeeded")  # released and written: finish, never again
-            runner._kill_point("charged")
-            runner._finalise(output)
+            steps._kill_point("charged")
+            steps._finalise(output)
             partitions = charged_partitions(ledger, dataset, job_id, _partition_table(spec.data))
             return JobOutcome(job_id, "completed-from-pending", output, partitions[-1].entry, load_release(output),
                               partitions=partitions)
@@ -299,7 +309,7 @@ def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = Non
                 f"'{dataset}'), but no complete result of it was found in '{output}': running it again would be a "
                 "second release; give the run a new job id (--job-id or --date) to spend new budget"
             )
-        runner._kill_point("before-reservation")
+        steps._kill_point("before-reservation")
         result = _release_window(spec, date, ledger, dataset, job_id, output, client=client, noise=noise,
                                  allow_new_store=allow_new_store)
         partitions = charged_partitions(ledger, dataset, job_id, _partition_table(spec.data))
@@ -317,24 +327,24 @@ def _release_window(spec: Any, date: str, ledger: Any, dataset: str, job_id: str
 
     from dppca_dask.coordinator import connect
     from dppca_dask.coordinator.client import check_scheduler
-    from dppca_dask.jobs import runner
-    from dppca_dask import window
+    from dppca_dask.jobs import steps
+    from dppca_dask.methods._registry import resolve
     from dppca_dask.methods.window.selection import parse_timestamp
     from dppca_dask.jobs.spec import dated
     from dppca_dask.storage._files import make_directories, make_tree_private
 
     store = spec.data.open()
-    runner._check_schema(spec, store)  # an inferred width is refused before anything is read
-    runner._check_output(output)
+    steps._check_schema(spec, store)  # an inferred width is refused before anything is read
+    steps._check_output(output)
     stamp = parse_timestamp(date, name="date")
-    security = runner._security(spec)  # missing TLS files, or a scheduler that cannot be used, fail before the append
+    security = steps._security(spec)  # missing TLS files, or a scheduler that cannot be used, fail before the append
     address = spec.cluster.address if client is None and spec.cluster.address else None
     if isinstance(client, str) and client != "local":  # a scheduler given by the caller: the same security
         address, client = client, None
     if address:
         check_scheduler(address, security=security)
     # the same people's rows in another store: refused unless allowed; either way its days keep their books
-    ledger.check_store(dataset, runner.store_id(store),
+    ledger.check_store(dataset, steps.store_id(store),
                        allow_new_store=bool(allow_new_store or spec.budget.allow_new_store))
     if spec.data.append is not None:
         from dppca_dask.ingest.append import append_file
@@ -347,9 +357,9 @@ def _release_window(spec: Any, date: str, ledger: Any, dataset: str, job_id: str
     parameters = dict(spec.parameters)
     parameters.setdefault("end", date)
     make_directories(output)  # owner-only unless DPPCA_DASK_FILE_MODE=umask
-    runner._write_json(os.path.join(output, runner.JOB_FILE), {"job_id": job_id, "date": date, "dataset": dataset,
+    steps._write_json(os.path.join(output, steps.JOB_FILE), {"job_id": job_id, "date": date, "dataset": dataset,
                                                               "release": _release_spec(spec)})
-    pending = os.path.join(output, runner.PENDING)
+    pending = os.path.join(output, steps.PENDING)
     if os.path.isdir(pending):  # what an attempt that released nothing left half-written
         import shutil
 
@@ -361,21 +371,138 @@ def _release_window(spec: Any, date: str, ledger: Any, dataset: str, job_id: str
         stack.enter_context(dask.config.set(embedded))  # the embedded cluster's shape, when the release starts one
         if address:  # the scheduler, reached with the spec's TLS settings
             client = stack.enter_context(connect(address, security=security))
+        window = resolve("dppca_dask.window")  # the entry point, by its public name
         result = window(spec.data.open(), epsilon=spec.epsilon, delta=spec.delta, ledger=deferred,
                         dataset=dataset, job_id=job_id, client=client, executor=spec.cluster.executor,
                         noise=noise, **parameters)
     try:
-        runner._kill_point("released")
+        steps._kill_point("released")
         # Owner-only whatever the umask, like every job's output: directories 0700, files 0600.
         make_directories(pending)
         make_tree_private(result.save(pending))
-        runner._kill_point("pending-written")
-        runner._write_json(os.path.join(pending, runner.COMPLETE), {"job_id": job_id})
-        runner._kill_point("pending-complete")
+        steps._kill_point("pending-written")
+        steps._write_json(os.path.join(pending, steps.COMPLETE), {"job_id": job_id})
+        steps._kill_point("pending-complete")
     except BaseException:
         ledger.charge(dataset, job_id, outcome="failed")  # released: the budget stays spent
         raise
     ledger.charge(dataset, job_id, outcome="succeeded")
-    runner._kill_point("charged")
-    runner._finalise(output)
+    steps._kill_point("charged")
+    steps._finalise(output)
     return result
+
+
+def dry_run_window_job(spec: Any, date: str) -> Any:
+    """A ``sliding-window`` job: the window ending at ``date`` chosen from the public partition table (with the day's
+    partition when the run would append it first), where its release would execute (decided from the window's
+    declared width and partition count, as the release decides it), and its events reserved on every partition key
+    the run reserves (:func:`~dppca_dask.methods.window.job.window_charges`), in a snapshot of the ledger."""
+    from dppca_dask.coordinator.client import check_scheduler
+    from dppca_dask.jobs.dry_run import DryRun, _ledger_snapshot
+    from dppca_dask.jobs.spec import dated
+    from dppca_dask.jobs.steps import _check_schema, _security
+    from dppca_dask.ledger import RESERVED, Ledger
+    from dppca_dask.methods.window.budget import partition_key, reserve_partitions
+    from dppca_dask.methods.window.release import _choose
+    from dppca_dask.methods.window.selection import parse_timestamp
+
+    job_id = spec.job_id(date)
+    output = spec.output_dir(date)
+    dataset = spec.budget.dataset
+    ledger = Ledger(spec.budget.ledger, read_only=True)
+
+    def outcome(status: str, neighbouring: str | None, remaining: float | None, notes: list[str],
+                releases: tuple[str, ...] = (), executor: dict[str, str] | None = None) -> DryRun:
+        return DryRun(job_id=job_id, status=status, mechanism=spec.mechanism, epsilon=spec.epsilon,
+                      delta=spec.delta, neighbouring=neighbouring, dataset=dataset, output=output,
+                      remaining_epsilon_after=remaining, notes=tuple(notes), parameters=dict(spec.parameters),
+                      releases=releases, executor=dict(executor or {}))
+
+    if spec.budget.total_epsilon is not None:  # the run's first check (run_window_job), whatever the run leaves
+        with ledger._connection() as db:  # only reads: the read-only ledger, named in its message
+            ledger._ensure(db, dataset, float(spec.budget.total_epsilon), float(cast(float, spec.budget.total_delta)),
+                          None)
+    ledger.budget(dataset)  # a missing key fails before anything is read
+    charged = earlier_charge(ledger, dataset, job_id, output)
+    if charged is not None:
+        return outcome("already-completed", charged.neighbouring, None,
+                       [f"job '{job_id}' already succeeded; a run would do nothing"])
+    # An earlier attempt that stopped before its charge left its reservations on the window's partition keys; a
+    # run reserves them again unchanged (nothing of that attempt was released: the result is written after the charge)
+    previous = ledger.entry(dataset, job_id)
+    resuming = previous is not None and previous.status == RESERVED
+    security = _security(spec)
+    address = spec.cluster.address or None
+    if address:
+        check_scheduler(address, security=security)
+    notes: list[str] = []
+    store = spec.data.open()
+    _check_schema(spec, store)
+    pending = None  # the index of the partition the day's file would become, before it is appended
+    if spec.data.append is not None:
+        source = dated(spec.data.append["source"], date)
+        stamp = parse_timestamp(date, name="date")
+        if not any(p.timestamp == stamp for p in store.partitions):
+            if not os.path.exists(source):
+                from dppca_dask.errors import JobSpecError
+
+                raise JobSpecError(f"{spec.source}: [data.append] source '{source}' does not exist")
+            from dppca_dask.ingest.append import check_append
+
+            check_append(store, date)  # what the append checks on the partition table, before it reads the file
+            store, pending = _with_pending_day(store, stamp), len(store.partitions)
+    require_day(store, date)  # as the run: a window is never released without its day
+    plan = plan_window_job(spec, date, store)
+    choice = _choose(plan, address, spec.cluster.executor)  # as the run (window()): the executor, then the charges
+    charges = window_charges(spec, date, plan)
+    executor = {"asked": spec.cluster.executor, "executor": choice.executor, "reason": choice.reason}
+    window = tuple(plan.selection.partitions)
+    partitions = tuple(charges.partitions)
+
+    def listed(indices: tuple[int, ...]) -> str:
+        return f"{len(indices)} partition(s): {', '.join(str(i) for i in indices)}" if indices else "none"
+
+    if charges.histogram is None:
+        releases = (f"{plan.release} release of the window's Gram ({listed(window)}), charged to each partition's "
+                    "key",)
+    else:
+        before = tuple(i for i in partitions if i < window[0])
+        releases = (f"{plan.release} release of the spectral histogram's first checkpoint (the window's "
+                    f"{listed(window)}; before it, covered by the saved histogram: {listed(before)}), charged to "
+                    "each of these partitions' keys",)
+    if pending is not None:
+        rows = store.metadata.get("rows_per_partition")
+        more = (f"; if it holds more than {rows} rows (the store's rows per partition), the append makes further "
+                f"partitions ({pending + 1}, ...): of the same day, in the same books, reserved by "
+                "the run, and the run decides the executor again from the window's partition count") if rows else ""
+        notes.append(f"the run would append '{source}' (stamped {date}) first: checked as the day's partition "
+                     f"{pending} ('{partition_key(dataset, store, pending)}' in the ledger) with the window chosen from the "
+                     f"partition table; the file itself (format, width, values) is read and checked by the append, "
+                     f"not here{more}")
+    with _ledger_snapshot(spec.budget.ledger) as copy:
+        trial = Ledger(copy)
+        if spec.budget.total_epsilon is not None:
+            trial.ensure_dataset(dataset, total_epsilon=spec.budget.total_epsilon,
+                                 total_delta=cast(float, spec.budget.total_delta))
+        reserve_partitions(trial, dataset, job_id, store=plan.store, partitions=partitions,
+                           epsilon=plan.epsilon, delta=plan.delta, events=plan.planned_events)
+        touched = {partition_key(dataset, plan.store, i) for i in partitions}
+        after = trial.budget(dataset)  # the least remaining among the partitions it reads
+        remaining = max(0.0, after.total_epsilon - max(p.spent_epsilon for p in after.partitions
+                                                       if p.partition in touched or p.partition == "*"))
+    if resuming:
+        notes.append(f"job '{job_id}' has reservations from an earlier attempt that released nothing; a run would "
+                     "resume them and release the window")
+    return outcome("would-resume" if resuming else "would-run", plan.neighbouring, remaining, notes, releases,
+                   executor)
+
+
+def _with_pending_day(store: Any, stamp: float) -> Any:
+    """``store`` as its partition table would read once the day's file is appended stamped ``stamp``: one more
+    partition (index, timestamp; no rows counted, none read), the same store id (so the same ledger keys)."""
+    import dataclasses
+
+    from dppca_dask.storage import Partition
+
+    day = Partition(len(store.partitions), store.n_rows, store.n_rows, store.nnz, store.nnz, stamp)
+    return dataclasses.replace(store, partitions=(*store.partitions, day), generation=store.generation + 1)
