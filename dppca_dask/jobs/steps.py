@@ -149,13 +149,12 @@ def _resolved(path: str) -> str:
     return path if is_url(path) else os.path.realpath(path)
 
 
-
-
 def _check_schema(spec: JobSpec, store: Any) -> None:
     """Refuse a store whose width was inferred from the data: every release reveals it, and a release on it would
     say its guarantee does not cover it (DESIGN.md, invariant 9). A job with ``[data.ingest]`` declares the width
-    to its ingest (:func:`ingest_arguments`); a store it does not ingest must have been ingested with a declared
-    width. A declared width in the spec (``[data] n_features``) that the store does not have is refused too."""
+    to its ingest (:func:`~dppca_dask.jobs.runner.ingest_arguments`); a store it does not ingest must have been
+    ingested with a declared width. A declared width in the spec (``[data] n_features``) that the store does not
+    have is refused too."""
     declared = spec.data.declared_width
     if store_schema(store) != "declared":
         raise JobSpecError(
@@ -171,7 +170,6 @@ def _check_schema(spec: JobSpec, store: Any) -> None:
             f"{int(store.n_cols)} columns; re-ingest it with `dppca-dask ingest SRC --out STORE --n-features "
             f"{declared}`, or fix n_features"
         )
-
 
 
 def _check_output(output: str) -> None:
@@ -194,7 +192,6 @@ def _check_output(output: str) -> None:
         except OSError as exc:
             raise JobSpecError(f"[output] path '{output}' cannot be written: {exc.strerror or exc}; fix the "
                                "permissions or the path") from exc
-
 
 
 def _security(spec: JobSpec) -> Any:
@@ -231,7 +228,6 @@ def _finalise(output: str) -> None:
     checkpoint = os.path.join(output, CHECKPOINT)
     if os.path.exists(checkpoint):
         os.remove(checkpoint)
-
 
 
 @contextlib.contextmanager

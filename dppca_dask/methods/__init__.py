@@ -1,6 +1,6 @@
-"""Every mechanism, one module per family, and the registry the API, the CLI, jobs and benchmarks read.
+"""Every mechanism, one package per family, and the registry the API, the CLI, jobs and benchmarks read.
 
-A family module defines its :class:`Mechanism` (name, entry point, summary, neighbouring relation, ``validate``
+A family package defines its :class:`Mechanism` (name, entry point, summary, neighbouring relation, ``validate``
 and ``plan``) and the registry lines at the end of this module register it; nothing else lists mechanisms. Each
 entry kind (``pca``, ``lowrank``, ``topics``, ``window``) is an :class:`Entry` registered beside its mechanisms:
 what a job naming one of them runs, checks, plans and loads (``dppca_dask.jobs`` reads nothing else about a

@@ -270,7 +270,7 @@ class _JobLedger:
 
 def run_window_job(spec: Any, *, date: str, client: Any = None, noise: Any = None,
                    allow_new_store: bool = False) -> Any:
-    """Run a ``sliding-window`` job spec for ``date`` (``YYYY-MM-DD``); returns a :class:`JobOutcome`."""
+    """Run a ``sliding-window`` job spec for ``date`` (``YYYY-MM-DD``); returns a :class:`~dppca_dask.jobs.steps.JobOutcome`."""
     from dppca_dask.jobs import steps
     from dppca_dask.jobs.steps import JobOutcome, job_lock
     from dppca_dask.ledger import CHARGED, RESERVED, Ledger

@@ -143,7 +143,7 @@ def tree_window(
 
     Returns a :class:`~dppca_dask.methods.window.WindowRelease` whose privacy report covers all releases of the
     tree up to ``horizon`` partitions (see the module docstring). ``client`` and ``executor`` choose where it
-    runs, as for :func:`~dppca_dask.methods.window.window`. ``seed`` or ``noise`` (not both) make it not private.
+    runs, as for :func:`~dppca_dask.window`. ``seed`` or ``noise`` (not both) make it not private.
     ``ledger``, ``dataset`` and ``job_id`` (together) charge each node drawn to the partitions it holds, under the
     dataset key's total (module docstring); a release whose nodes would take a partition over it is refused before
     any value is read into a node. A tree stays charged to its first node's key in that node's ledger (the state
@@ -166,7 +166,7 @@ def tree_window(
     that drew nodes and wrote none of them is refused (:class:`~dppca_dask.errors.BudgetExceededError`, its budget
     spent): running it again would draw its release a second time.
 
-    A store in object storage (its URL, with ``storage_options`` as for :func:`~dppca_dask.methods.window.window`)
+    A store in object storage (its URL, with ``storage_options`` as for :func:`~dppca_dask.window`)
     keeps its tree beside it in its bucket (``s3://bucket/.x.zarr.window-tree-…/nodes.json``, each state object
     written whole by one PUT), locked by an object created with a conditional PUT (``….lock``).
     """
