@@ -269,7 +269,7 @@ def test_cache_entries_that_miss_the_target_or_are_malformed_are_ignored(
     data["entries"][key]["noise_multiplier"] = honest.noise_multiplier / 2  # an edited, overspending entry
     path.write_text(json.dumps(data))
     clear_memory_cache()
-    with caplog.at_level(logging.WARNING, logger="dppca_dask.accounting.calibration"):
+    with caplog.at_level(logging.WARNING, logger="dppca_dask.methods.adaptive_power.calibration"):
         again = calibrate_adaptive_power(**SMALL)
     assert not again.from_cache and again.noise_multiplier == honest.noise_multiplier
     assert "does not meet its target" in caplog.text
@@ -278,7 +278,7 @@ def test_cache_entries_that_miss_the_target_or_are_malformed_are_ignored(
     path.write_text(json.dumps(data))
     clear_memory_cache()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="dppca_dask.accounting.calibration"):
+    with caplog.at_level(logging.WARNING, logger="dppca_dask.methods.adaptive_power.calibration"):
         assert not calibrate_adaptive_power(**SMALL).from_cache
     assert "malformed calibration cache entry" in caplog.text
 
