@@ -122,8 +122,8 @@ def topics(
     Notes
     -----
     Privacy contract: add/remove one document (row); Gaussian releases whose sensitivities are bounded because each
-    document's moments are probability distributions (module docstring); the report is built by the accountant
-    from the events emitted. Beyond seed 002, whose relation is one tensor entry. The number of documents is private
+    document's moments are probability distributions (:mod:`dppca_dask.methods.tensor.topics`); the report is built
+    by the accountant from the events emitted. Beyond seed 002, whose relation is one tensor entry. The number of documents is private
     under this relation and shapes nothing: a corpus with fewer documents than topics runs like any other (its
     releases are mostly noise).
 

@@ -36,7 +36,7 @@ Modules, in reading order
 8. ``randomized_response``: the baseline (input perturbation, then an exact truncated SVD) as a generator.
 9. ``linalg``: post-processing on released factors (truncated SVD, rank-r truncation, pruning).
 10. ``lowrank_plan``: every parameter of :func:`dppca_dask.lowrank` checked and a run planned (relation, constants,
-   DpEvents) from public values only.
+    DpEvents) from public values only.
 11. ``pca_mechanism`` and ``lowrank_mechanisms``: the registry entries (validation and planning per mechanism).
 12. ``entry``: the family's steps of :func:`dppca_dask.lowrank` (its run's generator, the released factors, the
     report).
