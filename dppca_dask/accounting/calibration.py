@@ -311,7 +311,6 @@ def _solve(
     return hi, value_hi
 
 
-
 def _figure_key(events: list[Any], delta: float, accountant: str) -> str | None:
     """The cache key of a report figure: the events' exact JSON form, δ and the accountant (``None`` when an event
     has no JSON form, which is then never cached)."""

@@ -43,7 +43,6 @@ __all__ = ["Coordinator", "LocalExecutor", "StepPlan", "execute_request_locally"
 log = logging.getLogger(__name__)
 
 
-
 # ----------------------------------------------------------------------------------- kernel adapters (workers)
 def load_partition(item: Any) -> PartitionData:
     """The partition a kernel task is given: a persisted :class:`PartitionData`, or read now from ``(loader, args)``

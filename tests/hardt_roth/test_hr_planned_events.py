@@ -15,7 +15,6 @@ from dppca_dask.datasets import gaussian_factor_matrix, incoherent_psd
 from dppca_dask.errors import InvalidInputError, InvalidParameterError
 
 
-
 def _run(matrix: Any, seed: int, **kwargs: Any) -> Any:
     with warnings.catch_warnings():
         from dppca_dask.errors import NotPrivateWarning

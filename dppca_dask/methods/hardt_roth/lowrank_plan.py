@@ -46,7 +46,6 @@ _SPECIFIC: dict[str, tuple[str, ...]] = {
 _ROW_PARAMETERS = ("row_norm_bound", "row_change_bound")
 
 
-
 #: Bounds on public parameters (issue: absurd values must fail before anything is read, not deep in calibration).
 MAX_EPSILON = 100.0
 MIN_DELTA = 1e-30

@@ -45,7 +45,6 @@ def _calibration(calibration: str) -> str:
     return calibration
 
 
-
 def classic_gaussian_multiplier(epsilon: float, delta: float, *, paper: bool = False) -> float:
     """σ/Δ of the textbook Gaussian mechanism: ``sqrt(2·ln(1.25/δ))/ε``, or the paper's ``sqrt(ln(1.25/δ))/ε``.
 
@@ -81,7 +80,6 @@ def _valid_gaussian_multiplier(epsilon: float, delta: float) -> float:
     if gaussian_delta(classic, epsilon) <= delta:
         return classic
     return max(classic, calibrate_gaussian(epsilon=epsilon, delta=delta))
-
 
 
 #: A calibrated composition reports ε in ``[(1 − _TARGET_SLACK)·target, target]``.
