@@ -188,7 +188,7 @@ def test_cli_public_failures_and_refusals(stores: dict[str, str], tmp_path: Path
         (["lowrank", "{tall}", "--rank", "1", "--mechanism", "private-power", "--epsilon", "1", "--delta", "1e-6",
           "--entry-bound", "1e300"], "entry_bound must be in"),
         (["lowrank", "{tall}", "--rank", "1", "--mechanism", "private-power", "--epsilon", "1", "--delta", "1e-6",
-          "--n-iter", "1000000"], "n_iter must be an integer <= 10000"),
+          "--n-iter", "1000000"], "n_iter must be an integer <= 1000"),
         (["pca", "{tall}", "--mechanism", "private-power", "--epsilon", "1", "--delta", "1e-6",
           "--entry-bound", "1e300"], "entry_bound must be in"),
     ],

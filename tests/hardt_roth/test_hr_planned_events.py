@@ -105,7 +105,7 @@ class _Unreadable:
         ({"row_norm_bound": 1e300}, r"row_norm_bound must be in \[1e-100, 1e\+100\]"),
         ({"row_change_bound": 1e-300}, r"row_change_bound must be in \[1e-100, 1e\+100\]"),
         ({"mechanism": "private-power", "entry_bound": 1e300}, r"entry_bound must be in \[1e-100, 1e\+100\]"),
-        ({"mechanism": "private-power", "n_iter": 10**6}, "n_iter must be an integer <= 10000"),
+        ({"mechanism": "private-power", "n_iter": 10**6}, "n_iter must be an integer <= 1000"),
         ({"mechanism": "private-power", "coherence": 1e300}, r"coherence must be in \[1e-100, 1e\+100\]"),
         # the run itself refuses C < 1 (coherence is >= 1 for any matrix): the plan must refuse it first
         ({"mechanism": "private-power", "coherence": 0.5}, "coherence must be >= 1"),

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from dppca_dask.errors import InvalidParameterError
+from dppca_dask.methods._params import MAX_N_ITER as PCA_MAX_N_ITER
 from dppca_dask.methods._registry import mechanism_names
 
 __all__ = ["LowRankPlan", "plan_lowrank", "validate_lowrank"]
@@ -50,7 +51,9 @@ _ROW_PARAMETERS = ("row_norm_bound", "row_change_bound")
 MAX_EPSILON = 100.0
 MIN_DELTA = 1e-30
 MAX_RANK = 100_000
-MAX_N_ITER = 10_000
+#: Largest ``n_iter`` of private power iteration: every iteration is a pass over the data, as for :func:`dppca_dask.pca`,
+#: whose limit (:data:`dppca_dask.methods._params.MAX_N_ITER`, with the cost measured there) this is.
+MAX_N_ITER = PCA_MAX_N_ITER
 MAX_BOUND = 1e100
 
 
