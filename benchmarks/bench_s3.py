@@ -8,7 +8,8 @@ alternates steps between the two sources (medians of interleaved repeats, so loa
 alike). The workers reach the bucket through the storage options that travel with the store (no environment). It
 prints the server's throughput (every partition fetched one at a time, then all at once: whether more concurrent
 requests would help, and the check that the store was not replaced meanwhile, per partition), each source's step
-and read-only pass (read, check, norms; no kernel), and last ``s3 ratio <s3 step / local step>``.
+and read-only pass (read, check, norms; no kernel), the requests one step from the bucket makes, and last
+``s3 ratio <s3 step / local step>``.
 
     python benchmarks/bench_s3.py --quick                     # 2·10⁶ entries
     python benchmarks/bench_s3.py --nnz 1e7 --workdir DIR
@@ -108,7 +109,21 @@ def _server_throughput(remote: MatrixStore) -> str:
             f"{_common.median(check) * 1e3:.1f} ms per partition")
 
 
-def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: int) -> dict[str, float]:
+def _requests(log: str) -> dict[str, int]:
+    """Requests the server logged so far, by method."""
+    import re
+
+    counts: dict[str, int] = {}
+    request = re.compile(r'"(?:\x1b\[[0-9;]*m)*(GET|HEAD|PUT|POST|DELETE) ')  # colours aside
+    with open(log, errors="replace") as lines:
+        for line in lines:
+            match = request.search(line)
+            if match:
+                counts[match.group(1)] = counts.get(match.group(1), 0) + 1
+    return counts
+
+
+def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: int, log: str) -> dict[str, float]:
     grid = ThresholdGrid.for_bound(1.0)
     top_m = default_top_m(cutoff=svt_cutoff(0.03, 0.05), epsilon_svt=0.03)
     x = np.random.default_rng(0).standard_normal(local.n_cols)
@@ -118,6 +133,13 @@ def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: i
             Coordinator(client, as_source(remote), persist=False) as in_bucket:
         for coordinator in (on_disk, in_bucket):  # the first step pays for start-up and the first reads
             coordinator.execute(step)
+        before = _requests(log)  # steps one after another (the read-ahead spans them), then the log settled
+        for _ in range(3):
+            in_bucket.execute(step)
+        time.sleep(1.0)
+        counts = {k: (v - before.get(k, 0)) / 3 for k, v in _requests(log).items()}
+        print("requests per s3 step: " + ", ".join(f"{v:.0f} {k}" for k, v in sorted(counts.items()) if v),
+              flush=True)
         for _ in range(repeats):
             for name, run in (
                 ("local", lambda: on_disk.execute(step)),
@@ -164,7 +186,7 @@ def main() -> None:
         print(_server_throughput(remote), flush=True)
         with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None,
                           host="127.0.0.1") as cluster, Client(cluster) as client:
-            result = _measure(client, local, remote, args.repeats)
+            result = _measure(client, local, remote, args.repeats, os.path.join(workdir, "s3server.log"))
     finally:
         process.terminate()
         process.wait(30)

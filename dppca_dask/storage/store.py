@@ -42,6 +42,9 @@ from dppca_dask.errors import (
 from dppca_dask.storage import _format
 from dppca_dask.storage._remote import open_group, options_key
 from dppca_dask.storage._chunks import ChunkLayout, FileIdentity, chunk_layout, prefetch_range, read_range
+from dppca_dask.storage import _remote_chunks
+from dppca_dask.storage._read_ahead import ReadAhead
+from dppca_dask.storage._remote_chunks import RemoteLayout, remote_layout
 from dppca_dask.storage.validate import (
     canonical_csr,
     check_csr_arrays,
@@ -473,8 +476,13 @@ class MatrixStore:
 
         if not is_url(self.path):
             return None
-        return READ_AHEAD.fetch(self.path, self.fingerprint, self._options, part.index, self.n_partitions,
-                                self._ranges, self._replacement_check)
+        path, version, options = self.path, self.fingerprint, self._options
+
+        def fetch(index: int, wait: bool) -> Any:
+            return _fetch_ranges(path, version, options, self._ranges(index), wait=wait,
+                                 after=self._replacement_check(index))
+
+        return READ_AHEAD.fetch((path, version, options), part.index, self.n_partitions, fetch)
 
     def _replacement_check(self, index: int) -> Callable[[], None]:
         """The check that ends a fetch of partition ``index`` (:meth:`_check_not_replaced`; run by the fetch, so a
@@ -830,6 +838,13 @@ def _layout(path: str, key: str, version: str, options: str = "{}") -> ChunkLayo
     return chunk_layout(_open(path, key, version, options))
 
 
+@functools.lru_cache(maxsize=64)
+def _remote_layout(path: str, key: str, version: str, options: str = "{}") -> RemoteLayout | None:
+    """How to read the chunks of one array in object storage directly (:mod:`._remote_chunks`), or None to read it
+    through zarr."""
+    return remote_layout(_open(path, key, version, options))
+
+
 def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dtype: Any = None,
                 visit: Callable[[int, np.ndarray], None] | None = None,
                 piece: Callable[[int, np.ndarray], None] | None = None,
@@ -857,15 +872,23 @@ def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dty
 def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tuple[int, int]],
                   *, wait: bool = True, after: Callable[[], None] | None = None) -> Any:
     """Elements ``[start, stop)`` of several 1-D arrays of a store, all requested at once on zarr's event loop: a
-    dict of arrays, or (``wait=False``) a future of it."""
+    dict of arrays, or (``wait=False``) a future of it. Arrays of the plain layouts are read chunk by chunk
+    (:mod:`._remote_chunks`: only the range's bytes, no size requests), others through zarr."""
     import asyncio
 
     from zarr.core.sync import _get_loop, sync
 
     arrays = {key: _open(path, key, version, options) for key in ranges}
+    layouts = {key: _remote_layout(path, key, version, options) for key in ranges}
+
+    def one(key: str) -> Any:
+        layout = layouts[key]
+        if layout is not None:
+            return _remote_chunks.read_range(layout, *ranges[key])
+        return arrays[key]._async_array.getitem(slice(*ranges[key]))
 
     async def fetch() -> dict[str, np.ndarray]:
-        values = await asyncio.gather(*(arrays[key]._async_array.getitem(slice(*ranges[key])) for key in ranges))
+        values = await asyncio.gather(*(one(key) for key in ranges))
         if after is not None:  # once every chunk was read (blocking I/O of its own: off the event loop)
             await asyncio.to_thread(after)
         return {key: np.asarray(v) for key, v in zip(ranges, values)}
@@ -875,57 +898,8 @@ def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tu
     return asyncio.run_coroutine_threadsafe(fetch(), _get_loop())
 
 
-class _ReadAhead:
-    """Partitions of stores in object storage fetched ahead, one per store and process.
-
-    A worker reads every W-th partition (the coordinator places partition ``i`` on worker ``i mod W``), so the
-    stride between a process's consecutive reads of one store is learnt from the reads themselves (never from the
-    data: partition indices are public), and the partition one stride ahead (after the last, the first of the
-    process's own: ``i mod stride``) is requested while the kernel works on the current one. At most one partition
-    ahead per store is held in memory (until the process's next read of that store: after a run's last step, the
-    first partition of the next one waits there); one fetched for nothing (another worker took it) is dropped at the
-    next read.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pending: dict[tuple[str, str, str], tuple[int, Any]] = {}
-        self._last: dict[tuple[str, str, str], int] = {}
-
-    def fetch(self, path: str, version: str, options: str, index: int, n: int,
-              ranges_of: Callable[[int], dict[str, tuple[int, int]]],
-              after_of: Callable[[int], Callable[[], None]] | None = None) -> dict[str, np.ndarray]:
-        """Partition ``index`` (of ``n``) of a store: the one fetched ahead when it is, else fetched now; then the
-        next one of this process requested."""
-        key = (path, version, options)
-        with self._lock:
-            pending = self._pending.pop(key, None)
-            last = self._last.get(key)
-            self._last[key] = index
-        current = None
-        if pending is not None and pending[0] == index:
-            try:
-                current = pending[1].result()
-            except Exception:  # fetched again below, where an error is reported
-                current = None
-        elif pending is not None:
-            pending[1].cancel()
-        if current is None:
-            current = _fetch_ranges(path, version, options, ranges_of(index),
-                                    after=None if after_of is None else after_of(index))
-        stride = index - last if last is not None and index > last else 0
-        if stride and n > 1:
-            ahead = index + stride if index + stride < n else index % stride
-            if ahead != index:
-                future = _fetch_ranges(path, version, options, ranges_of(ahead), wait=False,
-                                       after=None if after_of is None else after_of(ahead))
-                with self._lock:
-                    self._pending[key] = (ahead, future)
-        return current
-
-
 #: The read-ahead of this process (workers of a cluster each have their own).
-READ_AHEAD = _ReadAhead()
+READ_AHEAD = ReadAhead()
 
 
 @functools.lru_cache(maxsize=64)
