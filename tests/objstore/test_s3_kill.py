@@ -53,6 +53,7 @@ def _kill_when(process: subprocess.Popen[str], written, timeout: float = 120.0) 
             break
         time.sleep(0.02)
     process.wait(30)
+    process.stdout.close()
     return process.returncode == -signal.SIGKILL
 
 
