@@ -144,3 +144,16 @@ def test_the_dataset_identity_of_a_bucket_store_does_not_follow_the_working_dire
         monkeypatch.chdir(directory)
         ids.add(_job_store_id(spec, None))
     assert len(ids) == 1
+
+
+def test_a_second_run_of_an_output_in_a_bucket_is_refused_while_one_runs(s3, rng, tmp_path):
+    """The output's lock object, held by a run on another machine: refused before anything is reserved, naming it."""
+    from dppca_dask.errors import LedgerError
+
+    spec = load_job(_spec(tmp_path, s3.url("x.zarr"), _svmlight(tmp_path / "a.svm", rng), output=s3.url("out/{date}")))
+    ledger = _ledger(tmp_path)
+    s3.filesystem().pipe_file(s3.url("out/.2026-11-02.job.lock"),
+                              json.dumps({"host": "another-machine", "pid": 1, "time": 0}).encode())
+    with pytest.raises(LedgerError, match=r"being written by another run .*\.2026-11-02\.job\.lock"):
+        run_job(spec, date="2026-11-02")
+    assert ledger.entry("ds", "s3-job@2026-11-02") is None
