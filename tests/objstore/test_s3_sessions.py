@@ -41,3 +41,20 @@ def test_no_session_is_left_to_the_garbage_collector(s3, rng, monkeypatch):
     assert left == []
     assert (open_matrix(url).read_partition(0) != matrix[:100]).nnz == 0  # reads open new sessions afterwards
     np.testing.assert_array_equal(open_matrix(url).to_scipy()[300:].toarray(), matrix[:50].toarray())
+
+
+def test_a_process_that_read_a_bucket_ends_without_unclosed_sessions(s3, rng):
+    """At the end of a process (a command-line run), the sessions are closed before zarr stops its event loop."""
+    import os
+    import subprocess
+
+    url = s3.url("x.zarr")
+    ingest(sp.csr_array(sp.random(300, 12, density=0.3, random_state=rng, format="csr")), url, rows_per_partition=100)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    script = ("import sys; from dppca_dask.storage import open_matrix; s = open_matrix(sys.argv[1]); "
+              "[s.read_partition_with_norms(i) for i in (0, 1, 2)]; print('read')")
+    done = subprocess.run([sys.executable, "-W", "always::ResourceWarning", "-c", script, url], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "read", done.stderr[-2000:]
+    assert "Unclosed" not in done.stderr, done.stderr[-2000:]
