@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-__all__ = ["RemoteLayout", "read_range", "remote_layout"]
+__all__ = ["Identity", "RemoteLayout", "read_range", "remote_layout"]
 
 
 @dataclass(frozen=True)
@@ -81,9 +81,10 @@ def remote_layout(array: zarr.Array) -> RemoteLayout | None:
                         compressor="blosc" if len(codecs) == 2 else None)
 
 
-async def read_range(layout: RemoteLayout, start: int, stop: int) -> np.ndarray:
-    """Elements ``[start, stop)`` of the array described by ``layout``, as a new array (run on zarr's event loop:
-    every chunk of the range is requested concurrently)."""
+async def read_range(layout: RemoteLayout, start: int, stop: int) -> tuple[np.ndarray, list[Identity | None]]:
+    """Elements ``[start, stop)`` of the array described by ``layout``, as a new array, and the :data:`Identity` of
+    each chunk object read, in order (``None`` where it is not known: a missing chunk, a filesystem that does not
+    say). Run on zarr's event loop: every chunk of the range is requested concurrently."""
     if not 0 <= start <= stop <= layout.length:
         raise ValueError(f"range [{start}, {stop}) outside the array's {layout.length} elements")
     out = np.empty(stop - start, dtype=layout.dtype)
@@ -93,26 +94,58 @@ async def read_range(layout: RemoteLayout, start: int, stop: int) -> np.ndarray:
         lo = index * chunk
         a, b = max(lo, start), min(lo + chunk, stop)
         reads.append(_read_chunk(layout, index, a - lo, b - lo, out[a - start : b - start]))
-    await asyncio.gather(*reads)
-    return out
+    identities = await asyncio.gather(*reads)
+    return out, list(identities)
 
 
-async def _read_chunk(layout: RemoteLayout, index: int, lo: int, hi: int, target: np.ndarray) -> None:
-    """Elements ``[lo, hi)`` of chunk ``index`` into ``target``."""
+#: What identifies a chunk object's contents without reading them, in the shape of a local file's identity (five
+#: integers, see :data:`._chunks.FileIdentity`): a marker, the two halves of a hash of the object's ETag (which
+#: object stores derive from the contents: any write of other bytes changes it), then zeros (no change time: an
+#: ETag needs no settling).
+Identity = tuple[int, int, int, int, int]
+
+
+def _identity(etag: Any) -> Identity | None:
+    if not etag:
+        return None
+    import hashlib
+
+    digest = hashlib.blake2b(str(etag).encode(), digest_size=16).digest()
+    return (1, int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little"), 0, 0)
+
+
+async def _get(layout: RemoteLayout, key: str, start: int, end: int | None) -> tuple[bytes, Identity | None]:
+    """Bytes ``[start, end)`` of object ``key`` and its identity: one ranged GET (s3fs: its ETag from the same
+    response), else the filesystem's ``_cat_file`` (no identity)."""
+    fs = layout.fs
+    if not hasattr(fs, "_call_s3") or not hasattr(fs, "split_path"):
+        return await fs._cat_file(key, start=start, end=end), None
+    bucket, inner, _version = fs.split_path(key)
+    response = await fs._call_s3("get_object", Bucket=bucket, Key=inner,
+                                 Range=f"bytes={start}-{'' if end is None else end - 1}")
+    try:
+        raw = await response["Body"].read()
+    finally:
+        response["Body"].close()
+    return raw, _identity(response.get("ETag"))
+
+
+async def _read_chunk(layout: RemoteLayout, index: int, lo: int, hi: int, target: np.ndarray) -> Identity | None:
+    """Elements ``[lo, hi)`` of chunk ``index`` into ``target``; the chunk object's identity."""
     key, size = layout.chunk_key(index), layout.dtype.itemsize
     try:
         if layout.compressor is None:  # only the range's bytes
-            raw = await layout.fs._cat_file(key, start=lo * size, end=hi * size)
+            raw, identity = await _get(layout, key, lo * size, hi * size)
         else:  # from byte 0: a ranged GET, where a plain one costs a size request first
-            raw = await layout.fs._cat_file(key, start=0, end=None)
+            raw, identity = await _get(layout, key, 0, None)
     except FileNotFoundError:  # never written: zarr's fill value
         target.fill(layout.fill_value)
-        return
+        return None
     if layout.compressor is None:
         if len(raw) != target.nbytes:
             raise ValueError(f"chunk '{key}' holds {len(raw)} bytes at offset {lo * size}, expected {target.nbytes}")
         target.view(np.uint8)[:] = np.frombuffer(raw, dtype=np.uint8)
-        return
+        return identity
     from numcodecs import blosc
 
     whole = np.empty(layout.chunk, dtype=layout.dtype)
@@ -124,3 +157,4 @@ async def _read_chunk(layout: RemoteLayout, index: int, lo: int, hi: int, target
                          f"{whole.nbytes} in the object's {len(raw)}")
     blosc.decompress(raw, whole)
     target[:] = whole[lo:hi]
+    return identity

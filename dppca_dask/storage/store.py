@@ -468,10 +468,12 @@ class MatrixStore:
                 "read, so the partition may hold parts of both stores; run again (on the new store)",
                 source=self.path, partition=part.index)
 
-    def _fetch_remote(self, part: Partition) -> dict[str, np.ndarray] | None:
+    def _fetch_remote(self, part: Partition) -> dict[str, tuple[np.ndarray, list[Any] | None]] | None:
         """For a store at a URL: the partition's row pointers, values and column indices, fetched at once (their
         ranges follow from the partition table; every chunk of all three requested concurrently, where one array
-        after the other would wait for each round trip). ``None`` for a local store (read chunk by chunk)."""
+        after the other would wait for each round trip), each with the identities of the chunk objects read (their
+        ETags: an unchanged partition skips the checks its bytes passed before, as for local chunk files). ``None``
+        for a local store (read chunk by chunk)."""
         from dppca_dask._urls import is_url
 
         if not is_url(self.path):
@@ -849,19 +851,21 @@ def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dty
                 visit: Callable[[int, np.ndarray], None] | None = None,
                 piece: Callable[[int, np.ndarray], None] | None = None,
                 seen: list[FileIdentity | None] | None = None, options: str = "{}",
-                fetched: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+                fetched: Mapping[str, tuple[np.ndarray, list[Any] | None]] | None = None) -> np.ndarray:
     """Elements ``[start, stop)`` of a 1-D array of a store, each chunk decoded straight into the result (see
     :func:`._chunks.read_range` for ``dtype``, ``visit``, ``piece`` and ``seen``; through zarr, ``visit`` sees the
     whole range, ``piece`` nothing, and ``seen`` a ``None``: files read by zarr are not identified)."""
     layout = _layout(path, key, version, options)
     if layout is not None:
         return read_range(layout, start, stop, dtype=dtype, visit=visit, piece=piece, seen=seen)
-    if seen is not None:
-        seen.append(None)
     if fetched is not None and key in fetched:
-        values = fetched[key]
+        values, identities = fetched[key]
+        if seen is not None:  # the chunk objects' identities (ETags) where the fetch had them
+            seen.extend(identities if identities is not None else [None])
     else:
         values = np.asarray(_open(path, key, version, options)[start:stop])
+        if seen is not None:
+            seen.append(None)
     if dtype is not None:
         values = values.astype(dtype, copy=False)
     if visit is not None:
@@ -872,8 +876,9 @@ def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dty
 def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tuple[int, int]],
                   *, wait: bool = True, after: Callable[[], None] | None = None) -> Any:
     """Elements ``[start, stop)`` of several 1-D arrays of a store, all requested at once on zarr's event loop: a
-    dict of arrays, or (``wait=False``) a future of it. Arrays of the plain layouts are read chunk by chunk
-    (:mod:`._remote_chunks`: only the range's bytes, no size requests), others through zarr."""
+    dict of ``(array, identities of the chunk objects read or None)``, or (``wait=False``) a future of it. Arrays of
+    the plain layouts are read chunk by chunk (:mod:`._remote_chunks`: only the range's bytes, no size requests,
+    each chunk object's ETag), others through zarr (no identities)."""
     import asyncio
 
     from zarr.core.sync import _get_loop, sync
@@ -881,17 +886,17 @@ def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tu
     arrays = {key: _open(path, key, version, options) for key in ranges}
     layouts = {key: _remote_layout(path, key, version, options) for key in ranges}
 
-    def one(key: str) -> Any:
+    async def one(key: str) -> tuple[np.ndarray, list[Any] | None]:
         layout = layouts[key]
         if layout is not None:
-            return _remote_chunks.read_range(layout, *ranges[key])
-        return arrays[key]._async_array.getitem(slice(*ranges[key]))
+            return await _remote_chunks.read_range(layout, *ranges[key])
+        return np.asarray(await arrays[key]._async_array.getitem(slice(*ranges[key]))), None
 
-    async def fetch() -> dict[str, np.ndarray]:
+    async def fetch() -> dict[str, tuple[np.ndarray, list[Any] | None]]:
         values = await asyncio.gather(*(one(key) for key in ranges))
         if after is not None:  # once every chunk was read (blocking I/O of its own: off the event loop)
             await asyncio.to_thread(after)
-        return {key: np.asarray(v) for key, v in zip(ranges, values)}
+        return dict(zip(ranges, values))
 
     if wait:
         return sync(fetch())

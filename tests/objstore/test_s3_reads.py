@@ -19,20 +19,26 @@ def _matrix(rng: np.random.Generator, n_rows: int = 300, n_cols: int = 12) -> sp
 
 @pytest.fixture
 def requests(monkeypatch):
-    """Every object read of s3fs in this process: ``(key, start, end)``."""
+    """Every request s3fs makes for an object in this process: ``(method, key, start, end)`` (``end`` exclusive;
+    ``None`` for an open range or no range)."""
     import s3fs
 
     from dppca_dask.storage.store import READ_AHEAD
 
     READ_AHEAD.clear()
-    seen: list[tuple[str, int | None, int | None]] = []
-    read = s3fs.S3FileSystem._cat_file
+    seen: list[tuple[str, str, int | None, int | None]] = []
+    call = s3fs.S3FileSystem._call_s3
 
-    async def recording(self, path, *args, start=None, end=None, **kwargs):
-        seen.append((path, start, end))
-        return await read(self, path, *args, start=start, end=end, **kwargs)
+    async def recording(self, method, *args, **kwargs):
+        if "Key" in kwargs:
+            start = end = None
+            if kwargs.get("Range"):
+                a, _, b = kwargs["Range"].removeprefix("bytes=").partition("-")
+                start, end = int(a), (int(b) + 1 if b else None)
+            seen.append((method, kwargs["Key"], start, end))
+        return await call(self, method, *args, **kwargs)
 
-    monkeypatch.setattr(s3fs.S3FileSystem, "_cat_file", recording)
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", recording)
     yield seen
     READ_AHEAD.clear()
 
@@ -49,7 +55,8 @@ def test_an_uncompressed_partition_reads_only_its_bytes(s3, rng, monkeypatch, re
     block, _ = store.read_partition_with_norms(1)
     assert (block != matrix[100:200]).nnz == 0
     for name, itemsize in (("data", np.dtype(store.dtype).itemsize), ("indices", None)):
-        reads = [(start, end) for key, start, end in requests if f"/X/{name}/c/" in key]
+        assert not [key for method, key, _, _ in requests if method != "get_object" and "/c/" in key]
+        reads = [(start, end) for _, key, start, end in requests if f"/X/{name}/c/" in key]
         assert len(reads) == -(-part.nnz_stop // 64) - part.nnz_start // 64  # one request per chunk touched
         assert all(start is not None and end is not None for start, end in reads)  # ranged: no size request
         total = sum(end - start for start, end in reads)
@@ -65,7 +72,7 @@ def test_a_compressed_partition_reads_whole_chunks(s3, rng, monkeypatch, request
     store = open_matrix(url)
     requests.clear()
     assert (store.read_partition(2) != matrix[200:]).nnz == 0
-    chunks = [(start, end) for key, start, end in requests if "/X/data/c/" in key]
+    chunks = [(start, end) for _, key, start, end in requests if "/X/data/c/" in key]
     assert chunks and all((start, end) == (0, None) for start, end in chunks)  # from byte 0: no size request
 
 
@@ -79,3 +86,30 @@ def test_a_lost_chunk_is_damage(s3, rng, monkeypatch, requests):
     s3.filesystem().rm_file(s3.url(f"lost.zarr/X/data/c/{part.nnz_start // 64 + 1}"))
     with pytest.raises(StoreCorruptError, match="partition 1 .* is damaged: a chunk of 'data' or 'indices' is missing"):
         store.read_partition(1)
+
+
+def test_an_unchanged_partition_skips_the_checks_it_passed_a_rewritten_one_does_not(s3, rng, requests):
+    """The chunk objects' ETags identify their bytes: a partition read again from unchanged objects reuses the norms
+    of the read that checked it (as a local store's unchanged chunk files do); a chunk rewritten since is checked
+    again (here: a value made NaN is found)."""
+    from dppca_dask.storage.store import CHECKED
+
+    CHECKED.clear()
+    matrix = _matrix(rng)
+    url = s3.url("memo.zarr")
+    ingest(matrix, url, rows_per_partition=100, n_features=12)
+    store = open_matrix(url)
+    block, norms = store.read_partition_with_norms(1)
+    hits = CHECKED.hits
+    again, norms_again = store.read_partition_with_norms(1)
+    assert CHECKED.hits == hits + 1
+    assert (again != block).nnz == 0 and np.array_equal(norms_again, norms)
+    part, itemsize = store.partitions[1], np.dtype(store.dtype).itemsize
+    fs = s3.filesystem()
+    key = s3.url("memo.zarr/X/data/c/0")
+    raw = bytearray(fs.cat_file(key))
+    raw[part.nnz_start * itemsize: (part.nnz_start + 1) * itemsize] = np.array([np.nan], dtype=store.dtype).tobytes()
+    fs.pipe_file(key, bytes(raw))
+    with pytest.raises(StoreCorruptError, match="partition 1"):
+        store.read_partition_with_norms(1)
+    assert CHECKED.hits == hits + 1
