@@ -121,13 +121,20 @@ async def _get(layout: RemoteLayout, key: str, start: int, end: int | None) -> t
     if not hasattr(fs, "_call_s3") or not hasattr(fs, "split_path"):
         return await fs._cat_file(key, start=start, end=end), None
     bucket, inner, _version = fs.split_path(key)
-    response = await fs._call_s3("get_object", Bucket=bucket, Key=inner,
-                                 Range=f"bytes={start}-{'' if end is None else end - 1}")
-    try:
-        raw = await response["Body"].read()
-    finally:
-        response["Body"].close()
-    return raw, _identity(response.get("ETag"))
+
+    async def get_and_read() -> tuple[bytes, Identity | None]:
+        response = await fs._call_s3("get_object", Bucket=bucket, Key=inner,
+                                     Range=f"bytes={start}-{'' if end is None else end - 1}")
+        try:
+            return await response["Body"].read(), _identity(response.get("ETag"))
+        finally:
+            response["Body"].close()
+
+    try:  # s3fs's retries of a body cut short and its translation of errors, as for its own reads
+        from s3fs.core import _error_wrapper
+    except ImportError:
+        return await get_and_read()
+    return await _error_wrapper(get_and_read, retries=getattr(fs, "retries", 5))
 
 
 async def _read_chunk(layout: RemoteLayout, index: int, lo: int, hi: int, target: np.ndarray) -> Identity | None:

@@ -113,3 +113,41 @@ def test_an_unchanged_partition_skips_the_checks_it_passed_a_rewritten_one_does_
     with pytest.raises(StoreCorruptError, match="partition 1"):
         store.read_partition_with_norms(1)
     assert CHECKED.hits == hits + 1
+
+
+def test_a_body_cut_short_is_requested_again_not_called_damage(s3, rng, monkeypatch):
+    """A response body that ends early (a connection dropped mid-transfer: a fault a healthy local server does not
+    produce, hence the stand-in body) is retried as the filesystem's own reads are, and the partition is read."""
+    import aiohttp
+    import s3fs
+
+    from dppca_dask.storage.store import READ_AHEAD
+
+    READ_AHEAD.clear()
+    matrix = _matrix(rng)
+    url = s3.url("cut.zarr")
+    ingest(matrix, url, rows_per_partition=100, n_features=12)
+    store = open_matrix(url)
+    call, cut = s3fs.S3FileSystem._call_s3, []
+
+    class CutShort:
+        def __init__(self, body):
+            self.body = body
+
+        async def read(self):
+            raise aiohttp.ClientPayloadError("response payload is not completed")
+
+        def close(self):
+            self.body.close()
+
+    async def flaky(self, method, *args, **kwargs):
+        response = await call(self, method, *args, **kwargs)
+        if method == "get_object" and "/X/data/c/" in kwargs.get("Key", "") and not cut:
+            cut.append(kwargs["Key"])
+            response["Body"] = CutShort(response["Body"])
+        return response
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", flaky)
+    assert (store.read_partition(1) != matrix[100:200]).nnz == 0
+    assert cut
+    READ_AHEAD.clear()
