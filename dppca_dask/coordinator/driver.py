@@ -339,11 +339,13 @@ class Coordinator:
         )
         args = (vector_future,) if vector_future is not None else ()
         # Persisted partitions: the map task runs where its partition is. Re-read partitions: on the worker of
-        # the partition's public index, so every step spreads the reads alike.
+        # the partition's public index, so every step spreads the reads alike, and each worker takes its
+        # partitions in the order of their indices (a priority from the public index alone), so that a worker
+        # reading from object storage can fetch the next one of its own while it works on the current one.
         place = self._parts is None
         level = [
             self.client.submit(guarded(kernel), item, *args, key=f"{prefix}-map-{i}", retries=self.retries,
-                               **(self._restrictions(i) if place else {}), **kw)
+                               **({**self._restrictions(i), "priority": -i} if place else {}), **kw)
             for i, item in zip(indices, self._items(indices))
         ]
         depth = 0

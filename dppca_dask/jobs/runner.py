@@ -280,6 +280,13 @@ def run_job(
     from dppca_dask.jobs.outputs import publish_release
 
     spec = spec.on_date(date)  # dated sources ({date}) name this run's files
+    from dppca_dask._urls import is_url
+
+    if is_url(spec.output):  # outputs in object storage: the run works on a local mirror (bucket_output.py)
+        from dppca_dask.jobs.bucket_output import run_into_bucket
+
+        return run_into_bucket(run_job, spec, date, client=client, noise=noise, progress=progress,
+                               allow_new_store=allow_new_store)
     if spec.entry.run_job is not None:  # an entry with a budget of its own (the window's partitions): its runner
         from dppca_dask.methods._registry import resolve
 

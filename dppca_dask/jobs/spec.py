@@ -395,15 +395,7 @@ def parse_job(obj: Mapping[str, Any], *, source: str = "<string>", base_dir: str
     output = obj["output"]
     if "path" not in output:
         raise JobSpecError(f"{_where(source, 'output', 'path')} is required")
-    out = _path(base, _string(source, "output", "path", output["path"]))
-    from dppca_dask._urls import is_url
-
-    if is_url(out):
-        raise JobSpecError(
-            f"{_where(source, 'output', 'path')}: job outputs (result.json, components, the table of releases) are "
-            f"written to a local or mounted directory, owner-only; got the URL {output['path']!r}: give a directory "
-            "on the scheduler's disk and copy each published output to the bucket after the run (aws s3 cp "
-            "--recursive DIR s3://...); the store itself may be in object storage ([data] store = \"s3://...\")")
+    out = _path(base, _string(source, "output", "path", output["path"]))  # a URL: see jobs/bucket_output.py
     try:
         out.format(name="n", id="i", date="d")
     except (KeyError, IndexError, ValueError) as exc:

@@ -5,6 +5,7 @@ See :mod:`dppca_dask.storage._format` for the layout.
 
 from __future__ import annotations
 
+from dppca_dask.storage import _sessions  # noqa: F401  (object storage sessions closed at exit)
 from dppca_dask.storage._format import FORMAT_VERSION
 from dppca_dask.storage.store import MatrixStore, Partition, open_matrix, row_norms_of
 from dppca_dask.storage.validate import validate_csr_block, validate_dense_block

@@ -42,6 +42,9 @@ from dppca_dask.errors import (
 from dppca_dask.storage import _format
 from dppca_dask.storage._remote import open_group, options_key
 from dppca_dask.storage._chunks import ChunkLayout, FileIdentity, chunk_layout, prefetch_range, read_range
+from dppca_dask.storage import _remote_chunks
+from dppca_dask.storage._read_ahead import ReadAhead
+from dppca_dask.storage._remote_chunks import RemoteLayout, remote_layout
 from dppca_dask.storage.validate import (
     canonical_csr,
     check_csr_arrays,
@@ -465,16 +468,23 @@ class MatrixStore:
                 "read, so the partition may hold parts of both stores; run again (on the new store)",
                 source=self.path, partition=part.index)
 
-    def _fetch_remote(self, part: Partition) -> dict[str, np.ndarray] | None:
+    def _fetch_remote(self, part: Partition) -> dict[str, tuple[np.ndarray, list[Any] | None]] | None:
         """For a store at a URL: the partition's row pointers, values and column indices, fetched at once (their
         ranges follow from the partition table; every chunk of all three requested concurrently, where one array
-        after the other would wait for each round trip). ``None`` for a local store (read chunk by chunk)."""
+        after the other would wait for each round trip), each with the identities of the chunk objects read (their
+        ETags: an unchanged partition skips the checks its bytes passed before, as for local chunk files). ``None``
+        for a local store (read chunk by chunk)."""
         from dppca_dask._urls import is_url
 
         if not is_url(self.path):
             return None
-        return READ_AHEAD.fetch(self.path, self.fingerprint, self._options, part.index, self.n_partitions,
-                                self._ranges, self._replacement_check)
+        path, version, options = self.path, self.fingerprint, self._options
+
+        def fetch(index: int, wait: bool) -> Any:
+            return _fetch_ranges(path, version, options, self._ranges(index), wait=wait,
+                                 after=self._replacement_check(index))
+
+        return READ_AHEAD.fetch((path, version, options), part.index, self.n_partitions, fetch)
 
     def _replacement_check(self, index: int) -> Callable[[], None]:
         """The check that ends a fetch of partition ``index`` (:meth:`_check_not_replaced`; run by the fetch, so a
@@ -830,23 +840,32 @@ def _layout(path: str, key: str, version: str, options: str = "{}") -> ChunkLayo
     return chunk_layout(_open(path, key, version, options))
 
 
+@functools.lru_cache(maxsize=64)
+def _remote_layout(path: str, key: str, version: str, options: str = "{}") -> RemoteLayout | None:
+    """How to read the chunks of one array in object storage directly (:mod:`._remote_chunks`), or None to read it
+    through zarr."""
+    return remote_layout(_open(path, key, version, options))
+
+
 def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dtype: Any = None,
                 visit: Callable[[int, np.ndarray], None] | None = None,
                 piece: Callable[[int, np.ndarray], None] | None = None,
                 seen: list[FileIdentity | None] | None = None, options: str = "{}",
-                fetched: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+                fetched: Mapping[str, tuple[np.ndarray, list[Any] | None]] | None = None) -> np.ndarray:
     """Elements ``[start, stop)`` of a 1-D array of a store, each chunk decoded straight into the result (see
     :func:`._chunks.read_range` for ``dtype``, ``visit``, ``piece`` and ``seen``; through zarr, ``visit`` sees the
     whole range, ``piece`` nothing, and ``seen`` a ``None``: files read by zarr are not identified)."""
     layout = _layout(path, key, version, options)
     if layout is not None:
         return read_range(layout, start, stop, dtype=dtype, visit=visit, piece=piece, seen=seen)
-    if seen is not None:
-        seen.append(None)
     if fetched is not None and key in fetched:
-        values = fetched[key]
+        values, identities = fetched[key]
+        if seen is not None:  # the chunk objects' identities (ETags) where the fetch had them
+            seen.extend(identities if identities is not None else [None])
     else:
         values = np.asarray(_open(path, key, version, options)[start:stop])
+        if seen is not None:
+            seen.append(None)
     if dtype is not None:
         values = values.astype(dtype, copy=False)
     if visit is not None:
@@ -857,75 +876,35 @@ def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dty
 def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tuple[int, int]],
                   *, wait: bool = True, after: Callable[[], None] | None = None) -> Any:
     """Elements ``[start, stop)`` of several 1-D arrays of a store, all requested at once on zarr's event loop: a
-    dict of arrays, or (``wait=False``) a future of it."""
+    dict of ``(array, identities of the chunk objects read or None)``, or (``wait=False``) a future of it. Arrays of
+    the plain layouts are read chunk by chunk (:mod:`._remote_chunks`: only the range's bytes, no size requests,
+    each chunk object's ETag), others through zarr (no identities)."""
     import asyncio
 
     from zarr.core.sync import _get_loop, sync
 
     arrays = {key: _open(path, key, version, options) for key in ranges}
+    layouts = {key: _remote_layout(path, key, version, options) for key in ranges}
 
-    async def fetch() -> dict[str, np.ndarray]:
-        values = await asyncio.gather(*(arrays[key]._async_array.getitem(slice(*ranges[key])) for key in ranges))
+    async def one(key: str) -> tuple[np.ndarray, list[Any] | None]:
+        layout = layouts[key]
+        if layout is not None:
+            return await _remote_chunks.read_range(layout, *ranges[key])
+        return np.asarray(await arrays[key]._async_array.getitem(slice(*ranges[key]))), None
+
+    async def fetch() -> dict[str, tuple[np.ndarray, list[Any] | None]]:
+        values = await asyncio.gather(*(one(key) for key in ranges))
         if after is not None:  # once every chunk was read (blocking I/O of its own: off the event loop)
             await asyncio.to_thread(after)
-        return {key: np.asarray(v) for key, v in zip(ranges, values)}
+        return dict(zip(ranges, values))
 
     if wait:
         return sync(fetch())
     return asyncio.run_coroutine_threadsafe(fetch(), _get_loop())
 
 
-class _ReadAhead:
-    """Partitions of stores in object storage fetched ahead, one per store and process.
-
-    A worker reads every W-th partition (the coordinator places partition ``i`` on worker ``i mod W``), so the
-    stride between a process's consecutive reads of one store is learnt from the reads themselves (never from the
-    data: partition indices are public), and the partition one stride ahead (after the last, the first of the
-    process's own: ``i mod stride``) is requested while the kernel works on the current one. At most one partition
-    ahead per store is held in memory (until the process's next read of that store: after a run's last step, the
-    first partition of the next one waits there); one fetched for nothing (another worker took it) is dropped at the
-    next read.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pending: dict[tuple[str, str, str], tuple[int, Any]] = {}
-        self._last: dict[tuple[str, str, str], int] = {}
-
-    def fetch(self, path: str, version: str, options: str, index: int, n: int,
-              ranges_of: Callable[[int], dict[str, tuple[int, int]]],
-              after_of: Callable[[int], Callable[[], None]] | None = None) -> dict[str, np.ndarray]:
-        """Partition ``index`` (of ``n``) of a store: the one fetched ahead when it is, else fetched now; then the
-        next one of this process requested."""
-        key = (path, version, options)
-        with self._lock:
-            pending = self._pending.pop(key, None)
-            last = self._last.get(key)
-            self._last[key] = index
-        current = None
-        if pending is not None and pending[0] == index:
-            try:
-                current = pending[1].result()
-            except Exception:  # fetched again below, where an error is reported
-                current = None
-        elif pending is not None:
-            pending[1].cancel()
-        if current is None:
-            current = _fetch_ranges(path, version, options, ranges_of(index),
-                                    after=None if after_of is None else after_of(index))
-        stride = index - last if last is not None and index > last else 0
-        if stride and n > 1:
-            ahead = index + stride if index + stride < n else index % stride
-            if ahead != index:
-                future = _fetch_ranges(path, version, options, ranges_of(ahead), wait=False,
-                                       after=None if after_of is None else after_of(ahead))
-                with self._lock:
-                    self._pending[key] = (ahead, future)
-        return current
-
-
 #: The read-ahead of this process (workers of a cluster each have their own).
-READ_AHEAD = _ReadAhead()
+READ_AHEAD = ReadAhead()
 
 
 @functools.lru_cache(maxsize=64)

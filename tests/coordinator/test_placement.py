@@ -124,3 +124,32 @@ def test_partials_come_straight_from_the_workers_of_a_local_cluster(local_client
     assert np.array_equal(straight, routed)
     monkeypatch.setattr(local_client, "direct_to_workers", False)
     assert _direct_gathers(local_client) is False
+
+
+def test_re_read_partitions_are_taken_in_index_order_on_their_workers(local_client: Any, rng: np.random.Generator,
+                                                                      tmp_path: Any) -> None:
+    """Out of core, partition ``i``'s map task goes to worker ``i mod W`` with priority ``-i``: each worker takes its
+    partitions in index order, which its read-ahead of a store in object storage relies on; both follow from the
+    public index alone."""
+    from dppca_dask.ingest import ingest
+
+    matrix = _matrix(rng, 600)
+    store = ingest(matrix, str(tmp_path / "x.zarr"), rows_per_partition=100)
+    submitted: list[tuple[str, Any, Any]] = []
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(local_client, name)
+
+        def submit(self, *args: Any, **kwargs: Any) -> Any:
+            submitted.append((kwargs.get("key"), kwargs.get("priority"), kwargs.get("workers")))
+            return local_client.submit(*args, **kwargs)
+
+    workers = sorted(local_client.scheduler_info(n_workers=-1)["workers"])
+    x = np.arange(30.0)
+    dense = matrix.toarray()
+    with Coordinator(Recording(), as_source(store), persist=False) as coordinator:
+        np.testing.assert_allclose(coordinator.execute(PlainGramTimes(x)), dense.T @ (dense @ x))
+    maps = [(key, priority, where) for key, priority, where in submitted if "-map-" in key]
+    assert [(int(key.rsplit("-", 1)[1]), priority, where) for key, priority, where in maps] == [
+        (i, -i, [workers[i % 2]]) for i in range(6)]

@@ -18,7 +18,8 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -44,6 +45,8 @@ class S3Server:
 class S3Bucket:
     server: S3Server
     name: str
+    opened: list[Any] = field(default_factory=list, compare=False, repr=False)
+    """The test's own filesystems, closed when the test ends."""
 
     def url(self, key: str) -> str:
         return f"s3://{self.name}/{key}"
@@ -55,8 +58,10 @@ class S3Bucket:
     def filesystem(self):  # an s3fs client of the test's own (no instance cache shared with the code under test)
         import s3fs
 
-        return s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, endpoint_url=self.server.endpoint,
-                                 skip_instance_cache=True, use_listings_cache=False)
+        fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, endpoint_url=self.server.endpoint,
+                               skip_instance_cache=True, use_listings_cache=False)
+        self.opened.append(fs)
+        return fs
 
 
 def _free_port() -> int:
@@ -112,9 +117,9 @@ def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Bucke
     """A fresh bucket on the local server, with the standard AWS variables set for this test (and nothing else of
     AWS's: no profile or configuration file of the user's is read). fsspec keeps one file system per set of options
     in a process, configured from the environment when it was made: the test starts and ends without them."""
-    import s3fs
+    from dppca_dask.storage._sessions import close_filesystem, close_filesystems
 
-    s3fs.S3FileSystem.clear_instance_cache()
+    close_filesystems()
     for name in [n for n in os.environ if n.startswith(("AWS_", "FSSPEC_S3"))]:
         monkeypatch.delenv(name)
     for name, value in s3_server.environment().items():
@@ -124,4 +129,6 @@ def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Bucke
     bucket = S3Bucket(s3_server, f"test-{uuid.uuid4().hex[:12]}")
     bucket.filesystem().mkdir(bucket.name)
     yield bucket
-    s3fs.S3FileSystem.clear_instance_cache()
+    for fs in bucket.opened:
+        close_filesystem(fs)
+    close_filesystems()  # the sessions of the code under test, closed rather than left to the garbage collector

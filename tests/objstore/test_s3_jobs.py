@@ -60,9 +60,77 @@ def test_a_job_ingests_into_and_reads_from_a_bucket(s3, rng, tmp_path, monkeypat
     assert options["secret"] not in written and options["key"] not in written
 
 
-def test_an_output_url_is_refused(s3, rng, tmp_path):
-    with pytest.raises(JobSpecError, match=r"written to a local or mounted directory.*aws s3 cp --recursive"):
-        load_job(_spec(tmp_path, s3.url("x.zarr"), _svmlight(tmp_path / "a.svm", rng), output=s3.url("out")))
+def _objects(s3, prefix):
+    fs = s3.filesystem()
+    fs.invalidate_cache()
+    root = f"{s3.name}/{prefix}"
+    return {path[len(root) + 1:] for path in fs.find(root)}
+
+
+def _ledger(tmp_path):
+    from dppca_dask.ledger import Ledger
+
+    Ledger.create(tmp_path / "ledger.sqlite").init_dataset("ds", total_epsilon=1.0, total_delta=1e-6)
+    return Ledger(str(tmp_path / "ledger.sqlite"))
+
+
+def test_a_job_publishes_its_output_into_a_bucket(s3, rng, tmp_path):
+    """``[output] path`` as a URL: the result, the job file and, last, the COMPLETE marker in the bucket; no pending
+    result, checkpoint or lock object left; a second run finds it published and releases nothing."""
+    spec = load_job(_spec(tmp_path, s3.url("x.zarr"), _svmlight(tmp_path / "a.svm", rng),
+                          output=s3.url("results/{name}/{date}")))
+    ledger = _ledger(tmp_path)
+    outcome = run_job(spec, date="2026-11-02")
+    assert outcome.status == "completed" and outcome.output == s3.url("results/s3-job/2026-11-02")
+    objects = _objects(s3, "results")
+    assert {"s3-job/2026-11-02/result.json", "s3-job/2026-11-02/job.json", "s3-job/2026-11-02/COMPLETE"} <= objects
+    assert not [o for o in objects if ".pending" in o or "checkpoint" in o or o.endswith(".lock")]
+    marker = json.loads(s3.filesystem().cat_file(s3.url("results/s3-job/2026-11-02/COMPLETE")))
+    assert marker == {"job_id": outcome.job_id}
+    again = run_job(spec, date="2026-11-02")
+    assert again.status == "already-completed" and again.output == outcome.output
+    assert ledger.entry("ds", outcome.job_id).epsilon == 0.5
+
+
+KILLED_RUN = """
+import os, sys
+from dppca_dask.jobs import steps
+from dppca_dask.jobs.runner import run_job
+from dppca_dask.jobs.spec import load_job
+
+def kill(name):
+    if name == sys.argv[2]:
+        os._exit(77)
+
+steps._kill_point = kill  # the job's kill points, the upload's among them
+run_job(load_job(sys.argv[1]), date="2026-11-02")
+"""
+
+
+def test_a_run_killed_before_the_marker_is_finished_by_the_next_without_a_second_release(s3, rng, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from dppca_dask.ledger import CHARGED
+
+    path = _spec(tmp_path, s3.url("x.zarr"), _svmlight(tmp_path / "a.svm", rng), output=s3.url("out/{date}"))
+    ledger = _ledger(tmp_path)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    killed = subprocess.run([sys.executable, "-c", KILLED_RUN, path, "before-marker"], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == 77, killed.stderr[-2000:]
+    objects = _objects(s3, "out")
+    assert "2026-11-02/result.json" in objects and "2026-11-02/COMPLETE" not in objects  # not published
+    assert ".2026-11-02.job.lock" in objects  # left by the killed run
+    entry = ledger.entry("ds", "s3-job@2026-11-02")
+    assert entry.status == CHARGED
+    outcome = run_job(load_job(path), date="2026-11-02")  # the killed run's lock is taken over (its process is gone)
+    assert outcome.status == "already-completed"
+    objects = _objects(s3, "out")
+    assert "2026-11-02/COMPLETE" in objects and ".2026-11-02.job.lock" not in objects
+    assert ledger.entry("ds", "s3-job@2026-11-02").epsilon == 0.5  # charged once
 
 
 def test_the_dataset_identity_of_a_bucket_store_does_not_follow_the_working_directory(s3, rng, tmp_path,
@@ -76,3 +144,16 @@ def test_the_dataset_identity_of_a_bucket_store_does_not_follow_the_working_dire
         monkeypatch.chdir(directory)
         ids.add(_job_store_id(spec, None))
     assert len(ids) == 1
+
+
+def test_a_second_run_of_an_output_in_a_bucket_is_refused_while_one_runs(s3, rng, tmp_path):
+    """The output's lock object, held by a run on another machine: refused before anything is reserved, naming it."""
+    from dppca_dask.errors import LedgerError
+
+    spec = load_job(_spec(tmp_path, s3.url("x.zarr"), _svmlight(tmp_path / "a.svm", rng), output=s3.url("out/{date}")))
+    ledger = _ledger(tmp_path)
+    s3.filesystem().pipe_file(s3.url("out/.2026-11-02.job.lock"),
+                              json.dumps({"host": "another-machine", "pid": 1, "time": 0}).encode())
+    with pytest.raises(LedgerError, match=r"being written by another run .*\.2026-11-02\.job\.lock"):
+        run_job(spec, date="2026-11-02")
+    assert ledger.entry("ds", "s3-job@2026-11-02") is None

@@ -1,5 +1,6 @@
 """A writer killed (SIGKILL) in the middle of an append or an ingest in object storage leaves the store as it was:
-a reader sees the old store (or, for a new store, none), never a half-written one; the next writer cleans up."""
+a reader sees the old store (or, for a new store, none), never a half-written one; the next writer cleans up. A
+replacement (``--overwrite``) killed midway leaves no store until the next one."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ if sys.argv[1] == "append":
     append_partition(sys.argv[2], block, timestamp=2.0e9)
 else:
     print("writing", flush=True)
-    ingest(block, sys.argv[2], rows_per_partition=10, n_features=12)
+    ingest(block, sys.argv[2], rows_per_partition=10, n_features=12, overwrite=sys.argv[1] == "overwrite")
 print("done", flush=True)
 """
 
@@ -53,6 +54,7 @@ def _kill_when(process: subprocess.Popen[str], written, timeout: float = 120.0) 
             break
         time.sleep(0.02)
     process.wait(30)
+    process.stdout.close()
     return process.returncode == -signal.SIGKILL
 
 
@@ -101,3 +103,27 @@ def test_an_ingest_killed_while_uploading_leaves_no_store(s3, seed):
     with pytest.raises(InvalidParameterError, match="holds objects but no store"):
         ingest(np.ones((3, 12)), url)
     assert ingest(np.ones((3, 12)), url, overwrite=True).n_rows == 3
+
+
+def test_a_replacement_killed_midway_leaves_no_store_until_the_next(s3, rng, seed):
+    """``ingest --overwrite`` killed after it removed the old root metadata: neither store is there (readers are
+    told it does not exist, never given a mix); the next ``--overwrite`` uploads the whole new store."""
+    from dppca_dask.errors import StoreNotFoundError
+
+    url = s3.url("x.zarr")
+    old = sp.csr_array(sp.random(100, 12, density=0.3, random_state=rng, format="csr"))
+    ingest(old, url, rows_per_partition=10, n_features=12)
+    fs = s3.filesystem()
+
+    def replacing() -> bool:  # the old root is gone and the new store's objects are on their way
+        fs.invalidate_cache()
+        return not fs.exists(s3.url("x.zarr/zarr.json")) and len(fs.find(s3.url("x.zarr"))) >= 3
+
+    killed = _kill_when(_start("overwrite", url, seed), replacing)
+    assert killed, "the replacement finished before it could be killed: give it more partitions"
+    assert not fs.exists(s3.url("x.zarr/zarr.json"))
+    with pytest.raises(StoreNotFoundError):
+        open_matrix(url)
+    new = sp.csr_array(sp.random(30, 12, density=0.3, random_state=rng, format="csr"))
+    store = ingest(new, url, rows_per_partition=10, n_features=12, overwrite=True)
+    assert (open_matrix(url).to_scipy() != new).nnz == 0 and store.n_partitions == 3

@@ -137,22 +137,26 @@ def test_estimator_and_scanpy_style_pca_on_a_bucket_store(s3, rng, monkeypatch):
     assert isinstance(adata, anndata.AnnData) and adata.varm["PCs"].shape == (12, 1)
 
 
-def test_read_ahead_follows_the_stride_of_this_process_reads(s3, rng):
+def test_read_ahead_fetches_the_next_partitions_of_this_process(s3, rng):
     """A process reading every second partition (partition i on worker i mod 2) has the next one of its own fetched
-    while it works on the current one, and wraps to its first after the last; what it reads is what is stored."""
+    while it works on the current one: in the first step guessed from the stride of its reads, then, once it knows
+    its own partitions, the ones it has not read yet in this step (at most DEPTH, in index order after the current
+    one, whatever order the steps take them in) and after the last the next step's first; what it reads is what is
+    stored."""
+    from dppca_dask.storage._read_ahead import DEPTH
     from dppca_dask.storage.store import READ_AHEAD
 
-    matrix = _matrix(rng, 600)
+    matrix = _matrix(rng, 800)
     url = s3.url("ahead.zarr")
     store = ingest(matrix, url, rows_per_partition=100, n_features=12)
     key = (store.path, store.fingerprint, store._options)
-    for index, expected_ahead in ((1, None), (3, 5), (5, 1)):
+    assert DEPTH == 2
+    steps = ((1, []), (3, [5]), (5, [7]), (7, [1, 3]),  # first step: the stride; then the next step's first
+             (1, [3, 5]), (5, [7, 3]), (3, [7]), (7, [1, 3]))  # a step taken out of order
+    for index, ahead in steps:
         block, _ = store.read_partition_with_norms(index)
         assert (block != matrix[100 * index: 100 * (index + 1)]).nnz == 0
-        pending = READ_AHEAD._pending.get(key)
-        assert (pending[0] if pending else None) == expected_ahead
-    block, _ = store.read_partition_with_norms(1)  # served by the read ahead
-    assert (block != matrix[100:200]).nnz == 0
+        assert READ_AHEAD.held(key) == sorted(ahead)
 
 
 def test_a_read_during_a_replacement_is_refused_not_mixed(s3, rng):

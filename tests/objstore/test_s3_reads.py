@@ -1,0 +1,153 @@
+"""How a partition is read from object storage: every chunk it touches requested at once, of an uncompressed chunk
+only the partition's bytes (no size request first), of a compressed chunk the whole object; a lost chunk is damage,
+named as such."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dppca_dask.errors import StoreCorruptError
+from dppca_dask.ingest import ingest
+from dppca_dask.storage import _format, open_matrix
+
+
+def _matrix(rng: np.random.Generator, n_rows: int = 300, n_cols: int = 12) -> sp.csr_array:
+    return sp.csr_array(sp.random(n_rows, n_cols, density=0.3, random_state=rng, format="csr"))
+
+
+@pytest.fixture
+def requests(monkeypatch):
+    """Every request s3fs makes for an object in this process: ``(method, key, start, end)`` (``end`` exclusive;
+    ``None`` for an open range or no range)."""
+    import s3fs
+
+    from dppca_dask.storage.store import READ_AHEAD
+
+    READ_AHEAD.clear()
+    seen: list[tuple[str, str, int | None, int | None]] = []
+    call = s3fs.S3FileSystem._call_s3
+
+    async def recording(self, method, *args, **kwargs):
+        if "Key" in kwargs:
+            start = end = None
+            if kwargs.get("Range"):
+                a, _, b = kwargs["Range"].removeprefix("bytes=").partition("-")
+                start, end = int(a), (int(b) + 1 if b else None)
+            seen.append((method, kwargs["Key"], start, end))
+        return await call(self, method, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", recording)
+    yield seen
+    READ_AHEAD.clear()
+
+
+def test_an_uncompressed_partition_reads_only_its_bytes(s3, rng, monkeypatch, requests):
+    monkeypatch.setattr(_format, "NNZ_CHUNK", 64)  # partitions start and end inside chunks
+    matrix = _matrix(rng)
+    url = s3.url("ranges.zarr")
+    ingest(matrix, url, rows_per_partition=100, n_features=12, codec="none")
+    store = open_matrix(url)
+    part = store.partitions[1]
+    assert part.nnz_start % 64 and part.nnz_stop % 64
+    requests.clear()
+    block, _ = store.read_partition_with_norms(1)
+    assert (block != matrix[100:200]).nnz == 0
+    for name, itemsize in (("data", np.dtype(store.dtype).itemsize), ("indices", None)):
+        assert not [key for method, key, _, _ in requests if method != "get_object" and "/c/" in key]
+        reads = [(start, end) for _, key, start, end in requests if f"/X/{name}/c/" in key]
+        assert len(reads) == -(-part.nnz_stop // 64) - part.nnz_start // 64  # one request per chunk touched
+        assert all(start is not None and end is not None for start, end in reads)  # ranged: no size request
+        total = sum(end - start for start, end in reads)
+        if itemsize is not None:
+            assert total == part.nnz * itemsize  # the partition's bytes, not the chunks'
+
+
+def test_a_compressed_partition_reads_whole_chunks(s3, rng, monkeypatch, requests):
+    monkeypatch.setattr(_format, "NNZ_CHUNK", 64)
+    matrix = _matrix(rng)
+    url = s3.url("lz4.zarr")
+    ingest(matrix, url, rows_per_partition=100, n_features=12, codec="lz4")
+    store = open_matrix(url)
+    requests.clear()
+    assert (store.read_partition(2) != matrix[200:]).nnz == 0
+    chunks = [(start, end) for _, key, start, end in requests if "/X/data/c/" in key]
+    assert chunks and all((start, end) == (0, None) for start, end in chunks)  # from byte 0: no size request
+
+
+def test_a_lost_chunk_is_damage(s3, rng, monkeypatch, requests):
+    monkeypatch.setattr(_format, "NNZ_CHUNK", 64)
+    matrix = _matrix(rng)
+    url = s3.url("lost.zarr")
+    ingest(matrix, url, rows_per_partition=100, n_features=12)
+    store = open_matrix(url)
+    part = store.partitions[1]
+    s3.filesystem().rm_file(s3.url(f"lost.zarr/X/data/c/{part.nnz_start // 64 + 1}"))
+    with pytest.raises(StoreCorruptError, match="partition 1 .* is damaged: a chunk of 'data' or 'indices' is missing"):
+        store.read_partition(1)
+
+
+def test_an_unchanged_partition_skips_the_checks_it_passed_a_rewritten_one_does_not(s3, rng, requests):
+    """The chunk objects' ETags identify their bytes: a partition read again from unchanged objects reuses the norms
+    of the read that checked it (as a local store's unchanged chunk files do); a chunk rewritten since is checked
+    again (here: a value made NaN is found)."""
+    from dppca_dask.storage.store import CHECKED
+
+    CHECKED.clear()
+    matrix = _matrix(rng)
+    url = s3.url("memo.zarr")
+    ingest(matrix, url, rows_per_partition=100, n_features=12)
+    store = open_matrix(url)
+    block, norms = store.read_partition_with_norms(1)
+    hits = CHECKED.hits
+    again, norms_again = store.read_partition_with_norms(1)
+    assert CHECKED.hits == hits + 1
+    assert (again != block).nnz == 0 and np.array_equal(norms_again, norms)
+    part, itemsize = store.partitions[1], np.dtype(store.dtype).itemsize
+    fs = s3.filesystem()
+    key = s3.url("memo.zarr/X/data/c/0")
+    raw = bytearray(fs.cat_file(key))
+    raw[part.nnz_start * itemsize: (part.nnz_start + 1) * itemsize] = np.array([np.nan], dtype=store.dtype).tobytes()
+    fs.pipe_file(key, bytes(raw))
+    with pytest.raises(StoreCorruptError, match="partition 1"):
+        store.read_partition_with_norms(1)
+    assert CHECKED.hits == hits + 1
+
+
+def test_a_body_cut_short_is_requested_again_not_called_damage(s3, rng, monkeypatch):
+    """A response body that ends early (a connection dropped mid-transfer: a fault a healthy local server does not
+    produce, hence the stand-in body) is retried as the filesystem's own reads are, and the partition is read."""
+    import aiohttp
+    import s3fs
+
+    from dppca_dask.storage.store import READ_AHEAD
+
+    READ_AHEAD.clear()
+    matrix = _matrix(rng)
+    url = s3.url("cut.zarr")
+    ingest(matrix, url, rows_per_partition=100, n_features=12)
+    store = open_matrix(url)
+    call, cut = s3fs.S3FileSystem._call_s3, []
+
+    class CutShort:
+        def __init__(self, body):
+            self.body = body
+
+        async def read(self):
+            raise aiohttp.ClientPayloadError("response payload is not completed")
+
+        def close(self):
+            self.body.close()
+
+    async def flaky(self, method, *args, **kwargs):
+        response = await call(self, method, *args, **kwargs)
+        if method == "get_object" and "/X/data/c/" in kwargs.get("Key", "") and not cut:
+            cut.append(kwargs["Key"])
+            response["Body"] = CutShort(response["Body"])
+        return response
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", flaky)
+    assert (store.read_partition(1) != matrix[100:200]).nnz == 0
+    assert cut
+    READ_AHEAD.clear()
