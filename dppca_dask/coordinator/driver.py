@@ -214,6 +214,24 @@ class LocalExecutor:
 
     def close(self) -> None:
         self._parts = []
+        _drop_read_ahead(None)  # (its partitions were read in this process, the last ones with the next fetched ahead)
+
+
+def _drop_read_ahead(client: Any) -> None:
+    """Drop the partitions fetched ahead in every process of ``client`` (its workers; this process for the
+    in-process executor): without it up to two partitions per store and worker stayed in memory after the run, until
+    the worker exited. The same call on neighbouring datasets (no task, nothing in the task stream). A worker that
+    cannot be reached (gone, or the client closed) is skipped: the run's result is already complete."""
+    from dppca_dask.storage.store import drop_read_ahead
+
+    run = getattr(client, "run", None)
+    if run is None:  # the in-process executor: the partitions were fetched in this process
+        drop_read_ahead()
+        return
+    try:
+        run(drop_read_ahead, on_error="ignore")
+    except Exception as error:  # (a closed client, a scheduler gone): nothing of the run depends on it
+        log.debug("could not drop the partitions fetched ahead on the workers (%s)", type(error).__name__)
 
 
 def execute_request_locally(source: PartitionSource, request: Request) -> Any:
@@ -258,6 +276,7 @@ class Coordinator:
         self._step = 0
         self.partitions_read = 0  # partitions read by the passes so far (public: request types and indices)
         self._parts: list[Any] | None = None
+        self._read_ahead_dropped = False
         self._placement = self._place()
         self._direct = _direct_gathers(client)
         if self.persisted:
@@ -367,6 +386,10 @@ class Coordinator:
             for f in self._parts:
                 f.release()
             self._parts = None
+        if not self.persisted and self.partitions_read and not self._read_ahead_dropped:
+            # Out of core: the partitions the workers fetched ahead (stores in object storage) go with the run.
+            self._read_ahead_dropped = True
+            _drop_read_ahead(self.client)
 
     def __enter__(self) -> Coordinator:
         return self

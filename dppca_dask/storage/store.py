@@ -907,6 +907,15 @@ def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tu
 READ_AHEAD = ReadAhead()
 
 
+def drop_read_ahead() -> int:
+    """Drop the partitions this process fetched ahead (of every store; their fetches cancelled where they have not
+    ended) and return how many there were. A run's coordinator calls it on every worker when the run ends, so that
+    no partition outlives the run in worker memory; a run still reading fetches what it needs again."""
+    held = sum(len(plan.held) for plan in list(READ_AHEAD._plans.values()))
+    READ_AHEAD.clear()
+    return held
+
+
 @functools.lru_cache(maxsize=64)
 def _open(path: str, key: str, version: str, options: str = "{}") -> zarr.Array:
     """Open one array of a store (cached per process).
