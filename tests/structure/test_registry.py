@@ -119,3 +119,32 @@ def test_a_registered_entry_kind_reaches_jobs_without_a_branch(monkeypatch: pyte
     assert planned_events("gauss-copy", n_rows=10, n_cols=4, epsilon=0.5, delta=1e-7,
                           parameters={"n_components": 2}).events == api.plan_release(
         4, mechanism="analyze-gauss", epsilon=0.5, delta=1e-7, n_components=2).events
+
+
+def test_every_name_an_entry_kind_gives_resolves_to_a_callable() -> None:
+    """An entry names what runs above the registry by dotted names (imported when a job needs them): a module
+    moved without its entry's names updated fails here, not in a nightly job."""
+    from dppca_dask.methods import entry_names, get_entry
+    from dppca_dask.methods._registry import resolve
+
+    assert set(entry_names()) >= {"pca", "lowrank", "window", "topics"}
+    for name in entry_names():
+        entry = get_entry(name)
+        for dotted in (entry.function, entry.load_result, entry.run_job, entry.dry_run):
+            if dotted is not None:
+                assert callable(resolve(dotted)), (name, dotted)
+
+
+def test_every_dotted_name_the_package_resolves_exists() -> None:
+    """The same for the names the package passes to ``resolve`` itself (a planner's, a job runner's)."""
+    import re
+    from pathlib import Path
+
+    import dppca_dask
+    from dppca_dask.methods._registry import resolve
+
+    root = Path(dppca_dask.__file__).parent
+    names = {m for path in root.rglob("*.py") for m in re.findall(r'resolve\("([\w.]+)"\)', path.read_text())}
+    assert names  # (the pattern finds them)
+    for dotted in sorted(names):
+        assert callable(resolve(dotted)), dotted
