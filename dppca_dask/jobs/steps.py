@@ -56,6 +56,20 @@ class JobOutcome:
     (:class:`~dppca_dask.methods.window.job.ChargedPartition`; ``ledger_entry`` is the last one's entry). Empty
     for a job charged to its dataset key."""
 
+    def __repr__(self) -> str:
+        """A few lines: the job id and status, where the result is, the ledger entry's charge and the result's own
+        first line (the result's arrays, events and full report are attributes, never printed here)."""
+        lines = [f"JobOutcome(job_id={self.job_id!r}, status={self.status!r})", f"  output: {self.output}"]
+        entry = self.ledger_entry
+        if entry is not None:
+            lines.append(f"  ledger: dataset {entry.dataset!r}, ({entry.epsilon:.4g}, {entry.delta:.3g}) "
+                         f"{entry.status}" + (f", {len(self.partitions)} partition keys" if self.partitions else ""))
+        if self.resumed_from is not None:
+            lines.append(f"  resumed from release {self.resumed_from}")
+        if self.result is not None:
+            lines.append("  result: " + repr(self.result).splitlines()[0])
+        return "\n".join(lines)
+
     def to_dict(self) -> dict[str, Any]:
         partition_keys = None
         if self.partitions:
