@@ -907,13 +907,11 @@ def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tu
 READ_AHEAD = ReadAhead()
 
 
-def drop_read_ahead() -> int:
+def drop_read_ahead() -> None:
     """Drop the partitions this process fetched ahead (of every store; their fetches cancelled where they have not
-    ended) and return how many there were. A run's coordinator calls it on every worker when the run ends, so that
-    no partition outlives the run in worker memory; a run still reading fetches what it needs again."""
-    held = sum(len(plan.held) for plan in list(READ_AHEAD._plans.values()))
+    ended). A run's coordinator calls it in every process that read when the run ends, so that no partition
+    outlives the run in worker memory; a run still reading fetches what it needs again."""
     READ_AHEAD.clear()
-    return held
 
 
 @functools.lru_cache(maxsize=64)
