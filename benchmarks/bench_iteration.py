@@ -170,7 +170,9 @@ def main() -> None:
     parser.add_argument("--nnz", type=float, nargs="+", default=[1e6, 1e7, 1e8], help="store sizes (non-zeros)")
     parser.add_argument("--cols", type=int, default=20_000)
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--iterations", type=int, default=24,
+                        help="interleaved private and plain steps per store (the medians of 8 steps are unsteady: at "
+                             "10^8 entries four runs in a row ended between 1.06 and 1.20)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--no-scaling", action="store_true", help="skip the 1-worker vs W-worker comparison")
     parser.add_argument("--no-in-process", action="store_true",

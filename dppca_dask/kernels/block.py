@@ -31,6 +31,7 @@ import scipy.sparse as sp
 from dppca_dask.kernels import _sparse
 from dppca_dask.kernels.grid import ThresholdGrid
 from dppca_dask.kernels.power import (
+    added_in_order,
     added_bin_sums,
     binned_sums,
     clip_factors,
@@ -154,10 +155,10 @@ def block_partial(
 
 def _combined(parts: tuple[BlockPartial, ...], bin_sums: Any) -> BlockPartial:
     return BlockPartial(
-        histogram=np.sum([p.histogram for p in parts], axis=0),
-        full_sum=np.sum([p.full_sum for p in parts], axis=0),
+        histogram=added_in_order([p.histogram for p in parts]),
+        full_sum=added_in_order([p.full_sum for p in parts]),
         bin_sums=bin_sums,
-        bin_weights=np.sum([p.bin_weights for p in parts], axis=0),
+        bin_weights=added_in_order([p.bin_weights for p in parts]),
         square_sum=float(sum(p.square_sum for p in parts)),
         cuts=union_cuts(parts),
     )

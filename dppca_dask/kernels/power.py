@@ -66,6 +66,7 @@ from dppca_dask.kernels.grid import ThresholdGrid
 
 __all__ = [
     "PowerPartial",
+    "added_in_order",
     "binned_sums",
     "clip_factors",
     "clipped_times",
@@ -589,9 +590,19 @@ def union_cuts(parts: Any) -> dict[int, int]:
     return cuts
 
 
+def added_in_order(arrays: Any) -> np.ndarray:
+    """The arrays added one after another, in their order: the values of ``np.sum(arrays, axis=0)`` bit for bit,
+    without stacking them into a new array first (0.55 ms of the coordinator's work per step at d = 20,000 and
+    eight partials, against 0.05 ms)."""
+    total = np.array(arrays[0], copy=True)
+    for array in arrays[1:]:
+        total += array
+    return total
+
+
 def _combined(parts: tuple[PowerPartial, ...], bin_sums: Any) -> PowerPartial:
-    return PowerPartial(np.sum([p.histogram for p in parts], axis=0), np.sum([p.full_sum for p in parts], axis=0),
-                        bin_sums, union_cuts(parts))
+    return PowerPartial(added_in_order([p.histogram for p in parts]), added_in_order([p.full_sum for p in parts]), bin_sums,
+                        union_cuts(parts))
 
 
 def merge_power_partials(*parts: PowerPartial) -> PowerPartial:

@@ -90,3 +90,21 @@ def test_the_local_executor_gathers() -> None:
     x = np.ones(60) / np.sqrt(60)
     aggregate = executor.execute(PowerStep(x=x, row_norm_bound=2.0, grid=grid, top_m=150))
     assert isinstance(aggregate.bin_sums, tuple) and len(aggregate.bin_sums) == 3
+
+
+def test_partials_are_added_in_their_order_as_a_stacked_sum_adds_them() -> None:
+    """The histograms and full sums of the partials are added one after another (no stacked copy): the values of
+    ``np.sum(parts, axis=0)``, which the merges used before, bit for bit, for vectors and for the block kernel's d×k
+    sums, over values of very different magnitudes (where the order of additions shows)."""
+    from dppca_dask.kernels.power import added_in_order
+
+    rng = np.random.default_rng(8)
+    for _ in range(50):
+        count = int(rng.integers(1, 12))
+        shape = (int(rng.integers(1, 3000)),) if rng.random() < 0.5 else (int(rng.integers(1, 500)), 3)
+        arrays = [rng.standard_normal(shape) * 10.0 ** rng.integers(-12, 12, size=shape) for _ in range(count)]
+        total = added_in_order(arrays)
+        assert np.array_equal(total.view(np.uint64), np.sum(arrays, axis=0).view(np.uint64))
+        assert not any(np.shares_memory(total, a) for a in arrays)  # the first partial is not changed in place
+    counts = [rng.integers(0, 1000, size=98) for _ in range(8)]
+    np.testing.assert_array_equal(added_in_order(counts), np.sum(counts, axis=0))
