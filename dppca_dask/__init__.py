@@ -1,7 +1,7 @@
 """dppca_dask: differentially private PCA and low-rank analysis of very large sparse matrices, on Dask.
 
-Start with :func:`pca` (or the :class:`DPPCA` estimator) on a store made by :func:`ingest`; every result carries
-its privacy report.
+Start with :func:`~dppca_dask.pca` (or the :class:`DPPCA` estimator) on a store made by
+:func:`~dppca_dask.ingest`; every result carries its privacy report.
 
 The public names are imported on first use (module ``__getattr__``): ``import dppca_dask`` loads neither
 dp-accounting, dask.distributed, zarr nor scipy, so that the command line starts quickly.

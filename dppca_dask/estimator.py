@@ -1,4 +1,4 @@
-"""A scikit-learn estimator for differentially private PCA: :class:`DPPCA`, a thin wrapper around :func:`pca`.
+"""A scikit-learn estimator for differentially private PCA: :class:`DPPCA`, a thin wrapper around :func:`~dppca_dask.pca`.
 
 ``DPPCA`` follows scikit-learn's conventions (``get_params``/``set_params``, ``clone``, pickling, ``set_output``,
 ``get_feature_names_out``, the input checks and error wording of :class:`sklearn.decomposition.PCA`) and adds what
@@ -129,7 +129,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
     ``client`` (and ``noise``, ``on_release``, ``resume``) are arguments of ``fit``, not hyperparameters: they say
     where one run executes. Without a client, ``fit`` uses the ``dppca_dask.client`` entry of ``dask.config`` if
     set (e.g. ``dask.config.set({"dppca_dask.client": "local"})`` for in-process runs), else the active
-    ``distributed.Client`` (the one made last, or set with ``client.as_current()``), else what :func:`pca` does
+    ``distributed.Client`` (the one made last, or set with ``client.as_current()``), else what :func:`~dppca_dask.pca` does
     with ``client=None``.
 
     Examples
@@ -215,7 +215,7 @@ max_dense_dim, progress, coherence, entry_bound, c_doubling, symmetric, timings,
 
     # ------------------------------------------------------------------------------------------------------ fit
     def _center(self) -> Any:
-        """The ``center`` passed to :func:`pca` (``None`` resolved as the CLI resolves it)."""
+        """The ``center`` passed to :func:`~dppca_dask.pca` (``None`` resolved as the CLI resolves it)."""
         if self.center is not None:
             return self.center
         from dppca_dask.methods.adaptive_power.centring import CENTRING_MECHANISMS
