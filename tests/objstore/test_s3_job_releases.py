@@ -212,3 +212,78 @@ def test_machines_publishing_dates_of_one_job_at_once_lose_no_row(s3):
         assert racer.wait(timeout=300) == 0, racer.stderr.read()[-2000:] if racer.stderr else ""
     assert [r["date"] for r in read_releases(root, s3.options())] == [f"2026-11-0{d}" for d in (1, 2, 3, 4)]
     assert latest_output(root, s3.options()) == f"{root}/2026-11-04"
+
+
+def _daily_store(path: Path, days: int) -> str:
+    """A store of ``days`` daily partitions stamped 2026-11-01.. (declared width)."""
+    import datetime as _dt
+
+    import scipy.sparse as sp
+
+    from dppca_dask.ingest import ingest
+    from dppca_dask.storage import append_partition
+
+    rng = np.random.default_rng(3)
+    blocks = [sp.csr_array(rng.standard_normal((20, 6)) * (rng.random((20, 6)) < 0.5) * 0.3) for _ in range(days)]
+    ingest(blocks[0], path, n_features=6, timestamp="2026-11-01")
+    for n, block in enumerate(blocks[1:], start=2):
+        append_partition(str(path), block, timestamp=_dt.datetime(2026, 11, n, tzinfo=_dt.timezone.utc).timestamp())
+    return str(path)
+
+
+def _window_spec(tmp_path: Path, output: str, *, epsilon: float) -> str:
+    from dppca_dask.ledger import Ledger
+
+    ledger = tmp_path / "ledger.sqlite"
+    if not ledger.exists():
+        Ledger.create(ledger).init_dataset("ds", total_epsilon=1.0, total_delta=1e-6)
+    store = tmp_path / "days.zarr"
+    if not store.exists():
+        _daily_store(store, days=3)
+    path = tmp_path / f"window-{epsilon}.toml"
+    path.write_text("\n".join([
+        '[job]', 'name = "win"', '[data]', f'store = "{store}"',
+        '[mechanism]', 'name = "sliding-window"', 'last = "2D"', 'release = "gaussian"',
+        '[privacy]', f'epsilon = {epsilon}', 'delta = 1e-7',
+        '[budget]', f'ledger = "{ledger}"', 'dataset = "ds"', 'total_epsilon = 1.0', 'total_delta = 1e-6',
+        '[output]', f'path = "{output}"', '[cluster]', 'executor = "local"',
+    ]) + "\n")
+    return str(path)
+
+
+def test_a_window_job_publishes_into_a_bucket_once(s3, tmp_path, monkeypatch):
+    """A sliding-window job with an s3:// output: its release, job file and, last, the COMPLETE marker in the bucket,
+    nothing pending or locked left; its row in the bucket's table and latest; a second run of the date releases
+    nothing (the same charge), and one asking another release under the job id is refused."""
+    from dppca_dask.errors import LedgerError
+    from dppca_dask.ledger import CHARGED, Ledger
+
+    cache = _machine(monkeypatch, tmp_path, "machine")
+    root = s3.url("windows/win")
+    spec = load_job(_window_spec(tmp_path, s3.url("windows/{name}/{date}"), epsilon=0.3))
+    outcome = run_job(spec, date="2026-11-03")
+    assert outcome.status == "completed" and outcome.output == f"{root}/2026-11-03"
+    objects = _objects(s3, "windows/win")
+    assert {"2026-11-03/job.json", "2026-11-03/release.json", "2026-11-03/COMPLETE", ".releases/win@2026-11-03.json",
+            "releases.parquet", "latest"} == set(objects)
+    assert json.loads(objects["2026-11-03/COMPLETE"]) == {"job_id": "win@2026-11-03"}
+    assert not [o for o in objects if ".pending" in o or o.endswith(".lock")]
+    assert all(str(cache).encode() not in data for data in objects.values())
+    ledger = Ledger(str(tmp_path / "ledger.sqlite"))
+    entry = ledger.entry("ds", "win@2026-11-03")
+    assert entry.status == CHARGED and len(entry.partitions) == 2  # the window's two days
+    rows = read_releases(root)
+    assert [(r["job_id"], r["output"], r["components"], r["mechanism"]) for r in rows] == [
+        ("win@2026-11-03", f"{root}/2026-11-03", f"{root}/2026-11-03/release.json", outcome.result.mechanism)]
+    assert latest_output(root) == f"{root}/2026-11-03"
+
+    again = run_job(spec, date="2026-11-03")
+    assert again.status == "already-completed" and again.output == outcome.output
+    assert ledger.entry("ds", "win@2026-11-03") == entry  # no second charge
+    assert len(read_releases(root)) == 1
+
+    other = load_job(_window_spec(tmp_path, s3.url("windows/{name}/{date}"), epsilon=0.2))
+    with pytest.raises(LedgerError, match="other parameters"):
+        run_job(other, date="2026-11-03")
+    assert ledger.entry("ds", "win@2026-11-03") == entry
+    assert _objects(s3, "windows/win")["2026-11-03/COMPLETE"] == objects["2026-11-03/COMPLETE"]
