@@ -13,7 +13,7 @@ Beside a job's dated output directories (the part of ``[output] path`` before it
 For an output in object storage (``[output] path = "s3://..."``) both are objects of the bucket beside the dated
 outputs: ``latest`` is a small JSON object naming the newest output's URL, and the table is rebuilt from one row
 object per job id (see :mod:`dppca_dask.jobs.bucket_output`). :func:`read_releases` and :func:`latest_output` read
-either kind of place.
+either kind of place, :func:`load_latest` and :func:`load_output` read the result itself.
 
 Every value in them is public or released: the parameters of the spec, the privacy report, released values.
 Files follow ``DPPCA_DASK_FILE_MODE`` (owner-only by default, the umask with ``umask``).
@@ -28,8 +28,8 @@ import os
 import uuid
 from typing import Any
 
-__all__ = ["COMPONENT_FILES", "LATEST", "RELEASES", "latest_output", "newest", "publish_release", "read_releases",
-           "recorded", "release_row", "releases_root", "releases_table"]
+__all__ = ["COMPONENT_FILES", "LATEST", "RELEASES", "latest_output", "load_latest", "load_output", "newest",
+           "publish_release", "read_releases", "recorded", "release_row", "releases_root", "releases_table"]
 
 log = logging.getLogger(__name__)
 
@@ -218,3 +218,80 @@ def _point_latest(root: str, output: str) -> None:
     tmp = os.path.join(root, f".{LATEST}.{uuid.uuid4().hex[:8]}")
     os.symlink(target, tmp)
     os.replace(tmp, link)
+
+
+#: What reads a job's result back, by the file its output directory holds (:data:`COMPONENT_FILES`' order).
+_LOADERS = {"components.zarr": "dppca_dask.results:load_result", "factors.zarr": "dppca_dask.results:load_lowrank",
+            "release.json": "dppca_dask.methods.window.release:load_release",
+            "topics.npy": "dppca_dask.methods.tensor.topics:load_topics"}
+
+
+def load_output(output: str, storage_options: Any = None) -> Any:
+    """The result a job wrote into the output directory ``output`` (a path, or a URL in object storage with its
+    ``storage_options``), read by the loader of its kind (:func:`~dppca_dask.load_result`,
+    :func:`~dppca_dask.load_lowrank`, the window's and the topic model's). An output in object storage is read
+    only once published (its ``COMPLETE`` marker written), through a private temporary directory removed after.
+
+    Raises
+    ------
+    StoreNotFoundError
+        ``output`` holds no result, or (object storage) is not published yet.
+    """
+    import importlib
+    import tempfile
+
+    from dppca_dask._urls import is_url
+    from dppca_dask.errors import StoreNotFoundError
+
+    if is_url(output):
+        with tempfile.TemporaryDirectory(prefix="dppca-output-") as here:  # 0700: mkdtemp's
+            _fetch_published(output.rstrip("/"), here, storage_options)
+            return load_output(here)
+    found = next((name for name in COMPONENT_FILES if os.path.exists(os.path.join(output, name))), None)
+    if found is None:
+        raise StoreNotFoundError(f"'{output}' holds no job result (none of {', '.join(COMPONENT_FILES)}); give the "
+                                 "output directory of a completed run (read_releases lists them)")
+    module, _, name = _LOADERS[found].partition(":")
+    return getattr(importlib.import_module(module), name)(output)
+
+
+def load_latest(root: str, storage_options: Any = None) -> Any:
+    """The newest release recorded in ``root`` (:func:`releases_root`: a directory, or a URL in object storage),
+    read as :func:`load_output` reads it.
+
+    Raises
+    ------
+    StoreNotFoundError
+        Nothing was released in ``root`` yet.
+    """
+    from dppca_dask.errors import StoreNotFoundError
+
+    output = latest_output(root, storage_options)
+    if output is None:
+        raise StoreNotFoundError(f"no release is recorded in '{root}' (no '{LATEST}' there); run the job first, or "
+                                 "give the directory its table of releases is in (the part of [output] path before "
+                                 "{date})")
+    return load_output(output, storage_options)
+
+
+def _fetch_published(url: str, directory: str, storage_options: Any) -> None:
+    """The objects of the published output ``url`` into ``directory``."""
+    from dppca_dask._urls import filesystem
+    from dppca_dask.errors import StoreNotFoundError
+    from dppca_dask.storage._remote import read_object
+
+    try:
+        published = bool(json.loads(read_object(f"{url}/COMPLETE", storage_options)).get("job_id"))
+    except (FileNotFoundError, ValueError, AttributeError):
+        published = False
+    if not published:
+        raise StoreNotFoundError(f"'{url}' is not a published job output (no COMPLETE marker naming its job id); "
+                                 "wait for its run to end, or run the job again to finish its upload")
+    fs, inner = filesystem(url, storage_options)
+    fs.invalidate_cache(inner)
+    for path in fs.find(inner):
+        relative = path[len(inner) + 1:]
+        if path.startswith(inner + "/") and relative != "COMPLETE":
+            target = os.path.join(directory, *relative.split("/"))
+            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+            fs.get_file(path, target)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dppca_dask.jobs.outputs import latest_output, read_releases
+from dppca_dask.jobs.outputs import latest_output, load_latest, load_output, read_releases
 from dppca_dask.jobs.runner import run_job
 from dppca_dask.jobs.spec import load_job
 
@@ -91,7 +91,9 @@ def test_the_table_and_latest_live_in_the_bucket_and_a_second_machine_sees_them(
     b = _machine(monkeypatch, tmp_path, "machine-b")
     assert run_job(spec, date="2026-11-01").status == "completed"  # a backfill does not move latest back
     assert latest_output(root) == f"{root}/2026-11-03"
-    assert run_job(spec, date="2026-11-04").status == "completed"
+    newest = run_job(spec, date="2026-11-04")
+    assert newest.status == "completed"
+    np.testing.assert_array_equal(load_latest(root).components, newest.result.components)  # read from the bucket
     assert [r["date"] for r in read_releases(root)] == ["2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"]
     assert latest_output(root) == f"{root}/2026-11-04"
     assert {r["job_id"] for r in read_releases(root)} == {f"s3-job@2026-11-0{d}" for d in (1, 2, 3, 4)}
@@ -143,6 +145,14 @@ def test_a_run_killed_after_its_marker_records_its_release_at_the_next_run_witho
     assert "2026-11-02/COMPLETE" in objects
     assert not {"releases.parquet", "latest"} & set(objects) and not [o for o in objects if o.startswith(".releases/")]
     assert read_releases(root) == [] and latest_output(root) is None
+    from dppca_dask.errors import StoreNotFoundError
+
+    with pytest.raises(StoreNotFoundError, match="no release is recorded"):
+        load_latest(root)
+    load_output(f"{root}/2026-11-02")  # published (its marker written): readable by its URL
+    s3.filesystem().rm_file(s3.url("out/2026-11-02/COMPLETE"))
+    with pytest.raises(StoreNotFoundError, match="not a published job output"):
+        load_output(f"{root}/2026-11-02")
     outcome = run_job(load_job(path), date="2026-11-02")
     assert outcome.status == "already-completed"
     assert [r["job_id"] for r in read_releases(root)] == ["s3-job@2026-11-02"]
@@ -276,6 +286,7 @@ def test_a_window_job_publishes_into_a_bucket_once(s3, tmp_path, monkeypatch):
     assert [(r["job_id"], r["output"], r["components"], r["mechanism"]) for r in rows] == [
         ("win@2026-11-03", f"{root}/2026-11-03", f"{root}/2026-11-03/release.json", outcome.result.mechanism)]
     assert latest_output(root) == f"{root}/2026-11-03"
+    np.testing.assert_array_equal(load_latest(root).released, outcome.result.released)
 
     again = run_job(spec, date="2026-11-03")
     assert again.status == "already-completed" and again.output == outcome.output
