@@ -164,16 +164,17 @@ def _parquet(table: Any) -> bytes:
 def _table_lock(root: str, options: Any) -> Iterator[None]:
     import time
 
-    from dppca_dask.errors import LedgerError
-    from dppca_dask.storage._remote import LOCK_TIMEOUT, remove_object, try_lock_object
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.storage import _remote
 
     lock = f"{root}/{TABLE_LOCK}"
-    deadline = time.monotonic() + LOCK_TIMEOUT
-    while not try_lock_object(lock, options):  # a lock of a killed process of this machine is taken over
+    timeout = _remote.LOCK_TIMEOUT
+    deadline = time.monotonic() + timeout
+    while not _remote.try_lock_object(lock, options):  # a lock of a killed process of this machine is taken over
         if time.monotonic() > deadline:
-            raise LedgerError(
+            raise InvalidParameterError(
                 f"the table of releases in '{root}' has been updated by another run for more than "
-                f"{LOCK_TIMEOUT:.0f} s (its lock object {lock} exists); the output is published, its release not "
+                f"{timeout:.0f} s (its lock object {lock} exists); the output is published, its release not "
                 f"yet in the table: if no run is updating it (one was killed on another machine), delete the lock "
                 f"object (aws s3 rm {lock}) and run the job again, which records it without releasing again")
         time.sleep(0.2)
@@ -181,7 +182,7 @@ def _table_lock(root: str, options: Any) -> Iterator[None]:
         yield
     finally:
         with contextlib.suppress(Exception):
-            remove_object(lock, options)
+            _remote.remove_object(lock, options)
 
 
 def _copy_table(root: str, mirror_root: str, options: Any) -> None:

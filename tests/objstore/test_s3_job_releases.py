@@ -298,3 +298,29 @@ def test_a_window_job_publishes_into_a_bucket_once(s3, tmp_path, monkeypatch):
         run_job(other, date="2026-11-03")
     assert ledger.entry("ds", "win@2026-11-03") == entry
     assert _objects(s3, "windows/win")["2026-11-03/COMPLETE"] == objects["2026-11-03/COMPLETE"]
+
+
+def test_a_table_lock_of_another_machine_is_named_and_the_release_recorded_once_it_is_removed(s3, tmp_path,
+                                                                                             monkeypatch):
+    """The table's lock object held by a run on another machine (killed there): the run publishes its output, waits
+    for the lock, then fails naming it (exit 2); once it is deleted, the next run records the release without
+    releasing again."""
+    from dppca_dask.errors import InvalidParameterError
+    from dppca_dask.ledger import Ledger
+    from dppca_dask.storage import _remote
+
+    _machine(monkeypatch, tmp_path, "machine")
+    monkeypatch.setattr(_remote, "LOCK_TIMEOUT", 1.0)
+    root = s3.url("out")
+    path = _spec(tmp_path, s3.url("out/{date}"))
+    s3.filesystem().pipe_file(s3.url("out/.releases.lock"),
+                              json.dumps({"host": "another-machine", "pid": 1, "time": 0}).encode())
+    with pytest.raises(InvalidParameterError, match=r"aws s3 rm s3://.*/out/\.releases\.lock") as raised:
+        run_job(load_job(path), date="2026-11-02")
+    assert raised.value.exit_code == 2
+    objects = _objects(s3, "out")
+    assert "2026-11-02/COMPLETE" in objects and "releases.parquet" not in objects and "latest" not in objects
+    s3.filesystem().rm_file(s3.url("out/.releases.lock"))
+    assert run_job(load_job(path), date="2026-11-02").status == "already-completed"
+    assert [r["job_id"] for r in read_releases(root)] == ["s3-job@2026-11-02"]
+    assert Ledger(str(tmp_path / "ledger.sqlite")).entry("ds", "s3-job@2026-11-02").epsilon == pytest.approx(0.1)
