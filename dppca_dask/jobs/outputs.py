@@ -10,6 +10,11 @@ Beside a job's dated output directories (the part of ``[output] path`` before it
 - ``latest``: a symbolic link to the newest date's output directory (by date, not by run order: a backfilled day
   does not move it back), replaced atomically (a new link renamed over the old one).
 
+For an output in object storage (``[output] path = "s3://..."``) both are objects of the bucket beside the dated
+outputs: ``latest`` is a small JSON object naming the newest output's URL, and the table is rebuilt from one row
+object per job id (see :mod:`dppca_dask.jobs.bucket_output`). :func:`read_releases` and :func:`latest_output` read
+either kind of place, :func:`load_latest` and :func:`load_output` read the result itself.
+
 Every value in them is public or released: the parameters of the spec, the privacy report, released values.
 Files follow ``DPPCA_DASK_FILE_MODE`` (owner-only by default, the umask with ``umask``).
 """
@@ -23,7 +28,8 @@ import os
 import uuid
 from typing import Any
 
-__all__ = ["COMPONENT_FILES", "LATEST", "RELEASES", "publish_release", "release_row", "releases_root"]
+__all__ = ["COMPONENT_FILES", "LATEST", "RELEASES", "latest_output", "load_latest", "load_output", "newest",
+           "publish_release", "read_releases", "recorded", "release_row", "releases_root", "releases_table"]
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +44,18 @@ _COLUMNS = ("job", "job_id", "date", "status", "mechanism", "epsilon", "delta", 
 
 def releases_root(spec: Any, date: str) -> str:
     """The directory the table and the pointer live in: ``[output] path`` up to the directory before its first
-    ``{date}`` placeholder (the parent of the run's output directory when the path has none)."""
+    ``{date}`` placeholder (the parent of the run's output directory when the path has none). For an output in
+    object storage, the URL of that directory (``s3://bucket/results/NAME`` for ``s3://bucket/results/{name}/{date}``).
+    """
+    from dppca_dask._urls import is_url
+
     template = str(spec.output)
+    if is_url(template):
+        at = template.find("{date")
+        if at < 0:
+            return spec.output_dir(date).rstrip("/").rpartition("/")[0]
+        prefix = template[:at]
+        return prefix[: prefix.rfind("/")].format(name=spec.name, id=spec.id)
     at = template.find("{date")
     if at < 0:
         return os.path.dirname(os.path.abspath(spec.output_dir(date)))
@@ -48,15 +64,18 @@ def releases_root(spec: Any, date: str) -> str:
     return os.path.abspath(prefix.format(name=spec.name, id=spec.id) or ".")
 
 
-def release_row(spec: Any, date: str, outcome: Any) -> dict[str, Any]:
-    """The table row of one completed run (public and released values only)."""
+def release_row(spec: Any, date: str, outcome: Any, *, published_as: str | None = None) -> dict[str, Any]:
+    """The table row of one completed run (public and released values only). ``published_as``: the URL the output
+    directory ``outcome.output`` (on this machine) is published at, which the row names instead."""
     result = outcome.result
     report = getattr(result, "privacy", None)
     diagnostics = getattr(result, "diagnostics", None)
     ratios = getattr(result, "explained_variance_ratio", None)
-    output = os.path.abspath(outcome.output)
-    components = next((os.path.join(output, name) for name in COMPONENT_FILES
-                       if os.path.exists(os.path.join(output, name))), None)
+    here = os.path.abspath(outcome.output)
+    found = next((name for name in COMPONENT_FILES if os.path.exists(os.path.join(here, name))), None)
+    output = here if published_as is None else published_as.rstrip("/")
+    components = None if found is None else (os.path.join(output, found) if published_as is None
+                                             else f"{output}/{found}")
     return {
         "job": spec.name, "job_id": outcome.job_id, "date": date, "status": outcome.status,
         "mechanism": getattr(result, "mechanism", spec.mechanism),
@@ -83,11 +102,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def recorded(outcome: Any) -> bool:
+    """Whether ``outcome`` is a completed run, which the table of releases records."""
+    return outcome.result is not None and (str(outcome.status).endswith("completed")
+                                           or outcome.status == "completed-from-pending")
+
+
 def publish_release(spec: Any, date: str, outcome: Any) -> Any:
     """Record a completed run in its job's table of releases and point ``latest`` at the newest date; returns
     ``outcome``. A run that did not complete changes neither."""
-    if outcome.result is None or not str(outcome.status).endswith("completed") and \
-            outcome.status != "completed-from-pending":
+    if not recorded(outcome):
         return outcome
     root = releases_root(spec, date)
     os.makedirs(root, exist_ok=True)
@@ -98,14 +122,12 @@ def publish_release(spec: Any, date: str, outcome: Any) -> Any:
     lock = os.path.join(root, f".{RELEASES}.lock")
     with FileLock(lock, mode=FILE_MODE) if private_files() else FileLock(lock):
         rows = _write_table(root, release_row(spec, date, outcome))
-        newest = max(rows, key=lambda r: (r["date"], r["recorded_at"]))
-        _point_latest(root, str(newest["output"]))
+        _point_latest(root, str(newest(rows)["output"]))
     return outcome
 
 
 def _write_table(root: str, row: dict[str, Any]) -> list[dict[str, Any]]:
     """Replace (or add) ``row``'s job id in the table and write it atomically; returns every row."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from dppca_dask.storage._files import make_tree_private
@@ -115,14 +137,7 @@ def _write_table(root: str, row: dict[str, Any]) -> list[dict[str, Any]]:
     if os.path.exists(path):
         rows = [r for r in pq.read_table(path).to_pylist() if r.get("job_id") != row["job_id"]]
     rows.append(row)
-    rows.sort(key=lambda r: (str(r["date"]), str(r["job_id"])))
-    schema = pa.schema([
-        ("job", pa.string()), ("job_id", pa.string()), ("date", pa.string()), ("status", pa.string()),
-        ("mechanism", pa.string()), ("epsilon", pa.float64()), ("delta", pa.float64()), ("relation", pa.string()),
-        ("private", pa.bool_()), ("diagnostics", pa.string()), ("variance_ratios", pa.list_(pa.float64())),
-        ("components", pa.string()), ("output", pa.string()), ("recorded_at", pa.string()),
-    ])
-    table = pa.Table.from_pylist([{c: r.get(c) for c in _COLUMNS} for r in rows], schema=schema)
+    table = releases_table(rows)
     tmp = os.path.join(root, f".{RELEASES}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         pq.write_table(table, tmp)
@@ -132,6 +147,63 @@ def _write_table(root: str, row: dict[str, Any]) -> list[dict[str, Any]]:
         if os.path.exists(tmp):
             os.remove(tmp)
     return rows
+
+
+def releases_table(rows: list[dict[str, Any]]) -> Any:
+    """The table of releases (a ``pyarrow.Table``) of ``rows``, sorted by date and job id."""
+    import pyarrow as pa
+
+    rows = sorted(rows, key=lambda r: (str(r["date"]), str(r["job_id"])))
+    schema = pa.schema([
+        ("job", pa.string()), ("job_id", pa.string()), ("date", pa.string()), ("status", pa.string()),
+        ("mechanism", pa.string()), ("epsilon", pa.float64()), ("delta", pa.float64()), ("relation", pa.string()),
+        ("private", pa.bool_()), ("diagnostics", pa.string()), ("variance_ratios", pa.list_(pa.float64())),
+        ("components", pa.string()), ("output", pa.string()), ("recorded_at", pa.string()),
+    ])
+    return pa.Table.from_pylist([{c: r.get(c) for c in _COLUMNS} for r in rows], schema=schema)
+
+
+def newest(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row ``latest`` points at: the newest date (a backfilled day does not move it back), the last recorded
+    among runs of one date."""
+    return max(rows, key=lambda r: (r["date"], r["recorded_at"]))
+
+
+def read_releases(root: str, storage_options: Any = None) -> list[dict[str, Any]]:
+    """The rows of the table of releases in ``root`` (:func:`releases_root`: a directory, or a URL in object storage
+    with its ``storage_options``), oldest date first; none when no release was recorded there."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    from dppca_dask._urls import is_url
+
+    if is_url(root):
+        from dppca_dask.storage._remote import read_object
+
+        try:
+            data = read_object(f"{root.rstrip('/')}/{RELEASES}", storage_options)
+        except FileNotFoundError:
+            return []
+        return list(pq.read_table(io.BytesIO(data)).to_pylist())
+    path = os.path.join(root, RELEASES)
+    return list(pq.read_table(path).to_pylist()) if os.path.exists(path) else []
+
+
+def latest_output(root: str, storage_options: Any = None) -> str | None:
+    """Where the newest release recorded in ``root`` is: the output directory ``root/latest`` points at, or for a
+    root in object storage the URL its ``latest`` object names; None when nothing was released there yet."""
+    from dppca_dask._urls import is_url
+
+    if is_url(root):
+        from dppca_dask.storage._remote import read_object
+
+        try:
+            return str(json.loads(read_object(f"{root.rstrip('/')}/{LATEST}", storage_options))["output"])
+        except FileNotFoundError:
+            return None
+    link = os.path.join(root, LATEST)
+    return os.path.realpath(link) if os.path.islink(link) else None
 
 
 def _point_latest(root: str, output: str) -> None:
@@ -146,3 +218,80 @@ def _point_latest(root: str, output: str) -> None:
     tmp = os.path.join(root, f".{LATEST}.{uuid.uuid4().hex[:8]}")
     os.symlink(target, tmp)
     os.replace(tmp, link)
+
+
+#: What reads a job's result back, by the file its output directory holds (:data:`COMPONENT_FILES`' order).
+_LOADERS = {"components.zarr": "dppca_dask.results:load_result", "factors.zarr": "dppca_dask.results:load_lowrank",
+            "release.json": "dppca_dask.methods.window.release:load_release",
+            "topics.npy": "dppca_dask.methods.tensor.topics:load_topics"}
+
+
+def load_output(output: str, storage_options: Any = None) -> Any:
+    """The result a job wrote into the output directory ``output`` (a path, or a URL in object storage with its
+    ``storage_options``), read by the loader of its kind (:func:`~dppca_dask.load_result`,
+    :func:`~dppca_dask.load_lowrank`, the window's and the topic model's). An output in object storage is read
+    only once published (its ``COMPLETE`` marker written), through a private temporary directory removed after.
+
+    Raises
+    ------
+    StoreNotFoundError
+        ``output`` holds no result, or (object storage) is not published yet.
+    """
+    import importlib
+    import tempfile
+
+    from dppca_dask._urls import is_url
+    from dppca_dask.errors import StoreNotFoundError
+
+    if is_url(output):
+        with tempfile.TemporaryDirectory(prefix="dppca-output-") as here:  # 0700: mkdtemp's
+            _fetch_published(output.rstrip("/"), here, storage_options)
+            return load_output(here)
+    found = next((name for name in COMPONENT_FILES if os.path.exists(os.path.join(output, name))), None)
+    if found is None:
+        raise StoreNotFoundError(f"'{output}' holds no job result (none of {', '.join(COMPONENT_FILES)}); give the "
+                                 "output directory of a completed run (read_releases lists them)")
+    module, _, name = _LOADERS[found].partition(":")
+    return getattr(importlib.import_module(module), name)(output)
+
+
+def load_latest(root: str, storage_options: Any = None) -> Any:
+    """The newest release recorded in ``root`` (:func:`releases_root`: a directory, or a URL in object storage),
+    read as :func:`load_output` reads it.
+
+    Raises
+    ------
+    StoreNotFoundError
+        Nothing was released in ``root`` yet.
+    """
+    from dppca_dask.errors import StoreNotFoundError
+
+    output = latest_output(root, storage_options)
+    if output is None:
+        raise StoreNotFoundError(f"no release is recorded in '{root}' (no '{LATEST}' there); run the job first, or "
+                                 "give the directory its table of releases is in (the part of [output] path before "
+                                 "{date})")
+    return load_output(output, storage_options)
+
+
+def _fetch_published(url: str, directory: str, storage_options: Any) -> None:
+    """The objects of the published output ``url`` into ``directory``."""
+    from dppca_dask._urls import filesystem
+    from dppca_dask.errors import StoreNotFoundError
+    from dppca_dask.storage._remote import read_object
+
+    try:
+        published = bool(json.loads(read_object(f"{url}/COMPLETE", storage_options)).get("job_id"))
+    except (FileNotFoundError, ValueError, AttributeError):
+        published = False
+    if not published:
+        raise StoreNotFoundError(f"'{url}' is not a published job output (no COMPLETE marker naming its job id); "
+                                 "wait for its run to end, or run the job again to finish its upload")
+    fs, inner = filesystem(url, storage_options)
+    fs.invalidate_cache(inner)
+    for path in fs.find(inner):
+        relative = path[len(inner) + 1:]
+        if path.startswith(inner + "/") and relative != "COMPLETE":
+            target = os.path.join(directory, *relative.split("/"))
+            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+            fs.get_file(path, target)

@@ -274,30 +274,36 @@ def run_job(
     BudgetExceededError
         The dataset's budget cannot cover the job (nothing was read or reserved).
     """
-    from dppca_dask.ledger import Ledger
-
-    date = _check_date(date or today())
+    from dppca_dask._urls import is_url
     from dppca_dask.jobs.outputs import publish_release
 
+    date = _check_date(date or today())
     spec = spec.on_date(date)  # dated sources ({date}) name this run's files
-    from dppca_dask._urls import is_url
-
+    kwargs = {"client": client, "noise": noise, "progress": progress, "allow_new_store": allow_new_store}
     if is_url(spec.output):  # outputs in object storage: the run works on a local mirror (bucket_output.py)
         from dppca_dask.jobs.bucket_output import run_into_bucket
 
-        return run_into_bucket(run_job, spec, date, client=client, noise=noise, progress=progress,
-                               allow_new_store=allow_new_store)
+        return run_into_bucket(_run_here, spec, date, **kwargs)  # publishes into the bucket
+    return publish_release(spec, date, _run_here(spec, date=date, **kwargs))  # table and latest (outputs.py)
+
+
+def _run_here(spec: JobSpec, *, date: str, client: Any, noise: Any, progress: bool | None,
+              allow_new_store: bool) -> JobOutcome:
+    """The run of ``spec`` on ``date`` into its output directory on this machine, its release not yet recorded in
+    the table of releases (:func:`run_job` records it, beside the output or in the bucket)."""
+    from dppca_dask.ledger import Ledger
+
+    allow_new_store = allow_new_store or spec.budget.allow_new_store
     if spec.entry.run_job is not None:  # an entry with a budget of its own (the window's partitions): its runner
         from dppca_dask.methods._registry import resolve
 
         run_entry_job = resolve(spec.entry.run_job)
-        return publish_release(spec, date, run_entry_job(spec, date=date, client=client, noise=noise,
-                                                         allow_new_store=allow_new_store or spec.budget.allow_new_store))
+        return cast(JobOutcome, run_entry_job(spec, date=date, client=client, noise=noise,
+                                              allow_new_store=allow_new_store))
     ledger = Ledger(spec.budget.ledger)
     with job_lock(ledger, spec.budget.dataset, spec.job_id(date)):
-        outcome = _run_job(spec, ledger, date=date, client=client, noise=noise, progress=progress,
-                           allow_new_store=allow_new_store or spec.budget.allow_new_store)
-    return publish_release(spec, date, outcome)  # the table of releases and the latest pointer (outputs.py)
+        return _run_job(spec, ledger, date=date, client=client, noise=noise, progress=progress,
+                        allow_new_store=allow_new_store)
 
 
 def _run_job(spec: JobSpec, ledger: Any, *, date: str, client: Any, noise: Any, progress: bool | None,

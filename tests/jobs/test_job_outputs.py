@@ -12,7 +12,7 @@ import pytest
 from jobs_helpers import base_doc, daily_store
 
 from dppca_dask.jobs import parse_job, run_job
-from dppca_dask.jobs.outputs import releases_root
+from dppca_dask.jobs.outputs import latest_output, load_latest, load_output, read_releases, releases_root
 
 
 @pytest.fixture
@@ -44,6 +44,20 @@ def test_the_table_has_one_row_per_release_and_latest_follows_the_newest_date(do
     assert (root / "latest" / "result.json").exists()
     assert not [p for p in root.iterdir() if p.name.endswith(".tmp") or p.name.startswith(".latest.")]
     assert stat.S_IMODE((root / "releases.parquet").stat().st_mode) == 0o600  # owner-only by default
+    assert read_releases(str(root)) == rows  # what reads a bucket's table reads a directory's too
+    assert latest_output(str(root)) == str(root / "2026-01-02")
+    latest = load_latest(str(root))
+    assert latest.components.shape == load_output(str(root / "2026-01-01")).components.shape
+
+
+def test_reading_releases_where_none_were_recorded(tmp_path: Path) -> None:
+    from dppca_dask.errors import StoreNotFoundError
+
+    assert read_releases(str(tmp_path)) == [] and latest_output(str(tmp_path)) is None
+    with pytest.raises(StoreNotFoundError, match="no release is recorded"):
+        load_latest(str(tmp_path))
+    with pytest.raises(StoreNotFoundError, match="holds no job result"):
+        load_output(str(tmp_path))
 
 
 def test_job_outputs_follow_the_umask_when_asked(doc: dict, tmp_path: Path, monkeypatch) -> None:
