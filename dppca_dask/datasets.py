@@ -109,11 +109,13 @@ def write_low_coherence(
     overwrite: bool = False,
     progress: bool | None = None,
     codec: str | None = None,
+    nnz_chunk: int | None = None,
 ) -> Any:
     """Generate the matrix straight into a store (bounded memory) and return the opened store.
 
     ``codec`` compresses the chunks (``"none"``, ``"lz4"``, ``"zstd"``; ``None``: the store default, see
-    :class:`~dppca_dask.storage.StoreWriter`)."""
+    :class:`~dppca_dask.storage.StoreWriter`); ``nnz_chunk`` is the entries per chunk of ``data`` and ``indices``
+    (``None``: the default of a store on a file system, :data:`~dppca_dask.storage._format.NNZ_CHUNK`)."""
     from dppca_dask._progress import progress_bar
     from dppca_dask.storage import StoreWriter
     from dppca_dask.storage._format import DEFAULT_CODEC
@@ -129,6 +131,7 @@ def write_low_coherence(
             schema="declared",  # the width is the generator's public parameter
             source={"kind": "generated", "generator": "low_coherence", **spec.__dict__},
             codec=codec or DEFAULT_CODEC,
+            nnz_chunk=nnz_chunk,
         ) as writer:
             for block in low_coherence_blocks(spec, rows_per_block=min(rows_per_partition or 50_000, 50_000)):
                 writer.append(block)

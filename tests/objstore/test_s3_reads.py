@@ -17,6 +17,12 @@ def _matrix(rng: np.random.Generator, n_rows: int = 300, n_cols: int = 12) -> sp
     return sp.csr_array(sp.random(n_rows, n_cols, density=0.3, random_state=rng, format="csr"))
 
 
+def _chunks_of_64(monkeypatch) -> None:
+    """Stores ingested to the bucket in this test get 64 entries per chunk (object storage's size scaled down)."""
+    monkeypatch.setattr(_format, "OBJECT_NNZ_CHUNK", 64)
+    monkeypatch.setattr(_format, "MIN_NNZ_CHUNK", 64)
+
+
 @pytest.fixture
 def requests(monkeypatch):
     """Every request s3fs makes for an object in this process: ``(method, key, start, end)`` (``end`` exclusive;
@@ -44,7 +50,7 @@ def requests(monkeypatch):
 
 
 def test_an_uncompressed_partition_reads_only_its_bytes(s3, rng, monkeypatch, requests):
-    monkeypatch.setattr(_format, "NNZ_CHUNK", 64)  # partitions start and end inside chunks
+    _chunks_of_64(monkeypatch)  # partitions start and end inside chunks
     matrix = _matrix(rng)
     url = s3.url("ranges.zarr")
     ingest(matrix, url, rows_per_partition=100, n_features=12, codec="none")
@@ -65,7 +71,7 @@ def test_an_uncompressed_partition_reads_only_its_bytes(s3, rng, monkeypatch, re
 
 
 def test_a_compressed_partition_reads_whole_chunks(s3, rng, monkeypatch, requests):
-    monkeypatch.setattr(_format, "NNZ_CHUNK", 64)
+    _chunks_of_64(monkeypatch)
     matrix = _matrix(rng)
     url = s3.url("lz4.zarr")
     ingest(matrix, url, rows_per_partition=100, n_features=12, codec="lz4")
@@ -77,7 +83,7 @@ def test_a_compressed_partition_reads_whole_chunks(s3, rng, monkeypatch, request
 
 
 def test_a_lost_chunk_is_damage(s3, rng, monkeypatch, requests):
-    monkeypatch.setattr(_format, "NNZ_CHUNK", 64)
+    _chunks_of_64(monkeypatch)
     matrix = _matrix(rng)
     url = s3.url("lost.zarr")
     ingest(matrix, url, rows_per_partition=100, n_features=12)
