@@ -7,8 +7,8 @@ end in the middle of the next fetches two chunks for one chunk's worth of values
 the same two chunks again. For the plain layouts :func:`._chunks.chunk_layout` reads directly on a local disk
 (zarr format 3, regular chunks, the default chunk keys, little-endian bytes followed by at most one Blosc
 compressor), :func:`read_range` asks the filesystem for exactly the bytes of the range in each uncompressed chunk
-(one ranged GET per chunk, all concurrently) and for a compressed chunk whole (one GET, no size request), and
-decodes each into its place. Anything else is read through zarr, whose result is the same.
+(one ranged GET per chunk, all concurrently, each body written into its place in the result as its pieces arrive)
+and for a compressed chunk whole (one GET, no size request), and decodes each into its place. Anything else is read through zarr, whose result is the same.
 
 A chunk object that does not exist reads as the fill value, as in zarr (the store's readers detect lost chunks
 from it); an uncompressed chunk that holds fewer bytes than the range needs, or a compressed one whose header does
@@ -114,19 +114,25 @@ def _identity(etag: Any) -> Identity | None:
     return (1, int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little"), 0, 0)
 
 
-async def _get(layout: RemoteLayout, key: str, start: int, end: int | None) -> tuple[bytes, Identity | None]:
+async def _get(layout: RemoteLayout, key: str, start: int, end: int | None,
+               into: np.ndarray | None = None) -> tuple[bytes | int, Identity | None]:
     """Bytes ``[start, end)`` of object ``key`` and its identity: one ranged GET (s3fs: its ETag from the same
-    response), else the filesystem's ``_cat_file`` (no identity)."""
+    response), else the filesystem's ``_cat_file`` (no identity). With ``into`` (an array of ``end - start``
+    bytes), the body is written into it as it arrives and the count of bytes received is returned instead of them:
+    the bytes are copied once, where reading the body whole joins its pieces first."""
     fs = layout.fs
     if not hasattr(fs, "_call_s3") or not hasattr(fs, "split_path"):
-        return await fs._cat_file(key, start=start, end=end), None
+        raw = await fs._cat_file(key, start=start, end=end)
+        return (raw, None) if into is None else (_copy_into(raw, into), None)
     bucket, inner, _version = fs.split_path(key)
 
-    async def get_and_read() -> tuple[bytes, Identity | None]:
+    async def get_and_read() -> tuple[bytes | int, Identity | None]:
         response = await fs._call_s3("get_object", Bucket=bucket, Key=inner,
                                      Range=f"bytes={start}-{'' if end is None else end - 1}")
         try:
-            return await response["Body"].read(), _identity(response.get("ETag"))
+            body = response["Body"]
+            got = await body.read() if into is None else await _read_into(body, into)
+            return got, _identity(response.get("ETag"))
         finally:
             response["Body"].close()
 
@@ -137,22 +143,55 @@ async def _get(layout: RemoteLayout, key: str, start: int, end: int | None) -> t
     return await _error_wrapper(get_and_read, retries=getattr(fs, "retries", 5))
 
 
+def _copy_into(raw: bytes, into: np.ndarray) -> int:
+    if len(raw) == into.nbytes:
+        into.view(np.uint8)[:] = np.frombuffer(raw, dtype=np.uint8)
+    return len(raw)
+
+
+async def _read_into(body: Any, into: np.ndarray) -> int:
+    """The response ``body`` written into ``into`` piece by piece as the connection delivers them (aiohttp's
+    ``readchunk``, no copy of its own); the count of bytes the body held (written only while they fit). Errors of
+    the connection are raised as the client's own body reads raise them (which s3fs retries)."""
+    content = getattr(getattr(body, "raw_stream", None), "content", None)
+    if content is None or not hasattr(content, "readchunk"):  # another HTTP backend: the body whole
+        return _copy_into(await body.read(), into)
+    import aiohttp
+    from botocore.exceptions import ReadTimeoutError, ResponseStreamingError
+
+    target, position = into.view(np.uint8), 0
+    try:
+        while True:
+            piece, _ = await content.readchunk()
+            if not piece:
+                return position
+            stop = position + len(piece)
+            if stop <= target.size:
+                target[position:stop] = np.frombuffer(piece, dtype=np.uint8)
+            position = stop
+    except asyncio.TimeoutError as exc:
+        raise ReadTimeoutError(endpoint_url=str(getattr(body.raw_stream, "url", "")), error=exc) from exc
+    except aiohttp.ClientPayloadError:
+        raise
+    except aiohttp.ClientConnectionError as exc:
+        raise ResponseStreamingError(error=exc) from exc
+
+
 async def _read_chunk(layout: RemoteLayout, index: int, lo: int, hi: int, target: np.ndarray) -> Identity | None:
     """Elements ``[lo, hi)`` of chunk ``index`` into ``target``; the chunk object's identity."""
     key, size = layout.chunk_key(index), layout.dtype.itemsize
     try:
-        if layout.compressor is None:  # only the range's bytes
-            raw, identity = await _get(layout, key, lo * size, hi * size)
-        else:  # from byte 0: a ranged GET, where a plain one costs a size request first
-            raw, identity = await _get(layout, key, 0, None)
+        if layout.compressor is None:  # only the range's bytes, straight into their place
+            got, identity = await _get(layout, key, lo * size, hi * size, into=target)
+            if got != target.nbytes:
+                raise ValueError(f"chunk '{key}' holds {got} bytes at offset {lo * size}, expected {target.nbytes}")
+            return identity
+        # from byte 0: a ranged GET, where a plain one costs a size request first
+        raw, identity = await _get(layout, key, 0, None)
     except FileNotFoundError:  # never written: zarr's fill value
         target.fill(layout.fill_value)
         return None
-    if layout.compressor is None:
-        if len(raw) != target.nbytes:
-            raise ValueError(f"chunk '{key}' holds {len(raw)} bytes at offset {lo * size}, expected {target.nbytes}")
-        target.view(np.uint8)[:] = np.frombuffer(raw, dtype=np.uint8)
-        return identity
+    assert isinstance(raw, bytes)
     from numcodecs import blosc
 
     whole = np.empty(layout.chunk, dtype=layout.dtype)

@@ -157,3 +157,30 @@ def test_a_body_cut_short_is_requested_again_not_called_damage(s3, rng, monkeypa
     assert (store.read_partition(1) != matrix[100:200]).nnz == 0
     assert cut
     READ_AHEAD.clear()
+
+
+def test_an_uncompressed_chunk_is_written_into_the_partition_as_it_arrives(s3, rng, monkeypatch, requests):
+    # Reading a response body whole joins its pieces (one more copy of every byte of the partition) before they are
+    # copied into place: the chunks' bodies are read piece by piece instead (recorded, not replaced: the reads are
+    # the client's own).
+    from aiobotocore.response import AioStreamingBody
+
+    _chunks_of_64(monkeypatch)
+    matrix = _matrix(rng)
+    url = s3.url("pieces.zarr")
+    ingest(matrix, url, rows_per_partition=100, n_features=12, codec="none")
+    store = open_matrix(url)
+    store.read_partition(0)  # the root metadata's version seen: the next reads' replacement checks are HEADs only
+    whole: list[int] = []
+    read = AioStreamingBody.read
+
+    async def recording(self, amt=None):
+        whole.append(amt)
+        return await read(self, amt)
+
+    monkeypatch.setattr(AioStreamingBody, "read", recording)
+    requests.clear()
+    for index in (1, 2):
+        block, _ = store.read_partition_with_norms(index)
+        assert (block != matrix[100 * index : 100 * index + 100]).nnz == 0
+    assert len([r for r in requests if r[0] == "get_object"]) >= 6 and whole == []
