@@ -184,3 +184,17 @@ def test_an_uncompressed_chunk_is_written_into_the_partition_as_it_arrives(s3, r
         block, _ = store.read_partition_with_norms(index)
         assert (block != matrix[100 * index : 100 * index + 100]).nnz == 0
     assert len([r for r in requests if r[0] == "get_object"]) >= 6 and whole == []
+
+
+def test_a_chunk_shorter_than_the_range_is_damage(s3, rng, monkeypatch):
+    _chunks_of_64(monkeypatch)
+    matrix = _matrix(rng)
+    url = s3.url("short.zarr")
+    ingest(matrix, url, rows_per_partition=100, n_features=12, codec="none")
+    store = open_matrix(url)
+    part = store.partitions[1]
+    fs = s3.filesystem()
+    key = s3.url(f"short.zarr/X/data/c/{part.nnz_stop // 64 - 1}")  # a chunk the partition needs whole
+    fs.pipe_file(key, fs.cat_file(key)[:-8])
+    with pytest.raises(StoreCorruptError, match=r"cannot read partition 1 .*holds 504 bytes at offset 0, expected 512"):
+        store.read_partition(1)
