@@ -11,7 +11,8 @@ alike). The workers reach the bucket through the storage options that travel wit
 prints the server's throughput (every partition fetched one at a time, then all at once: whether more concurrent
 requests would help, and the check that the store was not replaced meanwhile, per partition), each source's step
 and read-only pass (read, check, norms; no kernel), the chunk size, the requests one step from the bucket makes,
-and last ``s3 ratio <s3 step / local step>``.
+the CPU time one step takes of the workers and of the server (they share the machine's cores), and last
+``s3 ratio <s3 step / local step>``.
 
     python benchmarks/bench_s3.py --quick                     # 2·10⁶ entries
     python benchmarks/bench_s3.py --nnz 1e7 --workdir DIR
@@ -165,12 +166,31 @@ def _requests(log: str) -> dict[str, int]:
     return counts
 
 
-def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: int, log: str) -> dict[str, float]:
+def _worker_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def _cpu(client: Client, server: int) -> tuple[float, float]:
+    """CPU seconds used so far by the workers (together) and by the server process."""
+    workers = sum(client.run(_worker_cpu).values())
+    try:
+        with open(f"/proc/{server}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        used = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:  # no /proc
+        used = math.nan
+    return workers, used
+
+
+def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: int, log: str,
+             server: int) -> dict[str, float]:
     grid = ThresholdGrid.for_bound(1.0)
     top_m = default_top_m(cutoff=svt_cutoff(0.03, 0.05), epsilon_svt=0.03)
     x = np.random.default_rng(0).standard_normal(local.n_cols)
     step = PowerStep(x / np.linalg.norm(x), row_norm_bound=1.0, grid=grid, top_m=top_m)
     times: dict[str, list[float]] = {"local": [], "s3": [], "local read": [], "s3 read": []}
+    cpu = {"local": [0.0, 0.0], "s3": [0.0, 0.0]}  # workers, server: CPU seconds of the timed steps
     with Coordinator(client, as_source(local), persist=False) as on_disk, \
             Coordinator(client, as_source(remote), persist=False) as in_bucket:
         for coordinator in (on_disk, in_bucket):  # the first step pays for start-up and the first reads
@@ -190,9 +210,15 @@ def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: i
                 ("local read", lambda: _read_pass(client, local)),
                 ("s3 read", lambda: _read_pass(client, remote)),
             ):
+                before_cpu = _cpu(client, server)
                 t = time.perf_counter()
                 run()
                 times[name].append(time.perf_counter() - t)
+                if name in cpu:
+                    after_cpu = _cpu(client, server)
+                    cpu[name] = [c + (b - a) / repeats for c, a, b in zip(cpu[name], before_cpu, after_cpu)]
+    print(f"CPU seconds per step (all cores): local {cpu['local'][0]:.3f} workers + {cpu['local'][1]:.3f} server; "
+          f"s3 {cpu['s3'][0]:.3f} workers + {cpu['s3'][1]:.3f} server", flush=True)
     return {k: _common.median(v) for k, v in times.items()}
 
 
@@ -244,7 +270,8 @@ def main() -> None:
         print(_server_throughput(remote), flush=True)
         with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None,
                           host="127.0.0.1") as cluster, Client(cluster) as client:
-            result = _measure(client, local, remote, args.repeats, os.path.join(workdir, "s3server.log"))
+            result = _measure(client, local, remote, args.repeats, os.path.join(workdir, "s3server.log"),
+                              process.pid)
     finally:
         process.terminate()
         process.wait(30)
