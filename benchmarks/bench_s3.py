@@ -6,13 +6,14 @@ It generates a low-coherence float32 store once (bounded memory), chunked as ``d
 chunks a store (``OBJECT_NNZ_CHUNK`` entries per chunk; ``--nnz-chunk`` sets another size), uploads a copy into a
 bucket of the local server (both sides read the same layout, so the ratio compares sources, not layouts),
 starts one LocalCluster (2 workers x 1 thread by default) whose workers re-read every partition in every step, and
-alternates steps between the two sources (medians of interleaved repeats, so load on the machine affects both
-alike). The workers reach the bucket through the storage options that travel with the store (no environment). It
-prints the server's throughput (every partition fetched one at a time, then all at once: whether more concurrent
-requests would help, and the check that the store was not replaced meanwhile, per partition), each source's step
-and read-only pass (read, check, norms; no kernel), the chunk size, the requests one step from the bucket makes,
-the CPU time one step takes of the workers and of the server (they share the machine's cores), and last
-``s3 ratio <s3 step / local step>``.
+alternates between the two sources (medians of interleaved repeats, so load on the machine affects both alike;
+each timed step from the bucket follows another, as in a run, and what it fetched ahead is dropped before the local
+steps, so that no fetch from the bucket runs during them). The workers reach the bucket through the storage
+options that travel with the store (no environment). It prints the chunk size, the server's throughput (every
+partition fetched one at a time, then all at once: whether more concurrent requests would help, and the check that
+the store was not replaced meanwhile, per partition), the requests one step from the bucket makes, the CPU time one
+step takes of the workers and of the server (they share the machine's cores), each source's step and read-only pass
+(read, check, norms; no kernel), and last ``s3 ratio <s3 step / local step>``.
 
     python benchmarks/bench_s3.py --quick                     # 2·10⁶ entries
     python benchmarks/bench_s3.py --nnz 1e7 --workdir DIR
@@ -46,6 +47,7 @@ from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.mechanisms import svt_cutoff
 from dppca_dask.storage import MatrixStore, open_matrix
 from dppca_dask.storage._format import OBJECT_NNZ_CHUNK
+from dppca_dask.storage.store import drop_read_ahead
 
 _PER_ROW = 230
 _KEY, _SECRET = "bench-key", "bench-secret"
@@ -203,13 +205,21 @@ def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: i
         if any(counts.values()):  # (moto logs every request; weed does not)
             print("requests per s3 step: " + ", ".join(f"{v:.0f} {k}" for k, v in sorted(counts.items()) if v),
                   flush=True)
+        # Each repeat: the local step and pass, then an s3 step, the timed s3 step and pass, and the partitions
+        # fetched ahead dropped. The timed s3 step follows an s3 step, as in a run (it finds the partitions the
+        # one before fetched ahead for it), and nothing fetched ahead from the bucket runs during a local one.
         for _ in range(repeats):
             for name, run in (
                 ("local", lambda: on_disk.execute(step)),
-                ("s3", lambda: in_bucket.execute(step)),
                 ("local read", lambda: _read_pass(client, local)),
+                ("", lambda: in_bucket.execute(step)),
+                ("s3", lambda: in_bucket.execute(step)),
                 ("s3 read", lambda: _read_pass(client, remote)),
+                ("", lambda: client.run(drop_read_ahead)),
             ):
+                if not name:
+                    run()
+                    continue
                 before_cpu = _cpu(client, server)
                 t = time.perf_counter()
                 run()
