@@ -439,7 +439,8 @@ def _ingest_url(src: str, out: str | os.PathLike[str], **kwargs: Any) -> MatrixS
     if not fs.exists(inner):
         raise StoreNotFoundError(f"input '{src}' does not exist; check the URL")
     _options(out, kwargs["rows_per_partition"], kwargs["dtype"], kwargs["on_duplicate"], kwargs["overwrite"],
-             kwargs["progress"], kwargs["codec"], kwargs["nnz_chunk"])  # a bad output or option fails before anything is copied
+             kwargs["progress"], kwargs["codec"],
+             kwargs["nnz_chunk"])  # a bad output or option fails before anything is copied
     parent = os.path.dirname(os.path.abspath(os.fspath(out)))
     make_directories(parent)  # missing parents: owner-only unless configured otherwise
     spill = tempfile.mkdtemp(prefix=".dppca-input-", dir=parent)

@@ -8,7 +8,8 @@ the same two chunks again. For the plain layouts :func:`._chunks.chunk_layout` r
 (zarr format 3, regular chunks, the default chunk keys, little-endian bytes followed by at most one Blosc
 compressor), :func:`read_range` asks the filesystem for exactly the bytes of the range in each uncompressed chunk
 (one ranged GET per chunk, all concurrently, each body written into its place in the result as its pieces arrive)
-and for a compressed chunk whole (one GET, no size request), and decodes each into its place. Anything else is read through zarr, whose result is the same.
+and for a compressed chunk whole (one GET, no size request), and decodes each into its place. Anything else is
+read through zarr, whose result is the same.
 
 A chunk object that does not exist reads as the fill value, as in zarr (the store's readers detect lost chunks
 from it); an uncompressed chunk that holds fewer bytes than the range needs, or a compressed one whose header does
