@@ -89,3 +89,17 @@ def test_the_command_line_option(tmp_path: Path, capsys: pytest.CaptureFixture[s
         main(["ingest", str(src), "--out", str(tmp_path / "x.zarr"), "--nnz-chunk", "2**20"])  # not a number
     assert exit_.value.code == 2
     assert "--nnz-chunk: invalid int value" in capsys.readouterr().err
+
+
+def test_generated_stores_take_a_chosen_size_and_refuse_options_for_a_local_path(tmp_path: Path) -> None:
+    from dppca_dask.datasets import PlantedSpec, low_coherence_blocks, write_low_coherence
+
+    spec = PlantedSpec(n_rows=300, n_cols=40, nnz_per_row=5, support=10, signal_share=0.05, seed=1)
+    store = write_low_coherence(tmp_path / "g.zarr", spec, rows_per_partition=100, nnz_chunk=4096)
+    assert store.metadata["nnz_chunk"] == 4096 and _array_chunks(store.path) == (4096, 4096)
+    generated = sp.vstack(list(low_coherence_blocks(spec, rows_per_block=100)), format="csr")
+    assert (store.to_scipy() != generated).nnz == 0
+    assert write_low_coherence(tmp_path / "d.zarr", spec).metadata["nnz_chunk"] == _format.NNZ_CHUNK
+    with pytest.raises(InvalidParameterError, match=r"storage_options apply to a URL .* is a local path: drop them"):
+        write_low_coherence(tmp_path / "o.zarr", spec, storage_options={"endpoint_url": "http://127.0.0.1:9"})
+    assert not (tmp_path / "o.zarr").exists()

@@ -84,3 +84,17 @@ def test_an_append_keeps_the_stores_own_chunk_size(s3, rng, tmp_path, monkeypatc
         assert len(keys) == -(-store.nnz // size)  # the new entries in chunks of that size
         _reads_back(url, sp.csr_array(sp.vstack([first, more], format="csr")))
 
+
+
+def test_a_generated_store_written_to_a_bucket_gets_the_object_storage_size(s3):
+    from dppca_dask.datasets import PlantedSpec, low_coherence_blocks, write_low_coherence
+
+    spec = PlantedSpec(n_rows=400, n_cols=50, nnz_per_row=5, support=10, signal_share=0.05, seed=3)
+    url = s3.url("generated.zarr")
+    store = write_low_coherence(url, spec, rows_per_partition=100, dtype=np.float32)
+    assert store.path == url and store.n_partitions == 4
+    assert store.metadata["nnz_chunk"] == _format.OBJECT_NNZ_CHUNK and _chunks(url) == [_format.OBJECT_NNZ_CHUNK] * 2
+    blocks = low_coherence_blocks(spec, rows_per_block=100)  # the blocks the writer generated
+    _reads_back(url, sp.csr_array(sp.vstack(list(blocks), format="csr"), dtype=np.float32))
+    chosen = write_low_coherence(s3.url("chosen-generated.zarr"), spec, nnz_chunk=8192, dtype=np.float32)
+    assert chosen.metadata["nnz_chunk"] == 8192
