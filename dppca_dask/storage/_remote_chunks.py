@@ -20,13 +20,16 @@ follows from the range alone (for a partition: its public extents), never from t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import zarr
 
 __all__ = ["Identity", "RemoteLayout", "read_range", "remote_layout"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -115,25 +118,34 @@ def _identity(etag: Any) -> Identity | None:
     return (1, int.from_bytes(digest[:8], "little"), int.from_bytes(digest[8:], "little"), 0, 0)
 
 
-async def _get(layout: RemoteLayout, key: str, start: int, end: int | None,
-               into: np.ndarray | None = None) -> tuple[bytes | int, Identity | None]:
-    """Bytes ``[start, end)`` of object ``key`` and its identity: one ranged GET (s3fs: its ETag from the same
-    response), else the filesystem's ``_cat_file`` (no identity). With ``into`` (an array of ``end - start``
-    bytes), the body is written into it as it arrives and the count of bytes received is returned instead of them:
-    the bytes are copied once, where reading the body whole joins its pieces first."""
+async def _get(layout: RemoteLayout, key: str, start: int, end: int | None) -> tuple[bytes, Identity | None]:
+    """Bytes ``[start, end)`` of object ``key`` and its identity (:func:`_request`)."""
+    return await _request(layout, key, start, end, lambda body: body.read(), lambda raw: raw)
+
+
+async def _get_into(layout: RemoteLayout, key: str, start: int, end: int,
+                    into: np.ndarray) -> tuple[int, Identity | None]:
+    """Bytes ``[start, end)`` of object ``key`` written into ``into`` (an array of ``end - start`` bytes) as they
+    arrive: the count of bytes received (written only while they fit) and the object's identity. The bytes are
+    copied once, where reading the body whole joins its pieces first."""
+    return await _request(layout, key, start, end, lambda body: _read_into(body, into),
+                          lambda raw: _copy_into(raw, into))
+
+
+async def _request(layout: RemoteLayout, key: str, start: int, end: int | None,
+                   read: Callable[[Any], Awaitable[_T]], convert: Callable[[bytes], _T]) -> tuple[_T, Identity | None]:
+    """``read(body)`` of one ranged GET of bytes ``[start, end)`` of object ``key`` and its identity (s3fs: the ETag
+    from the same response), else ``convert`` of the filesystem's ``_cat_file`` (no identity)."""
     fs = layout.fs
     if not hasattr(fs, "_call_s3") or not hasattr(fs, "split_path"):
-        raw = await fs._cat_file(key, start=start, end=end)
-        return (raw, None) if into is None else (_copy_into(raw, into), None)
+        return convert(await fs._cat_file(key, start=start, end=end)), None
     bucket, inner, _version = fs.split_path(key)
 
-    async def get_and_read() -> tuple[bytes | int, Identity | None]:
+    async def get_and_read() -> tuple[_T, Identity | None]:
         response = await fs._call_s3("get_object", Bucket=bucket, Key=inner,
                                      Range=f"bytes={start}-{'' if end is None else end - 1}")
         try:
-            body = response["Body"]
-            got = await body.read() if into is None else await _read_into(body, into)
-            return got, _identity(response.get("ETag"))
+            return await read(response["Body"]), _identity(response.get("ETag"))
         finally:
             response["Body"].close()
 
@@ -141,7 +153,7 @@ async def _get(layout: RemoteLayout, key: str, start: int, end: int | None,
         from s3fs.core import _error_wrapper
     except ImportError:
         return await get_and_read()
-    return await _error_wrapper(get_and_read, retries=getattr(fs, "retries", 5))
+    return cast("tuple[_T, Identity | None]", await _error_wrapper(get_and_read, retries=getattr(fs, "retries", 5)))
 
 
 def _copy_into(raw: bytes, into: np.ndarray) -> int:
@@ -183,7 +195,7 @@ async def _read_chunk(layout: RemoteLayout, index: int, lo: int, hi: int, target
     key, size = layout.chunk_key(index), layout.dtype.itemsize
     try:
         if layout.compressor is None:  # only the range's bytes, straight into their place
-            got, identity = await _get(layout, key, lo * size, hi * size, into=target)
+            got, identity = await _get_into(layout, key, lo * size, hi * size, target)
             if got != target.nbytes:
                 raise ValueError(f"chunk '{key}' holds {got} bytes at offset {lo * size}, expected {target.nbytes}")
             return identity
@@ -192,7 +204,6 @@ async def _read_chunk(layout: RemoteLayout, index: int, lo: int, hi: int, target
     except FileNotFoundError:  # never written: zarr's fill value
         target.fill(layout.fill_value)
         return None
-    assert isinstance(raw, bytes)
     from numcodecs import blosc
 
     whole = np.empty(layout.chunk, dtype=layout.dtype)
