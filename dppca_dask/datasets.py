@@ -109,14 +109,35 @@ def write_low_coherence(
     overwrite: bool = False,
     progress: bool | None = None,
     codec: str | None = None,
+    nnz_chunk: int | None = None,
+    storage_options: Any = None,
 ) -> Any:
     """Generate the matrix straight into a store (bounded memory) and return the opened store.
 
-    ``codec`` compresses the chunks (``"none"``, ``"lz4"``, ``"zstd"``; ``None``: the store default, see
-    :class:`~dppca_dask.storage.StoreWriter`)."""
+    ``path`` may be a URL in object storage (``s3://bucket/x.zarr``, with ``storage_options`` when the environment
+    does not configure the service): the store is generated locally in a temporary directory, then uploaded with its
+    root metadata last, as :func:`dppca_dask.ingest` does. ``codec`` compresses the chunks (``"none"``, ``"lz4"``,
+    ``"zstd"``; ``None``: the store default, see :class:`~dppca_dask.storage.StoreWriter`); ``nnz_chunk`` is the
+    entries per chunk of ``data`` and ``indices`` (``None``: the default of the destination,
+    :data:`~dppca_dask.storage._format.NNZ_CHUNK` on a file system and
+    :data:`~dppca_dask.storage._format.OBJECT_NNZ_CHUNK` in object storage)."""
     from dppca_dask._progress import progress_bar
-    from dppca_dask.storage import StoreWriter
+    from dppca_dask._urls import check_storage_options, is_url, local_path
+    from dppca_dask.storage import StoreWriter, _format
     from dppca_dask.storage._format import DEFAULT_CODEC
+
+    options = check_storage_options(storage_options)
+    if is_url(local_path(path)):
+        from dppca_dask.ingest._remote import ingest_to_url
+
+        size = _format.OBJECT_NNZ_CHUNK if nnz_chunk is None else _format.check_nnz_chunk(nnz_chunk)
+        return ingest_to_url(
+            lambda local: write_low_coherence(local, spec, rows_per_partition=rows_per_partition, dtype=dtype,
+                                              progress=progress, codec=codec, nnz_chunk=size),
+            os.fspath(path), options, overwrite=overwrite)
+    if options:
+        raise InvalidParameterError(
+            f"storage_options apply to a URL (s3://, gs://, ...); '{os.fspath(path)}' is a local path: drop them")
 
     bar = progress_bar(total=spec.n_rows, desc="generating", unit="row", enabled=progress)
     try:
@@ -129,6 +150,7 @@ def write_low_coherence(
             schema="declared",  # the width is the generator's public parameter
             source={"kind": "generated", "generator": "low_coherence", **spec.__dict__},
             codec=codec or DEFAULT_CODEC,
+            nnz_chunk=nnz_chunk,
         ) as writer:
             for block in low_coherence_blocks(spec, rows_per_block=min(rows_per_partition or 50_000, 50_000)):
                 writer.append(block)

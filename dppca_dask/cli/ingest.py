@@ -37,6 +37,10 @@ def register(subparsers: Any) -> None:
                    "a worker's read; benchmarks/bench_read_path.py): none: 374 MB/s, the largest store; lz4: "
                    "218 MB/s, 2.3x smaller (Blosc); zstd: 153 MB/s, 3.3x smaller (Blosc). From a disk slower than "
                    "those rates, a smaller store reads faster")
+    p.add_argument("--nnz-chunk", type=int, default=None, metavar="N",
+                   help="stored entries per chunk of the sparse arrays (one file, or one object in object storage, "
+                   "each), 4096 to 16777216, recorded in the store (appends keep it); default: 262144 on a file "
+                   "system, 2097152 for an s3://... output (every chunk a read touches is one request there)")
     p.add_argument("--on-duplicate", choices=("sum", "reject"), default="sum",
                    help="add up repeated (row, column) entries, or refuse them (default: sum)")
     p.add_argument("--n-features", type=int, default=None, metavar="N",
@@ -82,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
     from dppca_dask.ingest import ingest
 
     options = storage_options(args)
+    if args.nnz_chunk is not None:
+        from dppca_dask.storage._format import check_nnz_chunk
+
+        check_nnz_chunk(args.nnz_chunk)  # before the input or the output is looked at
     check_input(args.src)
     check_output(args.out, options)
     start = time.perf_counter()
@@ -107,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         timestamp=args.timestamp,
         codec=args.codec,
         storage_options=options,
+        nnz_chunk=args.nnz_chunk,
     )
     seconds = time.perf_counter() - start
     info = store.info()

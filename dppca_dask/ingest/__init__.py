@@ -16,7 +16,8 @@ the writers and remove the temporaries; temporaries left by a killed process are
 same output. Stores and temporaries are owner-only (0700/0600) unless ``DPPCA_DASK_FILE_MODE=umask``. ``overwrite``
 replaces only a dppca_dask store or an empty directory. The store records whether its width was declared
 (``n_features``, Parquet ``column_ids``) or inferred from the data (:attr:`~dppca_dask.storage.MatrixStore.schema`),
-and how its chunks are compressed (``codec``: none by default, lz4 or zstd).
+and how its chunks are compressed (``codec``: none by default, lz4 or zstd) and sized (``nnz_chunk``: larger by
+default for a store written to object storage).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from dppca_dask.ingest._limits import SizeLimits, parse_size
 from dppca_dask.ingest._common import IngestOptions, MissingExtraError, check_positive, require_file
 from dppca_dask.storage import MatrixStore
 from dppca_dask.storage._files import check_replaceable, make_directories, private_files
-from dppca_dask.storage._format import CODECS, DEFAULT_CODEC
+from dppca_dask.storage._format import CODECS, DEFAULT_CODEC, check_nnz_chunk
 from dppca_dask.storage.validate import DuplicatePolicy
 
 __all__ = ["FORMATS", "MissingExtraError", "detect_format", "ingest"]
@@ -149,6 +150,7 @@ def ingest(
     timestamp: Any = None,
     codec: str = DEFAULT_CODEC,
     storage_options: Any = None,
+    nnz_chunk: int | None = None,
 ) -> MatrixStore:
     """Ingest a matrix into a new store at ``out`` and open it.
 
@@ -207,6 +209,12 @@ def ingest(
         1.7x slower) or ``"zstd"`` (Blosc zstd: about 3.3x smaller, about 2.4x slower). A smaller store reads
         faster only from a disk slower than those reads (``dppca-dask ingest --help`` gives the measured rates).
         See :data:`dppca_dask.storage._format.CODECS`.
+    nnz_chunk
+        Stored entries per chunk of a sparse store's ``data`` and ``indices`` arrays (each chunk is one file, or one
+        object in object storage), a whole number from 4096 (2**12) to 16777216 (2**24), recorded in the store
+        (appends keep it). ``None`` (default): 262144 (2**18, 1 MiB of float32 values) on a file system, and
+        2097152 (2**21, 8 MiB) for an output URL, where every chunk a read touches is one request and fewer,
+        larger objects read faster (docs: *Running on several machines*).
     storage_options
         For an output URL: fsspec options of its file system (s3://: ``endpoint_url``, ``key``, ``secret``, ...);
         by default the environment and configuration files (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...).
@@ -254,8 +262,11 @@ def ingest(
 
         stamp = parse_timestamp(timestamp)  # a bad time fails before anything is read
     from dppca_dask._urls import check_storage_options, is_url, local_path
+    from dppca_dask.storage import _format
 
     options = check_storage_options(storage_options)
+    if nnz_chunk is not None:
+        nnz_chunk = _format.check_nnz_chunk(nnz_chunk)  # before anything is read or any request is made
     if is_url(local_path(out)):
         from dppca_dask.ingest._remote import ingest_to_url
 
@@ -263,7 +274,8 @@ def ingest(
                       progress=progress, zero_based=zero_based, n_features=n_features, store_labels=store_labels,
                       row_column=row_column, col_column=col_column, value_column=value_column,
                       column_ids=column_ids, max_memory=max_memory, max_disk=max_disk, layer=layer,
-                      timestamp=timestamp, codec=codec)
+                      timestamp=timestamp, codec=codec,
+                      nnz_chunk=_format.OBJECT_NNZ_CHUNK if nnz_chunk is None else nnz_chunk)
         return ingest_to_url(lambda local: ingest(src, local, **kwargs), os.fspath(out), options,  # type: ignore
                              overwrite=bool(overwrite))
     if options:
@@ -275,7 +287,7 @@ def ingest(
                        on_duplicate=on_duplicate, overwrite=overwrite, progress=progress, zero_based=zero_based,
                        n_features=n_features, store_labels=store_labels, row_column=row_column,
                        col_column=col_column, value_column=value_column, column_ids=column_ids,
-                       max_memory=max_memory, max_disk=max_disk, layer=layer, codec=codec)
+                       max_memory=max_memory, max_disk=max_disk, layer=layer, codec=codec, nnz_chunk=nnz_chunk)
     if stamp is not None:
         from dppca_dask.storage.writer import stamp_partitions
 
@@ -330,6 +342,7 @@ def _ingest(
     max_disk: int | str | None,
     layer: str | None = None,
     codec: str = DEFAULT_CODEC,
+    nnz_chunk: int | None = None,
 ) -> MatrixStore:
     from dppca_dask._urls import is_url, local_path
 
@@ -339,14 +352,15 @@ def _ingest(
                            on_duplicate=on_duplicate, overwrite=overwrite, progress=progress, zero_based=zero_based,
                            n_features=n_features, store_labels=store_labels, row_column=row_column,
                            col_column=col_column, value_column=value_column, column_ids=column_ids,
-                           max_memory=max_memory, max_disk=max_disk, layer=layer, codec=codec)
+                           max_memory=max_memory, max_disk=max_disk, layer=layer, codec=codec,
+                           nnz_chunk=nnz_chunk)
     in_memory = sp.issparse(src) or isinstance(src, np.ndarray)
     if format is not None and format not in FORMATS:
         raise InvalidParameterError(f"format must be one of {', '.join(FORMATS)}; got {format!r}")
     if in_memory and format is not None:
         raise InvalidParameterError(f"format applies to files; got format={format!r} with an in-memory matrix")
     check_positive("n_features", n_features)
-    options = _options(out, rows_per_partition, dtype, on_duplicate, overwrite, progress, codec)
+    options = _options(out, rows_per_partition, dtype, on_duplicate, overwrite, progress, codec, nnz_chunk)
     if n_features is not None:
         options = dataclasses.replace(options, n_features=int(n_features))
     options = dataclasses.replace(options, limits=SizeLimits(
@@ -425,7 +439,8 @@ def _ingest_url(src: str, out: str | os.PathLike[str], **kwargs: Any) -> MatrixS
     if not fs.exists(inner):
         raise StoreNotFoundError(f"input '{src}' does not exist; check the URL")
     _options(out, kwargs["rows_per_partition"], kwargs["dtype"], kwargs["on_duplicate"], kwargs["overwrite"],
-             kwargs["progress"], kwargs["codec"])  # a bad output or option fails before anything is copied
+             kwargs["progress"], kwargs["codec"],
+             kwargs["nnz_chunk"])  # a bad output or option fails before anything is copied
     parent = os.path.dirname(os.path.abspath(os.fspath(out)))
     make_directories(parent)  # missing parents: owner-only unless configured otherwise
     spill = tempfile.mkdtemp(prefix=".dppca-input-", dir=parent)
@@ -438,7 +453,8 @@ def _ingest_url(src: str, out: str | os.PathLike[str], **kwargs: Any) -> MatrixS
 
 
 def _options(out: str | os.PathLike[str], rows_per_partition: int | None, dtype: Any, on_duplicate: str,
-             overwrite: bool, progress: bool | None, codec: str = DEFAULT_CODEC) -> IngestOptions:
+             overwrite: bool, progress: bool | None, codec: str = DEFAULT_CODEC,
+             nnz_chunk: int | None = None) -> IngestOptions:
     """Validate the options every source shares, before anything is read."""
     check_positive("rows_per_partition", rows_per_partition)
     local_output(out)  # a URL other than file:// is refused
@@ -456,6 +472,8 @@ def _options(out: str | os.PathLike[str], rows_per_partition: int | None, dtype:
         raise InvalidParameterError(f"progress must be None, True or False; got {progress!r}")
     if not isinstance(codec, str) or codec not in CODECS:
         raise InvalidParameterError(f"codec must be one of {', '.join(map(repr, CODECS))}; got {codec!r}")
+    if nnz_chunk is not None:
+        check_nnz_chunk(nnz_chunk)
     path = os.path.abspath(os.fspath(out))
     if os.path.lexists(path):
         if not overwrite:
@@ -465,7 +483,8 @@ def _options(out: str | os.PathLike[str], rows_per_partition: int | None, dtype:
     private_files()  # a bad DPPCA_DASK_FILE_MODE fails here, before anything is read
     return IngestOptions(out=path, rows_per_partition=rows_per_partition, dtype=stored,
                          on_duplicate=on_duplicate,  # type: ignore[arg-type]
-                         overwrite=bool(overwrite), progress=progress, codec=codec)
+                         overwrite=bool(overwrite), progress=progress, codec=codec,
+                         nnz_chunk=None if nnz_chunk is None else int(nnz_chunk))
 
 
 def _check_format_options(kind: str, **used: dict[str, bool]) -> None:

@@ -60,6 +60,8 @@ class IngestOptions:
     """Largest working memory and disk footprint the declared shape may need (default: what the machine has)."""
     codec: str = _format.DEFAULT_CODEC
     """How the store's chunks are compressed (one of :data:`dppca_dask.storage._format.CODECS`), recorded in it."""
+    nnz_chunk: int | None = None
+    """Stored entries per chunk of ``data`` and ``indices``; ``None``: :data:`dppca_dask.storage._format.NNZ_CHUNK`."""
 
     def check_size(self, *, n_rows: int | None, n_cols: int, nnz: int | None = None, layout: Layout = "csr",
                    value_bytes: int = 8, source: object = "the input", so_far: bool = False) -> None:
@@ -145,6 +147,7 @@ class IngestOptions:
                 progress=advance,
                 schema=self.schema,
                 codec=self.codec,
+                nnz_chunk=self.nnz_chunk,
             ) as writer:
                 opened.append(writer)
                 yield writer

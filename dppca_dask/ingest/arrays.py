@@ -73,6 +73,7 @@ def ingest_array(matrix: Any, options: IngestOptions, *, source: Mapping[str, An
         source=dict(source or {"kind": "in-memory", "type": type(matrix).__name__}),
         schema=options.schema,
         codec=options.codec,
+        nnz_chunk=options.nnz_chunk,
     )
     log.info("ingested %s: %d x %d, %d entries, %d partitions in %.1f s", name or "a matrix", store.n_rows,
              store.n_cols, store.nnz, store.n_partitions, time.perf_counter() - start)

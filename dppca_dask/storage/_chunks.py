@@ -6,7 +6,8 @@ step) that copy and zarr's per-chunk machinery cost as much as the decoding itse
 stores written by :class:`~dppca_dask.storage.StoreWriter` use (zarr format 3 on a local filesystem, regular chunks,
 the default chunk keys, little-endian bytes followed by at most one Blosc compressor), :func:`read_range` reads each
 chunk file and decodes it directly into its place in the result: a single copy from the page cache for uncompressed
-chunks, Blosc's own decompression into the result for compressed ones. Anything else (zarr format 2, sharding,
+chunks (of a chunk the range covers only in part, only that part's bytes are read), Blosc's own decompression into
+the result for compressed ones. Anything else (zarr format 2, sharding,
 other codecs, remote stores) is read through zarr, whose result is the same.
 
 A chunk file that does not exist reads as the fill value, as in zarr (the store's readers detect lost chunks from
@@ -158,18 +159,14 @@ def read_range(layout: ChunkLayout, start: int, stop: int, *, dtype: Any = None,
         a, b = max(lo, start), min(hi, stop)
         target = out[a - start : b - start]
         if scratch is not None:  # decode into the scratch buffer, convert into place piece by piece
-            _read_chunk(layout, index, scratch, seen)
+            _read_chunk(layout, index, scratch[: b - a], seen, offset=a - lo)
             for p in range(a, b, PIECE):
                 q = min(p + PIECE, b)
-                np.copyto(out[p - start : q - start], scratch[p - lo : q - lo], casting="unsafe")
+                np.copyto(out[p - start : q - start], scratch[p - a : q - a], casting="unsafe")
                 if piece is not None:
                     piece(p - start, out[p - start : q - start])
-        elif a == lo and b == hi:  # the whole chunk: decode it in place
-            _read_chunk(layout, index, target, seen)
-        else:  # an edge chunk: decode it, keep the part inside the range
-            whole = np.empty(chunk, dtype=layout.dtype)
-            _read_chunk(layout, index, whole, seen)
-            target[:] = whole[a - lo : b - lo]
+        else:  # in place (of an edge chunk, only the part inside the range)
+            _read_chunk(layout, index, target, seen, offset=a - lo)
         if visit is not None:
             visit(a - start, target)
     return out
@@ -189,7 +186,9 @@ def identity(status: os.stat_result) -> FileIdentity:
 
 
 def _read_chunk(layout: ChunkLayout, index: int, out: np.ndarray,
-                seen: list[FileIdentity | None] | None = None) -> None:
+                seen: list[FileIdentity | None] | None = None, *, offset: int = 0) -> None:
+    """Elements ``[offset, offset + out.size)`` of chunk ``index`` into ``out``: of an uncompressed chunk only their
+    bytes are read (the file's size is still checked), a compressed chunk is decoded whole."""
     path = layout.chunk_path(index)
     try:
         handle = open(path, "rb", buffering=0)
@@ -198,15 +197,18 @@ def _read_chunk(layout: ChunkLayout, index: int, out: np.ndarray,
         if seen is not None:
             seen.append(None)
         return
+    chunk_bytes = layout.chunk * layout.dtype.itemsize
     with handle:
         if layout.compressor is None:
+            if offset:
+                handle.seek(offset * layout.dtype.itemsize)
             view = memoryview(cast(Any, out)).cast("B")
             got = handle.readinto(view)
-            if got != out.nbytes or handle.read(1):
-                raise ValueError(f"chunk '{path}' holds {os.fstat(handle.fileno()).st_size} bytes, expected "
-                                 f"{out.nbytes}")
-            if seen is not None:  # after the read: a write during it changes the identity
-                seen.append(identity(os.fstat(handle.fileno())))
+            status = os.fstat(handle.fileno())  # after the read: a write during it changes the identity
+            if got != out.nbytes or status.st_size != chunk_bytes:
+                raise ValueError(f"chunk '{path}' holds {status.st_size} bytes, expected {chunk_bytes}")
+            if seen is not None:
+                seen.append(identity(status))
             return
         encoded = handle.read()
         if seen is not None:
@@ -216,10 +218,15 @@ def _read_chunk(layout: ChunkLayout, index: int, out: np.ndarray,
     # Blosc's 16-byte header: version, format version, flags, type size, then the decoded and the encoded sizes.
     nbytes = int.from_bytes(encoded[4:8], "little") if len(encoded) >= 16 else -1
     cbytes = int.from_bytes(encoded[12:16], "little") if len(encoded) >= 16 else -1
-    if nbytes != out.nbytes or cbytes != len(encoded):
+    if nbytes != chunk_bytes or cbytes != len(encoded):
         raise ValueError(f"chunk '{path}' is damaged: its header gives {nbytes} bytes in {cbytes}, expected "
-                         f"{out.nbytes} in the file's {len(encoded)}")
-    blosc.decompress(encoded, out)
+                         f"{chunk_bytes} in the file's {len(encoded)}")
+    if out.size == layout.chunk:
+        blosc.decompress(encoded, out)
+        return
+    whole = np.empty(layout.chunk, dtype=layout.dtype)
+    blosc.decompress(encoded, whole)
+    out[:] = whole[offset : offset + out.size]
 
 
 def prefetch_range(layout: ChunkLayout, start: int, stop: int) -> None:

@@ -37,13 +37,37 @@ import numpy as np
 import zarr
 import zarr.codecs
 
+from dppca_dask.errors import InvalidParameterError
+
 #: Version of the layout above. Readers refuse other versions.
 FORMAT_VERSION = 1
 #: Root-group attribute holding the store metadata.
 ATTR_KEY = "dppca_dask"
 
-#: Elements per chunk of the 1-D arrays ``data`` and ``indices`` (256 Ki elements: 1-2 MiB per chunk).
+#: Elements per chunk of the 1-D arrays ``data`` and ``indices`` of a store on a local or shared file system (256 Ki
+#: elements: 1-2 MiB per chunk). A store records its own size (``nnz_chunk`` in the metadata), which appends keep.
 NNZ_CHUNK = 2**18
+#: Elements per chunk of ``data`` and ``indices`` of a store written to object storage (``ingest --out s3://...``):
+#: every chunk a read touches is one request, which costs client and server time of its own, so fewer, larger
+#: objects read faster there (see docs/guide/several-machines.md for the measurements).
+OBJECT_NNZ_CHUNK = 2**21
+#: Bounds of a chosen ``nnz_chunk``: at least 4 Ki elements (smaller chunks are many tiny files or requests), at most
+#: 16 Mi (64-128 MiB per chunk: an append rewrites the last partly filled chunk, and a compressed chunk is decoded
+#: whole).
+MIN_NNZ_CHUNK = 2**12
+MAX_NNZ_CHUNK = 2**24
+
+
+def check_nnz_chunk(value: Any) -> int:
+    """``value`` as a count of elements per chunk of ``data`` and ``indices``, or :class:`InvalidParameterError`."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+            or not MIN_NNZ_CHUNK <= int(value) <= MAX_NNZ_CHUNK:
+        raise InvalidParameterError(
+            f"nnz_chunk (--nnz-chunk) must be a whole number of entries per chunk from {MIN_NNZ_CHUNK} (2**12) to "
+            f"{MAX_NNZ_CHUNK} (2**24); got {value!r}: pass e.g. {NNZ_CHUNK} (the default on a file system) or "
+            f"{OBJECT_NNZ_CHUNK} (the default in object storage)")
+    return int(value)
+
 #: Largest chunk (in rows) of the per-row arrays ``indptr`` and ``row_norms``.
 MAX_ROW_CHUNK = 2**20
 #: Rows per chunk of per-row arrays when partitions are larger than ``MAX_ROW_CHUNK``.

@@ -7,8 +7,9 @@ end in the middle of the next fetches two chunks for one chunk's worth of values
 the same two chunks again. For the plain layouts :func:`._chunks.chunk_layout` reads directly on a local disk
 (zarr format 3, regular chunks, the default chunk keys, little-endian bytes followed by at most one Blosc
 compressor), :func:`read_range` asks the filesystem for exactly the bytes of the range in each uncompressed chunk
-(one ranged GET per chunk, all concurrently) and for a compressed chunk whole (one GET, no size request), and
-decodes each into its place. Anything else is read through zarr, whose result is the same.
+(one ranged GET per chunk, all concurrently, each body written into its place in the result as its pieces arrive)
+and for a compressed chunk whole (one GET, no size request), and decodes each into its place. Anything else is
+read through zarr, whose result is the same.
 
 A chunk object that does not exist reads as the fill value, as in zarr (the store's readers detect lost chunks
 from it); an uncompressed chunk that holds fewer bytes than the range needs, or a compressed one whose header does
@@ -19,13 +20,16 @@ follows from the range alone (for a partition: its public extents), never from t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import zarr
 
 __all__ = ["Identity", "RemoteLayout", "read_range", "remote_layout"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -115,18 +119,33 @@ def _identity(etag: Any) -> Identity | None:
 
 
 async def _get(layout: RemoteLayout, key: str, start: int, end: int | None) -> tuple[bytes, Identity | None]:
-    """Bytes ``[start, end)`` of object ``key`` and its identity: one ranged GET (s3fs: its ETag from the same
-    response), else the filesystem's ``_cat_file`` (no identity)."""
+    """Bytes ``[start, end)`` of object ``key`` and its identity (:func:`_request`)."""
+    return await _request(layout, key, start, end, lambda body: body.read(), lambda raw: raw)
+
+
+async def _get_into(layout: RemoteLayout, key: str, start: int, end: int,
+                    into: np.ndarray) -> tuple[int, Identity | None]:
+    """Bytes ``[start, end)`` of object ``key`` written into ``into`` (an array of ``end - start`` bytes) as they
+    arrive: the count of bytes received (written only while they fit) and the object's identity. The bytes are
+    copied once, where reading the body whole joins its pieces first."""
+    return await _request(layout, key, start, end, lambda body: _read_into(body, into),
+                          lambda raw: _copy_into(raw, into))
+
+
+async def _request(layout: RemoteLayout, key: str, start: int, end: int | None,
+                   read: Callable[[Any], Awaitable[_T]], convert: Callable[[bytes], _T]) -> tuple[_T, Identity | None]:
+    """``read(body)`` of one ranged GET of bytes ``[start, end)`` of object ``key`` and its identity (s3fs: the ETag
+    from the same response), else ``convert`` of the filesystem's ``_cat_file`` (no identity)."""
     fs = layout.fs
     if not hasattr(fs, "_call_s3") or not hasattr(fs, "split_path"):
-        return await fs._cat_file(key, start=start, end=end), None
+        return convert(await fs._cat_file(key, start=start, end=end)), None
     bucket, inner, _version = fs.split_path(key)
 
-    async def get_and_read() -> tuple[bytes, Identity | None]:
+    async def get_and_read() -> tuple[_T, Identity | None]:
         response = await fs._call_s3("get_object", Bucket=bucket, Key=inner,
                                      Range=f"bytes={start}-{'' if end is None else end - 1}")
         try:
-            return await response["Body"].read(), _identity(response.get("ETag"))
+            return await read(response["Body"]), _identity(response.get("ETag"))
         finally:
             response["Body"].close()
 
@@ -134,25 +153,57 @@ async def _get(layout: RemoteLayout, key: str, start: int, end: int | None) -> t
         from s3fs.core import _error_wrapper
     except ImportError:
         return await get_and_read()
-    return await _error_wrapper(get_and_read, retries=getattr(fs, "retries", 5))
+    return cast("tuple[_T, Identity | None]", await _error_wrapper(get_and_read, retries=getattr(fs, "retries", 5)))
+
+
+def _copy_into(raw: bytes, into: np.ndarray) -> int:
+    if len(raw) == into.nbytes:
+        into.view(np.uint8)[:] = np.frombuffer(raw, dtype=np.uint8)
+    return len(raw)
+
+
+async def _read_into(body: Any, into: np.ndarray) -> int:
+    """The response ``body`` written into ``into`` piece by piece as the connection delivers them (aiohttp's
+    ``readchunk``, no copy of its own); the count of bytes the body held (written only while they fit). Errors of
+    the connection are raised as the client's own body reads raise them (which s3fs retries)."""
+    content = getattr(getattr(body, "raw_stream", None), "content", None)
+    if content is None or not hasattr(content, "readchunk"):  # another HTTP backend: the body whole
+        return _copy_into(await body.read(), into)
+    import aiohttp
+    from botocore.exceptions import ReadTimeoutError, ResponseStreamingError
+
+    target, position = into.view(np.uint8), 0
+    try:
+        while True:
+            piece, _ = await content.readchunk()
+            if not piece:
+                return position
+            stop = position + len(piece)
+            if stop <= target.size:
+                target[position:stop] = np.frombuffer(piece, dtype=np.uint8)
+            position = stop
+    except asyncio.TimeoutError as exc:
+        raise ReadTimeoutError(endpoint_url=str(getattr(body.raw_stream, "url", "")), error=exc) from exc
+    except aiohttp.ClientPayloadError:
+        raise
+    except aiohttp.ClientConnectionError as exc:
+        raise ResponseStreamingError(error=exc) from exc
 
 
 async def _read_chunk(layout: RemoteLayout, index: int, lo: int, hi: int, target: np.ndarray) -> Identity | None:
     """Elements ``[lo, hi)`` of chunk ``index`` into ``target``; the chunk object's identity."""
     key, size = layout.chunk_key(index), layout.dtype.itemsize
     try:
-        if layout.compressor is None:  # only the range's bytes
-            raw, identity = await _get(layout, key, lo * size, hi * size)
-        else:  # from byte 0: a ranged GET, where a plain one costs a size request first
-            raw, identity = await _get(layout, key, 0, None)
+        if layout.compressor is None:  # only the range's bytes, straight into their place
+            got, identity = await _get_into(layout, key, lo * size, hi * size, target)
+            if got != target.nbytes:
+                raise ValueError(f"chunk '{key}' holds {got} bytes at offset {lo * size}, expected {target.nbytes}")
+            return identity
+        # from byte 0: a ranged GET, where a plain one costs a size request first
+        raw, identity = await _get(layout, key, 0, None)
     except FileNotFoundError:  # never written: zarr's fill value
         target.fill(layout.fill_value)
         return None
-    if layout.compressor is None:
-        if len(raw) != target.nbytes:
-            raise ValueError(f"chunk '{key}' holds {len(raw)} bytes at offset {lo * size}, expected {target.nbytes}")
-        target.view(np.uint8)[:] = np.frombuffer(raw, dtype=np.uint8)
-        return identity
     from numcodecs import blosc
 
     whole = np.empty(layout.chunk, dtype=layout.dtype)

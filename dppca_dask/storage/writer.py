@@ -122,11 +122,13 @@ class StoreWriter:
         progress: Callable[[int], None] | None = None,
         schema: Schema = "inferred",
         codec: str = _format.DEFAULT_CODEC,
+        nnz_chunk: int | None = None,
     ) -> None:
         self.path = os.path.abspath(local_output(path))
         if codec not in _format.CODECS:
             raise InvalidParameterError(f"codec must be one of {', '.join(map(repr, _format.CODECS))}; got {codec!r}")
         self.codec = codec
+        self.nnz_chunk = _format.NNZ_CHUNK if nnz_chunk is None else _format.check_nnz_chunk(nnz_chunk)
         if schema not in ("declared", "inferred"):
             raise InvalidParameterError(f"schema must be 'declared' or 'inferred'; got {schema!r}")
         self.schema: Schema = schema
@@ -293,7 +295,7 @@ class StoreWriter:
             "on_duplicate": self.on_duplicate,
             "schema": self.schema,
             "rows_per_partition": self.rows_per_partition,
-            "nnz_chunk": _format.NNZ_CHUNK,
+            "nnz_chunk": self.nnz_chunk,
             "row_chunk": self._row_chunk,
             "codec": self.codec,
             **self._extra,
@@ -397,11 +399,11 @@ class StoreWriter:
             # pointers widened to 64 bits once the entries pass 2**31 - 1 (:meth:`_widen_indptr`).
             index_dtype = np.int32 if self.n_cols <= _format.INT32_MAX else np.int64
             self._arrays["data"] = x.create_array(
-                "data", shape=(0,), dtype=self.dtype, chunks=(_format.NNZ_CHUNK,), fill_value=np.nan,
+                "data", shape=(0,), dtype=self.dtype, chunks=(self.nnz_chunk,), fill_value=np.nan,
                 compressors=_format.compressors(self.codec),
             )
             self._arrays["indices"] = x.create_array(
-                "indices", shape=(0,), dtype=index_dtype, chunks=(_format.NNZ_CHUNK,), fill_value=-1,
+                "indices", shape=(0,), dtype=index_dtype, chunks=(self.nnz_chunk,), fill_value=-1,
                 compressors=_format.compressors(self.codec),
             )
             self._arrays["indptr"] = x.create_array(
@@ -540,13 +542,15 @@ def write_matrix(
     source: Mapping[str, Any] | None = None,
     schema: Schema = "inferred",
     codec: str = _format.DEFAULT_CODEC,
+    nnz_chunk: int | None = None,
 ) -> MatrixStore:
     """Write an in-memory scipy sparse matrix or numpy array to a new store and open it.
 
     ``layout`` defaults to ``"csr"`` for sparse input and ``"dense"`` for numpy input; ``dtype`` defaults to the
     input's float type (float32 stays float32, everything else becomes float64). ``schema="declared"`` records
     that the matrix's number of columns is public input (see :attr:`MatrixStore.schema`); ``codec`` is the
-    compression of the chunks (see :class:`StoreWriter`).
+    compression of the chunks and ``nnz_chunk`` the entries per chunk of a sparse store's arrays (see
+    :class:`StoreWriter`).
     """
     if layout is None:
         layout = "csr" if sp.issparse(matrix) else "dense"
@@ -572,6 +576,7 @@ def write_matrix(
         source=dict(source or {"kind": "in-memory", "type": type(matrix).__name__}),
         schema=schema,
         codec=codec,
+        nnz_chunk=nnz_chunk,
     ) as writer:
         name = (source or {}).get("path")
         for start in range(0, int(matrix.shape[0]), step):

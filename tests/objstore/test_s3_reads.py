@@ -17,6 +17,12 @@ def _matrix(rng: np.random.Generator, n_rows: int = 300, n_cols: int = 12) -> sp
     return sp.csr_array(sp.random(n_rows, n_cols, density=0.3, random_state=rng, format="csr"))
 
 
+def _chunks_of_64(monkeypatch) -> None:
+    """Stores ingested to the bucket in this test get 64 entries per chunk (object storage's size scaled down)."""
+    monkeypatch.setattr(_format, "OBJECT_NNZ_CHUNK", 64)
+    monkeypatch.setattr(_format, "MIN_NNZ_CHUNK", 64)
+
+
 @pytest.fixture
 def requests(monkeypatch):
     """Every request s3fs makes for an object in this process: ``(method, key, start, end)`` (``end`` exclusive;
@@ -44,7 +50,7 @@ def requests(monkeypatch):
 
 
 def test_an_uncompressed_partition_reads_only_its_bytes(s3, rng, monkeypatch, requests):
-    monkeypatch.setattr(_format, "NNZ_CHUNK", 64)  # partitions start and end inside chunks
+    _chunks_of_64(monkeypatch)  # partitions start and end inside chunks
     matrix = _matrix(rng)
     url = s3.url("ranges.zarr")
     ingest(matrix, url, rows_per_partition=100, n_features=12, codec="none")
@@ -65,7 +71,7 @@ def test_an_uncompressed_partition_reads_only_its_bytes(s3, rng, monkeypatch, re
 
 
 def test_a_compressed_partition_reads_whole_chunks(s3, rng, monkeypatch, requests):
-    monkeypatch.setattr(_format, "NNZ_CHUNK", 64)
+    _chunks_of_64(monkeypatch)
     matrix = _matrix(rng)
     url = s3.url("lz4.zarr")
     ingest(matrix, url, rows_per_partition=100, n_features=12, codec="lz4")
@@ -77,7 +83,7 @@ def test_a_compressed_partition_reads_whole_chunks(s3, rng, monkeypatch, request
 
 
 def test_a_lost_chunk_is_damage(s3, rng, monkeypatch, requests):
-    monkeypatch.setattr(_format, "NNZ_CHUNK", 64)
+    _chunks_of_64(monkeypatch)
     matrix = _matrix(rng)
     url = s3.url("lost.zarr")
     ingest(matrix, url, rows_per_partition=100, n_features=12)
@@ -151,3 +157,44 @@ def test_a_body_cut_short_is_requested_again_not_called_damage(s3, rng, monkeypa
     assert (store.read_partition(1) != matrix[100:200]).nnz == 0
     assert cut
     READ_AHEAD.clear()
+
+
+def test_an_uncompressed_chunk_is_written_into_the_partition_as_it_arrives(s3, rng, monkeypatch, requests):
+    # Reading a response body whole joins its pieces (one more copy of every byte of the partition) before they are
+    # copied into place: the chunks' bodies are read piece by piece instead (recorded, not replaced: the reads are
+    # the client's own).
+    from aiobotocore.response import AioStreamingBody
+
+    _chunks_of_64(monkeypatch)
+    matrix = _matrix(rng)
+    url = s3.url("pieces.zarr")
+    ingest(matrix, url, rows_per_partition=100, n_features=12, codec="none")
+    store = open_matrix(url)
+    store.read_partition(0)  # the root metadata's version seen: the next reads' replacement checks are HEADs only
+    whole: list[int] = []
+    read = AioStreamingBody.read
+
+    async def recording(self, amt=None):
+        whole.append(amt)
+        return await read(self, amt)
+
+    monkeypatch.setattr(AioStreamingBody, "read", recording)
+    requests.clear()
+    for index in (1, 2):
+        block, _ = store.read_partition_with_norms(index)
+        assert (block != matrix[100 * index : 100 * index + 100]).nnz == 0
+    assert len([r for r in requests if r[0] == "get_object"]) >= 6 and whole == []
+
+
+def test_a_chunk_shorter_than_the_range_is_damage(s3, rng, monkeypatch):
+    _chunks_of_64(monkeypatch)
+    matrix = _matrix(rng)
+    url = s3.url("short.zarr")
+    ingest(matrix, url, rows_per_partition=100, n_features=12, codec="none")
+    store = open_matrix(url)
+    part = store.partitions[1]
+    fs = s3.filesystem()
+    key = s3.url(f"short.zarr/X/data/c/{part.nnz_stop // 64 - 1}")  # a chunk the partition needs whole
+    fs.pipe_file(key, fs.cat_file(key)[:-8])
+    with pytest.raises(StoreCorruptError, match=r"cannot read partition 1 .*holds 504 bytes at offset 0, expected 512"):
+        store.read_partition(1)

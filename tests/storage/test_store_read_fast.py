@@ -305,3 +305,30 @@ def test_norms_squared_piece_by_piece_are_bit_identical(tmp_path: Path, rng: np.
             again, pieces = store.read_partition_with_norms(part.index, dtype=np.float64)
             assert (again != block).nnz == 0
             np.testing.assert_array_equal(pieces.view(np.int64), norms.view(np.int64))
+
+
+def _bytes_read() -> int:
+    with open("/proc/self/io") as io:
+        return next(int(line.split()[1]) for line in io if line.startswith("rchar:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="counts the bytes read through /proc/self/io")
+def test_an_uncompressed_edge_chunk_reads_only_the_bytes_of_the_range(tmp_path: Path,
+                                                                     rng: np.random.Generator) -> None:
+    # Large chunks (object storage's, or a chosen size) must not cost a local read more than the partition's bytes:
+    # of a chunk the range covers in part, only that part is read (the file's size is still checked).
+    group = zarr.open_group(tmp_path / "a.zarr", mode="w", zarr_format=3)
+    values = rng.standard_normal(2**21).astype(np.float32)
+    array = group.create_array("v", shape=values.shape, dtype=values.dtype, chunks=(2**20,), compressors=None)
+    array[:] = values
+    layout = chunk_layout(array)
+    assert layout is not None
+    for start, stop in ((2**20 - 100, 2**20 + 100), (5, 1005), (2**21 - 10, 2**21)):
+        for dtype in (None, np.float64):
+            before = _bytes_read()
+            got = read_range(layout, start, stop, dtype=dtype)
+            assert _bytes_read() - before < 64 * 1024  # a whole chunk is 4 MiB
+            np.testing.assert_array_equal(got, values[start:stop])
+    (tmp_path / "a.zarr" / "v" / "c" / "1").write_bytes(values[2**20 :].tobytes()[:-4])  # one value short
+    with pytest.raises(ValueError, match=r"chunk '.*c/1' holds 4194300 bytes, expected 4194304"):
+        read_range(layout, 2**20 + 5, 2**20 + 10)
