@@ -1,6 +1,10 @@
 """A writer killed (SIGKILL) in the middle of an append or an ingest in object storage leaves the store as it was:
 a reader sees the old store (or, for a new store, none), never a half-written one; the next writer cleans up. A
-replacement (``--overwrite``) killed midway leaves no store until the next one."""
+replacement (``--overwrite``) killed midway leaves no store until the next one.
+
+The stores are written with small chunks (2**16 entries): what is tested does not depend on the chunk size, and the
+object-storage default (2**21 entries, at least one 16 MiB object per float64 array) made each of these tests
+upload tens of megabytes."""
 
 from __future__ import annotations
 
@@ -33,7 +37,8 @@ if sys.argv[1] == "append":
     append_partition(sys.argv[2], block, timestamp=2.0e9)
 else:
     print("writing", flush=True)
-    ingest(block, sys.argv[2], rows_per_partition=10, n_features=12, overwrite=sys.argv[1] == "overwrite")
+    ingest(block, sys.argv[2], rows_per_partition=10, n_features=12, overwrite=sys.argv[1] == "overwrite",
+           nnz_chunk=2**16)
 print("done", flush=True)
 """
 
@@ -61,7 +66,7 @@ def _kill_when(process: subprocess.Popen[str], written, timeout: float = 120.0) 
 def test_an_append_killed_midway_leaves_the_old_store(s3, rng, seed):
     url = s3.url("x.zarr")
     old = sp.csr_array(sp.random(100, 12, density=0.3, random_state=rng, format="csr"))
-    ingest(old, url, rows_per_partition=10, n_features=12)
+    ingest(old, url, rows_per_partition=10, n_features=12, nnz_chunk=2**16)
     fs = s3.filesystem()
     before = set(fs.find(s3.url("x.zarr")))
 
@@ -112,7 +117,7 @@ def test_a_replacement_killed_midway_leaves_no_store_until_the_next(s3, rng, see
 
     url = s3.url("x.zarr")
     old = sp.csr_array(sp.random(100, 12, density=0.3, random_state=rng, format="csr"))
-    ingest(old, url, rows_per_partition=10, n_features=12)
+    ingest(old, url, rows_per_partition=10, n_features=12, nnz_chunk=2**16)
     fs = s3.filesystem()
 
     def replacing() -> bool:  # the old root is gone and the new store's objects are on their way
