@@ -185,13 +185,20 @@ def _cpu(client: Client, server: int) -> tuple[float, float]:
     return workers, used
 
 
+def _keep_partitions(n: int) -> None:
+    """In a worker: keep up to ``n`` partitions per store on its local disk (``object-cache-partitions``)."""
+    import dask
+
+    dask.config.set({"dppca_dask.storage.object-cache-partitions": n})
+
+
 def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: int, log: str,
              server: int) -> dict[str, float]:
     grid = ThresholdGrid.for_bound(1.0)
     top_m = default_top_m(cutoff=svt_cutoff(0.03, 0.05), epsilon_svt=0.03)
     x = np.random.default_rng(0).standard_normal(local.n_cols)
     step = PowerStep(x / np.linalg.norm(x), row_norm_bound=1.0, grid=grid, top_m=top_m)
-    times: dict[str, list[float]] = {"local": [], "s3": [], "local read": [], "s3 read": []}
+    times: dict[str, list[float]] = {"local": [], "s3": [], "local read": [], "s3 read": [], "s3 kept": []}
     cpu = {"local": [0.0, 0.0], "s3": [0.0, 0.0]}  # workers, server: CPU seconds of the timed steps
     with Coordinator(client, as_source(local), persist=False) as on_disk, \
             Coordinator(client, as_source(remote), persist=False) as in_bucket:
@@ -215,6 +222,13 @@ def _measure(client: Client, local: MatrixStore, remote: MatrixStore, repeats: i
                 ("", lambda: in_bucket.execute(step)),
                 ("s3", lambda: in_bucket.execute(step)),
                 ("s3 read", lambda: _read_pass(client, remote)),
+                ("", lambda: client.run(drop_read_ahead)),
+                # The same from the bucket with the local disk cache on: the step before fetches and keeps every
+                # partition, the timed one reads them from the workers' disks
+                ("", lambda: client.run(_keep_partitions, remote.n_partitions)),
+                ("", lambda: in_bucket.execute(step)),
+                ("s3 kept", lambda: in_bucket.execute(step)),
+                ("", lambda: client.run(_keep_partitions, 0)),
                 ("", lambda: client.run(drop_read_ahead)),
             ):
                 if not name:
@@ -287,6 +301,8 @@ def main() -> None:
         process.wait(30)
     for name in ("local", "s3"):
         print(f"{name:5s} step {result[name]:.3f} s, read-only pass {result[name + ' read']:.3f} s")
+    print(f"s3 step with every partition kept on the workers' disks (dppca_dask.storage.object-cache-partitions, "
+          f"after the run's first step) {result['s3 kept']:.3f} s: ratio {result['s3 kept'] / result['local']:.2f}")
     print(f"s3 ratio {result['s3'] / result['local']:.2f}")
 
 

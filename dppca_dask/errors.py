@@ -204,3 +204,14 @@ class TaskFailedError(DppcaError, RuntimeError):
         super().__init__(message)
         self.error_type = error_type
         self.frames = tuple(frames)
+
+
+class LocalCacheError(DppcaError, OSError):
+    """A partition fetched from object storage could not be written to the worker's local disk cache
+    (``dppca_dask.storage.object-cache-partitions``, a full disk or a directory that cannot hold files). The run
+    stops rather than keep fewer partitions, which would let their sizes choose which ones are kept."""
+
+    exit_code = 1
+
+
+__all__ += ["LocalCacheError"]

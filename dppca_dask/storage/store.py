@@ -33,6 +33,7 @@ import scipy.sparse as sp
 import zarr
 
 from dppca_dask.errors import (
+    DppcaError,
     InvalidInputError,
     InvalidParameterError,
     StoreCorruptError,
@@ -293,7 +294,7 @@ class MatrixStore:
                 block = block if dtype is None else block.astype(dtype, copy=False)
         except Exception as exc:
             self._check_not_replaced(part)  # a read during a replacement is said to be one, not damage
-            if isinstance(exc, (StoreCorruptError, InvalidInputError)):
+            if isinstance(exc, DppcaError):  # (damage named as such, a setting, the local disk cache)
                 raise
             from dppca_dask._urls import storage_error  # zarr/codec errors on damaged chunks
 
@@ -482,7 +483,7 @@ class MatrixStore:
 
         def fetch(index: int, wait: bool) -> Any:
             return _fetch_ranges(path, version, options, self._ranges(index), wait=wait,
-                                 after=self._replacement_check(index))
+                                 after=self._replacement_check(index), partition=index)
 
         return READ_AHEAD.fetch((path, version, options), part.index, self.n_partitions, fetch)
 
@@ -874,14 +875,22 @@ def _read_range(path: str, key: str, version: str, start: int, stop: int, *, dty
 
 
 def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tuple[int, int]],
-                  *, wait: bool = True, after: Callable[[], None] | None = None) -> Any:
+                  *, wait: bool = True, after: Callable[[], None] | None = None,
+                  partition: int | None = None) -> Any:
     """Elements ``[start, stop)`` of several 1-D arrays of a store, all requested at once on zarr's event loop: a
     dict of ``(array, identities of the chunk objects read or None)``, or (``wait=False``) a future of it. Arrays of
     the plain layouts are read chunk by chunk (:mod:`._remote_chunks`: only the range's bytes, no size requests,
-    each chunk object's ETag), others through zarr (no identities)."""
+    each chunk object's ETag), others through zarr (no identities). With ``partition`` (the ranges are that
+    partition's) the local disk cache serves it where it keeps it, and keeps it where it has a place
+    (:mod:`._disk_cache`)."""
     import asyncio
 
     from zarr.core.sync import _get_loop, sync
+
+    from dppca_dask.storage._disk_cache import DISK_CACHE
+
+    cache_key = (path, version, options)
+    cached = partition is not None and DISK_CACHE.limit > 0
 
     arrays = {key: _open(path, key, version, options) for key in ranges}
     layouts = {key: _remote_layout(path, key, version, options) for key in ranges}
@@ -893,10 +902,24 @@ def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tu
         return np.asarray(await arrays[key]._async_array.getitem(slice(*ranges[key]))), None
 
     async def fetch() -> dict[str, tuple[np.ndarray, list[Any] | None]]:
-        values = await asyncio.gather(*(one(key) for key in ranges))
-        if after is not None:  # once every chunk was read (blocking I/O of its own: off the event loop)
-            await asyncio.to_thread(after)
-        return dict(zip(ranges, values))
+        claim = None
+        if cached:
+            kept = await asyncio.to_thread(DISK_CACHE.get, cache_key, cast(int, partition))
+            if kept is not None:
+                return kept
+            claim = DISK_CACHE.claim(cache_key, cast(int, partition))
+        try:
+            values = await asyncio.gather(*(one(key) for key in ranges))
+            if after is not None:  # once every chunk was read (blocking I/O of its own: off the event loop)
+                await asyncio.to_thread(after)
+            fetched = dict(zip(ranges, values))
+            if claim is not None:
+                await asyncio.to_thread(DISK_CACHE.put, cache_key, cast(int, partition), claim, fetched)
+        except BaseException:
+            if claim is not None:
+                DISK_CACHE.release(cache_key, cast(int, partition), claim)
+            raise
+        return fetched
 
     if wait:
         return sync(fetch())
@@ -909,9 +932,13 @@ READ_AHEAD = ReadAhead()
 
 def drop_read_ahead() -> None:
     """Drop the partitions this process fetched ahead (of every store; their fetches cancelled where they have not
-    ended). A run's coordinator calls it in every process that read when the run ends, so that no partition
-    outlives the run in worker memory; a run still reading fetches what it needs again."""
+    ended) and those it kept on its local disk (:mod:`._disk_cache`). A run's coordinator calls it in every process
+    that read when the run ends, so that no partition outlives the run in worker memory or on a worker's disk; a run
+    still reading fetches what it needs again."""
+    from dppca_dask.storage._disk_cache import DISK_CACHE
+
     READ_AHEAD.clear()
+    DISK_CACHE.clear()
 
 
 @functools.lru_cache(maxsize=64)

@@ -23,32 +23,6 @@ def _chunks_of_64(monkeypatch) -> None:
     monkeypatch.setattr(_format, "MIN_NNZ_CHUNK", 64)
 
 
-@pytest.fixture
-def requests(monkeypatch):
-    """Every request s3fs makes for an object in this process: ``(method, key, start, end)`` (``end`` exclusive;
-    ``None`` for an open range or no range)."""
-    import s3fs
-
-    from dppca_dask.storage.store import READ_AHEAD
-
-    READ_AHEAD.clear()
-    seen: list[tuple[str, str, int | None, int | None]] = []
-    call = s3fs.S3FileSystem._call_s3
-
-    async def recording(self, method, *args, **kwargs):
-        if "Key" in kwargs:
-            start = end = None
-            if kwargs.get("Range"):
-                a, _, b = kwargs["Range"].removeprefix("bytes=").partition("-")
-                start, end = int(a), (int(b) + 1 if b else None)
-            seen.append((method, kwargs["Key"], start, end))
-        return await call(self, method, *args, **kwargs)
-
-    monkeypatch.setattr(s3fs.S3FileSystem, "_call_s3", recording)
-    yield seen
-    READ_AHEAD.clear()
-
-
 def test_an_uncompressed_partition_reads_only_its_bytes(s3, rng, monkeypatch, requests):
     _chunks_of_64(monkeypatch)  # partitions start and end inside chunks
     matrix = _matrix(rng)
