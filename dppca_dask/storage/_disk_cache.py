@@ -19,9 +19,9 @@ What it keeps, and where:
   worker. The run's end removes them in every process that read (the coordinator's end-of-run call,
   :func:`~dppca_dask.storage.store.drop_read_ahead`), and so does the process's exit.
 - **Read mapped**: a partition's files are mapped copy-on-write (the page cache's pages, no copy; a write to an
-  array stays in its process), so a step from kept partitions costs about what a step from a local store does. Read
-  into fresh arrays instead, a worker's step took 1.5x as long, in arrays the heap setting of Dask's workers makes
-  fresh memory on every read.
+  array stays in its process), so a step from kept partitions costs about what a step from a local store does
+  (0.94-1.14 times, ``benchmarks/bench_s3.py --nnz 1e7``). Read into fresh arrays instead, it took 1.56-1.57 times
+  the local step.
 - **Checked as the bucket's bytes are**: a partition read from its files goes through every check of the read path;
   the files' identities are the chunk objects' (ETags) of the fetch that wrote them, so a re-read skips what a
   checked read of those objects skipped before. A file of the wrong size is dropped and the partition fetched
