@@ -147,10 +147,16 @@ def probe_bucket(fs: Any, inner: str) -> None:
     fs.ls(inner.split("/", 1)[0], detail=False)
 
 
+#: Errors of a transfer that had begun (the endpoint was reached): a body cut short, a read that timed out.
+_TRANSFER_ERRORS = frozenset({"ClientPayloadError", "ResponseStreamingError", "IncompleteRead", "ReadTimeoutError",
+                              "ReadTimeout", "ServerTimeoutError", "ContentLengthError", "TransferEncodingError"})
+
+
 def storage_error(exc: BaseException, url: str) -> Exception:
     """The error to raise for ``exc``, raised by object storage while reaching ``url``: what is missing (endpoint,
     credentials, bucket, permission) and how to give it, as :class:`~dppca_dask.errors.InvalidParameterError` (or
-    :class:`~dppca_dask.errors.StoreNotFoundError` for a missing bucket); anything else as it is."""
+    :class:`~dppca_dask.errors.StoreNotFoundError` for a missing bucket); a transfer that failed after the client's
+    retries as :class:`~dppca_dask.errors.StorageConnectionError` (not damage); anything else as it is."""
     from dppca_dask.errors import StoreNotFoundError
 
     name = type(exc).__name__
@@ -167,6 +173,14 @@ def storage_error(exc: BaseException, url: str) -> Exception:
             f"{endpoint or 'not set: the AWS default'}); set the endpoint of your S3 service with the environment "
             "variable AWS_ENDPOINT_URL=http(s)://HOST:PORT (or storage option endpoint_url, --storage-option "
             "endpoint_url=...), and check that it runs")
+    if name in _TRANSFER_ERRORS:
+        from dppca_dask.errors import StorageConnectionError
+
+        # The class only: the message may quote sizes of the objects read.
+        return StorageConnectionError(
+            f"the connection to the object store of '{url}' failed during a transfer ({name}), after the client's "
+            "retries; the store is not damaged: run again (a network that drops connections, or a service under "
+            "load; storage option config_kwargs={'read_timeout': SECONDS} waits longer for a slow one)")
     if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
         return InvalidParameterError(
             f"no credentials for '{url}' ({name}); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile: "

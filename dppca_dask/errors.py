@@ -215,3 +215,13 @@ class LocalCacheError(DppcaError, OSError):
 
 
 __all__ += ["LocalCacheError"]
+
+
+class StorageConnectionError(DppcaError, ConnectionError):
+    """The connection to object storage failed during a transfer (a response cut short, a read that timed out), after
+    the client's retries. Nothing is wrong with the store or the parameters: running again may succeed."""
+
+    exit_code = 1
+
+
+__all__ += ["StorageConnectionError"]

@@ -19,7 +19,7 @@ from dppca_dask.errors import DppcaError
 
 __all__ = ["main", "build_parser"]
 
-_SUBCOMMANDS = ("ingest", "append", "info", "pca", "lowrank", "window", "topics", "run", "budget", "demo")
+_SUBCOMMANDS = ("ingest", "append", "info", "pca", "lowrank", "window", "topics", "run", "releases", "budget", "demo")
 
 
 def build_parser(command: str | None = "") -> argparse.ArgumentParser:

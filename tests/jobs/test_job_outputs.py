@@ -71,3 +71,32 @@ def test_job_outputs_follow_the_umask_when_asked(doc: dict, tmp_path: Path, monk
     assert stat.S_IMODE(out.stat().st_mode) == 0o755
     for path in (out / "result.json", out / "job.json", tmp_path / "out" / "test-job" / "releases.parquet"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def test_the_command_line_lists_the_releases_and_the_newest(doc: dict, tmp_path: Path, capsys) -> None:
+    import json
+
+    from dppca_dask.cli import main
+
+    spec = parse_job(doc, source="job.toml", base_dir=str(tmp_path))
+    root = tmp_path / "out" / "test-job"
+    run_job(spec, date="2026-01-02")
+    run_job(spec, date="2026-01-01")  # a backfilled date: the newest stays 2026-01-02
+    capsys.readouterr()
+    assert main(["releases", str(root)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["date", "job_id", "status", "mechanism", "epsilon", "delta", "reliable", "output"]
+    assert [line.split()[0] for line in lines[1:]] == ["2026-01-01", "2026-01-02"]
+    assert lines[2].split()[1] == "test-job@2026-01-02" and lines[2].split()[-1] == str(root / "2026-01-02")
+    assert lines[1].split()[6] in {"yes", "no"}  # from the released diagnostics
+    assert main(["releases", str(root), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["releases"] == json.loads(json.dumps(read_releases(str(root))))
+    assert main(["releases", str(root), "--latest", "--json"]) == 0
+    newest = json.loads(capsys.readouterr().out)
+    assert newest["date"] == "2026-01-02" and newest["output"] == latest_output(str(root))
+    # Nothing recorded: an empty listing, and no newest (exit 2); no directory at all: exit 2
+    assert main(["releases", str(tmp_path)]) == 0 and "no release is recorded" in capsys.readouterr().out
+    assert main(["releases", str(tmp_path), "--latest"]) == 2
+    assert "no release is recorded" in capsys.readouterr().err
+    assert main(["releases", str(tmp_path / "missing")]) == 2
+    assert "is not a directory" in capsys.readouterr().err

@@ -72,7 +72,7 @@ def _machine(monkeypatch, tmp_path: Path, name: str) -> Path:
     return cache
 
 
-def test_the_table_and_latest_live_in_the_bucket_and_a_second_machine_sees_them(s3, tmp_path, monkeypatch):
+def test_the_table_and_latest_live_in_the_bucket_and_a_second_machine_sees_them(s3, tmp_path, monkeypatch, capsys):
     """Two dates from machine A, a backfilled day and a new one from machine B (a fresh mirror): the bucket's table
     holds the four rows naming URLs, ``latest`` the newest date whatever the run order; B's mirror starts from the
     bucket's table; no object in the bucket names either machine's mirror."""
@@ -97,6 +97,14 @@ def test_the_table_and_latest_live_in_the_bucket_and_a_second_machine_sees_them(
     assert [r["date"] for r in read_releases(root)] == ["2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"]
     assert latest_output(root) == f"{root}/2026-11-04"
     assert {r["job_id"] for r in read_releases(root)} == {f"s3-job@2026-11-0{d}" for d in (1, 2, 3, 4)}
+    from dppca_dask.cli import main
+
+    capsys.readouterr()
+    assert main(["releases", root]) == 0  # the command line reads the bucket's table
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]] == [
+        "2026-11-01", "2026-11-02", "2026-11-03", "2026-11-04"]
+    assert main(["releases", root, "--latest", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["output"] == f"{root}/2026-11-04"
     mirrors = [p for p in b.rglob("releases.parquet")]  # B's mirror holds the bucket's table (all four rows)
     assert len(mirrors) == 1
     import pyarrow.parquet as pq

@@ -1,0 +1,163 @@
+"""A connection cut in the middle of a response body, produced for real: a TCP relay on 127.0.0.1 between the client
+and the S3 server forwards part of a chunk object's response and closes both sides. A cut that passes is retried
+(the values read are the stored ones); one that persists ends the read with an error that names the store and the
+partition and says it is the connection, not damage."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dppca_dask.errors import StorageConnectionError, StoreCorruptError
+from dppca_dask.ingest import ingest
+from dppca_dask.storage import open_matrix
+from dppca_dask.storage.store import READ_AHEAD
+
+
+class CuttingRelay:
+    """Relays connections to ``upstream`` (host, port); of the responses to GETs whose request line contains
+    ``match``, the first ``cuts`` (all while ``cuts`` is None) are cut after ``keep`` bytes: both sockets closed."""
+
+    def __init__(self, upstream: tuple[str, int], match: bytes, keep: int = 600) -> None:
+        self.upstream, self.match, self.keep = upstream, match, keep
+        self.cuts: int | None = 0
+        self.cut = 0
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self._threads: list[threading.Thread] = []
+        self._open: list[socket.socket] = []
+        self._closing = False
+        accept = threading.Thread(target=self._accept, daemon=True)
+        accept.start()
+        self._threads.append(accept)
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            thread = threading.Thread(target=self._relay, args=(client,), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _decide(self, head: bytes) -> bool:
+        if not (head.startswith(b"GET ") and self.match in head.split(b"\r\n", 1)[0]):
+            return False
+        with self._lock:
+            if self.cuts is not None and self.cut >= self.cuts:
+                return False
+            self.cut += 1
+            return True
+
+    def _relay(self, client: socket.socket) -> None:
+        server = socket.create_connection(self.upstream)
+        self._open += [client, server]
+        decided = threading.Event()
+        cut = [False]
+
+        def forward_requests() -> None:
+            seen = b""
+            try:
+                while True:
+                    data = client.recv(65536)
+                    if not data:
+                        break
+                    if not decided.is_set():
+                        seen += data
+                        if b"\r\n" in seen:
+                            cut[0] = self._decide(seen)
+                            decided.set()
+                    server.sendall(data)
+            except OSError:
+                pass
+            finally:
+                decided.set()
+                try:
+                    server.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+
+        requests = threading.Thread(target=forward_requests, daemon=True)
+        requests.start()
+        sent = 0
+        try:
+            while True:
+                data = server.recv(65536)
+                if not data:
+                    break
+                decided.wait(10)
+                if cut[0] and sent + len(data) >= self.keep:
+                    client.sendall(data[: max(self.keep - sent, 0)])
+                    break
+                client.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (client, server):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()
+            requests.join(5)
+
+    def close(self) -> None:
+        self._closing = True
+        self._listener.close()
+        for sock in self._open:
+            try:
+                sock.close()
+            except OSError:
+                pass
+        for thread in self._threads:
+            thread.join(5)
+
+
+@pytest.fixture
+def relay(s3) -> Iterator[CuttingRelay]:
+    host, port = s3.server.endpoint.removeprefix("http://").split(":")
+    relay = CuttingRelay((host, int(port)), match=b"/X/data/")
+    yield relay
+    relay.close()
+
+
+def _store(s3, rng) -> str:
+    matrix = sp.csr_array(sp.random(400, 3000, density=0.05, random_state=rng, format="csr"))
+    url = s3.url("cut.zarr")
+    ingest(matrix, url, rows_per_partition=200, n_features=3000, codec="none")  # 60,000 entries: bodies of ~240 KB
+    return url
+
+
+def test_a_body_cut_short_is_fetched_again(s3, rng, relay):
+    url = _store(s3, rng)
+    READ_AHEAD.clear()
+    expected = open_matrix(url).read_partition_with_norms(0)
+    READ_AHEAD.clear()
+    relay.cuts = 2
+    through = open_matrix(url, storage_options={**s3.options(), "endpoint_url": relay.endpoint})
+    block, norms = through.read_partition_with_norms(0)
+    READ_AHEAD.clear()
+    assert relay.cut == 2  # the fault happened, twice
+    assert (block != expected[0]).nnz == 0 and np.array_equal(norms, expected[1])
+
+
+def test_a_connection_cut_every_time_is_named_as_such_not_as_damage(s3, rng, relay):
+    url = _store(s3, rng)
+    relay.cuts = None
+    through = open_matrix(url, storage_options={**s3.options(), "endpoint_url": relay.endpoint})
+    READ_AHEAD.clear()
+    with pytest.raises(StorageConnectionError) as error:
+        through.read_partition_with_norms(1)
+    READ_AHEAD.clear()
+    assert relay.cut >= 2  # (retried before giving up)
+    assert not isinstance(error.value, StoreCorruptError) and error.value.exit_code == 1
+    text = str(error.value)
+    assert "cut.zarr" in text and "not damaged" in text and "bytes" not in text, text
