@@ -172,3 +172,33 @@ def test_a_chunk_shorter_than_the_range_is_damage(s3, rng, monkeypatch):
     fs.pipe_file(key, fs.cat_file(key)[:-8])
     with pytest.raises(StoreCorruptError, match=r"cannot read partition 1 .*holds 504 bytes at offset 0, expected 512"):
         store.read_partition(1)
+
+
+def test_a_partition_ending_on_a_chunk_boundary_takes_its_last_pointer_from_the_table(s3, rng, requests):
+    """Partition ``p``'s rows end where chunk ``p + 1`` of the row pointers begins: its read does not request that
+    chunk (the pointer is the next partition's first, equal to ``nnz_stop`` of the table), and a damaged pointer
+    there is still found, by the next partition's read."""
+    matrix = _matrix(rng, n_rows=400)
+    url = s3.url("boundary.zarr")
+    ingest(matrix, url, rows_per_partition=50, n_features=12, codec="none")  # row pointers: one chunk per partition
+    store = open_matrix(url)
+    requests.clear()
+    block, _ = store.read_partition_with_norms(0)
+    assert (block != sp.csr_array(matrix[:50])).nnz == 0
+    pointer_chunks = {key for _, key, *_ in requests if "/indptr/" in key}
+    assert pointer_chunks == {"boundary.zarr/X/indptr/c/0"}
+    last, _ = store.read_partition_with_norms(7)  # the last partition reads its end pointer
+    assert (last != sp.csr_array(matrix[350:])).nnz == 0
+    fs = s3.filesystem()
+    key = f"{s3.name}/boundary.zarr/X/indptr/c/1"
+    values = bytearray(fs.cat(key))
+    width = len(values) // 50
+    values[:width] = (int.from_bytes(values[:width], "little") + 1).to_bytes(width, "little")
+    fs.pipe(key, bytes(values))
+    from dppca_dask.storage.store import READ_AHEAD
+
+    READ_AHEAD.clear()
+    fresh = open_matrix(url)
+    fresh.read_partition_with_norms(0)  # its own pointers are sound
+    with pytest.raises(StoreCorruptError, match="partition 1 .*disagree with the partition table"):
+        fresh.read_partition_with_norms(1)
