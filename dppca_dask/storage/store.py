@@ -497,7 +497,7 @@ class MatrixStore:
         range ends with the pointer after the partition's last row, except where that pointer starts a chunk of
         its own and the next partition begins there: it is then the next partition's first pointer, which that
         partition's read checks against the table, and this one's read takes it from the table (``nnz_stop``).
-        That saves one request per partition whose rows end on a chunk boundary (8 of about 42 per step of
+        That saves one request per partition whose rows end on a chunk boundary (7 of about 42 per step of
         ``benchmarks/bench_s3.py``), and every stored pointer is still read by a step."""
         part, key = self.partitions[index], self.matrix_key
         stop = part.row_stop + 1
