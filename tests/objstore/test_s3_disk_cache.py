@@ -170,17 +170,16 @@ def _state() -> tuple[int, str | None]:
 def test_a_run_on_a_cluster_reads_kept_partitions_and_removes_them(s3, rng, local_client):
     url = _store(s3, rng)
 
-    def run():
+    def run(**where):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # seeded noise: a test of where the partitions come from
-            return pca(url, epsilon=1.0, delta=1e-6, n_components=1, n_iter=3, seed=5, client=local_client,
-                       executor="cluster", storage_options=s3.options(), persist=False)
+            return pca(url, epsilon=1.0, delta=1e-6, n_components=1, n_iter=3, seed=5, persist=False, **where)
 
-    reference = run()
+    reference = run(executor="local")  # in this process, nothing kept: the same values as a cluster's run
     hits = {w: h for w, (h, _) in local_client.run(_state).items()}
     local_client.run(_keep, 8)
     try:
-        kept = run()
+        kept = run(client=local_client, executor="cluster", storage_options=s3.options())
     finally:
         local_client.run(_keep, 0)
     after = local_client.run(_state)
