@@ -152,11 +152,19 @@ _TRANSFER_ERRORS = frozenset({"ClientPayloadError", "ResponseStreamingError", "I
                               "ReadTimeout", "ServerTimeoutError", "ContentLengthError", "TransferEncodingError"})
 
 
-def storage_error(exc: BaseException, url: str) -> Exception:
+#: Errors of a connection closed or refused: before a store was opened, an endpoint that is not there; once a store
+#: was opened (its metadata read over the same endpoint), a connection that failed (:data:`_TRANSFER_ERRORS`).
+_CONNECTION_ERRORS = frozenset({"EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError",
+                                "ClientConnectorError", "ServerDisconnectedError", "ClientOSError"})
+
+
+def storage_error(exc: BaseException, url: str, *, partition: int | None = None) -> Exception:
     """The error to raise for ``exc``, raised by object storage while reaching ``url``: what is missing (endpoint,
     credentials, bucket, permission) and how to give it, as :class:`~dppca_dask.errors.InvalidParameterError` (or
     :class:`~dppca_dask.errors.StoreNotFoundError` for a missing bucket); a transfer that failed after the client's
-    retries as :class:`~dppca_dask.errors.StorageConnectionError` (not damage); anything else as it is."""
+    retries as :class:`~dppca_dask.errors.StorageConnectionError` (not damage); anything else as it is.
+    ``partition``: the error ended a read of that partition of an opened store (whose endpoint answered), where a
+    connection that closes or is refused is such a failure too, not a missing endpoint."""
     from dppca_dask.errors import StoreNotFoundError
 
     name = type(exc).__name__
@@ -165,22 +173,23 @@ def storage_error(exc: BaseException, url: str) -> Exception:
     if scheme not in ("s3", "s3a"):
         return exc if isinstance(exc, Exception) else RuntimeError(text)
     bucket = os.fspath(url).split("://", 1)[1].split("/", 1)[0]
-    if name in ("EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError", "ClientConnectorError",
-                "ServerDisconnectedError") or "Could not connect to the endpoint" in text:
+    if name in _TRANSFER_ERRORS or (partition is not None and (name in _CONNECTION_ERRORS
+                                                               or "Could not connect to the endpoint" in text)):
+        from dppca_dask.errors import StorageConnectionError
+
+        # The class only: the message may quote sizes of the objects read.
+        where = f"partition {partition} of " if partition is not None else ""
+        return StorageConnectionError(
+            f"the connection to the object store failed while reading {where}'{url}' ({name}), after the client's "
+            "retries; the store is not damaged: run again (a network that drops connections, or a service under "
+            "load; storage option config_kwargs={'read_timeout': SECONDS} waits longer for a slow one)")
+    if name in _CONNECTION_ERRORS or "Could not connect to the endpoint" in text:
         endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         return InvalidParameterError(
             f"cannot reach the object store of '{url}' ({name}: endpoint "
             f"{endpoint or 'not set: the AWS default'}); set the endpoint of your S3 service with the environment "
             "variable AWS_ENDPOINT_URL=http(s)://HOST:PORT (or storage option endpoint_url, --storage-option "
             "endpoint_url=...), and check that it runs")
-    if name in _TRANSFER_ERRORS:
-        from dppca_dask.errors import StorageConnectionError
-
-        # The class only: the message may quote sizes of the objects read.
-        return StorageConnectionError(
-            f"the connection to the object store of '{url}' failed during a transfer ({name}), after the client's "
-            "retries; the store is not damaged: run again (a network that drops connections, or a service under "
-            "load; storage option config_kwargs={'read_timeout': SECONDS} waits longer for a slow one)")
     if name in ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError"):
         return InvalidParameterError(
             f"no credentials for '{url}' ({name}); set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile: "

@@ -22,8 +22,8 @@ def register(subparsers: Any) -> None:
         description="List the releases a job recorded in ROOT, the directory its table of releases is in: the "
         "part of the job's [output] path before {date} (a directory, or an s3:// URL). One line per release, "
         "oldest date first: its date, job id, status, mechanism, (epsilon, delta), whether its diagnostics call it "
-        "reliable, and where its output is. Only released values are shown. Exit 2 when ROOT records no release "
-        "and --latest is given, or ROOT does not exist.",
+        "reliable, and where its output is. Only released values are shown. Exit 2 when --latest finds no "
+        "release, when a local ROOT is not a directory, or when its table is damaged.",
     )
     p.add_argument("root", help="the directory (or s3:// URL) holding the job's releases.parquet and latest")
     p.add_argument("--latest", action="store_true",

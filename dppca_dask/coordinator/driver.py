@@ -386,8 +386,9 @@ class Coordinator:
             for f in self._parts:
                 f.release()
             self._parts = None
-        if not self.persisted and self.partitions_read and not self._read_ahead_dropped:
-            # Out of core: the partitions the workers fetched ahead (stores in object storage) go with the run.
+        if self.partitions_read and not self._read_ahead_dropped:
+            # The partitions the workers fetched ahead or kept on their disks (stores in object storage) go with the
+            # run; persisted runs read through the same path (their first step) and drop them too.
             self._read_ahead_dropped = True
             _drop_read_ahead(self.client)
 

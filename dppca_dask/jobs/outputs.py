@@ -178,16 +178,29 @@ def read_releases(root: str, storage_options: Any = None) -> list[dict[str, Any]
 
     from dppca_dask._urls import is_url
 
+    import pyarrow as pa
+
+    from dppca_dask.errors import StoreCorruptError
+
+    where = f"{root.rstrip('/')}/{RELEASES}" if is_url(root) else os.path.join(root, RELEASES)
     if is_url(root):
         from dppca_dask.storage._remote import read_object
 
         try:
-            data = read_object(f"{root.rstrip('/')}/{RELEASES}", storage_options)
+            source: Any = io.BytesIO(read_object(where, storage_options))
         except FileNotFoundError:
             return []
-        return list(pq.read_table(io.BytesIO(data)).to_pylist())
-    path = os.path.join(root, RELEASES)
-    return list(pq.read_table(path).to_pylist()) if os.path.exists(path) else []
+    elif os.path.exists(where):
+        source = where
+    else:
+        return []
+    try:
+        return list(pq.read_table(source).to_pylist())
+    except (pa.ArrowException, OSError) as exc:
+        fix = ("the job's next run rebuilds it from the row objects in .releases/" if is_url(root) else
+               "restore it from a backup, or remove it: the job's next run starts a new table")
+        raise StoreCorruptError(f"the table of releases '{where}' cannot be read ({type(exc).__name__}); {fix}",
+                                source=where) from None
 
 
 def latest_output(root: str, storage_options: Any = None) -> str | None:

@@ -9,10 +9,11 @@ bytes, before any conversion or check), in files of its own, and reads those fil
 
 What it keeps, and where:
 
-- **Which partitions**: the first ``N`` this process starts to fetch, in the order it fetches them, which follows
-  from the partition indices it was given and the partition table (:mod:`._read_ahead`), never from their sizes or
-  values. A step's timings then differ between partitions by what the count makes public. A fetch that fails or is
-  cancelled gives its place back.
+- **Which partitions**: the first ``N`` this process starts to fetch, in the order it starts the fetches (their
+  places are reserved then, synchronously, never when a fetch ends), which follows from the partition indices it
+  was given and the partition table (:mod:`._read_ahead`), never from their sizes or values. A place is never given
+  back within a run: a fetch that fails or is cancelled leaves it reserved, and the next fetch of the same partition
+  writes it. A step's timings then differ between partitions by what the count makes public.
 - **As sensitive as the data**: owner-only (a directory of mode 0700, files of mode 0600), in the Dask worker's own
   local directory (removed with the worker, as its spilled data is), or in the setting
   ``dppca_dask.storage.object-cache-directory``, or the system's temporary directory in a process that is no
@@ -22,16 +23,18 @@ What it keeps, and where:
   array stays in its process), so a step from kept partitions costs about what a step from a local store does
   (0.94-1.14 times, ``benchmarks/bench_s3.py --nnz 1e7``). Read into fresh arrays instead, it took 1.56-1.57 times
   the local step.
-- **Checked as the bucket's bytes are**: a partition read from its files goes through every check of the read path;
-  the files' identities are the chunk objects' (ETags) of the fetch that wrote them, so a re-read skips what a
-  checked read of those objects skipped before. A file of the wrong size is dropped and the partition fetched
-  again.
+- **Trusted as the bucket's bytes are**: a partition read from its files goes through the read path's checks, and
+  the files carry the identities of the chunk objects (ETags) of the fetch that wrote them, so a re-read skips what
+  a checked read of those objects skipped before (the canonical-form scan and the sums of squares, whose norms are
+  kept). A change to a file of the same size by the worker's own user is therefore not detected, as a change to a
+  local store's chunk file through a shared memory map is not (``docs/privacy.md``); the files are owner-only and
+  live for one run. A file of the wrong size is removed and the partition fetched again.
 - **A run keeps what it first read**: a partition kept on disk is not fetched again, so a store replaced during the
   run (``ingest --overwrite``) is noticed only by the partitions that are not kept.
 
 A file that cannot be written (a full disk, a directory that is not one) stops the read with an error that names
-the directory and the setting: keeping fewer partitions instead would make which ones are kept depend on their
-sizes. The disk needs the kept partitions' stored size, about the store's size on disk times ``N`` over the
+the directory and the settings, not the partition (when a disk fills depends on the sizes of those kept before):
+keeping fewer partitions instead would make which ones are kept depend on their sizes. The disk needs the kept partitions' stored size, about the store's size on disk times ``N`` over the
 partitions a worker reads.
 """
 
@@ -56,12 +59,18 @@ Fetched = Mapping[str, tuple[np.ndarray, list[Any] | None]]
 
 
 class _Kept:
-    __slots__ = ("arrays", "written")
+    """A partition's place: reserved by the first fetch that starts, written when a fetch of it ends, kept for the
+    run (a fetch that fails, is cancelled or finds its files damaged leaves it reserved and unwritten: the next
+    fetch of the same partition writes it)."""
+
+    __slots__ = ("arrays", "busy", "written")
 
     def __init__(self) -> None:
         self.arrays: dict[str, tuple[str, str, int, list[Any] | None]] = {}
         """Array key -> (file, dtype, elements, identities)."""
         self.written = False
+        self.busy = True
+        """A fetch that will write it is under way."""
 
 
 #: A place claimed for a partition: the cache's generation when claimed and the entry.
@@ -77,7 +86,8 @@ class DiskCache:
         self._stores: dict[Any, int] = {}
         """Store key -> its number here (files are named by numbers: no path or name of a store on disk)."""
         self._kept: dict[Any, dict[int, _Kept]] = {}
-        """Store key -> partition index -> what is kept (claimed when its fetch starts, written when it ends)."""
+        """Store key -> partition index -> its place (reserved when its first fetch starts, never given back
+        within a run: which partitions have places follows from the order fetches start in alone)."""
         self._generation = 0
         self.hits = 0
         """Partitions read from the files (for tests and benchmarks)."""
@@ -100,37 +110,50 @@ class DiskCache:
         with self._lock:
             return sorted(i for i, kept in self._kept.get(key, {}).items() if kept.written)
 
-    def get(self, key: Any, index: int) -> dict[str, tuple[np.ndarray, list[Any] | None]] | None:
-        """Partition ``index`` of store ``key`` from its files, or ``None`` when it is not kept (or its files were
-        damaged: then dropped, and the partition is fetched again and kept anew)."""
+    def reserved(self, key: Any) -> list[int]:
+        """The partitions of store ``key`` that have a place (kept or to be kept), in index order."""
         with self._lock:
-            found = self._kept.get(key, {}).get(index)
-            if found is None or not found.written:
-                return None
-            kept: _Kept = found
-            arrays = dict(kept.arrays)
+            return sorted(self._kept.get(key, {}))
+
+    def start(self, key: Any, index: int) -> tuple[dict[str, Any] | None, Claim | None]:
+        """Called when a fetch of partition ``index`` of store ``key`` starts, in the order fetches start: where
+        its files are (``kept``, to read with :meth:`read`), or the place this fetch is to write (``claim``: the
+        partition's own reserved place, or a new one while fewer than :attr:`limit` are reserved), or neither."""
+        limit = self.limit
+        if limit == 0:
+            return None, None
+        with self._lock:
+            places = self._kept.setdefault(key, {})
+            found = places.get(index)
+            if found is None:
+                if len(places) >= limit:
+                    return None, None
+                found = places[index] = _Kept()
+                return None, (self._generation, found)
+            if found.written:
+                return dict(found.arrays), None
+            if found.busy:
+                return None, None  # another fetch of it will write it
+            found.busy = True
+            return None, (self._generation, found)
+
+    def read(self, key: Any, index: int, arrays: dict[str, Any]) -> dict[str, tuple[np.ndarray, list[Any] | None]] | None:
+        """Partition ``index``'s arrays from the files :meth:`start` named, or ``None`` when they are damaged (then
+        its place stays reserved, unwritten: the partition is fetched again and its files written anew)."""
         try:
             out = {name: (_load(file, dtype, count), identities)
                    for name, (file, dtype, count, identities) in arrays.items()}
         except OSError:
-            self._release(key, index, kept)
+            with self._lock:
+                found = self._kept.get(key, {}).get(index)
+                if found is not None and found.arrays == arrays:
+                    found.written, found.arrays = False, {}
+            for file, *_ in arrays.values():
+                _remove(file)
             return None
         with self._lock:
             self.hits += 1
         return out
-
-    def claim(self, key: Any, index: int) -> Claim | None:
-        """A place for partition ``index`` of store ``key`` if it is not kept and fewer than :attr:`limit` are:
-        a token for :meth:`put` or :meth:`release`, else ``None``."""
-        limit = self.limit
-        if limit == 0:
-            return None
-        with self._lock:
-            kept = self._kept.setdefault(key, {})
-            if index in kept or len(kept) >= limit:
-                return None
-            token = kept[index] = _Kept()
-            return (self._generation, token)
 
     def put(self, key: Any, index: int, claim: Claim, fetched: Fetched) -> None:
         """Write a claimed partition's arrays (as fetched) to its files."""
@@ -147,35 +170,30 @@ class DiskCache:
                 _save(file, values)
                 files[name] = (file, values.dtype.str, int(values.shape[0]), identities)
         except OSError as error:
-            self._release(key, index, token)
             for file, *_ in files.values():
                 _remove(file)
             with self._lock:
+                token.busy = False  # reserved, unwritten
                 if generation != self._generation:
                     return  # the directory was removed under the write (the run ended): nothing to keep
+            # The partition's index is not named: when a disk fills depends on the sizes of those kept before
             raise LocalCacheError(
-                f"could not keep partition {index} on the local disk in '{directory}' ({type(error).__name__}: "
+                f"could not keep a partition on the local disk in '{directory}' ({type(error).__name__}: "
                 f"{error.strerror or error}); free space there, set dppca_dask.storage.object-cache-directory to "
                 "another directory, or set dppca_dask.storage.object-cache-partitions to 0 to read every step from "
                 "the bucket") from None
         with self._lock:
             if generation == self._generation and self._kept.get(key, {}).get(index) is token:
-                token.arrays, token.written = files, True
+                token.arrays, token.written, token.busy = files, True, False
                 return
         for file, *_ in files.values():  # dropped while written
             _remove(file)
 
-    def release(self, key: Any, index: int, claim: Claim) -> None:
-        """Give back a claimed place whose fetch failed or was cancelled."""
-        self._release(key, index, claim[1])
-
-    def _release(self, key: Any, index: int, token: _Kept) -> None:
+    def release(self, claim: Claim) -> None:
+        """A claimed place whose fetch failed or was cancelled: it stays reserved, unwritten (the next fetch of the
+        same partition writes it), so that which partitions have places never depends on how long a fetch took."""
         with self._lock:
-            kept = self._kept.get(key, {})
-            if kept.get(index) is token:
-                del kept[index]
-        for file, *_ in token.arrays.values():
-            _remove(file)
+            claim[1].busy = False
 
     def clear(self) -> None:
         """Remove every kept partition and the directory (the end of a run)."""
@@ -218,7 +236,7 @@ def _base_directory() -> str | None:
 
 def _save(file: str, values: np.ndarray) -> None:
     """The array's bytes in ``file`` (mode 0600), written under another name and renamed: never a torn file."""
-    part = file + ".part"
+    part = f"{file}.{threading.get_ident()}.part"  # (two fetches of one partition may write at once)
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as out:

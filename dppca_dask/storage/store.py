@@ -298,7 +298,8 @@ class MatrixStore:
                 raise
             from dppca_dask._urls import storage_error  # zarr/codec errors on damaged chunks
 
-            reached = storage_error(exc, self.path)  # an unreachable object store, lost credentials: not damage
+            # a connection that failed, lost credentials: not damage
+            reached = storage_error(exc, self.path, partition=part.index)
             if reached is not exc:
                 raise reached from None
             raise StoreCorruptError(
@@ -523,7 +524,9 @@ class MatrixStore:
         fetched = self._fetch_remote(part)
         indptr = _read_range(self.path, f"{key}/indptr", self.fingerprint, part.row_start, part.row_stop + 1,
                              seen=seen, options=self._options, fetched=fetched)
-        if fetched is not None and indptr.shape == (part.n_rows,):  # the last pointer is the next partition's first
+        if fetched is not None and self._ranges(part.index)[f"{key}/indptr"][1] == part.row_stop:
+            # the last pointer is the next partition's first: the table's (only where the fetch left it out, so a
+            # pointer missing from the store is never filled in)
             indptr = np.append(indptr, np.array(part.nnz_stop, dtype=indptr.dtype))
         self._check_pointers(part, indptr)
         indptr = indptr.astype(np.int64, copy=False) - part.nnz_start
@@ -900,11 +903,11 @@ def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tu
 
     from dppca_dask.storage._disk_cache import DISK_CACHE
 
-    cache_key = (path, version, options)
-    cached = partition is not None and DISK_CACHE.limit > 0
-
     arrays = {key: _open(path, key, version, options) for key in ranges}
     layouts = {key: _remote_layout(path, key, version, options) for key in ranges}
+    cache_key = (path, version, options)
+    # The cache's place is settled now, in the order fetches start (never when they end, which their sizes decide)
+    kept, claim = DISK_CACHE.start(cache_key, partition) if partition is not None else (None, None)
 
     async def one(key: str) -> tuple[np.ndarray, list[Any] | None]:
         layout = layouts[key]
@@ -913,12 +916,12 @@ def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tu
         return np.asarray(await arrays[key]._async_array.getitem(slice(*ranges[key]))), None
 
     async def fetch() -> dict[str, tuple[np.ndarray, list[Any] | None]]:
-        claim = None
-        if cached:
-            kept = await asyncio.to_thread(DISK_CACHE.get, cache_key, cast(int, partition))
-            if kept is not None:
-                return kept
-            claim = DISK_CACHE.claim(cache_key, cast(int, partition))
+        nonlocal claim
+        if kept is not None:
+            found = await asyncio.to_thread(DISK_CACHE.read, cache_key, cast(int, partition), kept)
+            if found is not None:
+                return found
+            _, claim = DISK_CACHE.start(cache_key, cast(int, partition))  # damaged: its own place, written anew
         try:
             values = await asyncio.gather(*(one(key) for key in ranges))
             if after is not None:  # once every chunk was read (blocking I/O of its own: off the event loop)
@@ -928,13 +931,17 @@ def _fetch_ranges(path: str, version: str, options: str, ranges: Mapping[str, tu
                 await asyncio.to_thread(DISK_CACHE.put, cache_key, cast(int, partition), claim, fetched)
         except BaseException:
             if claim is not None:
-                DISK_CACHE.release(cache_key, cast(int, partition), claim)
+                DISK_CACHE.release(claim)
             raise
         return fetched
 
     if wait:
         return sync(fetch())
-    return asyncio.run_coroutine_threadsafe(fetch(), _get_loop())
+    future = asyncio.run_coroutine_threadsafe(fetch(), _get_loop())
+    if claim is not None:  # cancelled before it ran: its place stays reserved, for the next fetch of it to write
+        taken = claim
+        future.add_done_callback(lambda done: DISK_CACHE.release(taken) if done.cancelled() else None)
+    return future
 
 
 #: The read-ahead of this process (workers of a cluster each have their own).

@@ -100,3 +100,13 @@ def test_the_command_line_lists_the_releases_and_the_newest(doc: dict, tmp_path:
     assert "no release is recorded" in capsys.readouterr().err
     assert main(["releases", str(tmp_path / "missing")]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_a_damaged_table_of_releases_is_named(tmp_path: Path) -> None:
+    from dppca_dask.cli import main
+    from dppca_dask.errors import StoreCorruptError
+
+    (tmp_path / "releases.parquet").write_bytes(b"not a parquet file")
+    with pytest.raises(StoreCorruptError, match="releases.parquet' cannot be read .*remove it"):
+        read_releases(str(tmp_path))
+    assert main(["releases", str(tmp_path)]) == 2

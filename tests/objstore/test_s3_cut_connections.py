@@ -21,9 +21,10 @@ from dppca_dask.storage.store import READ_AHEAD
 
 class CuttingRelay:
     """Relays connections to ``upstream`` (host, port); of the responses to GETs whose request line contains
-    ``match``, the first ``cuts`` (all while ``cuts`` is None) are cut after ``keep`` bytes: both sockets closed."""
+    ``match``, the first ``cuts`` (all while ``cuts`` is None) are cut ``keep`` bytes into their body (after the
+    headers, whatever their length): both sockets closed."""
 
-    def __init__(self, upstream: tuple[str, int], match: bytes, keep: int = 600) -> None:
+    def __init__(self, upstream: tuple[str, int], match: bytes, keep: int = 1000) -> None:
         self.upstream, self.match, self.keep = upstream, match, keep
         self.cuts: int | None = 0
         self.cut = 0
@@ -86,18 +87,32 @@ class CuttingRelay:
 
         requests = threading.Thread(target=forward_requests, daemon=True)
         requests.start()
-        sent = 0
+        response = b""  # of a response to cut: what came so far, until its headers end
+        budget = None  # then: how much more of its body to pass on
         try:
             while True:
                 data = server.recv(65536)
                 if not data:
                     break
                 decided.wait(10)
-                if cut[0] and sent + len(data) >= self.keep:
-                    client.sendall(data[: max(self.keep - sent, 0)])
-                    break
+                if cut[0]:
+                    if budget is None:
+                        response += data
+                        end = response.find(b"\r\n\r\n")
+                        if end < 0:
+                            continue
+                        budget, data = self.keep, response[: end + 4 + self.keep]
+                        if len(response) - end - 4 >= self.keep:
+                            client.sendall(data)
+                            break
+                        client.sendall(data)
+                        budget -= len(response) - end - 4
+                        continue
+                    if len(data) >= budget:
+                        client.sendall(data[:budget])
+                        break
+                    budget -= len(data)
                 client.sendall(data)
-                sent += len(data)
         except OSError:
             pass
         finally:
@@ -160,4 +175,19 @@ def test_a_connection_cut_every_time_is_named_as_such_not_as_damage(s3, rng, rel
     assert relay.cut >= 2  # (retried before giving up)
     assert not isinstance(error.value, StoreCorruptError) and error.value.exit_code == 1
     text = str(error.value)
-    assert "cut.zarr" in text and "not damaged" in text and "bytes" not in text, text
+    assert "partition 1 of" in text and "cut.zarr" in text and "not damaged" in text and "bytes" not in text, text
+
+
+def test_a_connection_closed_once_the_store_was_opened_is_a_failed_connection_not_a_missing_endpoint():
+    """A connection closed or refused while reading a partition (the store was opened through the same endpoint) is
+    :class:`StorageConnectionError`; before anything was read it is a missing endpoint, exit 2, as before."""
+    import aiohttp
+
+    from dppca_dask._urls import storage_error
+    from dppca_dask.errors import InvalidParameterError
+
+    for error in (aiohttp.ServerDisconnectedError(), aiohttp.ClientPayloadError("cut")):
+        during = storage_error(error, "s3://bucket/x.zarr", partition=3)
+        assert isinstance(during, StorageConnectionError) and "partition 3 of 's3://bucket/x.zarr'" in str(during)
+    before = storage_error(aiohttp.ServerDisconnectedError(), "s3://bucket/x.zarr")
+    assert isinstance(before, InvalidParameterError) and "AWS_ENDPOINT_URL" in str(before)

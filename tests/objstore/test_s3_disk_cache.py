@@ -127,8 +127,8 @@ def test_a_cache_that_cannot_be_written_stops_the_read_naming_the_settings(s3, r
 def test_the_fetch_started_first_keeps_its_place_however_long_it_takes(s3, rng, monkeypatch):
     """Which partitions are kept follows the order their fetches start in, never how long they take (which depends
     on their sizes): partition 1's fetch is held back until partition 2's has ended, and with room for one, 1 is
-    kept. The delay stands in for a larger partition (sizes are private: a neighbouring dataset may make any
-    partition the larger)."""
+    kept; a fetch of 1 cancelled before it ends keeps its place too. The delay stands in for a larger partition
+    (sizes are private: a neighbouring dataset may make any partition the larger)."""
     import asyncio
     import threading
 
@@ -156,6 +156,18 @@ def test_the_fetch_started_first_keeps_its_place_however_long_it_takes(s3, rng, 
         assert not first.done()  # (the order of the ends is the reverse of the starts)
         release.set()
         first.result(30)
+        assert DISK_CACHE.kept(_key(store)) == [1]
+    drop_read_ahead()
+    # A fetch cancelled (read-ahead that guessed wrong) keeps its place: the next fetch of it writes it
+    release.clear()
+    with dask.config.set({SETTING: 1}):
+        first = _fetch_ranges(store.path, store.fingerprint, store._options, store._ranges(1), wait=False,
+                              partition=1)
+        first.cancel()
+        _fetch_ranges(store.path, store.fingerprint, store._options, store._ranges(2), partition=2)
+        assert DISK_CACHE.reserved(_key(store)) == [1] and DISK_CACHE.kept(_key(store)) == []
+        release.set()
+        _fetch_ranges(store.path, store.fingerprint, store._options, store._ranges(1), partition=1)
         assert DISK_CACHE.kept(_key(store)) == [1]
 
 
