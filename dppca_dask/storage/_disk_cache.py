@@ -18,7 +18,9 @@ What it keeps, and where:
   local directory (removed with the worker, as its spilled data is), or in the setting
   ``dppca_dask.storage.object-cache-directory``, or the system's temporary directory in a process that is no
   worker. The run's end removes them in every process that read (the coordinator's end-of-run call,
-  :func:`~dppca_dask.storage.store.drop_read_ahead`), and so does the process's exit.
+  :func:`~dppca_dask.storage.store.drop_read_ahead`), and so does the process's exit. (A task of a failed run that
+  is still reading when the run ends may keep a partition again: its files go at the next run's end or the
+  worker's exit.)
 - **Read mapped**: a partition's files are mapped copy-on-write (the page cache's pages, no copy; a write to an
   array stays in its process), so a step from kept partitions costs about what a step from a local store does
   (0.94-1.14 times, ``benchmarks/bench_s3.py --nnz 1e7``). Read into fresh arrays instead, it took 1.56-1.57 times
