@@ -142,8 +142,11 @@ async def _request(layout: RemoteLayout, key: str, start: int, end: int | None,
     bucket, inner, _version = fs.split_path(key)
 
     async def get_and_read() -> tuple[_T, Identity | None]:
-        response = await fs._call_s3("get_object", Bucket=bucket, Key=inner,
-                                     Range=f"bytes={start}-{'' if end is None else end - 1}")
+        try:
+            response = await fs._call_s3("get_object", Bucket=bucket, Key=inner,
+                                         Range=f"bytes={start}-{'' if end is None else end - 1}")
+        except Exception as exc:  # retried already (s3fs's and botocore's own retries): not again below
+            raise _Retried(exc) from None
         try:
             return await read(response["Body"]), _identity(response.get("ETag"))
         finally:
@@ -152,8 +155,24 @@ async def _request(layout: RemoteLayout, key: str, start: int, end: int | None,
     try:  # s3fs's retries of a body cut short and its translation of errors, as for its own reads
         from s3fs.core import _error_wrapper
     except ImportError:
-        return await get_and_read()
-    return cast("tuple[_T, Identity | None]", await _error_wrapper(get_and_read, retries=getattr(fs, "retries", 5)))
+        _error_wrapper = None
+    try:
+        if _error_wrapper is None:
+            return await get_and_read()
+        return cast("tuple[_T, Identity | None]",
+                    await _error_wrapper(get_and_read, retries=getattr(fs, "retries", 5)))
+    except _Retried as retried:
+        raise retried.error from None
+
+
+class _Retried(Exception):
+    """An error of the request itself, which the file system's call retried already: the retries of a body read
+    (around it) must not retry it again (nested, they made a connection that fails before its response headers
+    take minutes to report)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(type(error).__name__)
+        self.error = error
 
 
 def _copy_into(raw: bytes, into: np.ndarray) -> int:
