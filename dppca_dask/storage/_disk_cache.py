@@ -36,8 +36,8 @@ What it keeps, and where:
 
 A file that cannot be written (a full disk, a directory that is not one) stops the read with an error that names
 the directory and the settings, not the partition (when a disk fills depends on the sizes of those kept before):
-keeping fewer partitions instead would make which ones are kept depend on their sizes. The disk needs the kept partitions' stored size, about the store's size on disk times ``N`` over the
-partitions a worker reads.
+keeping fewer partitions instead would make which ones are kept depend on their sizes. A worker's disk needs the
+stored size of the partitions it keeps: about ``N`` times the store's size on disk over its partition count.
 """
 
 from __future__ import annotations
