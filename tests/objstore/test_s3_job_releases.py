@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -39,24 +40,31 @@ def _store(path: Path) -> str:
     return str(path)
 
 
-def _spec(tmp_path: Path, output: str, *, epsilon: float = 0.1) -> str:
+def _job_file(tmp_path: Path, output: str, *, name: str, store: Path, make_store: Any, mechanism: list[str],
+              epsilon: float, delta: float, file: str) -> str:
+    """A job spec over ``store`` (made by ``make_store`` when missing) charged to the test's SQLite ledger (dataset
+    ``ds``, a total of (1, 1e-6), created when missing), released in process into ``output``."""
     from dppca_dask.ledger import Ledger
 
     ledger = tmp_path / "ledger.sqlite"
     if not ledger.exists():
         Ledger.create(ledger).init_dataset("ds", total_epsilon=1.0, total_delta=1e-6)
-    store = tmp_path / "x.zarr"
     if not store.exists():
-        _store(store)
-    path = tmp_path / f"job-{epsilon}.toml"
+        make_store(store)
+    path = tmp_path / file
     path.write_text("\n".join([
-        '[job]', 'name = "s3-job"', '[data]', f'store = "{store}"',
-        '[mechanism]', 'name = "adaptive-power"', 'n_iter = 2', 'center = "none"',
-        '[privacy]', f'epsilon = {epsilon}', 'delta = 1e-8',
+        '[job]', f'name = "{name}"', '[data]', f'store = "{store}"', '[mechanism]', *mechanism,
+        '[privacy]', f'epsilon = {epsilon}', f'delta = {delta}',
         '[budget]', f'ledger = "{ledger}"', 'dataset = "ds"', 'total_epsilon = 1.0', 'total_delta = 1e-6',
         '[output]', f'path = "{output}"', '[cluster]', 'executor = "local"',
     ]) + "\n")
     return str(path)
+
+
+def _spec(tmp_path: Path, output: str, *, epsilon: float = 0.1) -> str:
+    return _job_file(tmp_path, output, name="s3-job", store=tmp_path / "x.zarr", make_store=_store,
+                     mechanism=['name = "adaptive-power"', 'n_iter = 2', 'center = "none"'], epsilon=epsilon,
+                     delta=1e-8, file=f"job-{epsilon}.toml")
 
 
 def _objects(s3, prefix: str) -> dict[str, bytes]:
@@ -250,23 +258,10 @@ def _daily_store(path: Path, days: int) -> str:
 
 
 def _window_spec(tmp_path: Path, output: str, *, epsilon: float) -> str:
-    from dppca_dask.ledger import Ledger
-
-    ledger = tmp_path / "ledger.sqlite"
-    if not ledger.exists():
-        Ledger.create(ledger).init_dataset("ds", total_epsilon=1.0, total_delta=1e-6)
-    store = tmp_path / "days.zarr"
-    if not store.exists():
-        _daily_store(store, days=3)
-    path = tmp_path / f"window-{epsilon}.toml"
-    path.write_text("\n".join([
-        '[job]', 'name = "win"', '[data]', f'store = "{store}"',
-        '[mechanism]', 'name = "sliding-window"', 'last = "2D"', 'release = "gaussian"',
-        '[privacy]', f'epsilon = {epsilon}', 'delta = 1e-7',
-        '[budget]', f'ledger = "{ledger}"', 'dataset = "ds"', 'total_epsilon = 1.0', 'total_delta = 1e-6',
-        '[output]', f'path = "{output}"', '[cluster]', 'executor = "local"',
-    ]) + "\n")
-    return str(path)
+    return _job_file(tmp_path, output, name="win", store=tmp_path / "days.zarr",
+                     make_store=lambda path: _daily_store(path, days=3),
+                     mechanism=['name = "sliding-window"', 'last = "2D"', 'release = "gaussian"'], epsilon=epsilon,
+                     delta=1e-7, file=f"window-{epsilon}.toml")
 
 
 def test_a_window_job_publishes_into_a_bucket_once(s3, tmp_path, monkeypatch):
