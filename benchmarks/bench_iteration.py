@@ -120,15 +120,15 @@ def _steps(client: Any, store: Any, iterations: int, plain: bool) -> dict[str, A
 
 
 def _same_loop_plain(block: Any, x: np.ndarray) -> np.ndarray:
-    """The plain step's ``Aᵀ(Ax)`` with the compiled private step's own loop for ``Aᵀw`` (no top rows: every row's
-    slot is -1): the plain step the private one would be compared with if it had the same products."""
+    """The plain step's ``Aᵀ(Ax)`` with the compiled private step's own pass (no clipping: an infinite bound makes
+    every row's weight its product): the plain step the private one would be compared with if it had the same
+    loops."""
     from dppca_dask.kernels import power
 
     n, d = block.shape
     out = np.zeros(d)
-    power._transpose_binned_jit(power._unsigned(block.indptr), power._unsigned(block.indices), block.data,
-                                np.asarray(block @ x), np.zeros(n, dtype=np.int64), np.full(1, -1), out,
-                                np.zeros((0, d)))
+    power._pass_jit(power._unsigned(block.indptr), power._unsigned(block.indices), block.data, x,
+                    np.ones(n), np.inf, np.empty(n), np.empty(n), out, power.PASS_ENTRIES)
     return out
 
 

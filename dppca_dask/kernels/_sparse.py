@@ -31,7 +31,7 @@ try:  # scipy's compiled sparse loops (a private module, present in every suppor
 except ImportError:  # pragma: no cover - the generic products below are used instead
     _sparsetools = None
 
-__all__ = ["CHUNK", "chunked", "sweep", "times", "times_into", "transpose_times"]
+__all__ = ["CHUNK", "chunked", "sweep", "times", "transpose_times"]
 
 #: Stored entries per chunk: 2¹⁶ values (512 KiB as float64) and their indices stay in a core's cache.
 CHUNK = 2**16
@@ -102,23 +102,6 @@ def times(block: Any, x: np.ndarray, *, chunk: int = CHUNK) -> np.ndarray:
                                      out[r0:r1].ravel())
         else:
             _sparsetools.csr_matvec(r1 - r0, d, pointers, indices, values, x, out[r0:r1])
-    return out
-
-
-def times_into(block: Any, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``block @ x`` for a vector ``x``, written into ``out`` (float64, one entry per row) and returned: for a float64
-    CSR block, scipy's own loop (``csr_matvec``, the values of ``block @ x`` bit for bit) into ``out`` instead of a
-    new array; otherwise :func:`times` copied into it."""
-    x = np.asarray(x)
-    if chunked(block) and block.data.dtype == np.float64 and x.dtype == np.float64 and x.ndim == 1:
-        n, d = block.shape
-        _check(x, d)
-        if out.shape != (n,):
-            raise ValueError(f"dimension mismatch: an output of shape {out.shape} for {n} rows")
-        out.fill(0.0)
-        _sparsetools.csr_matvec(n, d, block.indptr, block.indices, block.data, np.ascontiguousarray(x), out)
-        return out
-    out[...] = times(block, x).reshape(out.shape)
     return out
 
 

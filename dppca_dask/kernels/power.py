@@ -23,19 +23,19 @@ rows from the unit row, so every clipped row's product is finite and the kernels
 Cost: the private step is the plain step's two products (``A x`` and ``Aᵀw``, scipy's compiled loops) plus O(n)
 vectorised work on the rows' scores (bins by :meth:`~dppca_dask.kernels.grid.ThresholdGrid.bins_and_histogram`) and
 O(nnz of the top rows) for their contributions (:func:`binned_sums`); nothing per row in Python. With numba
-installed (:mod:`dppca_dask.kernels._jit`; ``DPPCA_DASK_NUMBA=0`` turns it off), the O(n) work is one compiled loop
-over the rows into arrays reused per thread (:class:`_Scratch`), and ``Aᵀw`` and the top rows' per-bin sums are one
-compiled pass over the rows (:func:`_fused_partial`): each top row is added into its bin's dense vector in the same
-loop that adds it into ``Aᵀw``, so it is not read a second time, and the loop reads row pointers and indices as
-unsigned integers, which makes its ``Aᵀw`` faster than scipy's. One partition of 1.25·10⁷ entries (54,348 rows, d =
-20,000, about 2,800 top rows in 5 bins at a late iterate; one core, interleaved repeats) took 24.7-25.0 ms against
-24.8-25.8 ms for scipy's two products of the plain step, 28.4-29.9 ms with the compiled loops of the release before
-(scipy's ``Aᵀw`` and a second loop over the top rows) and 29.6-33.6 ms on the numpy path; against a plain step with
-the same compiled ``Aᵀw`` the private kernel is 1.02-1.07x (``benchmarks/bench_iteration.py``). The same values
-either way, bit for bit (``tests/kernels/test_compiled_private_step.py``). Under Dask's default heap setting
-(``MALLOC_TRIM_THRESHOLD_=65536``, which makes every large temporary fresh memory; the embedded clusters set their
-own) the numpy path's temporaries cost most: 50.5-51.0 ms against 40.3-40.5 ms compiled on a slower machine, where
-the plain products took 37.0-37.3 ms.
+installed (:mod:`dppca_dask.kernels._jit`; ``DPPCA_DASK_NUMBA=0`` turns it off), ``A x``, the O(n) work and ``Aᵀw``
+are one compiled pass over blocks of rows (:func:`_pass_loop`, into arrays reused per thread, :class:`_Scratch`): a
+block's rows are read from memory for their products and added into ``Aᵀw`` from the core's cache, so the
+partition is read from memory once instead of twice, and the loop reads row pointers and indices as unsigned
+integers; the top rows (a few per cent) are read once more for their per-bin sums (:func:`binned_sums`). One
+partition of 1.25·10⁷ entries (54,348 rows, d = 20,000, 966 top rows at the 30th iterate; interleaved repeats) took
+11.4-12.2 ms on one core against 12.1-12.6 ms for scipy's two products of the plain step and 12.5-13.4 ms with the
+compiled loops of the release before (scipy's ``A x``, then one pass for ``Aᵀw`` adding the top rows into their bins'
+dense vectors); with two threads working at once (two partitions) 11.7-13.3 ms against 12.4-13.5 ms and
+12.9-14.1 ms. The same values either way, bit for bit (``tests/kernels/test_compiled_private_step.py``). On the
+numpy path, under Dask's default heap setting (``MALLOC_TRIM_THRESHOLD_=65536``, which makes every large temporary
+fresh memory; the embedded clusters set their own) the temporaries cost most: 50.5-51.0 ms against 40.3-40.5 ms
+compiled on a slower machine, where the plain products took 37.0-37.3 ms.
 
 Value types. Every value that bears sensitivity (scores, bins, the histogram, ``S_p`` and the bins' sums) is
 accumulated in float64. Store partitions reach the kernels as float64: the read converts float32 values chunk by
@@ -169,73 +169,19 @@ def _rows_and_bound(block: Any, norms: Any, row_norm_bound: float) -> tuple[np.n
     return norms, bound
 
 
-def _compiled_rows(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float,
-                   grid: ThresholdGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The compiled path's first half of :func:`_sweep`: each row's weight and bin (this thread's reused arrays) and
-    the histogram, or ``None`` where it does not apply (no compiled loops, a matrix ``x``, a block that is not
-    sparse) or a row's product is not finite (values near the float64 limit: the numpy path recomputes such rows)."""
-    if not (_jit.HAVE_NUMBA and _rows_jit is not None and x.ndim == 1 and sp.issparse(block)):
-        return None
-    n = block.shape[0]
-    with np.errstate(over="ignore", invalid="ignore"):  # a row near the float64 limit: see above
-        weights = _sparse.times_into(block, x, _SCRATCH.take("weights", n, np.float64))  # aᵀx, then w in place
-    scores = _SCRATCH.take("scores", n, np.float64)
-    if not _rows_jit(norms, weights, row_norm_bound, weights, scores):
-        return None
-    bins, histogram = grid.bins_and_histogram(scores, out=_SCRATCH.take("bins", n, np.int64))
-    return weights, bins, histogram
-
-
-def _sweep(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float, grid: ThresholdGrid, *,
-           compiled: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One pass: each row's weight ``f·(a'ᵀx)``, its bin, the bins' histogram and ``Σ a'(a'ᵀx) = Aᵀ(f·(a'ᵀx))``.
-
-    ``norms`` and ``row_norm_bound`` as :func:`_rows_and_bound` gives them. On the compiled path the weights and the
-    bins are this thread's reused arrays (:class:`_Scratch`): valid until its next call, never to be returned.
-    ``compiled=False``: not the compiled path (its rows were already found not finite)."""
+def _sweep(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float,
+           grid: ThresholdGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One pass (the numpy path): each row's weight ``f·(a'ᵀx)``, its bin, the bins' histogram and
+    ``Σ a'(a'ᵀx) = Aᵀ(f·(a'ᵀx))``; ``norms`` and ``row_norm_bound`` as :func:`_rows_and_bound` gives them."""
     if _sparse.chunked(block) and block.dtype != np.float64 and x.ndim == 1:  # float32: see kernels._sparse
         factors = clip_factors(norms, row_norm_bound)
         projections, weights, full_sum = _sparse.sweep(block, factors, x)
         bins, histogram = grid.bins_and_histogram(_clamped_scores(norms, projections, row_norm_bound))
         return weights, bins, histogram, full_sum
-    rows = _compiled_rows(block, norms, x, row_norm_bound, grid) if compiled else None
-    if rows is not None:
-        weights, bins, histogram = rows
-        return weights, bins, histogram, _transpose_times(block, weights)
     factors, projections, scores = _scores(block, norms, x, row_norm_bound)
     bins, histogram = grid.bins_and_histogram(scores)
     weights = factors * projections  # a'(a'ᵀx) = f·a·(a'ᵀx)
     return weights, bins, histogram, _transpose_times(block, weights)
-
-
-def _rows_loop(norms, product, bound, weights, scores):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202
-    """Compiled :func:`_scores` and the weights from ``product = A x``, in one pass over the rows: each row's factor
-    ``f`` (:func:`clip_factors`), ``p = f·(aᵀx)``, its weight ``w = f·p`` (``weights`` may be ``product``: each
-    row's entry is read before it is written) and its clamped score (:func:`_clamped_scores`), the same operations
-    on the same values. False as soon as a row's ``p`` is not finite (the caller then takes the numpy path, which
-    recomputes such rows from the unit row)."""
-    finite_bound = bound < np.inf
-    square = bound * bound
-    for i in range(norms.shape[0]):
-        norm = norms[i]
-        if not finite_bound:
-            factor = 1.0
-        elif norm > 0.0:
-            factor = min(1.0, bound / norm)
-        else:
-            factor = 0.0
-        p = factor * product[i]
-        if not abs(p) < np.inf:
-            return False
-        weights[i] = factor * p
-        score = min(norm, bound) * abs(p)
-        if finite_bound:
-            score = min(score, square)
-        scores[i] = score
-    return True
-
-
-_rows_jit = jit(_rows_loop)
 
 
 class _Scratch(threading.local):
@@ -247,9 +193,8 @@ class _Scratch(threading.local):
     42.9-43.1 ms with a fresh array for each per-row value, against 40.3-40.5 ms with these kept (40.0-40.3 ms under
     glibc's default setting either way). They are kept for partitions of at most :data:`SCRATCH_ROWS` rows (a row
     count is public; a larger partition allocates as before, its work dwarfs it): at most about
-    ``24·SCRATCH_ROWS`` bytes per thread, one vector of d for the top rows' per-bin sums of :func:`binned_sums`, and
-    the used bins' dense vectors of :func:`_fused_partial` (at most ``SCRATCH_ROWS`` values, 8 MiB, kept; larger
-    ones are allocated afresh). Nothing a kernel returns refers to them.
+    ``24·SCRATCH_ROWS`` bytes per thread, and one vector of d for the top rows' per-bin sums of
+    :func:`binned_sums`. Nothing a kernel returns refers to them.
     """
 
     def take(self, name: str, n: int, dtype: type, *, zeroed: bool = False) -> np.ndarray:
@@ -289,9 +234,7 @@ def binned_sums(block: Any, rows: np.ndarray, bins: np.ndarray, weights: np.ndar
     entries (wide d, many sparsely filled bins) the product is used instead. With the compiled loops
     (:mod:`dppca_dask.kernels._jit`) a vector of weights is accumulated by :func:`_binned_loop`, which reads the rows
     where they are instead of taking them out: for the 2,784 top rows (6.4·10⁵ entries, 5 bins) of a benchmark
-    partition at a late iterate, 1.6 ms for the loop and 2.0-2.9 ms in all, against 3.6 ms. The private step's
-    compiled path does not call this for float64 CSR blocks whose bins take dense vectors: it adds the top rows into
-    their bins in its pass for ``Aᵀw`` (:func:`_fused_partial`), and calls this only where the product is used.
+    partition at a late iterate, 1.6 ms for the loop and 2.0-2.9 ms in all, against 3.6 ms.
     """
     d = block.shape[1]
     matrix = weights.ndim == 2
@@ -422,14 +365,14 @@ def power_partial(
     """
     norms, row_norm_bound = _rows_and_bound(block, norms, row_norm_bound)
     fusable = _fusable(block, x)
-    rows = None
+    found = None
     if fusable:
         _warm_compiled(block, grid.n_points)  # before the data can pick a path
-        rows = _compiled_rows(block, norms, x, row_norm_bound, grid)
-    if rows is not None:
-        histogram, full_sum, bin_sums, cut = _fused_partial(block, rows, grid, top_m)
-    else:  # (a fusable block whose rows' products are not finite: the numpy path, without A x a second time)
-        weights, bins, histogram, full_sum = _sweep(block, norms, x, row_norm_bound, grid, compiled=not fusable)
+        found = _one_pass_partial(block, norms, x, row_norm_bound, grid, top_m)
+    if found is not None:
+        histogram, full_sum, bin_sums, cut = found
+    else:  # the numpy path (also for a fusable block whose rows' products are not finite)
+        weights, bins, histogram, full_sum = _sweep(block, norms, x, row_norm_bound, grid)
         cut = _cut(histogram, grid.n_points, top_m)
         chosen = np.flatnonzero(bins <= cut) if cut >= 0 else np.zeros(0, dtype=np.int64)
         bin_sums = binned_sums(block, chosen, bins[chosen], weights[chosen], grid.n_points)
@@ -442,11 +385,10 @@ def _cut(histogram: np.ndarray, n_points: int, top_m: int) -> int:
 
 
 def _fusable(block: Any, x: np.ndarray) -> bool:
-    """Whether :func:`power_partial` takes the compiled path's single pass (:func:`_fused_partial`): compiled loops
-    on, a vector ``x``, a float64 CSR block with columns."""
-    return (_jit.HAVE_NUMBA and _transpose_binned_jit is not None and _compact_jit is not None
-            and _binned_jit is not None and x.ndim == 1 and _sparse.chunked(block)
-            and block.data.dtype == np.float64 and block.shape[1] > 0)
+    """Whether :func:`power_partial` takes the compiled path's pass over blocks of rows (:func:`_one_pass_partial`):
+    compiled loops on, a vector ``x``, a float64 CSR block with columns."""
+    return (_jit.HAVE_NUMBA and _pass_jit is not None and _binned_jit is not None and x.ndim == 1
+            and _sparse.chunked(block) and block.data.dtype == np.float64 and block.shape[1] > 0)
 
 
 def _index_type(n_bins: int, width: int) -> np.dtype[Any]:
@@ -454,64 +396,42 @@ def _index_type(n_bins: int, width: int) -> np.dtype[Any]:
     return np.dtype(np.int32 if n_bins * width < 2**31 else np.int64)
 
 
-def _fused_partial(block: Any, rows: tuple[np.ndarray, np.ndarray, np.ndarray], grid: ThresholdGrid,
-                   top_m: int) -> tuple[np.ndarray, np.ndarray, sp.csr_array, int]:
+def _one_pass_partial(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bound: float, grid: ThresholdGrid,
+                      top_m: int) -> tuple[np.ndarray, np.ndarray, sp.csr_array, int] | None:
     """:func:`power_partial`'s histogram, full sum, bins' sums and cut on the compiled path (a :func:`_fusable`
-    block), from :func:`_compiled_rows`' weights, bins and histogram.
+    block), or ``None`` where a row's product is not finite (values near the float64 limit: the numpy path
+    recomputes such rows).
 
-    One compiled pass over the rows (:func:`_transpose_binned_loop`) adds every row into ``Aᵀw`` and, in the same
-    loop, each top row (bin ``<= cut``) into its bin's dense vector, which :func:`_compact_loop` turns into the bins'
-    sparse sums: the top rows are not read a second time. The same values as the numpy path bit for bit: ``Aᵀw``
-    adds the rows in row order as scipy's ``csc_matvec`` does, each bin's rows are added in row order, each product
-    ``value·w`` rounded once for both. Where the used bins' dense vectors outweigh the top rows' entries
-    (:func:`binned_sums`' rule) the pass adds into ``Aᵀw`` only and the bins' sums are :func:`binned_sums`'.
-
-    The dense vectors are this thread's (:class:`_Scratch`), all zero between calls: :func:`_compact_loop` clears
-    them, and so does any exception (a ``KeyboardInterrupt`` raised when the pass returns) before it reaches the
-    caller, whose next call would otherwise add these rows into its own sums."""
-    assert _transpose_binned_jit is not None and _compact_jit is not None  # (_fusable)
-    weights, bins, histogram = rows
-    d = block.shape[1]
-    n_points = grid.n_points
-    index_type = _index_type(n_points, d)
-    cut = _cut(histogram, n_points, top_m)
-    used = np.flatnonzero(histogram[: cut + 1]) if cut >= 0 else np.zeros(0, dtype=np.int64)
-    chosen = np.flatnonzero(bins <= cut) if cut >= 0 else np.zeros(0, dtype=np.int64)
-    entries = int((block.indptr[chosen + 1] - block.indptr[chosen]).sum())
-    dense = 0 < used.shape[0] * d <= entries  # (as binned_sums decides between its dense vectors and the product)
-    slots = np.full(grid.n_bins, -1, dtype=np.int64)  # -1: a row added into Aᵀw only
-    if dense:
-        slots[used] = np.arange(used.shape[0])
-    width = used.shape[0] * d if dense else 0
-    accumulators = _SCRATCH.take("bin_accumulators", width, np.float64, zeroed=True).reshape(width // d, d)
+    One compiled pass over the rows (:func:`_pass_loop`) computes each row's ``aᵀx``, weight and score and adds the
+    rows into ``Aᵀw`` a block of rows (:data:`PASS_ENTRIES` entries) at a time, while the block is still in the core's
+    cache: the partition is read from memory once instead of twice (``A x``, then ``Aᵀw``). The bins and the cut follow from
+    the scores; the top rows (bin ``<= cut``, a few per cent of the rows) are then read once more, where they are, by
+    :func:`binned_sums`. The same values as the numpy path bit for bit: each row's ``aᵀx`` sums its entries in order
+    as scipy's ``csr_matvec`` does, ``Aᵀw`` adds the rows in row order as its ``csc_matvec`` does."""
+    assert _pass_jit is not None  # (_fusable)
+    n, d = block.shape
+    weights = _SCRATCH.take("weights", n, np.float64)
+    scores = _SCRATCH.take("scores", n, np.float64)
     full_sum = np.zeros(d)
-    try:
-        _transpose_binned_jit(_unsigned(block.indptr), _unsigned(block.indices), block.data, weights, bins, slots,
-                              full_sum, accumulators)
-        if not dense:
-            return histogram, full_sum, binned_sums(block, chosen, bins[chosen], weights[chosen], n_points), cut
-        sums, columns = np.empty(width), np.empty(width, dtype=index_type)
-        counts: np.ndarray = np.zeros(n_points + 1, dtype=index_type)
-        kept = _compact_jit(accumulators, used, sums, columns, counts)
-    except BaseException:
-        accumulators.fill(0.0)
-        raise
-    bin_sums = sp.csr_array((sums[:kept], columns[:kept], np.cumsum(counts, dtype=index_type)), shape=(n_points, d))
-    return histogram, full_sum, bin_sums, cut
+    if not _pass_jit(_unsigned(block.indptr), _unsigned(block.indices), block.data,
+                     np.ascontiguousarray(x, dtype=np.float64), norms, row_norm_bound, weights, scores, full_sum,
+                     PASS_ENTRIES):
+        return None
+    bins, histogram = grid.bins_and_histogram(scores, out=_SCRATCH.take("bins", n, np.int64))
+    cut = _cut(histogram, grid.n_points, top_m)
+    chosen = np.flatnonzero(bins <= cut) if cut >= 0 else np.zeros(0, dtype=np.int64)
+    return histogram, full_sum, binned_sums(block, chosen, bins[chosen], weights[chosen], grid.n_points), cut
 
 
 def _warm_compiled(block: Any, n_points: int) -> None:
     """Compile (or load) the compiled private step's loops for the block's types now, on no rows, as they are called
     below and in :func:`binned_sums`: which of them a step runs depends on the data, when a compilation happens (a
     second or more) must not."""
-    assert _transpose_binned_jit is not None and _compact_jit is not None and _binned_jit is not None
-    d = block.shape[1]
-    index_type = _index_type(n_points, d)
-    none: np.ndarray = np.zeros(0, dtype=np.int64)
-    _transpose_binned_jit(_unsigned(block.indptr), _unsigned(block.indices), block.data, np.zeros(0), none, none,
-                          np.zeros(d), np.zeros((0, d)))
-    _compact_jit(np.zeros((0, d)), none, np.zeros(0), np.zeros(0, dtype=index_type), np.zeros(1, dtype=index_type))
-    _warm_binned(block, index_type)
+    assert _pass_jit is not None and _binned_jit is not None
+    none: np.ndarray = np.zeros(0)
+    _pass_jit(_unsigned(block.indptr[:1]), _unsigned(block.indices), block.data, np.zeros(block.shape[1]), none, 1.0,
+              none, none, np.zeros(block.shape[1]), PASS_ENTRIES)
+    _warm_binned(block, _index_type(n_points, block.shape[1]))
 
 
 def _warm_binned(block: Any, index_type: np.dtype[Any]) -> None:
@@ -522,48 +442,54 @@ def _warm_binned(block: Any, index_type: np.dtype[Any]) -> None:
                 np.zeros(0), no_index, no_index)
 
 
-def _transpose_binned_loop(indptr, indices, data, weights, bins, slots, out, accumulators):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202, E501
-    """``out += Aᵀw`` as scipy's ``csc_matvec`` computes it (``out[col] += value·w``, row after row), and each row
-    whose bin has a slot (``slots[bins[i]] >= 0``) added the same way into ``accumulators[slot]``. Indices and row
-    pointers are unsigned views (:func:`_unsigned`): a compiled loop then indexes without the check for negative
-    indices that signed ones carry. With signed row pointers the loop's ``Aᵀw`` took 13.0-14.4 ms against scipy's
-    12.6-13.3 ms on a partition of 1.25·10⁷ entries (one core); with unsigned ones 10.7-12.0 ms against 12.7-13.1."""
-    for i in range(weights.shape[0]):
-        weight = weights[i]
-        slot = slots[bins[i]]
-        if slot < 0:
+def _pass_loop(indptr, indices, data, x, norms, bound, weights, scores, out, block_entries):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202, E501
+    """The compiled private step's pass over the rows, in blocks of rows of at most ``block_entries`` entries (a row
+    with more is a block of its own): each row's ``aᵀx`` (its entries
+    summed in order, as scipy's ``csr_matvec`` does), then its factor ``f`` (:func:`clip_factors`), ``p = f·(aᵀx)``,
+    weight ``w = f·p`` and clamped score (:func:`_clamped_scores`), the numpy path's operations on the same values, then the block's rows added into ``out += Aᵀw`` row after row
+    (``out[col] += value·w``, as scipy's ``csc_matvec`` does) while they are still in cache. False as soon as a
+    row's ``p`` is not finite (the caller then takes the numpy path; ``out`` is discarded). Indices and row pointers
+    are unsigned views (:func:`_unsigned`): a compiled loop then indexes without the check for negative indices that
+    signed ones carry."""
+    finite_bound = bound < np.inf
+    square = bound * bound
+    n = norms.shape[0]
+    start = 0
+    while start < n:
+        stop = start + 1  # the rows of the block: at least one, then while their entries are at most block_entries
+        while stop < n and indptr[stop + 1] - indptr[start] <= block_entries:
+            stop += 1
+        for i in range(start, stop):
+            product = 0.0
+            for j in range(indptr[i], indptr[i + 1]):
+                product += data[j] * x[indices[j]]
+            norm = norms[i]
+            if not finite_bound:
+                factor = 1.0
+            elif norm > 0.0:
+                factor = min(1.0, bound / norm)
+            else:
+                factor = 0.0
+            p = factor * product
+            if not abs(p) < np.inf:
+                return False
+            weights[i] = factor * p
+            score = min(norm, bound) * abs(p)
+            if finite_bound:
+                score = min(score, square)
+            scores[i] = score
+        for i in range(start, stop):
+            weight = weights[i]
             for j in range(indptr[i], indptr[i + 1]):
                 out[indices[j]] += data[j] * weight
-        else:
-            sums = accumulators[slot]
-            for j in range(indptr[i], indptr[i + 1]):
-                column = indices[j]
-                value = data[j] * weight
-                out[column] += value
-                sums[column] += value
+        start = stop
+    return True
 
 
-def _compact_loop(accumulators, used, found_values, found_index, counts):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202
-    """The non-zero sums of each used bin's dense vector (``accumulators[k]`` for bin ``used[k]``, ascending), in
-    column order, appended to ``found_values``/``found_index`` without a branch (exact zeros dropped, NaN kept, as
-    ``np.flatnonzero`` does), their number in ``counts[bin + 1]``; the vectors are left zero. Returns the number
-    kept."""
-    kept = 0
-    for k in range(used.shape[0]):
-        start = kept
-        sums = accumulators[k]
-        for column in range(sums.shape[0]):
-            value = sums[column]
-            found_values[kept] = value
-            found_index[kept] = column
-            kept += value != 0.0
-            sums[column] = 0.0
-        counts[used[k] + 1] = kept - start
-    return kept
-
-
-_transpose_binned_jit = jit(_transpose_binned_loop)
-_compact_jit = jit(_compact_loop)
+_pass_jit = jit(_pass_loop)
+#: Entries per block of rows of :func:`_pass_loop` (a row with more is a block of its own): read from memory for
+#: their products, added into ``Aᵀw`` from the core's cache.
+PASS_ENTRIES = 16_384
 
 
 def added_bin_sums(parts: Any) -> sp.csr_array:

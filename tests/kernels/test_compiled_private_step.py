@@ -1,8 +1,9 @@
 """The compiled loops of the private step (numba's, on when it is installed) give the numpy kernels' values bit for
 bit, whatever path the data takes, and the arrays they reuse between calls never reach a result.
 
-The compiled path computes ``A x`` into an array kept per thread, the rows' weights and scores in one loop, the
-bins, and the top rows' per-bin sums reading each row where it is; the numpy path allocates each array afresh.
+The compiled path computes ``A x``, the rows' weights and scores and ``Aᵀw`` in one pass over blocks of rows into
+arrays kept per thread, then the bins, and the top rows' per-bin sums reading each row where it is; the numpy path
+allocates each array afresh.
 """
 
 from __future__ import annotations
@@ -59,27 +60,21 @@ def test_the_private_kernel_is_the_same_compiled_or_not(monkeypatch: pytest.Monk
     block.indptr = block.indptr.astype(index_dtype)
     assert _partial(block, x, 10).histogram[0] == 0  # the clamp: rows along x far above the bound
     for top_m in (0, 1, 50, 399, 10_000):
-        for bound in (2.0, 1e-3, np.inf):
+        for bound in (2.0, 1e-3, np.inf):  # (an infinite bound: no clipping; the grid of bound 1 bins the scores)
             results = []
             for flag in (False, True):
                 monkeypatch.setattr(_jit, "HAVE_NUMBA", flag)
-                if np.isfinite(bound):
-                    results.append(_partial(block, x, top_m, bound=bound))
-                else:  # an infinite bound has no grid: the rows' weights and the full sum only
-                    results.append(power_module._sweep(block, row_norms_of(block), x, bound,
-                                                       ThresholdGrid.for_bound(1.0)))
-            if np.isfinite(bound):
-                _assert_same_bits(results[1], results[0])
-            else:
-                for got, want in zip(results[1], results[0]):
-                    assert np.array_equal(np.asarray(got).view(np.uint64), np.asarray(want).view(np.uint64))
+                results.append(power_partial(block, row_norms_of(block), x, partition=1, row_norm_bound=bound,
+                                             grid=ThresholdGrid.for_bound(bound if np.isfinite(bound) else 1.0),
+                                             top_m=top_m))
+            _assert_same_bits(results[1], results[0])
 
 
-@pytest.mark.parametrize("value_dtype", [np.float64, np.float32])  # the fused pass; the per-bin loop (binned_sums)
+@pytest.mark.parametrize("value_dtype", [np.float64, np.float32])  # the compiled pass; the per-bin loop (binned_sums)
 def test_64_bit_bin_indices_are_the_same_compiled_or_not(monkeypatch: pytest.MonkeyPatch, value_dtype: type) -> None:
     """The bins' sums take 64-bit column indices where ``n_points × d`` reaches 2³¹ (d of about 22 million: dense
     vectors of 16 GiB and more, beyond any test). The index type is forced here on small blocks, so that the loops
-    compiled for it (the fused pass's compaction and the per-bin loop) run and give the numpy path's values."""
+    compiled for it (the per-bin loop) run and give the numpy path's values."""
     monkeypatch.setattr(power_module, "_index_type", lambda n_bins, width: np.dtype(np.int64))
     rng = np.random.default_rng(15)
     x = rng.standard_normal(30)
@@ -94,6 +89,26 @@ def test_64_bit_bin_indices_are_the_same_compiled_or_not(monkeypatch: pytest.Mon
         _assert_same_bits(results[1], results[0])
         assert results[1].bin_sums.nnz > 0
         assert results[1].bin_sums.indices.dtype == np.int64 and results[1].bin_sums.indptr.dtype == np.int64
+
+
+@pytest.mark.parametrize("entries", [1, 7, 40, 10**9])
+def test_the_pass_over_blocks_of_rows_is_the_same_whatever_their_size(monkeypatch: pytest.MonkeyPatch,
+                                                                    entries: int) -> None:
+    """The compiled pass adds a block of rows into ``Aᵀw`` after their products: blocks of one row, of rows with more
+    entries than a block (a block of their own), of several rows and of the whole partition give the numpy path's
+    values bit for bit."""
+    rng = np.random.default_rng(25)
+    x = rng.standard_normal(30)
+    x /= np.linalg.norm(x)
+    block = _block(rng, 400, 30, density=0.3, x=x)
+    assert int(np.diff(block.indptr).max()) > 7
+    monkeypatch.setattr(power_module, "PASS_ENTRIES", entries)
+    for top_m in (0, 60, 10_000):
+        results = []
+        for flag in (False, True):
+            monkeypatch.setattr(_jit, "HAVE_NUMBA", flag)
+            results.append(_partial(block, x, top_m, bound=1.5))
+        _assert_same_bits(results[1], results[0])
 
 
 def test_results_never_share_the_arrays_reused_between_calls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,8 +162,8 @@ def test_threads_computing_partials_at_once_get_their_own(monkeypatch: pytest.Mo
 
 
 def test_a_sequence_of_calls_equals_the_numpy_path_call_by_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bins' dense vectors are kept between calls and must be left zero: every call of a sequence (the same
-    block with other iterates, smaller and larger blocks, more and fewer used bins) equals the numpy path."""
+    """The per-bin loop's dense vector is kept between calls and must be left zero: every call of a sequence (the
+    same block with other iterates, smaller and larger blocks, more and fewer used bins) equals the numpy path."""
     rng = np.random.default_rng(22)
     blocks = [_block(rng, 300, 25, 0.6), _block(rng, 120, 25, 0.9), _block(rng, 500, 40, 0.5)]
     calls = []
@@ -159,34 +174,34 @@ def test_a_sequence_of_calls_equals_the_numpy_path_call_by_call(monkeypatch: pyt
     monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
     got = [_partial(block, x, top_m) for block, x, top_m in calls]
     assert sum(p.bin_sums.nnz > 0 for p in got) >= 6
-    assert not power_module._SCRATCH.__dict__["bin_accumulators"].any()
+    assert not power_module._SCRATCH.__dict__["accumulator"].any()
     monkeypatch.setattr(_jit, "HAVE_NUMBA", False)
     for partial, (block, x, top_m) in zip(got, calls):
         _assert_same_bits(partial, _partial(block, x, top_m))
 
 
-@pytest.mark.parametrize("loop", ["_transpose_binned_jit", "_compact_jit"])
+@pytest.mark.parametrize("loop", ["_pass_jit", "_binned_jit"])
 def test_an_interrupted_call_leaves_no_rows_in_the_next_ones_sums(monkeypatch: pytest.MonkeyPatch,
                                                                  loop: str) -> None:
-    """A KeyboardInterrupt (Ctrl-C in a local run: raised when a compiled loop returns) after the top rows were added
-    into this thread's dense vectors: the vectors are cleared before it reaches the caller, so the next call's sums
-    hold none of the interrupted call's rows."""
+    """A KeyboardInterrupt (Ctrl-C in a local run: raised when a compiled loop returns) after the pass over the rows
+    or after the top rows were added into this thread's dense vector: the vector is left zero, so the next call's
+    sums hold none of the interrupted call's rows."""
     monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
     rng = np.random.default_rng(23)
     interrupted, block = _block(rng, 300, 25, 0.6), _block(rng, 300, 25, 0.6)
     x = rng.standard_normal(25)
     x /= np.linalg.norm(x)
     real = getattr(power_module, loop)
+    rows = {"_pass_jit": 4, "_binned_jit": 3}[loop]  # (the argument that is empty on the warm-up call)
 
     def then_interrupted(*args):  # noqa: ANN002, ANN202
-        if loop == "_compact_jit" and args[1].shape[0]:  # between the pass and the compaction (not the warm-up)
+        result = real(*args)
+        if args[rows].shape[0]:
             raise KeyboardInterrupt
-        real(*args)
-        if loop == "_transpose_binned_jit" and args[3].shape[0]:  # when the pass over the rows returns
-            raise KeyboardInterrupt
+        return result
 
     monkeypatch.setattr(power_module, loop, then_interrupted)
-    kept = power_module._SCRATCH.take("bin_accumulators", 120 * 25, np.float64, zeroed=True)
+    kept = power_module._SCRATCH.take("accumulator", 25, np.float64, zeroed=True)
     with pytest.raises(KeyboardInterrupt):
         _partial(interrupted, x, 120)
     assert not kept.any()
@@ -201,9 +216,9 @@ def test_rows_past_the_float64_limit_change_neither_the_compilations_nor_the_pro
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A block with a row whose product overflows takes the numpy path (which recomputes that row from its unit
     row): the compiled loops are compiled all the same on that call (when a compilation happens must not depend on
-    the data), and ``A x`` is computed once, not once per path."""
+    the data)."""
     monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
-    for name, loop in {"_transpose_binned_jit": "_transpose_binned_loop", "_compact_jit": "_compact_loop"}.items():
+    for name, loop in {"_pass_jit": "_pass_loop", "_binned_jit": "_binned_loop"}.items():
         monkeypatch.setattr(power_module, name, _jit._Lazy(getattr(power_module, loop)))
     rng = np.random.default_rng(24)
     for _ in range(100):  # a row whose product with its own direction rounds past the limit
@@ -219,18 +234,9 @@ def test_rows_past_the_float64_limit_change_neither_the_compilations_nor_the_pro
     else:
         raise AssertionError("no overflowing row found")
     block = sp.csr_array(np.vstack([row, [0.1, 0.2, -0.3], [0.0, 0.5, 0.5]]))
-    products: list[int] = []
-    times_into = _sparse.times_into
-
-    def counted(*args):  # noqa: ANN002, ANN202
-        products.append(1)
-        return times_into(*args)
-
-    monkeypatch.setattr(_sparse, "times_into", counted)
     got = _partial(block, x, 5, bound=1.0)
-    assert products == [1]
-    assert power_module._transpose_binned_jit.compiled is not None
-    assert power_module._compact_jit.compiled is not None
+    assert power_module._pass_jit.compiled is not None
+    assert power_module._binned_jit.compiled is not None
     monkeypatch.setattr(_jit, "HAVE_NUMBA", False)
     _assert_same_bits(got, _partial(block, x, 5, bound=1.0))
 
@@ -240,8 +246,7 @@ def test_the_compiled_loops_are_compiled_whichever_path_the_rows_take(monkeypatc
     loaded) for the block's types on the first call even when the rows take the selector product, so a later call
     whose rows take the bins' dense vectors (or the per-bin loop) adds no compilation."""
     monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
-    loops = {"_binned_jit": "_binned_loop", "_transpose_binned_jit": "_transpose_binned_loop",
-             "_compact_jit": "_compact_loop"}
+    loops = {"_binned_jit": "_binned_loop", "_pass_jit": "_pass_loop"}
     for name, loop in loops.items():  # none compiled yet
         monkeypatch.setattr(power_module, name, _jit._Lazy(getattr(power_module, loop)))
     rng = np.random.default_rng(17)
@@ -268,22 +273,6 @@ def test_the_compiled_loops_are_compiled_whichever_path_the_rows_take(monkeypatc
         _partial(narrow, x / np.linalg.norm(x), 150)
         assert products == [1]  # the dense vectors this time
         assert {name: set(compiled[name].signatures) for name in names} == signatures
-
-
-def test_times_into_is_scipys_product() -> None:
-    rng = np.random.default_rng(18)
-    block = _block(rng, 50, 30, 0.3)
-    x = rng.standard_normal(30)
-    out = np.full(50, np.nan)
-    assert _sparse.times_into(block, x, out) is out
-    assert np.array_equal(out.view(np.uint64), np.asarray(block @ x).view(np.uint64))
-    for other in (sp.csc_array(block), block.toarray(), sp.csr_array(block.astype(np.float32))):
-        out = np.full(50, np.nan)
-        np.testing.assert_array_equal(_sparse.times_into(other, x, out), _sparse.times(other, x))
-    with pytest.raises(ValueError, match="dimension mismatch"):
-        _sparse.times_into(block, x, np.zeros(49))
-    with pytest.raises(ValueError, match="dimension mismatch"):
-        _sparse.times_into(block, np.ones(29), np.zeros(50))
 
 
 def test_partitions_above_the_kept_size_use_fresh_arrays(monkeypatch: pytest.MonkeyPatch) -> None:
