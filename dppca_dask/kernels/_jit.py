@@ -2,27 +2,28 @@
 
 Every compiled loop in :mod:`dppca_dask.kernels` has a numpy/scipy counterpart that computes the same values; the
 tests compare the two bit for bit (on x86-64), so whether a process has them changes its speed, not a value. The
-private step's compiled loops (the rows' weights, scores and grid bins, and ``Aᵀw`` with the top rows' per-bin sums
-in one pass: :mod:`dppca_dask.kernels.power`) make its kernel 0.98x scipy's plain ``Aᵀ(Ax)`` on one core against
-1.14-1.24x on the numpy path, and the 10⁸-entry private step 1.00-1.13x the plain step on the in-process executor
-against 1.22-1.29x (on a 2-worker LocalCluster 1.02-1.21x, median 1.07 in one series and 1.11 in earlier ones,
-against 1.14-1.22x; ``benchmarks/bench_iteration.py``). The numpy path cannot close that gap with scipy's loops: the top rows' per-bin
-sums need the rows read a second time, and reading a subset of rows in place (scipy's ``csc_matvec`` given each
-row's bounds, no copy) skips the rows between them only in descending row order, which took 2.7x the ascending pass
-(the hardware's prefetch runs forward); one pass with a column per bin (``csc_matvecs``) took 2.3x at 6 columns.
+private step's compiled loops (``A x``, the rows' weights and scores and ``Aᵀw`` in one pass over blocks of rows, then
+the top rows' per-bin sums: :mod:`dppca_dask.kernels.power`) make its kernel 0.93-1.02x scipy's plain ``Aᵀ(Ax)`` on
+one core against 1.14-1.24x on the numpy path, and the 10⁸-entry private step 0.91-1.06x the plain step on the
+in-process executor and 1.02-1.11x on a 2-worker LocalCluster (median 1.04, six runs), against 1.22-1.29x and
+1.14-1.22x on the numpy path (``benchmarks/bench_iteration.py``). The numpy path cannot close that gap with scipy's
+loops: they read the partition from memory twice (``A x``, then ``Aᵀw``), the top rows' per-bin sums need the rows
+read once more, and reading a subset of rows in place (scipy's ``csc_matvec`` given each row's bounds, no copy) skips
+the rows between them only in descending row order, which took 2.7x the ascending pass (the hardware's prefetch runs
+forward); one pass with a column per bin (``csc_matvecs``) took 2.3x at 6 columns.
 
-Their cost is paid once per process: importing numba and its first compiled call take about 0.4 s with numba's
-on-disk cache warm (about 1.5 s the first time the loops compile), after which each further loop loads in a few
+Their cost is paid once per process: importing numba and its first compiled call take about 0.3 s with numba's
+on-disk cache warm (about 0.5 s more the first time the loops compile), after which each further loop loads in a few
 milliseconds. A step at 10⁸ entries is 6-34 ms shorter in process (median 25 ms, five alternating pairs), so they
-repay after 12-70 such steps (16 at the median). On a small store the fixed cost shows: the w8a sample's ``pca`` on
-the in-process executor (first run in a fresh process, CPU seconds of the process, loaded machine) took 1.47-1.61 s
-with them against 1.17-1.35 s without (about 0.3 s: importing numba and loading the cached loops), and 1.68-2.06 s
-with an empty numba cache (the loops compiled once, then cached on disk with ``cache=True``: beside the package, or
-in the user's cache directory when the package's directory is read-only); a second run in the same process is as
-fast either way (0.09-0.11 s). Whether they repay depends on the data's size, which is private, so the choice is
-not made from the data: numba is a dependency and the loops are the default; ``DPPCA_DASK_NUMBA=0`` (or ``false``,
-``no``, ``off``; in the environment of every process that runs tasks: an embedded cluster's workers inherit this
-process's) leaves them off. An installation without numba (installed with ``--no-deps``) runs the numpy path.
+repay after 12-70 such steps (16 at the median). On a small store the fixed cost shows: ``pca`` of the w8a sample
+(49,749 × 300) on the in-process executor, in a fresh process (CPU seconds of the call, three runs each) took
+1.00-1.04 s with them against 0.69-0.75 s without, and 1.22-1.30 s with an empty numba cache (the loops compiled once,
+then cached on disk with ``cache=True``: beside the package, or in the user's cache directory when the package's
+directory is read-only); a second run in the same process is as fast either way. Whether they repay depends on the
+data's size, which is private, so the choice is not made from the data: numba is a dependency and the loops are the
+default; ``DPPCA_DASK_NUMBA=0`` (or ``false``, ``no``, ``off``; in the environment of every process that runs tasks:
+an embedded cluster's workers inherit this process's) leaves them off. An installation without numba (installed with
+``--no-deps``) runs the numpy path.
 
 numba itself is imported, and a loop compiled (or loaded from numba's on-disk cache), on the loop's first call,
 so that importing the package stays light (numba takes a fifth of a second or more to import).
