@@ -4,7 +4,9 @@ when the run ends, and an error that names the setting when they cannot be writt
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import stat
 import warnings
 
@@ -122,6 +124,69 @@ def test_a_cache_that_cannot_be_written_stops_the_read_naming_the_settings(s3, r
         assert error.value.exit_code == 1 and isinstance(error.value, OSError)
     READ_AHEAD.clear()
     store.read_partition_with_norms(0)  # with the setting back to 0, the same read succeeds
+
+
+_FULL_DISK = """
+import os, resource, signal, sys
+import dask
+from dppca_dask.errors import LocalCacheError
+from dppca_dask.storage import open_matrix
+from dppca_dask.storage._disk_cache import DISK_CACHE
+from dppca_dask.storage.store import READ_AHEAD
+
+url, directory, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG, as on a full disk
+READ_AHEAD.depth = 0
+with dask.config.set({"dppca_dask.storage.object-cache-partitions": 8,
+                      "dppca_dask.storage.object-cache-directory": directory}):
+    store = open_matrix(url)
+    key = (store.path, store.fingerprint, store._options)
+    first = store.read_partition_with_norms(0)
+    print("sizes:", [os.path.getsize(os.path.join(DISK_CACHE._directory, f"0-0-{i}.bin")) for i in range(3)])
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        store.read_partition_with_norms(1)
+    except LocalCacheError as error:
+        print("error:", error)
+    else:
+        print("no error")
+    print("files after the failure:", sorted(os.listdir(DISK_CACHE._directory)))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    READ_AHEAD.clear()
+    again = store.read_partition_with_norms(1)  # the place stayed reserved: this fetch writes it
+    print("kept:", DISK_CACHE.kept(key), "files:", len(os.listdir(DISK_CACHE._directory)))
+"""
+
+
+def test_a_disk_that_fills_during_a_write_leaves_no_file_and_names_no_partition(s3, rng, tmp_path):
+    """A real write failure in a separate process (a file-size limit with SIGXFSZ ignored: the write fails with
+    EFBIG, as on a full disk): the read stops with LocalCacheError naming the directory and the settings, not the
+    partition; none of the partition's files (or their temporary copies) is left; the place stays reserved, and the
+    next fetch of that partition, with room again, writes it."""
+    import subprocess
+    import sys
+
+    url = _store(s3, rng)
+    directory = tmp_path / "cache"
+    directory.mkdir()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), DPPCA_DASK_NUMBA="0")
+    out = subprocess.run([sys.executable, "-c", _FULL_DISK, url, str(directory), "300"], capture_output=True,
+                         text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    sizes, *lines = out.stdout.splitlines()
+    # The first file of a partition (its row pointers) fits under the limit and the others do not: partition 1's
+    # first file is written before the failure, and must be removed with the rest
+    first, *others = ast.literal_eval(sizes.split(":", 1)[1])
+    assert first < 300 < min(others), sizes
+    assert re.fullmatch(  # the whole message: the directory and the settings, no partition index
+        rf"error: could not keep a partition on the local disk in '{re.escape(str(directory))}/dppca-dask-cache-\w+' "
+        r"\(OSError: File too large\); free space there, set dppca_dask\.storage\.object-cache-directory to another "
+        r"directory, or set dppca_dask\.storage\.object-cache-partitions to 0 to read every step from the bucket",
+        lines[0]), lines[0]
+    left = ast.literal_eval(lines[1].split(":", 1)[1])
+    assert left and all(name.startswith("0-0-") for name in left), lines[1]  # partition 0's files only
+    assert lines[2] == "kept: [0, 1] files: 6", lines[2]
 
 
 def test_the_fetch_started_first_keeps_its_place_however_long_it_takes(s3, rng, monkeypatch):
