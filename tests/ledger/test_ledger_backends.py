@@ -123,3 +123,40 @@ def test_a_dry_run_tries_its_reservation_on_a_copy_of_either_backend(ledger_loca
             trial.reserve("ds", "b", epsilon=0.7, delta=0.0, events=[EpsilonDeltaDpEvent(0.7)], mechanism="m",
                           neighbouring=ROW)
     assert book.entry("ds", "b") is None  # the ledger itself only read
+
+
+def _sqlite_columns(path: str) -> dict[str, list[tuple[str, bool]]]:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        tables = [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                               "AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+        # (name, not null): a primary-key column is never null, which PostgreSQL reports and SQLite's pragma does not
+        return {t: [(row[1], bool(row[3] or row[5])) for row in db.execute(f"PRAGMA table_info({t})")]
+                for t in tables}
+
+
+def _postgres_columns(url: str) -> dict[str, list[tuple[str, bool]]]:
+    import psycopg
+
+    from dppca_dask.ledger._postgres import NAMESPACE
+
+    with psycopg.connect(url) as db:
+        rows = db.execute("SELECT table_name, column_name, is_nullable FROM information_schema.columns "
+                          "WHERE table_schema = %s ORDER BY table_name, ordinal_position", (NAMESPACE,)).fetchall()
+    columns: dict[str, list[tuple[str, bool]]] = {}
+    for table, column, nullable in rows:
+        columns.setdefault(table, []).append((column, nullable == "NO"))
+    return columns
+
+
+def test_both_backends_create_the_same_tables_and_columns(tmp_path: Path, postgres_url: str) -> None:
+    """The schema is written once per SQL dialect: the two must not drift apart (the same tables, the same columns
+    in the same order, the same ones required)."""
+    path = str(tmp_path / "ledger.sqlite")
+    for ledger in (path, postgres_url):
+        assert main(["budget", "init", "--ledger", ledger, "--dataset", "ds", "--total-epsilon", "1",
+                     "--total-delta", "1e-6"]) == 0
+    sqlite, postgres = _sqlite_columns(path), _postgres_columns(postgres_url)
+    assert set(sqlite) == {"meta", "datasets", "entries", "charges"}
+    assert sqlite == postgres
