@@ -207,14 +207,15 @@ from dppca_dask.jobs import bucket_output, steps
 
 root, options, index, count = sys.argv[1], dict(zip(("endpoint_url", "key", "secret"), sys.argv[2:5])), \\
     int(sys.argv[5]), int(sys.argv[6])
-start = float(sys.argv[7])
 
 def pause(name):
     if name == "rows-listed":  # the first to list writes its table last: a lost update without the lock
         time.sleep(0.5 * (count - index))
 
 steps._kill_point = pause
-time.sleep(max(0.0, start - time.time()) + 0.3 * index)
+print("ready", flush=True)
+sys.stdin.readline()  # every racer has started: go
+time.sleep(0.3 * index)
 date = f"2026-11-{index + 1:02d}"
 row = {"job": "s3-job", "job_id": f"s3-job@{date}", "date": date, "status": "completed", "mechanism": "m",
        "epsilon": 0.1, "delta": 1e-8, "relation": "add-remove", "private": True, "diagnostics": None,
@@ -226,14 +227,16 @@ bucket_output.publish_rows(root, row, options)
 def test_machines_publishing_dates_of_one_job_at_once_lose_no_row(s3):
     """Four processes (as on four machines) publish four dates concurrently, each pausing between listing the rows
     and writing the table, the first to list the longest: the table holds the four rows, latest the newest."""
-    import time
-
     root = s3.url("results/s3-job")
     options = s3.options()
-    start = time.time() + 8.0  # after every process has started
     racers = [subprocess.Popen([sys.executable, "-c", RACER, root, options["endpoint_url"], options["key"],
-                                options["secret"], str(i), "4", str(start)], env=_env(), stderr=subprocess.PIPE,
-                               text=True) for i in range(4)]
+                                options["secret"], str(i), "4"], env=_env(), stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    for racer in racers:  # each has imported the package: they start together
+        assert racer.stdout is not None and racer.stdout.readline().strip() == "ready", racer.stderr.read()[-2000:]
+    for racer in racers:
+        racer.stdin.write("go\n")
+        racer.stdin.flush()
     for racer in racers:
         assert racer.wait(timeout=300) == 0, racer.stderr.read()[-2000:] if racer.stderr else ""
     assert [r["date"] for r in read_releases(root, s3.options())] == [f"2026-11-0{d}" for d in (1, 2, 3, 4)]
