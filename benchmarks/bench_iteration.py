@@ -4,8 +4,10 @@ For each store size, both run over the same store, on the same LocalCluster, thr
 persistence), and alternate iteration by iteration (private, plain, private, plain, ...) so that drift in the
 machine affects both alike. Beside them, in this process on one core: scipy's ``Aᵀ(Ax)`` on one partition (the
 reference throughput) and the private kernel on the same partition (CPU time, which load on a shared machine
-inflates less than wall time); with the compiled loops on, also the private kernel against a plain step whose
-``Aᵀw`` is the compiled private step's own loop (faster than scipy's), which isolates the private step's own work.
+inflates less than wall time); with the compiled loops on, also the private kernel against a plain step computed by
+the compiled private step's own pass over blocks of rows (``A x`` and ``Aᵀw`` reading each block from memory once:
+faster than scipy's two products), which isolates the private step's own work (the rows' scores, bins and the top
+rows' per-bin sums).
 Then, on the largest store, the private step on 1 worker × 1 thread against W workers × 1 thread (the speed-up from
 more cores), and the same steps in this process on a pool of threads: private against plain on W threads, and the
 private step on 1 thread against W (the in-process executor, which ``executor="auto"`` picks for stores of at most
@@ -134,7 +136,7 @@ def _same_loop_plain(block: Any, x: np.ndarray) -> np.ndarray:
 
 def _one_core(store: Any, repeats: int = 7) -> dict[str, float]:
     """CPU seconds on one partition in this process: scipy ``Aᵀ(Ax)`` and the private kernel, interleaved (and, with
-    the compiled loops on, the plain step with the private step's compiled ``Aᵀw``, which is faster than scipy's)."""
+    the compiled loops on, the plain step by the private step's compiled pass, which is faster than scipy's)."""
     from dppca_dask.kernels._jit import HAVE_NUMBA
 
     part = load_store_partition(store, 0)

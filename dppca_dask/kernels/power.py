@@ -366,8 +366,7 @@ def power_partial(
     norms, row_norm_bound = _rows_and_bound(block, norms, row_norm_bound)
     fusable = _fusable(block, x)
     found = None
-    if fusable:
-        _warm_compiled(block, grid.n_points)  # before the data can pick a path
+    if fusable:  # (its pass runs on every such call; binned_sums compiles its loop before the data picks a path)
         found = _one_pass_partial(block, norms, x, row_norm_bound, grid, top_m)
     if found is not None:
         histogram, full_sum, bin_sums, cut = found
@@ -403,13 +402,15 @@ def _one_pass_partial(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bou
     recomputes such rows).
 
     One compiled pass over the rows (:func:`_pass_loop`) computes each row's ``aᵀx``, weight and score and adds the
-    rows into ``Aᵀw`` a block of rows (:data:`PASS_ENTRIES` entries) at a time, while the block is still in the core's
-    cache: the partition is read from memory once instead of twice (``A x``, then ``Aᵀw``). The bins and the cut follow from
-    the scores; the top rows (bin ``<= cut``, a few per cent of the rows) are then read once more, where they are, by
-    :func:`binned_sums`. The same values as the numpy path bit for bit: each row's ``aᵀx`` sums its entries in order
-    as scipy's ``csr_matvec`` does, ``Aᵀw`` adds the rows in row order as its ``csc_matvec`` does."""
+    rows into ``Aᵀw`` a block of rows (:data:`PASS_ENTRIES` entries) at a time, while the block is still in the
+    core's cache: the partition is read from memory once instead of twice (``A x``, then ``Aᵀw``). The bins and the
+    cut follow from the scores; the top rows (bin ``<= cut``, a few per cent of the rows at most) are then read once
+    more, where they are, by :func:`binned_sums`. The same values as the numpy path bit for bit: each row's ``aᵀx``
+    sums its entries in order as scipy's ``csr_matvec`` does, ``Aᵀw`` adds the rows in row order as its
+    ``csc_matvec`` does."""
     assert _pass_jit is not None  # (_fusable)
     n, d = block.shape
+    _sparse._check(x, d)  # (the compiled loop reads whatever it is given; scipy's products check)
     weights = _SCRATCH.take("weights", n, np.float64)
     scores = _SCRATCH.take("scores", n, np.float64)
     full_sum = np.zeros(d)
@@ -423,17 +424,6 @@ def _one_pass_partial(block: Any, norms: np.ndarray, x: np.ndarray, row_norm_bou
     return histogram, full_sum, binned_sums(block, chosen, bins[chosen], weights[chosen], grid.n_points), cut
 
 
-def _warm_compiled(block: Any, n_points: int) -> None:
-    """Compile (or load) the compiled private step's loops for the block's types now, on no rows, as they are called
-    below and in :func:`binned_sums`: which of them a step runs depends on the data, when a compilation happens (a
-    second or more) must not."""
-    assert _pass_jit is not None and _binned_jit is not None
-    none: np.ndarray = np.zeros(0)
-    _pass_jit(_unsigned(block.indptr[:1]), _unsigned(block.indices), block.data, np.zeros(block.shape[1]), none, 1.0,
-              none, none, np.zeros(block.shape[1]), PASS_ENTRIES)
-    _warm_binned(block, _index_type(n_points, block.shape[1]))
-
-
 def _warm_binned(block: Any, index_type: np.dtype[Any]) -> None:
     """Compile (or load) :func:`_binned_loop` for the block's types and this index type, on no rows."""
     assert _binned_jit is not None
@@ -444,13 +434,13 @@ def _warm_binned(block: Any, index_type: np.dtype[Any]) -> None:
 
 def _pass_loop(indptr, indices, data, x, norms, bound, weights, scores, out, block_entries):  # type: ignore[no-untyped-def]  # noqa: ANN001, ANN202, E501
     """The compiled private step's pass over the rows, in blocks of rows of at most ``block_entries`` entries (a row
-    with more is a block of its own): each row's ``aᵀx`` (its entries
-    summed in order, as scipy's ``csr_matvec`` does), then its factor ``f`` (:func:`clip_factors`), ``p = f·(aᵀx)``,
-    weight ``w = f·p`` and clamped score (:func:`_clamped_scores`), the numpy path's operations on the same values, then the block's rows added into ``out += Aᵀw`` row after row
-    (``out[col] += value·w``, as scipy's ``csc_matvec`` does) while they are still in cache. False as soon as a
-    row's ``p`` is not finite (the caller then takes the numpy path; ``out`` is discarded). Indices and row pointers
-    are unsigned views (:func:`_unsigned`): a compiled loop then indexes without the check for negative indices that
-    signed ones carry."""
+    with more is a block of its own): each row's ``aᵀx`` (its entries summed in order, as scipy's ``csr_matvec``
+    does), then its factor ``f`` (:func:`clip_factors`), ``p = f·(aᵀx)``, weight ``w = f·p`` and clamped score
+    (:func:`_clamped_scores`), the numpy path's operations on the same values; then the block's rows are added into
+    ``out += Aᵀw`` row after row (``out[col] += value·w``, as scipy's ``csc_matvec`` does) while they are still in
+    cache. False as soon as a row's ``p`` is not finite (the caller then takes the numpy path; ``out`` is
+    discarded). Indices and row pointers are unsigned views (:func:`_unsigned`): a compiled loop then indexes
+    without the check for negative indices that signed ones carry."""
     finite_bound = bound < np.inf
     square = bound * bound
     n = norms.shape[0]

@@ -185,7 +185,8 @@ def test_an_interrupted_call_leaves_no_rows_in_the_next_ones_sums(monkeypatch: p
                                                                  loop: str) -> None:
     """A KeyboardInterrupt (Ctrl-C in a local run: raised when a compiled loop returns) after the pass over the rows
     or after the top rows were added into this thread's dense vector: the vector is left zero, so the next call's
-    sums hold none of the interrupted call's rows."""
+    sums hold none of the interrupted call's rows, and the per-row arrays the interrupted call left (here replaced
+    by values no call computes) are all written anew before the next call reads them."""
     monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
     rng = np.random.default_rng(23)
     interrupted, block = _block(rng, 300, 25, 0.6), _block(rng, 300, 25, 0.6)
@@ -205,6 +206,9 @@ def test_an_interrupted_call_leaves_no_rows_in_the_next_ones_sums(monkeypatch: p
     with pytest.raises(KeyboardInterrupt):
         _partial(interrupted, x, 120)
     assert not kept.any()
+    for name in ("weights", "scores"):
+        power_module._SCRATCH.__dict__[name].fill(np.nan)
+    power_module._SCRATCH.__dict__["bins"].fill(-1)
     monkeypatch.setattr(power_module, loop, real)
     got = _partial(block, x, 120)
     assert got.bin_sums.nnz > 0
@@ -212,12 +216,16 @@ def test_an_interrupted_call_leaves_no_rows_in_the_next_ones_sums(monkeypatch: p
     _assert_same_bits(got, _partial(block, x, 120))
 
 
+@pytest.mark.parametrize(("last", "entries"), [(False, 16_384), (True, 16_384), (True, 1)],
+                         ids=["first-row", "last-row", "last-row-blocks-of-one"])
 def test_rows_past_the_float64_limit_change_neither_the_compilations_nor_the_products(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, last: bool, entries: int) -> None:
     """A block with a row whose product overflows takes the numpy path (which recomputes that row from its unit
-    row): the compiled loops are compiled all the same on that call (when a compilation happens must not depend on
-    the data)."""
+    row), also when the compiled pass has already added earlier blocks into its sum (the row last, blocks of one
+    entry): the compiled loops are compiled all the same on that call (when a compilation happens must not depend
+    on the data)."""
     monkeypatch.setattr(_jit, "HAVE_NUMBA", True)
+    monkeypatch.setattr(power_module, "PASS_ENTRIES", entries)
     for name, loop in {"_pass_jit": "_pass_loop", "_binned_jit": "_binned_loop"}.items():
         monkeypatch.setattr(power_module, name, _jit._Lazy(getattr(power_module, loop)))
     rng = np.random.default_rng(24)
@@ -233,7 +241,8 @@ def test_rows_past_the_float64_limit_change_neither_the_compilations_nor_the_pro
                 break
     else:
         raise AssertionError("no overflowing row found")
-    block = sp.csr_array(np.vstack([row, [0.1, 0.2, -0.3], [0.0, 0.5, 0.5]]))
+    others = [[0.1, 0.2, -0.3], [0.0, 0.5, 0.5]]
+    block = sp.csr_array(np.vstack([*others, row] if last else [row, *others]))
     got = _partial(block, x, 5, bound=1.0)
     assert power_module._pass_jit.compiled is not None
     assert power_module._binned_jit.compiled is not None
@@ -337,6 +346,9 @@ def test_inputs_the_kernels_cannot_take_are_refused_on_both_paths(monkeypatch: p
             power_partial(block, bad_norms, x, partition=0, row_norm_bound=1.0, grid=grid, top_m=10)
         with pytest.raises(ValueError, match="dimension mismatch"):
             power_module.filtered_sum(block, bad_norms, x, row_norm_bound=1.0, grid=grid, index=5)
+    for wrong in (x[:-1], np.ones(11) / np.sqrt(11)):  # (the compiled loop would read past x, or ignore its end)
+        with pytest.raises(ValueError, match="dimension mismatch"):
+            power_partial(block, norms, wrong, partition=0, row_norm_bound=1.0, grid=grid, top_m=10)
     for bound in (np.nan, 0.0, -1.0):
         with pytest.raises(ValueError, match="row_norm_bound must be > 0"):
             power_partial(block, norms, x, partition=0, row_norm_bound=bound, grid=grid, top_m=10)

@@ -137,11 +137,11 @@ from dppca_dask.storage.store import READ_AHEAD
 url, directory, limit = sys.argv[1], sys.argv[2], int(sys.argv[3])
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit then fails with EFBIG, as on a full disk
 READ_AHEAD.depth = 0
-with dask.config.set({"dppca_dask.storage.object-cache-partitions": 8,
+with dask.config.set({"dppca_dask.storage.object-cache-partitions": 2,
                       "dppca_dask.storage.object-cache-directory": directory}):
     store = open_matrix(url)
     key = (store.path, store.fingerprint, store._options)
-    first = store.read_partition_with_norms(0)
+    store.read_partition_with_norms(0)
     print("sizes:", [os.path.getsize(os.path.join(DISK_CACHE._directory, f"0-0-{i}.bin")) for i in range(3)])
     hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
@@ -152,9 +152,12 @@ with dask.config.set({"dppca_dask.storage.object-cache-partitions": 8,
     else:
         print("no error")
     print("files after the failure:", sorted(os.listdir(DISK_CACHE._directory)))
+    print("reserved:", DISK_CACHE.reserved(key), "kept:", DISK_CACHE.kept(key))
     resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
     READ_AHEAD.clear()
-    again = store.read_partition_with_norms(1)  # the place stayed reserved: this fetch writes it
+    store.read_partition_with_norms(2)  # no place left: the failed partition's is still its own
+    READ_AHEAD.clear()
+    store.read_partition_with_norms(1)  # this fetch writes it
     print("kept:", DISK_CACHE.kept(key), "files:", len(os.listdir(DISK_CACHE._directory)))
 """
 
@@ -162,8 +165,9 @@ with dask.config.set({"dppca_dask.storage.object-cache-partitions": 8,
 def test_a_disk_that_fills_during_a_write_leaves_no_file_and_names_no_partition(s3, rng, tmp_path):
     """A real write failure in a separate process (a file-size limit with SIGXFSZ ignored: the write fails with
     EFBIG, as on a full disk): the read stops with LocalCacheError naming the directory and the settings, not the
-    partition; none of the partition's files (or their temporary copies) is left; the place stays reserved, and the
-    next fetch of that partition, with room again, writes it."""
+    partition; none of the partition's files (or their temporary copies) is left; its place stays reserved (with
+    room for two, partition 2 read next gets none), and the next fetch of that partition, with room again, writes
+    it."""
     import subprocess
     import sys
 
@@ -174,7 +178,7 @@ def test_a_disk_that_fills_during_a_write_leaves_no_file_and_names_no_partition(
     out = subprocess.run([sys.executable, "-c", _FULL_DISK, url, str(directory), "300"], capture_output=True,
                          text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    sizes, *lines = out.stdout.splitlines()
+    sizes, error, files, places, end = out.stdout.splitlines()
     # The first file of a partition (its row pointers) fits under the limit and the others do not: partition 1's
     # first file is written before the failure, and must be removed with the rest
     first, *others = ast.literal_eval(sizes.split(":", 1)[1])
@@ -183,10 +187,11 @@ def test_a_disk_that_fills_during_a_write_leaves_no_file_and_names_no_partition(
         rf"error: could not keep a partition on the local disk in '{re.escape(str(directory))}/dppca-dask-cache-\w+' "
         r"\(OSError: File too large\); free space there, set dppca_dask\.storage\.object-cache-directory to another "
         r"directory, or set dppca_dask\.storage\.object-cache-partitions to 0 to read every step from the bucket",
-        lines[0]), lines[0]
-    left = ast.literal_eval(lines[1].split(":", 1)[1])
-    assert left and all(name.startswith("0-0-") for name in left), lines[1]  # partition 0's files only
-    assert lines[2] == "kept: [0, 1] files: 6", lines[2]
+        error), error
+    left = ast.literal_eval(files.split(":", 1)[1])
+    assert left and all(name.startswith("0-0-") for name in left), files  # partition 0's files only
+    assert places == "reserved: [0, 1] kept: [0]", places
+    assert end == "kept: [0, 1] files: 6", end
 
 
 def test_the_fetch_started_first_keeps_its_place_however_long_it_takes(s3, rng, monkeypatch):

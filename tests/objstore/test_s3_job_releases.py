@@ -203,6 +203,7 @@ def test_a_table_lock_left_by_a_killed_process_of_this_machine_is_taken_over(s3,
 
 RACER = """
 import sys, time
+import pyarrow.parquet, s3fs  # loaded before the start, so that the racers' pauses alone set their order
 from dppca_dask.jobs import bucket_output, steps
 
 root, options, index, count = sys.argv[1], dict(zip(("endpoint_url", "key", "secret"), sys.argv[2:5])), \\
@@ -232,13 +233,24 @@ def test_machines_publishing_dates_of_one_job_at_once_lose_no_row(s3):
     racers = [subprocess.Popen([sys.executable, "-c", RACER, root, options["endpoint_url"], options["key"],
                                 options["secret"], str(i), "4"], env=_env(), stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
-    for racer in racers:  # each has imported the package: they start together
-        assert racer.stdout is not None and racer.stdout.readline().strip() == "ready", racer.stderr.read()[-2000:]
-    for racer in racers:
-        racer.stdin.write("go\n")
-        racer.stdin.flush()
-    for racer in racers:
-        assert racer.wait(timeout=300) == 0, racer.stderr.read()[-2000:] if racer.stderr else ""
+    try:
+        ready = [racer.stdout.readline().strip() if racer.stdout else "" for racer in racers]
+        if ready != ["ready"] * 4:  # one ended before the start: its error, once it is over
+            for racer in racers:
+                racer.kill()
+            raise AssertionError([racer.communicate()[1][-2000:] for racer in racers])
+        for racer in racers:  # each has imported what it uses: they start together
+            assert racer.stdin is not None
+            racer.stdin.write("go\n")
+            racer.stdin.flush()
+        for racer in racers:
+            _, err = racer.communicate(timeout=300)
+            assert racer.returncode == 0, err[-2000:]
+    finally:
+        for racer in racers:
+            if racer.poll() is None:
+                racer.kill()
+                racer.communicate()
     assert [r["date"] for r in read_releases(root, s3.options())] == [f"2026-11-0{d}" for d in (1, 2, 3, 4)]
     assert latest_output(root, s3.options()) == f"{root}/2026-11-04"
 
