@@ -5,7 +5,7 @@ tests compare the two bit for bit (on x86-64), so whether a process has them cha
 private step's compiled loops (``A x``, the rows' weights and scores and ``Aᵀw`` in one pass over blocks of rows, then
 the top rows' per-bin sums: :mod:`dppca_dask.kernels.power`) make its kernel 0.97-1.02x scipy's plain ``Aᵀ(Ax)`` on
 one core against 1.14-1.24x on the numpy path, and the 10⁸-entry private step 0.91-1.06x the plain step on the
-in-process executor and 1.02-1.11x on a 2-worker LocalCluster (median 1.04, six runs), against 1.22-1.29x and
+in-process executor and 1.02-1.11x on a 2-worker LocalCluster (median 1.05, nine runs), against 1.22-1.30x and
 1.14-1.22x on the numpy path (``benchmarks/bench_iteration.py``). The numpy path cannot close that gap with scipy's
 loops: they read the partition from memory twice (``A x``, then ``Aᵀw``), the top rows' per-bin sums need the rows
 read once more, and reading a subset of rows in place (scipy's ``csc_matvec`` given each row's bounds, no copy) skips
@@ -13,9 +13,9 @@ the rows between them only in descending row order, which took 2.7x the ascendin
 forward); one pass with a column per bin (``csc_matvecs``) took 2.3x at 6 columns.
 
 Their cost is paid once per process: importing numba and its first compiled call take about 0.3 s with numba's
-on-disk cache warm (about 0.5 s more the first time the loops compile), after which each further loop loads in a few
-milliseconds. A step at 10⁸ entries is 6-34 ms shorter in process (median 25 ms, five alternating pairs), so they
-repay after 12-70 such steps (16 at the median). On a small store the fixed cost shows: ``pca`` of the w8a sample
+on-disk cache warm (about 0.25 s more the first time the loops compile), after which each further loop loads in a
+few milliseconds. A step at 10⁸ entries is 18-22 ms shorter in process (three alternating pairs: 0.055-0.058 s
+against 0.073-0.079 s), so they repay after 14-17 such steps. On a small store the fixed cost shows: ``pca`` of the w8a sample
 (49,749 × 300) on the in-process executor, in a fresh process (CPU seconds of the call, three runs each) took
 1.00-1.04 s with them against 0.69-0.75 s without, and 1.22-1.30 s with an empty numba cache (the loops compiled once,
 then cached on disk with ``cache=True``: beside the package, or in the user's cache directory when the package's
