@@ -15,15 +15,15 @@ forward); one pass with a column per bin (``csc_matvecs``) took 2.3x at 6 column
 Their cost is paid once per process: importing numba and its first compiled call take about 0.3 s with numba's
 on-disk cache warm (about 0.25 s more the first time the loops compile), after which each further loop loads in a
 few milliseconds. A step at 10⁸ entries is 18-22 ms shorter in process (three alternating pairs: 0.055-0.058 s
-against 0.073-0.079 s), so they repay after 14-17 such steps. On a small store the fixed cost shows: ``pca`` of the w8a sample
-(49,749 × 300) on the in-process executor, in a fresh process (CPU seconds of the call, three runs each) took
-1.00-1.04 s with them against 0.69-0.75 s without, and 1.22-1.30 s with an empty numba cache (the loops compiled once,
-then cached on disk with ``cache=True``: beside the package, or in the user's cache directory when the package's
-directory is read-only); a second run in the same process is as fast either way. Whether they repay depends on the
-data's size, which is private, so the choice is not made from the data: numba is a dependency and the loops are the
-default; ``DPPCA_DASK_NUMBA=0`` (or ``false``, ``no``, ``off``; in the environment of every process that runs tasks:
-an embedded cluster's workers inherit this process's) leaves them off. An installation without numba (installed with
-``--no-deps``) runs the numpy path.
+against 0.073-0.079 s), so they repay after 14-17 such steps. On a small store the fixed cost shows: ``pca`` of the
+w8a sample (49,749 × 300) on the in-process executor, in a fresh process (CPU seconds of the call, three runs each)
+took 1.00-1.04 s with them against 0.69-0.75 s without, and 1.22-1.30 s with an empty numba cache (the loops
+compiled once, then cached on disk with ``cache=True``: beside the package, or in the user's cache directory when
+the package's directory is read-only); a second run in the same process is as fast either way. Whether they repay
+depends on the data's size, which is private, so the choice is not made from the data: numba is a dependency and the
+loops are the default; ``DPPCA_DASK_NUMBA=0`` (or ``false``, ``no``, ``off``; in the environment of every process
+that runs tasks: an embedded cluster's workers inherit this process's) leaves them off. An installation without
+numba (installed with ``--no-deps``) runs the numpy path.
 
 numba itself is imported, and a loop compiled (or loaded from numba's on-disk cache), on the loop's first call,
 so that importing the package stays light (numba takes a fifth of a second or more to import).
