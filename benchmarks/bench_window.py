@@ -77,23 +77,12 @@ def raw_release(kind: str, gram: np.ndarray, epsilon: float, delta: float, noise
 
 
 def planted_design(kind: str, *, days: int = 7, rows: int = 3000, seed: int = 0) -> np.ndarray:
-    """``days × rows`` rows ``(x, y)`` clipped jointly to norm 1: ``"ill"`` (d = 100, rank 5 plus isotropic noise of
-    variance 1e-3 per coordinate, random β of norm 4) or ``"well"`` (d = 20, isotropic, β of norm 0.4); y has
-    noise of standard deviation 0.05 (the designs of tests/window/test_window_regression.py)."""
-    rng = np.random.default_rng(seed)
-    n = days * rows
-    if kind == "ill":
-        d, rank = 100, 5
-        basis = np.linalg.qr(rng.standard_normal((d, rank)))[0]
-        x = rng.standard_normal((n, rank)) @ basis.T * np.sqrt(0.08) + rng.standard_normal((n, d)) * np.sqrt(1e-3)
-        beta = rng.standard_normal(d)
-        beta *= 4.0 / np.linalg.norm(beta)
-    else:
-        d = 20
-        x = rng.standard_normal((n, d)) * np.sqrt(0.5 / d)
-        beta = rng.standard_normal(d)
-        beta *= 0.4 / np.linalg.norm(beta)
-    z = np.hstack([x, (x @ beta + 0.05 * rng.standard_normal(n))[:, None]])
+    """``days × rows`` rows ``(x, y)`` of :func:`~dppca_dask.datasets.regression_design` (the designs of
+    tests/window/test_window_regression.py), clipped jointly to norm 1."""
+    from dppca_dask.datasets import regression_design
+
+    x, y = regression_design(kind, days * rows, seed=seed)
+    z = np.hstack([x, y[:, None]])
     return z / np.maximum(np.linalg.norm(z, axis=1), 1.0)[:, None]
 
 

@@ -329,3 +329,40 @@ def lower_bound_matrix(n: int, coherence: float, *, seed: int = 0) -> PlantedLow
     rows = np.repeat(np.arange(s), cols.size)
     matrix = sp.csr_array((np.ones(rows.size), (rows, np.tile(cols, s))), shape=(n, n))
     return PlantedLowRank(matrix, u[:, None], np.array([sigma]), d_bar[:, None])
+
+
+# --------------------------------------------------------------------------------------------- regression designs
+# The linear-regression designs of the sliding-window regression tests and benchmark (bench_window.py).
+
+__all__ += ["regression_design"]
+
+
+def regression_design(kind: str, n_rows: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """``n_rows`` rows ``x`` and their responses ``y = xᵀβ + noise`` (noise of standard deviation 0.05).
+
+    ``"ill"``: d = 100, rank 5 (variance 0.08 per direction) plus isotropic noise of variance 1e-3 per coordinate,
+    a random β of norm 4: an ill-conditioned design, whose Gram matrix's small eigenvalues fall below a private
+    release's noise. ``"well"``: d = 20, isotropic (variance 0.5/d per coordinate), β of norm 0.4.
+
+    >>> x, y = regression_design("well", 1000, seed=1)
+    >>> x.shape, y.shape
+    ((1000, 20), (1000,))
+    """
+    if kind not in ("ill", "well"):
+        raise InvalidParameterError(f"kind must be 'ill' or 'well'; got {kind!r}")
+    if n_rows < 1:
+        raise InvalidParameterError(f"n_rows must be >= 1; got {n_rows}")
+    rng = np.random.default_rng(seed)
+    if kind == "ill":
+        d, rank = 100, 5
+        basis = np.linalg.qr(rng.standard_normal((d, rank)))[0]
+        x = (rng.standard_normal((n_rows, rank)) @ basis.T * np.sqrt(0.08)
+             + rng.standard_normal((n_rows, d)) * np.sqrt(1e-3))
+        beta = rng.standard_normal(d)
+        beta *= 4.0 / np.linalg.norm(beta)
+    else:
+        d = 20
+        x = rng.standard_normal((n_rows, d)) * np.sqrt(0.5 / d)
+        beta = rng.standard_normal(d)
+        beta *= 0.4 / np.linalg.norm(beta)
+    return x, x @ beta + 0.05 * rng.standard_normal(n_rows)

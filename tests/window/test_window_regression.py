@@ -21,23 +21,12 @@ DAYS, ROWS = 7, 3000
 
 
 def _design(kind: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """``DAYS × ROWS`` rows ``(x, y)``: ``"ill"`` is d = 100, rank 5 plus small isotropic noise (eigenvalues of the
-    window Gram from about 18 to 1,650, below the ε = 1 noise's scale of about 85 in 95 directions) with a random
-    β; ``"well"`` is d = 20, isotropic (eigenvalues about 500)."""
-    rng = np.random.default_rng(seed)
-    n = DAYS * ROWS
-    if kind == "ill":
-        d, rank = 100, 5
-        basis = np.linalg.qr(rng.standard_normal((d, rank)))[0]
-        x = rng.standard_normal((n, rank)) @ basis.T * np.sqrt(0.08) + rng.standard_normal((n, d)) * np.sqrt(1e-3)
-        beta = rng.standard_normal(d)
-        beta *= 4.0 / np.linalg.norm(beta)
-    else:
-        d = 20
-        x = rng.standard_normal((n, d)) * np.sqrt(0.5 / d)
-        beta = rng.standard_normal(d)
-        beta *= 0.4 / np.linalg.norm(beta)
-    return x, x @ beta + 0.05 * rng.standard_normal(n)
+    """``DAYS × ROWS`` rows ``(x, y)`` (:func:`~dppca_dask.datasets.regression_design`): ``"ill"`` is d = 100, rank 5
+    plus small isotropic noise (eigenvalues of the window Gram from about 18 to 1,650, below the ε = 1 noise's scale
+    of about 85 in 95 directions) with a random β; ``"well"`` is d = 20, isotropic (eigenvalues about 500)."""
+    from dppca_dask.datasets import regression_design
+
+    return regression_design(kind, DAYS * ROWS, seed=seed)
 
 
 def _store(path, x: np.ndarray, y: np.ndarray):  # noqa: ANN001, ANN202
@@ -153,3 +142,27 @@ def test_window_cli_regression_prints_ridge_diagnostics_and_a_warning(tmp_path, 
     with pytest.raises(SystemExit) as exc:
         main([*argv, "--ridge", "x"])
     assert exc.value.code == 2
+
+
+def test_the_regression_designs_are_seeded_checked_and_their_example_runs() -> None:
+    import doctest
+
+    from dppca_dask import datasets
+    from dppca_dask.errors import InvalidParameterError
+
+    for kind, d in (("ill", 100), ("well", 20)):
+        x, y = datasets.regression_design(kind, 50, seed=4)
+        assert x.shape == (50, d) and y.shape == (50,)
+        again = datasets.regression_design(kind, 50, seed=4)
+        assert np.array_equal(x, again[0]) and np.array_equal(y, again[1])
+        assert not np.array_equal(x, datasets.regression_design(kind, 50, seed=5)[0])
+    with pytest.raises(InvalidParameterError, match="kind must be 'ill' or 'well'; got 'flat'"):
+        datasets.regression_design("flat", 10)
+    with pytest.raises(InvalidParameterError, match="n_rows must be >= 1; got 0"):
+        datasets.regression_design("ill", 0)
+    tests = doctest.DocTestFinder(recurse=False).find(datasets.regression_design, "regression_design",
+                                                      globs={"regression_design": datasets.regression_design})
+    runner = doctest.DocTestRunner()
+    for test in tests:
+        runner.run(test)
+    assert tests[0].examples and runner.failures == 0
