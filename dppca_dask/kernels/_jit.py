@@ -5,7 +5,7 @@ tests compare the two bit for bit (on x86-64), so whether a process has them cha
 private step's compiled loops (``A x``, the rows' weights and scores and ``Aᵀw`` in one pass over blocks of rows, then
 the top rows' per-bin sums: :mod:`dppca_dask.kernels.power`) make its kernel 0.97-1.02x scipy's plain ``Aᵀ(Ax)`` on
 one core against 1.14-1.24x on the numpy path, and the 10⁸-entry private step 0.91-1.06x the plain step on the
-in-process executor and 1.02-1.11x on a 2-worker LocalCluster (median 1.05, nine runs), against 1.22-1.30x and
+in-process executor and 1.01-1.11x on a 2-worker LocalCluster (median 1.04, 14 runs), against 1.22-1.30x and
 1.14-1.22x on the numpy path (``benchmarks/bench_iteration.py``). The numpy path cannot close that gap with scipy's
 loops: they read the partition from memory twice (``A x``, then ``Aᵀw``), the top rows' per-bin sums need the rows
 read once more, and reading a subset of rows in place (scipy's ``csc_matvec`` given each row's bounds, no copy) skips
