@@ -193,7 +193,7 @@ def test_an_interrupted_call_leaves_no_rows_in_the_next_ones_sums(monkeypatch: p
     x = rng.standard_normal(25)
     x /= np.linalg.norm(x)
     real = getattr(power_module, loop)
-    rows = {"_pass_jit": 4, "_binned_jit": 3}[loop]  # (the argument that is empty on the warm-up call)
+    rows = {"_pass_jit": 4, "_binned_jit": 3}[loop]  # (its rows: a call on none is a warm-up, not interrupted)
 
     def then_interrupted(*args):  # noqa: ANN002, ANN202
         result = real(*args)
@@ -207,8 +207,8 @@ def test_an_interrupted_call_leaves_no_rows_in_the_next_ones_sums(monkeypatch: p
         _partial(interrupted, x, 120)
     assert not kept.any()
     for name in ("weights", "scores"):
-        power_module._SCRATCH.__dict__[name].fill(np.nan)
-    power_module._SCRATCH.__dict__["bins"].fill(-1)
+        power_module._SCRATCH.take(name, 300, np.float64).fill(np.nan)
+    power_module._SCRATCH.take("bins", 300, np.int64).fill(-1)
     monkeypatch.setattr(power_module, loop, real)
     got = _partial(block, x, 120)
     assert got.bin_sums.nnz > 0
